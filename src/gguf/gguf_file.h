@@ -1,0 +1,100 @@
+// GGUF reader: parses a GGUF file (versions 1, 2 and 3) that it memory-maps read-only.
+//
+// File layout (little-endian; v1 uses u32 where v2/v3 use u64 for counts, string lengths,
+// array lengths and tensor dimensions):
+//
+//   +--------+---------+-----------+--------+----------------------+---------------------+-----+------+
+//   | "GGUF" | version | n_tensors | n_kv   | n_kv x (key, type,   | n_tensors x (name,  | pad | data |
+//   | u32    | u32     | u64       | u64    |         value)       |  n_dims, ne[n_dims],|     |      |
+//   |        |         |           |        |                      |  type u32, off u64) |     |      |
+//   +--------+---------+-----------+--------+----------------------+---------------------+-----+------+
+//   string = u64 length + bytes (no NUL); array = u32 elem type + u64 count + elements.
+//   The data section starts at the next multiple of `general.alignment` (default 32);
+//   each tensor's offset is relative to it and a multiple of the alignment.
+//
+// Every count, length, offset, alignment and tensor extent is checked against the file size
+// before use: a truncated or corrupt file gives an error naming the file and the problem.
+// Tensors of types this engine cannot compute with are still listed (for `gguf info`); the model
+// loader rejects them by name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/ggml_type.h"
+#include "core/status.h"
+#include "gguf/gguf_value.h"
+
+namespace leoam {
+
+class MappedFile;
+
+// 32: GGUF's default data alignment when general.alignment is absent.
+inline constexpr uint32_t kGgufDefaultAlignment = 32;
+inline constexpr int kGgufMaxDims = 4;
+
+struct GgufTensorInfo {
+  std::string name;
+  uint32_t type_id = 0;              // ggml type id; see ggml_type_traits()
+  std::vector<int64_t> ne;           // dimensions, ne[0] innermost (a row)
+  uint64_t offset = 0;               // from the start of the data section
+  size_t n_bytes = 0;                // 0 when the type's geometry is unknown
+  const uint8_t* data = nullptr;     // points into the mapping
+
+  int64_t n_elements() const;
+  GgmlType type() const { return static_cast<GgmlType>(type_id); }
+};
+
+class GgufFile {
+ public:
+  // Maps and parses `path`.
+  static Result<GgufFile> open(const std::string& path);
+  // Parses a buffer the caller keeps alive for the lifetime of the result (fuzzing, tests).
+  // `name` stands for the file name in error messages.
+  static Result<GgufFile> parse(std::string name, const uint8_t* data, size_t size);
+
+  GgufFile(GgufFile&&) noexcept;
+  GgufFile& operator=(GgufFile&&) noexcept;
+  ~GgufFile();
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return size_; }
+
+  // Metadata in file order.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  const GgufValue* find(std::string_view key) const;
+
+  // Typed look-ups. get_* return nullopt when the key is absent and an error when it is present
+  // with the wrong type; require_* also fail when it is absent ("file: missing required key 'k'").
+  Result<std::optional<int64_t>> get_int(std::string_view key) const;
+  Result<std::optional<double>> get_float(std::string_view key) const;
+  Result<std::optional<bool>> get_bool(std::string_view key) const;
+  Result<std::optional<std::string>> get_string(std::string_view key) const;
+  Result<int64_t> require_int(std::string_view key) const;
+  Result<double> require_float(std::string_view key) const;
+  Result<std::string> require_string(std::string_view key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* find_tensor(std::string_view name) const;
+
+ private:
+  GgufFile() = default;
+
+  std::string path_;
+  std::unique_ptr<MappedFile> mapping_;  // null for parse()
+  uint64_t size_ = 0;
+  uint32_t version_ = 0;
+  uint32_t alignment_ = kGgufDefaultAlignment;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<GgufTensorInfo> tensors_;
+};
+
+}  // namespace leoam

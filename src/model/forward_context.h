@@ -1,0 +1,49 @@
+// The state of one sequence being evaluated by a model: its KV cache, scratch buffers and
+// position. eval() runs a batch of tokens (a whole prompt in one call, or one token when
+// decoding) through the forward pass and returns logits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+
+namespace leoam {
+
+class Model;
+
+enum class KvDtype : uint8_t { kF32, kF16 };
+
+struct ForwardOptions {
+  int n_ctx = 0;        // context length in tokens; 0 = the model's training context
+  int n_threads = 0;    // 0 = ThreadPool::default_thread_count()
+  int n_batch = 512;    // prompt tokens per forward chunk during prefill
+  KvDtype kv_dtype = KvDtype::kF16;
+  // Called after each prefill chunk with (tokens done, tokens total); may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+class ForwardContext {
+ public:
+  // `model` must outlive the context. Fails when n_ctx exceeds what memory allows.
+  static Result<std::unique_ptr<ForwardContext>> create(const Model& model, const ForwardOptions& options);
+  virtual ~ForwardContext() = default;
+
+  // Evaluates `tokens` at positions [n_past(), n_past() + tokens.size()) and appends their KV.
+  // logits is resized to tokens.size() * n_vocab when all_logits, else to n_vocab (the last
+  // position's). Fails, changing nothing, when a token id is out of range or the tokens do not
+  // fit in the context ("... exceeds the context size of N tokens (-c)").
+  virtual Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
+
+  virtual int64_t n_past() const = 0;
+  virtual int64_t n_ctx() const = 0;
+  virtual int32_t n_vocab() const = 0;
+  virtual int n_threads() const = 0;
+  // Forgets every position: the next eval starts at position 0.
+  virtual void reset() = 0;
+};
+
+}  // namespace leoam
