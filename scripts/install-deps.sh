@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that leoam's build and tests need, and only those missing.
+# Usage: scripts/install-deps.sh [--with-fuzz]
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config make
+  libpcre2-dev           # Unicode regexes of the BPE pre-tokenizers
+  libcli11-dev           # command-line parsing
+  nlohmann-json3-dev     # JSON output
+  libgtest-dev libgmock-dev  # unit tests
+  libbenchmark-dev       # microbenchmarks
+  python3 python3-numpy  # the independent numpy reference of the forward pass
+)
+if [[ "${1:-}" == "--with-fuzz" ]]; then
+  packages+=(clang libclang-rt-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
