@@ -1,0 +1,279 @@
+"""Independent float64 numpy reference of the llama / qwen2 forward pass.
+
+Written from the ggml / llama.cpp conventions, apart from the C++ engine, so the
+engine's logits can be checked against it.
+
+CLI:
+    llama_ref.py --model M.gguf --tokens 1,2,3 [--kv-f16] [--n-ctx N] --out logits.txt
+        writes logits of every position: one line per position, '%.9g' floats.
+    llama_ref.py --model M.gguf --tokens 1 --greedy N
+        prints the N greedily generated token ids (one line, space separated).
+
+Shapes: a GGUF weight with ne = [n_in, n_out] loads as numpy [n_out][n_in]; y = W @ x.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dequant import dequantize  # noqa: E402
+from gguf_read import read_gguf  # noqa: E402
+
+
+# ---------------------------------------------------------------- hparams ---
+
+def load_hparams(meta):
+    arch = meta["general.architecture"]
+    if arch not in ("llama", "qwen2"):
+        raise ValueError(f"architecture '{arch}' not supported; supported: llama qwen2")
+
+    def get(key, default=None):
+        v = meta.get(f"{arch}.{key}", default)
+        if v is None:
+            raise ValueError(f"missing metadata key '{arch}.{key}'")
+        return v
+
+    n_embd = int(get("embedding_length"))
+    n_head = int(get("attention.head_count"))
+    head_dim = int(get("attention.key_length", n_embd // n_head))
+    n_ctx_train = int(get("context_length"))
+    scaling = get("rope.scaling.type", "none")
+    if scaling not in ("none", "linear", "yarn"):
+        raise ValueError(f"rope.scaling.type '{scaling}' not supported; "
+                         "supported: none linear yarn")
+    factor = float(get("rope.scaling.factor", 1.0)) if scaling != "none" else 1.0
+    return dict(
+        arch=arch,
+        n_embd=n_embd,
+        n_layer=int(get("block_count")),
+        n_ff=int(get("feed_forward_length")),
+        n_head=n_head,
+        n_head_kv=int(get("attention.head_count_kv", n_head)),
+        head_dim=head_dim,
+        eps=float(get("attention.layer_norm_rms_epsilon")),
+        n_ctx_train=n_ctx_train,
+        n_rot=int(get("rope.dimension_count", head_dim)),
+        freq_base=float(get("rope.freq_base", 10000.0)),
+        # ggml: freq_scale = 1/factor for linear and yarn; ext_factor only for yarn.
+        freq_scale=1.0 / factor if factor else 1.0,
+        ext_factor=float(get("rope.scaling.yarn_ext_factor", 1.0)) if scaling == "yarn" else 0.0,
+        attn_factor=float(get("rope.scaling.yarn_attn_factor", 1.0)),
+        beta_fast=float(get("rope.scaling.yarn_beta_fast", 32.0)),
+        beta_slow=float(get("rope.scaling.yarn_beta_slow", 1.0)),
+        n_ctx_orig=int(get("rope.scaling.original_context_length", n_ctx_train)),
+        neox=(arch == "qwen2"),
+    )
+
+
+# ------------------------------------------------------------------ model ---
+
+def load_model(path):
+    meta, raw = read_gguf(path)
+    hp = load_hparams(meta)
+
+    def w(name):
+        type_id, ne, data = raw[name]
+        return dequantize(type_id, ne, data)
+
+    def w_opt(name):
+        return w(name) if name in raw else None
+
+    layers = []
+    for il in range(hp["n_layer"]):
+        p = f"blk.{il}."
+        layers.append({k: w_opt(p + k + ".weight") for k in (
+            "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+            "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+        for k in ("attn_q", "attn_k", "attn_v"):
+            layers[-1][k + "_bias"] = w_opt(p + k + ".bias")
+        missing = [k for k, v in layers[-1].items() if v is None and not k.endswith("_bias")]
+        if missing:
+            raise ValueError(f"{path}: layer {il} is missing tensors {missing}")
+    tok_embd = w("token_embd.weight")                      # [n_vocab][n_embd]
+    return dict(
+        hp=hp,
+        meta=meta,
+        tok_embd=tok_embd,
+        layers=layers,
+        output_norm=w("output_norm.weight"),
+        output=w("output.weight") if "output.weight" in raw else tok_embd,  # tied when absent
+        rope_freqs=w_opt("rope_freqs.weight"),               # [n_rot/2] or None
+    )
+
+
+# ------------------------------------------------------------------- rope ---
+# Checked against ggml's rope_yarn, rope_yarn_ramp and ggml_rope_yarn_corr_dims:
+# same formulas; the ramp's argument i0/2 in ggml is the pair index i used here.
+# The only differences are float32 vs float64 evaluation (noted below).
+
+def yarn_corr_dims(hp):
+    """ggml_rope_yarn_corr_dims: [low, high] pair-index range of the YaRN ramp.
+    ggml evaluates this in float32; float64 here can differ only when corr_dim
+    lands within float32 rounding of an integer (floor/ceil edge)."""
+    n_rot, base = hp["n_rot"], hp["freq_base"]
+
+    def corr_dim(beta):
+        return n_rot * math.log(hp["n_ctx_orig"] / (beta * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(0.0, math.floor(corr_dim(hp["beta_fast"])))
+    high = min(n_rot - 1.0, math.ceil(corr_dim(hp["beta_slow"])))
+    return low, high
+
+
+def rope_cos_sin(hp, freq_factors, positions):
+    """cos, sin: [n_pos][n_rot/2], mscale folded in (ggml rope_yarn).
+    ggml computes theta_scale^i by repeated float32 multiplication; here exactly."""
+    n_pairs = hp["n_rot"] // 2
+    i = np.arange(n_pairs, dtype=np.float64)
+    inv_freq = hp["freq_base"] ** (-2.0 * i / hp["n_rot"])   # theta_scale^i
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    theta_extrap = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    theta_interp = hp["freq_scale"] * theta_extrap
+    theta = theta_interp
+    mscale = hp["attn_factor"]
+    if hp["ext_factor"] != 0.0:
+        low, high = yarn_corr_dims(hp)
+        ramp = 1.0 - np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)
+        ramp_mix = ramp * hp["ext_factor"]
+        theta = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix
+        mscale *= 1.0 + 0.1 * math.log(1.0 / hp["freq_scale"])
+    return np.cos(theta) * mscale, np.sin(theta) * mscale
+
+
+def apply_rope(x, cos, sin, n_rot, neox):
+    """x: [n_tok][n_heads][head_dim]; cos, sin: [n_tok][n_rot/2].
+    normal (llama): pairs (x[2i], x[2i+1]); NeoX (qwen2): pairs (x[i], x[i + n_rot/2]).
+    Dimensions >= n_rot pass through."""
+    y = x.copy()
+    c, s = cos[:, None, :], sin[:, None, :]
+    if neox:
+        x0, x1 = x[..., :n_rot // 2], x[..., n_rot // 2:n_rot]
+        y[..., :n_rot // 2] = x0 * c - x1 * s
+        y[..., n_rot // 2:n_rot] = x0 * s + x1 * c
+    else:
+        x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        y[..., 0:n_rot:2] = x0 * c - x1 * s
+        y[..., 1:n_rot:2] = x0 * s + x1 * c
+    return y
+
+
+# ---------------------------------------------------------------- forward ---
+
+def rmsnorm(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def new_kv_cache(model):
+    """Per layer: k, v as [n_past][n_head_kv][head_dim] (grown by forward)."""
+    hp = model["hp"]
+    empty = np.zeros((0, hp["n_head_kv"], hp["head_dim"]))
+    return [{"k": empty, "v": empty} for _ in range(hp["n_layer"])]
+
+
+def forward(model, tokens, cache, kv_f16=False):
+    """Run tokens at positions [n_past, n_past + n_tok); append to cache.
+    Returns logits [n_tok][n_vocab]."""
+    hp = model["hp"]
+    n_tok = len(tokens)
+    n_past = cache[0]["k"].shape[0]
+    n_head, n_head_kv, head_dim = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    group = n_head // n_head_kv
+    positions = np.arange(n_past, n_past + n_tok)
+    cos, sin = rope_cos_sin(hp, model["rope_freqs"], positions)
+    # causal mask over [n_tok][n_past + n_tok]: query t sees keys at pos <= n_past + t
+    mask = np.arange(n_past + n_tok)[None, :] > positions[:, None]
+
+    x = model["tok_embd"][np.asarray(tokens)]                # [n_tok][n_embd]
+    for L, kv in zip(model["layers"], cache):
+        h = rmsnorm(x, L["attn_norm"], hp["eps"])
+        q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
+        for name, t in (("attn_q_bias", q), ("attn_k_bias", k), ("attn_v_bias", v)):
+            if L[name] is not None:
+                t += L[name]
+        q = apply_rope(q.reshape(n_tok, n_head, head_dim), cos, sin, hp["n_rot"], hp["neox"])
+        k = apply_rope(k.reshape(n_tok, n_head_kv, head_dim), cos, sin, hp["n_rot"], hp["neox"])
+        v = v.reshape(n_tok, n_head_kv, head_dim)
+        if kv_f16:  # emulate the engine's F16 KV cache
+            k = k.astype(np.float16).astype(np.float64)
+            v = v.astype(np.float16).astype(np.float64)
+        kv["k"] = np.concatenate([kv["k"], k])
+        kv["v"] = np.concatenate([kv["v"], v])
+
+        # query head i reads kv head i // group
+        K = np.repeat(kv["k"], group, axis=1)                # [n_kv][n_head][head_dim]
+        V = np.repeat(kv["v"], group, axis=1)
+        scores = np.einsum("thd,shd->hts", q, K) / math.sqrt(head_dim)
+        scores[:, mask] = -np.inf
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hts,shd->thd", p, V).reshape(n_tok, n_head * head_dim)
+        x = x + attn @ L["attn_output"].T
+
+        h = rmsnorm(x, L["ffn_norm"], hp["eps"])
+        x = x + (silu(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+
+    return rmsnorm(x, model["output_norm"], hp["eps"]) @ model["output"].T
+
+
+def greedy(model, tokens, n_gen, kv_f16=False):
+    """Greedy-decode n_gen tokens after tokens; returns the generated ids."""
+    cache = new_kv_cache(model)
+    logits = forward(model, tokens, cache, kv_f16)
+    out = []
+    for _ in range(n_gen):
+        nxt = int(np.argmax(logits[-1]))
+        out.append(nxt)
+        logits = forward(model, [nxt], cache, kv_f16)
+    return out
+
+
+# -------------------------------------------------------------------- cli ---
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids")
+    ap.add_argument("--kv-f16", action="store_true", help="round K (after RoPE) and V to f16")
+    ap.add_argument("--n-ctx", type=int, default=0,
+                    help="context capacity check (default: model context_length); "
+                         "does not change the math (YaRN uses the model's original context)")
+    ap.add_argument("--out", help="write per-position logits here")
+    ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily, print ids")
+    args = ap.parse_args(argv)
+
+    model = load_model(args.model)
+    tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
+    if not tokens:
+        ap.error("--tokens is empty")
+    n_ctx = args.n_ctx or model["hp"]["n_ctx_train"]
+    if len(tokens) + args.greedy > n_ctx:
+        ap.error(f"{len(tokens)} tokens + {args.greedy} generated exceed n_ctx {n_ctx}")
+    n_vocab = model["tok_embd"].shape[0]
+    if any(t < 0 or t >= n_vocab for t in tokens):
+        ap.error(f"token id out of range [0, {n_vocab})")
+    if not args.out and not args.greedy:
+        ap.error("nothing to do: give --out and/or --greedy")
+
+    if args.out:
+        logits = forward(model, tokens, new_kv_cache(model), args.kv_f16)
+        with open(args.out, "w") as f:
+            for row in logits:
+                f.write(" ".join("%.9g" % v for v in row) + "\n")
+    if args.greedy:
+        print(" ".join(str(t) for t in greedy(model, tokens, args.greedy, args.kv_f16)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
