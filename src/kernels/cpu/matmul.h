@@ -23,4 +23,9 @@ struct MatrixView {
 // x: [n_tokens][n_cols] f32, y: [n_tokens][n_rows] f32. Rows are split across the pool.
 void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
+namespace ref {
+// The same product, single-threaded, one ref::dot_row per (token, row): what tests compare to.
+void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y);
+}  // namespace ref
+
 }  // namespace leoam::kernels

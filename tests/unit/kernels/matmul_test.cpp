@@ -1,0 +1,100 @@
+// matmul against ref::matmul for every type, several shapes, 1..5 tokens and 1..3 threads.
+// Tolerance per output: |y - y_ref| <= 1e-5 * sum_c |w[r][c] x[t][c]| + 1e-6 (see quant_test.cpp
+// for why this bound).
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/quant.h"
+
+namespace leoam::kernels {
+namespace {
+
+struct Shape {
+  int64_t n_rows;
+  int64_t n_cols;  // in blocks of the type's block size when `in_blocks`
+};
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTest, MatchesReference) {
+  const GgmlType type = GetParam();
+  const int64_t bs = ggml_block_size(type);
+  std::mt19937 rng(static_cast<uint32_t>(type) + 17);
+  // Rows: fewer than the threads, not a multiple of the 16-row tile or 4-row micro-kernel, and
+  // several tiles. Columns: 1, 3 and 5 blocks (for 1-element types: ragged vector tails).
+  const std::vector<Shape> shapes = bs == 1 ? std::vector<Shape>{{1, 5}, {7, 33}, {37, 260}, {64, 1027}}
+                                            : std::vector<Shape>{{1, bs}, {7, 3 * bs}, {37, 5 * bs}, {64, 2 * bs}};
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  for (const Shape& s : shapes) {
+    const std::vector<float> w_f32 = random_floats(static_cast<size_t>(s.n_rows * s.n_cols), rng);
+    const size_t row_bytes = ggml_row_size(type, s.n_cols);
+    std::vector<uint8_t> w_bytes(row_bytes * static_cast<size_t>(s.n_rows));
+    for (int64_t r = 0; r < s.n_rows; ++r) {
+      quantize_row(type, w_f32.data() + r * s.n_cols, w_bytes.data() + r * row_bytes, s.n_cols);
+    }
+    std::vector<float> w_deq(w_f32.size());
+    for (int64_t r = 0; r < s.n_rows; ++r) {
+      ref::dequantize_row(type, w_bytes.data() + r * row_bytes, w_deq.data() + r * s.n_cols, s.n_cols);
+    }
+    const MatrixView w{type, w_bytes.data(), s.n_cols, s.n_rows, row_bytes};
+    for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
+      std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
+      ref::matmul(w, x.data(), n_tokens, y_ref.data());
+      for (ThreadPool& pool : pools) {
+        SCOPED_TRACE("rows " + std::to_string(s.n_rows) + " cols " + std::to_string(s.n_cols) + " tokens " +
+                     std::to_string(n_tokens) + " threads " + std::to_string(pool.n_threads()));
+        std::vector<float> y(y_ref.size(), std::numeric_limits<float>::quiet_NaN());
+        matmul(w, x.data(), n_tokens, y.data(), pool);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < s.n_rows; ++r) {
+            double magnitude = 0.0;
+            for (int64_t c = 0; c < s.n_cols; ++c) magnitude += std::fabs(w_deq[r * s.n_cols + c] * x[t * s.n_cols + c]);
+            const size_t i = static_cast<size_t>(t * s.n_rows + r);
+            ASSERT_NEAR(y[i], y_ref[i], 1e-5 * magnitude + 1e-6) << "token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                                           GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) {
+                           return ggml_type_name(static_cast<uint32_t>(info.param));
+                         });
+
+TEST(Matmul, ReferenceIsRowTimesToken) {
+  // 2 x 3 F32 matrix, 2 tokens, worked by hand.
+  const float w_data[6] = {1, 2, 3, -1, 0, 4};
+  const float x[6] = {1, 1, 1, 2, -1, 0.5f};
+  const MatrixView w{GgmlType::kF32, w_data, 3, 2, 3 * sizeof(float)};
+  float y_ref[4];
+  ref::matmul(w, x, 2, y_ref);
+  EXPECT_EQ(y_ref[0], 6.0f);   // token 0, row 0
+  EXPECT_EQ(y_ref[1], 3.0f);   // token 0, row 1
+  EXPECT_EQ(y_ref[2], 1.5f);   // token 1, row 0: 2 - 2 + 1.5
+  EXPECT_EQ(y_ref[3], 0.0f);   // token 1, row 1: -2 + 0 + 2
+  ThreadPool pool(2);
+  float y[4];
+  matmul(w, x, 2, y, pool);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(y[i], y_ref[i]);
+}
+
+}  // namespace
+}  // namespace leoam::kernels
