@@ -11,6 +11,7 @@
 #include "kernels/cpu/quant_blocks.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define LEOAM_HAVE_X86 1
 #define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -356,9 +357,12 @@ LEOAM_AVX2 float dot_q6_k_avx2(const void* row, const float* x, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// F16C is read from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
 bool cpu_has_avx2_fma_f16c() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 #endif  // LEOAM_HAVE_X86
