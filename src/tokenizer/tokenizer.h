@@ -22,9 +22,11 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& gguf);
   virtual ~Tokenizer() = default;
 
-  // Token ids for `text`. add_bos prepends BOS (and appends EOS where the vocab asks for it,
-  // tokenizer.ggml.add_eos_token). parse_special recognizes control/user-defined tokens written
-  // in the text (e.g. "</s>"); otherwise they are tokenized as plain text.
+  // Token ids for `text`. add_bos is llama.cpp's add_special: it prepends BOS where the vocab
+  // wants one (tokenizer.ggml.add_bos_token; by default SentencePiece and Llama-3 vocabs do,
+  // GPT-2 style ones do not) and appends EOS where it asks for that (add_eos_token).
+  // parse_special recognizes control tokens written in the text (e.g. "</s>"); otherwise they are
+  // tokenized as plain text. User-defined (added) tokens are always recognized, as in llama.cpp.
   virtual std::vector<int32_t> tokenize(std::string_view text, bool add_bos, bool parse_special) const = 0;
 
   // The bytes that token `id` stands for when detokenized (SPM's U+2581 becomes a space, byte
@@ -32,7 +34,8 @@ class Tokenizer {
   virtual std::string token_to_piece(int32_t id) const = 0;
 
   // The text of a token sequence. For SPM, the leading space that tokenize() adds is removed
-  // from the first token when remove_leading_space is set, so detokenize(tokenize(t)) == t.
+  // from the first token that gives any text (so after a BOS too) when remove_leading_space is
+  // set, so detokenize(tokenize(t)) == t.
   virtual std::string detokenize(const std::vector<int32_t>& ids, bool remove_leading_space = true) const = 0;
 
   virtual int32_t n_vocab() const = 0;
