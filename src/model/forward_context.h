@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/kv_dtype.h"  // KvDtype
 
 namespace leoam {
 
 class Model;
-
-enum class KvDtype : uint8_t { kF32, kF16 };
+class KvCache;
 
 struct ForwardOptions {
   int n_ctx = 0;        // context length in tokens; 0 = the model's training context
@@ -30,6 +30,10 @@ class ForwardContext {
  public:
   // `model` must outlive the context. Fails when n_ctx exceeds what memory allows.
   static Result<std::unique_ptr<ForwardContext>> create(const Model& model, const ForwardOptions& options);
+  // The same over a KV store of the caller's choosing, shaped {n_layer, n_head_kv, head_dim,
+  // n_ctx} (see kv/kv_cache.h); its n_ctx is the context size, options.n_ctx and kv_dtype are unused.
+  static Result<std::unique_ptr<ForwardContext>> create(const Model& model, const ForwardOptions& options,
+                                                        std::unique_ptr<KvCache> kv_cache);
   virtual ~ForwardContext() = default;
 
   // Evaluates `tokens` at positions [n_past(), n_past() + tokens.size()) and appends their KV.

@@ -1,0 +1,140 @@
+// KvCache: where the forward pass keeps the keys and values of past positions, per layer, and
+// how attention reads them back. This is the seam between the model and the KV store: the model
+// only appends post-RoPE K/V rows and asks for a view; an implementation may keep the rows in one
+// contiguous buffer (MemoryKvCache) or in chunks spread over device, host and disk tiers. Model
+// code must not depend on which.
+//
+// What the model hands in (append), per layer, for a batch of n_tokens consecutive positions:
+//
+//   k, v: float [n_tokens][n_kv_heads][head_dim]   (post-RoPE, f32; the cache converts)
+//
+// What attention gets back (view): a KvView, an ordered list of segments that together cover the
+// visible positions [0, n_visible) of one layer. Each segment is a run of consecutive positions
+// stored contiguously in one dtype, with a fixed stride between token rows:
+//
+//   KvView (layer L, n_visible = 11)
+//   +--------------------------+   +--------------------------+   +------------------+
+//   | segment 0: pos [0, 4)    |   | segment 1: pos [4, 8)    |   | seg 2: pos [8,11)|
+//   | k --> row 0 | row 1 | .. |   | k --> row 0 | row 1 | .. |   | k --> row 0 | .. |
+//   | v --> row 0 | row 1 | .. |   | v --> ...                |   | v --> ...        |
+//   +--------------------------+   +--------------------------+   +------------------+
+//
+//   a row = one position: [n_kv_heads][head_dim] elements of `dtype`, contiguous;
+//   row t of a segment starts at (const char*)k + t * row_stride_bytes (same for v).
+//
+// Attention must visit every segment, and must not assume there is only one, nor that segments
+// are adjacent in memory. Segments are in increasing position order and do not overlap.
+//
+// Contract:
+//   - Appends are append-only and in order per layer: append(layer, pos0, n, ...) requires
+//     pos0 == n_tokens(layer) and pos0 + n <= n_ctx().
+//   - n_tokens() is the number of positions complete in every layer (the minimum over layers).
+//     The forward pass appends layer 0, 1, ... for each batch, so between batches all layers
+//     hold the same count.
+//   - view(layer, n_visible) needs n_visible <= n_tokens(layer). The pointers in a view stay
+//     valid until the view is destroyed or the next append/truncate/clear of the cache, whichever
+//     comes first; a view may hold pins on the storage (released by its destructor).
+//   - Not thread-safe: one thread drives a cache; attention may read one view from many threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_dtype.h"
+
+namespace leoam {
+
+struct KvCacheShape {
+  int n_layer = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int64_t n_ctx = 0;  // positions the cache can hold
+
+  int64_t row_elements() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
+};
+
+// A run of consecutive positions [pos0, pos0 + n_tokens) stored contiguously.
+struct KvSegment {
+  int64_t pos0 = 0;
+  int64_t n_tokens = 0;
+  const void* k = nullptr;      // [n_tokens] rows of [n_kv_heads][head_dim] `dtype`
+  const void* v = nullptr;      // same layout as k
+  KvDtype dtype = KvDtype::kF16;
+  size_t row_stride_bytes = 0;  // from one position's row to the next (k and v alike)
+
+  const void* k_row(int64_t t) const { return static_cast<const char*>(k) + t * row_stride_bytes; }
+  const void* v_row(int64_t t) const { return static_cast<const char*>(v) + t * row_stride_bytes; }
+};
+
+// Whatever keeps a view's storage alive (pins, a device-to-host copy); released with the view.
+class KvViewResources {
+ public:
+  virtual ~KvViewResources() = default;
+};
+
+// The visible KV of one layer, as segments. Move-only: it may own pins.
+class KvView {
+ public:
+  KvView() = default;
+  KvView(int n_kv_heads, int head_dim, std::vector<KvSegment> segments,
+         std::unique_ptr<KvViewResources> resources = nullptr)
+      : n_kv_heads_(n_kv_heads), head_dim_(head_dim), segments_(std::move(segments)),
+        resources_(std::move(resources)) {}
+  KvView(KvView&&) noexcept = default;
+  KvView& operator=(KvView&&) noexcept = default;
+  KvView(const KvView&) = delete;
+  KvView& operator=(const KvView&) = delete;
+
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  std::span<const KvSegment> segments() const { return segments_; }
+  // Sum of the segments' n_tokens.
+  int64_t n_tokens() const {
+    int64_t n = 0;
+    for (const KvSegment& s : segments_) n += s.n_tokens;
+    return n;
+  }
+
+ private:
+  int n_kv_heads_ = 0;
+  int head_dim_ = 0;
+  std::vector<KvSegment> segments_;
+  std::unique_ptr<KvViewResources> resources_;
+};
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+
+  virtual const KvCacheShape& shape() const = 0;
+  virtual KvDtype dtype() const = 0;
+  int64_t n_ctx() const { return shape().n_ctx; }
+
+  // Positions complete in every layer.
+  virtual int64_t n_tokens() const = 0;
+  // Positions stored in `layer`.
+  virtual int64_t n_tokens(int layer) const = 0;
+
+  // True when n_tokens more positions fit.
+  bool can_append(int64_t n_tokens_more) const { return n_tokens_more >= 0 && n_tokens() + n_tokens_more <= n_ctx(); }
+
+  // Stores positions [pos0, pos0 + n_tokens) of `layer`.
+  // k, v: [n_tokens][n_kv_heads][head_dim] f32, post-RoPE. Fails, changing nothing, on a bad
+  // layer, a pos0 other than n_tokens(layer), or a batch that does not fit.
+  [[nodiscard]] virtual Status append(int layer, int64_t pos0, int64_t n_tokens, const float* k, const float* v) = 0;
+
+  // The first n_tokens_visible positions of `layer`.
+  virtual Result<KvView> view(int layer, int64_t n_tokens_visible) const = 0;
+
+  // Forgets every position of every layer.
+  virtual void clear() = 0;
+  // Keeps positions [0, n_tokens) of every layer (layers holding fewer are left as they are).
+  [[nodiscard]] virtual Status truncate(int64_t n_tokens) = 0;
+};
+
+}  // namespace leoam

@@ -1,0 +1,31 @@
+// Causal multi-head attention of a batch of queries over the KV of one layer, read through a
+// KvView segment by segment. Each (query token, head) keeps a running maximum, a running sum and
+// an accumulator (online softmax), so no [n_tokens][n_kv] score matrix is ever materialized and
+// the storage may be split into any number of segments.
+//
+// Query head h reads KV head h / (n_head / n_head_kv) (grouped-query attention); a query at
+// position p sees the keys at positions <= p.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv/kv_cache.h"
+
+namespace leoam {
+
+struct AttentionParams {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 0.0f;  // applied to q.k; usually 1 / sqrt(head_dim)
+};
+
+// q:   [n_tokens][n_head][head_dim] f32, the queries of positions [pos0, pos0 + n_tokens)
+// out: [n_tokens][n_head][head_dim] f32
+// Fails when the view's geometry differs from params'. The work is split over (token, head).
+Status attention(const KvView& kv, const AttentionParams& params, const float* q, int64_t pos0, int64_t n_tokens,
+                 float* out, ThreadPool& pool);
+
+}  // namespace leoam

@@ -1,0 +1,75 @@
+// The CPU forward pass of the llama family (llama, qwen2): pre-norm decoder blocks with RMSNorm,
+// RoPE'd grouped-query attention (qwen2: NeoX pairing and QKV biases) and a SwiGLU FFN.
+//
+// Per batch of n tokens at positions [pos0, pos0 + n):
+//   x = token_embd[tokens]                                         [n][n_embd]
+//   per layer:  h = rmsnorm(x) * attn_norm
+//               q = h Wq^T (+bq), k = h Wk^T (+bk), v = h Wv^T (+bv)  RoPE on q, k
+//               kv_cache.append(layer, pos0, n, k, v)
+//               x += attention(q, kv_cache.view(layer, pos0 + n)) Wo^T
+//               h = rmsnorm(x) * ffn_norm
+//               x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+//   logits = (rmsnorm(x) * output_norm) Wout^T                     (last row, or all rows)
+// A prompt longer than n_batch runs in chunks of n_batch; every scratch buffer is sized for
+// n_batch tokens once, at create().
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/attention.h"
+#include "model/forward_context.h"
+#include "model/model.h"
+#include "model/rope.h"
+
+namespace leoam {
+
+class LlamaForward final : public ForwardContext {
+ public:
+  // kv_cache: the store to use, shaped {n_layer, n_head_kv, head_dim, n_ctx}; null makes a
+  // MemoryKvCache of options.kv_dtype for options.n_ctx (0: the model's context_length).
+  static Result<std::unique_ptr<LlamaForward>> create(const Model& model, const ForwardOptions& options,
+                                                      std::unique_ptr<KvCache> kv_cache = nullptr);
+
+  Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
+  int64_t n_past() const override { return kv_->n_tokens(); }
+  int64_t n_ctx() const override { return kv_->n_ctx(); }
+  int32_t n_vocab() const override { return static_cast<int32_t>(hp_.n_vocab); }
+  int n_threads() const override { return pool_->n_threads(); }
+  void reset() override { kv_->clear(); }
+
+  const KvCache& kv_cache() const { return *kv_; }
+
+ private:
+  LlamaForward(const Model& model, const ForwardOptions& options, Rope rope);
+
+  // Runs tokens[0, n) at positions [pos0, pos0 + n). Writes the logits of every row to
+  // logits ([n][n_vocab]) when all_rows, else the last row's ([n_vocab]); none when logits is null.
+  Status forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits);
+
+  const ModelHparams& hp_;
+  const ModelWeights& w_;
+  ForwardOptions options_;
+  Rope rope_;
+  AttentionParams attn_params_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<KvCache> kv_;
+  int64_t n_batch_ = 0;
+
+  // Scratch, sized for n_batch_ tokens.
+  std::vector<float> x_;       // [n_batch][n_embd] residual stream
+  std::vector<float> xn_;      // [n_batch][n_embd] normalized
+  std::vector<float> q_;       // [n_batch][n_head][head_dim]
+  std::vector<float> k_;       // [n_batch][n_head_kv][head_dim]
+  std::vector<float> v_;       // [n_batch][n_head_kv][head_dim]
+  std::vector<float> attn_;    // [n_batch][n_head][head_dim]
+  std::vector<float> proj_;    // [n_batch][n_embd] output of attn_output / ffn_down
+  std::vector<float> gate_;    // [n_batch][n_ff]
+  std::vector<float> up_;      // [n_batch][n_ff]
+  std::vector<float> cos_;     // [n_batch][n_rot/2]
+  std::vector<float> sin_;     // [n_batch][n_rot/2]
+};
+
+}  // namespace leoam

@@ -1,0 +1,52 @@
+// Rotary position embedding (RoPE) with the variants of ggml's rope_yarn: plain, linear scaling,
+// YaRN, and per-dimension frequency factors (Llama-3.1's rope_freqs.weight).
+//
+// For pair index i in [0, n_rot/2) at position p:
+//   theta_extrap = p * freq_base^(-2i/n_rot) / freq_factor[i]
+//   theta_interp = freq_scale * theta_extrap
+//   theta        = theta_interp                                        (ext_factor == 0)
+//                = theta_interp * (1 - mix) + theta_extrap * mix      (YaRN, ext_factor != 0)
+//                  mix = ext_factor * (1 - clamp((i - low) / max(0.001, high - low), 0, 1))
+//   mscale       = attn_factor * (ext_factor != 0 ? 1 + 0.1 ln(1/freq_scale) : 1)
+//   cos_i = cos(theta) * mscale, sin_i = sin(theta) * mscale
+// with [low, high] ggml's correction dims: corr(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base),
+// low = max(0, floor(corr(beta_fast))), high = min(n_rot - 1, ceil(corr(beta_slow))).
+//
+// The pair (x0, x1) becomes (x0 cos - x1 sin, x0 sin + x1 cos), where
+//   normal pairing (llama):  x0 = x[2i],  x1 = x[2i + 1]
+//   NeoX pairing (qwen2):    x0 = x[i],   x1 = x[i + n_rot/2]
+// Dimensions [n_rot, head_dim) pass through unchanged.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "model/hparams.h"
+
+namespace leoam {
+
+class Rope {
+ public:
+  // freq_factors: [n_rot/2] or null (all 1).
+  static Result<Rope> create(const RopeParams& params, int head_dim, const float* freq_factors);
+
+  int n_rot() const { return params_.n_rot; }
+  int head_dim() const { return head_dim_; }
+
+  // The tables of positions [pos0, pos0 + n_tokens): cos, sin: [n_tokens][n_rot/2].
+  void fill_tables(int64_t pos0, int64_t n_tokens, float* cos, float* sin) const;
+
+  // Rotates x: [n_tokens][n_heads][head_dim] in place with tables from fill_tables().
+  void apply(float* x, int64_t n_tokens, int n_heads, const float* cos, const float* sin) const;
+
+ private:
+  Rope() = default;
+  RopeParams params_;
+  int head_dim_ = 0;
+  std::vector<double> inv_freq_;  // [n_rot/2] freq_base^(-2i/n_rot) / freq_factor[i]
+  std::vector<double> ramp_mix_;  // [n_rot/2] YaRN extrapolation share of pair i (0 without YaRN)
+  double mscale_ = 1.0;
+};
+
+}  // namespace leoam

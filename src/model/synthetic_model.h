@@ -1,0 +1,66 @@
+// Synthetic models: random-weight llama/qwen2 GGUF files of any shape, for tests and benchmarks
+// (the CLI's `--synthetic llama-7b:q4_0`). The same spec and seed always give the same file.
+// Weights are drawn so activations stay of order 1 through the layers: a matrix with n_in inputs
+// has entries of standard deviation 1/sqrt(n_in); embeddings have standard deviation 1; norm
+// weights are 1 +- 0.1.
+//
+// Each file carries a small SentencePiece-style vocabulary (tokenizer.ggml.model = "llama"):
+//   0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3..258 the byte tokens <0x00>..<0xFF> (type 6), then
+//   n_vocab - 259 filler pieces ("▁the", "▁a", ..., letter pairs; type 1, scores decreasing).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/ggml_type.h"
+#include "core/status.h"
+#include "model/hparams.h"
+
+namespace leoam {
+
+class GgufWriter;
+
+struct SyntheticModelSpec {
+  ModelArch arch = ModelArch::kLlama;  // qwen2 implies NeoX RoPE
+  std::string name = "synthetic";      // general.name
+  int64_t n_vocab = 512;               // >= 259 (specials and byte tokens)
+  int64_t n_embd = 128;
+  int n_layer = 2;
+  int n_head = 4;
+  int n_head_kv = 4;
+  int64_t n_ff = 256;
+  int64_t n_ctx = 256;                 // context_length
+  GgmlType weight_type = GgmlType::kF32;  // the matrices (embedding and output included); norms are F32
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  int n_rot = 0;                       // 0: the head size
+  RopeScalingType rope_scaling = RopeScalingType::kNone;
+  float rope_scaling_factor = 1.0f;    // linear and YaRN
+  int64_t rope_n_ctx_orig = 0;         // YaRN original_context_length; 0: not written
+  float yarn_ext_factor = -1.0f;       // < 0: not written (the loader's default applies)
+  float yarn_attn_factor = -1.0f;      // < 0: not written
+  float yarn_beta_fast = -1.0f;        // < 0: not written
+  float yarn_beta_slow = -1.0f;        // < 0: not written
+  bool qkv_bias = false;               // blk.N.attn_{q,k,v}.bias (default true for qwen2 presets)
+  bool tied_output = false;            // no output.weight: the output reuses token_embd
+  bool freq_factors = false;           // rope_freqs.weight (Llama-3.1 style), factors in [1, 8]
+  uint64_t seed = 42;
+};
+
+// Named shapes: "tiny" (n_embd 256, 2 layers, vocab 512), "llama-1b" (Llama-3.2-1B-like dims,
+// 32000 vocab), "llama-7b" (Llama-2-7B dims), "qwen2-0.5b" (Qwen2-0.5B-like dims, 32000 vocab).
+// An optional ":type" suffix sets the weight type ("llama-7b:q4_0"; f32 f16 bf16 q8_0 q4_0 q4_k
+// q6_k, any case). Unknown names give an error listing the presets.
+Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type);
+// "tiny llama-1b llama-7b qwen2-0.5b".
+const char* synthetic_model_preset_names();
+
+// Adds the metadata and tensors of `spec` to `writer` (which should be empty). Fails on a spec the
+// loader would reject (non-dividing heads, n_vocab < 259, rows not a multiple of the type's block).
+Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& writer);
+
+// build_synthetic_model() into a new writer, written to `path`.
+Status write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path);
+
+}  // namespace leoam

@@ -1,0 +1,149 @@
+#include "model/weights.h"
+
+#include <string>
+
+#include "core/ggml_type.h"
+#include "gguf/gguf_file.h"
+#include "kernels/cpu/quant.h"
+
+namespace leoam {
+
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+class TensorMapper {
+ public:
+  explicit TensorMapper(const GgufFile& gguf) : gguf_(gguf) {}
+
+  // A present tensor of a supported type with exactly the dimensions `want` (trailing 1s
+  // ignored); null with *status set otherwise. Absent and optional: null with ok status.
+  const GgufTensorInfo* find(const std::string& name, const std::vector<int64_t>& want, bool optional,
+                             Status* status) const {
+    const GgufTensorInfo* t = gguf_.find_tensor(name);
+    if (t == nullptr) {
+      if (!optional) *status = not_found(path() + ": missing tensor '" + name + "'");
+      return nullptr;
+    }
+    if (!ggml_type_supported(t->type_id)) {
+      *status = unsupported(path() + ": tensor '" + name + "' has type " + ggml_type_name(t->type_id) +
+                            ", not supported; supported: " + std::string(supported_types_list()));
+      return nullptr;
+    }
+    std::vector<int64_t> ne = t->ne;
+    while (ne.size() > want.size() && ne.back() == 1) ne.pop_back();
+    if (ne != want) {
+      *status = invalid_argument(path() + ": tensor '" + name + "' has shape " + shape_string(t->ne) +
+                                 ", expected " + shape_string(want) + " from the model's hyperparameters");
+      return nullptr;
+    }
+    if (want[0] % ggml_block_size(t->type()) != 0) {
+      *status = corrupt(path() + ": tensor '" + name + "' has rows of " + std::to_string(want[0]) +
+                        " elements, not a multiple of the " + ggml_type_name(t->type_id) + " block size " +
+                        std::to_string(ggml_block_size(t->type())));
+      return nullptr;
+    }
+    int64_t n_rows = 1;
+    for (size_t i = 1; i < want.size(); ++i) n_rows *= want[i];
+    const size_t expect_bytes = ggml_row_size(t->type(), want[0]) * static_cast<size_t>(n_rows);
+    if (t->data == nullptr || t->n_bytes != expect_bytes) {
+      *status = corrupt(path() + ": tensor '" + name + "' holds " + std::to_string(t->n_bytes) + " bytes, expected " +
+                        std::to_string(expect_bytes));
+      return nullptr;
+    }
+    return t;
+  }
+
+  Status matrix(const std::string& name, int64_t n_cols, int64_t n_rows, kernels::MatrixView* out) const {
+    Status st;
+    const GgufTensorInfo* t = find(name, {n_cols, n_rows}, false, &st);
+    if (t == nullptr) return st;
+    out->type = t->type();
+    out->data = t->data;
+    out->n_cols = n_cols;
+    out->n_rows = n_rows;
+    out->row_bytes = ggml_row_size(t->type(), n_cols);
+    return Status::ok();
+  }
+
+  // An f32 view of a 1-D tensor of n elements (converted into `weights.converted` when needed).
+  Status vector(const std::string& name, int64_t n, bool optional, ModelWeights& weights, const float** out) const {
+    Status st;
+    const GgufTensorInfo* t = find(name, {n}, optional, &st);
+    if (t == nullptr) return st;
+    if (t->type() == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+      *out = reinterpret_cast<const float*>(t->data);
+      return Status::ok();
+    }
+    std::unique_ptr<float[]> values(new float[static_cast<size_t>(n)]);
+    kernels::dequantize_row(t->type(), t->data, values.get(), n);
+    *out = values.get();
+    weights.converted.push_back(std::move(values));
+    return Status::ok();
+  }
+
+  const std::string& path() const { return gguf_.path(); }
+
+ private:
+  const GgufFile& gguf_;
+};
+
+}  // namespace
+
+Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
+  const TensorMapper m(gguf);
+  ModelWeights w;
+
+  // The vocabulary size comes from the embedding matrix.
+  const GgufTensorInfo* embd = gguf.find_tensor("token_embd.weight");
+  if (embd == nullptr) return not_found(gguf.path() + ": missing tensor 'token_embd.weight'");
+  if (embd->ne.size() < 2) {
+    return invalid_argument(gguf.path() + ": tensor 'token_embd.weight' has shape " + shape_string(embd->ne) +
+                            ", expected [" + std::to_string(hp.n_embd) + ", n_vocab]");
+  }
+  const int64_t n_vocab = embd->ne[1];
+  if (hp.n_vocab != 0 && hp.n_vocab != n_vocab) {
+    return invalid_argument(gguf.path() + ": key '" + hp.arch_name + ".vocab_size' is " + std::to_string(hp.n_vocab) +
+                            " but tensor 'token_embd.weight' has " + std::to_string(n_vocab) + " rows");
+  }
+  if (n_vocab <= 0 || n_vocab > (int64_t{1} << 31) - 1) {
+    return invalid_argument(gguf.path() + ": tensor 'token_embd.weight' has " + std::to_string(n_vocab) + " rows");
+  }
+  hp.n_vocab = n_vocab;
+  LEOAM_RETURN_IF_ERROR(m.matrix("token_embd.weight", hp.n_embd, n_vocab, &w.token_embd));
+
+  const int64_t n_q = hp.n_embd_q();
+  const int64_t n_kv = hp.n_embd_kv();
+  w.layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_norm.weight", hp.n_embd, false, w, &L.attn_norm));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_q.weight", hp.n_embd, n_q, &L.attn_q));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_k.weight", hp.n_embd, n_kv, &L.attn_k));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_v.weight", hp.n_embd, n_kv, &L.attn_v));
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q.bias", n_q, true, w, &L.attn_q_bias));
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k.bias", n_kv, true, w, &L.attn_k_bias));
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_v.bias", n_kv, true, w, &L.attn_v_bias));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_output.weight", n_q, hp.n_embd, &L.attn_output));
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.weight", hp.n_embd, false, w, &L.ffn_norm));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, &L.ffn_gate));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff, &L.ffn_up));
+    LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd, &L.ffn_down));
+  }
+  LEOAM_RETURN_IF_ERROR(m.vector("output_norm.weight", hp.n_embd, false, w, &w.output_norm));
+  if (gguf.find_tensor("output.weight") != nullptr) {
+    LEOAM_RETURN_IF_ERROR(m.matrix("output.weight", hp.n_embd, n_vocab, &w.output));
+  } else {
+    w.output = w.token_embd;
+    w.output_tied = true;
+  }
+  LEOAM_RETURN_IF_ERROR(m.vector("rope_freqs.weight", hp.rope.n_rot / 2, true, w, &w.rope_freqs));
+  return w;
+}
+
+}  // namespace leoam

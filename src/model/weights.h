@@ -1,0 +1,65 @@
+// The weight tensors of a llama/qwen2 model, as views into the GGUF file's read-only mapping.
+// Matrices keep their stored type (the matmul kernels read them as they are); 1-D vectors
+// (norms, biases, RoPE frequency factors) are handed out as f32: F32 ones point into the mapping,
+// others are converted once at load into storage owned here.
+//
+// GGUF names and shapes (ne[0] innermost; MatrixView n_cols = ne[0], n_rows = ne[1]):
+//   token_embd.weight          [n_embd, n_vocab]
+//   blk.N.attn_norm.weight     [n_embd]
+//   blk.N.attn_q.weight        [n_embd, n_head * head_dim]      blk.N.attn_q.bias [n_head * head_dim]
+//   blk.N.attn_k.weight        [n_embd, n_head_kv * head_dim]   blk.N.attn_k.bias (optional)
+//   blk.N.attn_v.weight        [n_embd, n_head_kv * head_dim]   blk.N.attn_v.bias (optional)
+//   blk.N.attn_output.weight   [n_head * head_dim, n_embd]
+//   blk.N.ffn_norm.weight      [n_embd]
+//   blk.N.ffn_gate.weight      [n_embd, n_ff]
+//   blk.N.ffn_up.weight        [n_embd, n_ff]
+//   blk.N.ffn_down.weight      [n_ff, n_embd]
+//   output_norm.weight         [n_embd]
+//   output.weight              [n_embd, n_vocab]   (absent: tied to token_embd.weight)
+//   rope_freqs.weight          [n_rot / 2]         (optional: Llama-3.1 frequency factors)
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/cpu/matmul.h"
+#include "model/hparams.h"
+
+namespace leoam {
+
+class GgufFile;
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  kernels::MatrixView attn_q;        // [n_head*head_dim rows][n_embd cols]
+  kernels::MatrixView attn_k;        // [n_head_kv*head_dim][n_embd]
+  kernels::MatrixView attn_v;        // [n_head_kv*head_dim][n_embd]
+  const float* attn_q_bias = nullptr;  // [n_head*head_dim] or null
+  const float* attn_k_bias = nullptr;  // [n_head_kv*head_dim] or null
+  const float* attn_v_bias = nullptr;  // [n_head_kv*head_dim] or null
+  kernels::MatrixView attn_output;   // [n_embd][n_head*head_dim]
+  const float* ffn_norm = nullptr;   // [n_embd]
+  kernels::MatrixView ffn_gate;      // [n_ff][n_embd]
+  kernels::MatrixView ffn_up;        // [n_ff][n_embd]
+  kernels::MatrixView ffn_down;      // [n_embd][n_ff]
+};
+
+struct ModelWeights {
+  kernels::MatrixView token_embd;    // [n_vocab][n_embd]
+  std::vector<LayerWeights> layers;  // [n_layer]
+  const float* output_norm = nullptr;  // [n_embd]
+  kernels::MatrixView output;        // [n_vocab][n_embd]; == token_embd when tied
+  bool output_tied = false;
+  const float* rope_freqs = nullptr;   // [n_rot/2] or null
+
+  // f32 copies of the 1-D tensors not stored as F32; the pointers above may point into them.
+  std::vector<std::unique_ptr<float[]>> converted;
+};
+
+// Finds, checks and maps every tensor of the model described by `hp`. Sets hp.n_vocab from
+// token_embd.weight (failing when the metadata's vocab_size disagrees). Errors name the file and
+// the tensor: "m.gguf: tensor 'blk.3.attn_q.weight' has type Q5_K, not supported; supported: ...".
+Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp);
+
+}  // namespace leoam
