@@ -1,0 +1,104 @@
+#include "engine/generator.h"
+
+#include <chrono>
+#include <string>
+
+#include "engine/utf8_stream.h"
+#include "model/forward_context.h"
+#include "tokenizer/tokenizer.h"
+
+namespace leoam {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<GenerateStats> generate(ForwardContext& ctx, const Tokenizer& tokenizer, std::string_view prompt,
+                               const GenerateOptions& options, const GenerateCallbacks& callbacks) {
+  const std::vector<int32_t> tokens = tokenizer.tokenize(prompt, options.add_bos, options.parse_special);
+  return generate_from_tokens(ctx, tokenizer, tokens, prompt.empty(), options, callbacks);
+}
+
+Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer& tokenizer,
+                                           std::span<const int32_t> prompt_tokens, bool strip_leading_space,
+                                           const GenerateOptions& options, const GenerateCallbacks& callbacks) {
+  if (ctx.n_past() != 0) {
+    return invalid_argument("generate: the context already holds " + std::to_string(ctx.n_past()) +
+                            " tokens; start from a fresh context");
+  }
+  const auto n_prompt = static_cast<int64_t>(prompt_tokens.size());
+  if (n_prompt == 0) {
+    return invalid_argument(
+        "the prompt is empty and no BOS token is added (--no-bos, or a vocab without BOS): nothing to generate from");
+  }
+  if (n_prompt > ctx.n_ctx()) {
+    return invalid_argument("prompt has " + std::to_string(n_prompt) + " tokens, more than the context size of " +
+                            std::to_string(ctx.n_ctx()) + " (-c); raise -c or shorten the prompt");
+  }
+
+  GenerateStats stats;
+  stats.n_prompt_tokens = n_prompt;
+  Sampler sampler(options.sampler);
+  for (int32_t t : prompt_tokens) sampler.accept(t);
+
+  const auto n_vocab = static_cast<size_t>(ctx.n_vocab());
+  const bool want_logits = static_cast<bool>(callbacks.on_logits);
+  std::vector<float> logits;
+
+  const auto t_prefill = std::chrono::steady_clock::now();
+  LEOAM_RETURN_IF_ERROR(ctx.eval(prompt_tokens, /*all_logits=*/want_logits, logits));
+  stats.prefill_ms = ms_since(t_prefill);
+  if (callbacks.on_prefill_done) callbacks.on_prefill_done(n_prompt);
+
+  std::span<const float> row(logits);
+  if (want_logits) {
+    for (int64_t i = 0; i < n_prompt; ++i) callbacks.on_logits(row.subspan(static_cast<size_t>(i) * n_vocab, n_vocab));
+    row = row.subspan(static_cast<size_t>(n_prompt - 1) * n_vocab, n_vocab);
+  }
+
+  auto emit = [&](const std::string& text) {
+    if (!text.empty() && callbacks.on_text) callbacks.on_text(text);
+  };
+
+  Utf8Stream stream;
+  const auto t_decode = std::chrono::steady_clock::now();
+  auto reached_max = [&] { return options.n_predict >= 0 && stats.n_generated >= options.n_predict; };
+  for (;;) {
+    if (reached_max()) {
+      stats.stop_reason = StopReason::kMaxTokens;
+      break;
+    }
+    if (ctx.n_past() >= ctx.n_ctx()) {
+      stats.stop_reason = StopReason::kContextFull;
+      break;
+    }
+    const int32_t token = sampler.sample(row);
+    sampler.accept(token);
+    const bool first = stats.n_generated == 0;
+    ++stats.n_generated;
+    if (callbacks.on_token) callbacks.on_token(token);
+    emit(stream.push(first && strip_leading_space ? tokenizer.detokenize({token}, /*remove_leading_space=*/true)
+                                                  : tokenizer.token_to_piece(token)));
+
+    const bool eog = tokenizer.is_eog(token);
+    // The last token needs no eval unless its logits row was asked for.
+    if (want_logits || !(eog || reached_max())) {
+      const int32_t one[1] = {token};
+      LEOAM_RETURN_IF_ERROR(ctx.eval(one, /*all_logits=*/false, logits));
+      row = logits;
+      if (want_logits) callbacks.on_logits(row);
+    }
+    if (eog) {
+      stats.stop_reason = StopReason::kEndOfGeneration;
+      break;
+    }
+  }
+  emit(stream.flush());
+  stats.decode_ms = ms_since(t_decode);
+  return stats;
+}
+
+}  // namespace leoam

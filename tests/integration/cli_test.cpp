@@ -1,0 +1,312 @@
+// Runs the `leoam` binary (LEOAM_BIN) and checks what a user sees: stdout, stderr, exit status.
+// Tests that need the stories260K fixture skip with a message when it is absent.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFixtures = LEOAM_FIXTURES_DIR;
+const std::string kStories = kFixtures + "/models/stories260K/stories260K.gguf";
+const std::string kStoriesV1 = kFixtures + "/models/stories260K/tinyllamas-stories-260k-f32.gguf";
+// Karpathy's documented greedy sample from BOS.
+const std::string kGreedyFromBos =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park";
+
+struct CliResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+  std::vector<std::string> err_lines() const { return lines(err); }
+  static std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+  }
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/leoam_cli_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Runs leoam with `args`; stdin is /dev/null.
+  CliResult run(const std::vector<std::string>& args) {
+    std::string cmd = shell_quote(LEOAM_BIN);
+    for (const auto& a : args) cmd += " " + shell_quote(a);
+    const std::string err_path = dir_ + "/stderr.txt";
+    cmd += " 2>" + shell_quote(err_path) + " </dev/null";
+    CliResult r;
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return r;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
+    const int raw = ::pclose(p);
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.err = read_file(err_path);
+    return r;
+  }
+
+  static std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  std::string write_file(const std::string& name, const std::string& contents) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << contents;
+    return path;
+  }
+
+  // One line on stderr, "leoam: error: ...".
+  static void expect_one_line_error(const CliResult& r) {
+    const auto lines = r.err_lines();
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_EQ(lines[0].rfind("leoam: error: ", 0), 0u) << lines[0];
+  }
+
+  std::string dir_;
+};
+
+#define REQUIRE_FIXTURE(path)                                               \
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture absent: " << (path)
+
+TEST_F(CliTest, HelpListsEveryFlag) {
+  CliResult top = run({"--help"});
+  EXPECT_EQ(top.status, 0);
+  for (const char* s : {"run", "tokenize", "gguf", "--help-all"}) EXPECT_NE(top.out.find(s), std::string::npos) << s;
+
+  CliResult r = run({"run", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.err, "");
+  for (const char* flag : {"-m,--model", "-p,--prompt", "-f,--file", "-n,--n-predict", "-c,--ctx-size", "-t,--threads",
+                           "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed",
+                           "--no-bos", "--parse-special", "--dump-logits", "--verbose"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " missing from:\n" << r.out;
+  }
+  // Defaults are shown.
+  for (const char* def : {"=128", "=0.8", "=40", "=0.95", "=0.05", "=64", "default: random"}) {
+    EXPECT_NE(r.out.find(def), std::string::npos) << def;
+  }
+
+  CliResult t = run({"tokenize", "--help"});
+  EXPECT_EQ(t.status, 0);
+  for (const char* flag : {"-m,--model", "-p,--prompt", "-f,--file", "--no-bos", "--parse-special"}) {
+    EXPECT_NE(t.out.find(flag), std::string::npos) << flag;
+  }
+  CliResult g = run({"gguf", "info", "--help"});
+  EXPECT_EQ(g.status, 0);
+  EXPECT_NE(g.out.find("FILE"), std::string::npos);
+}
+
+TEST_F(CliTest, BadFlagIsAOneLineUsageError) {
+  CliResult r = run({"run", "--bogus-flag"});
+  EXPECT_EQ(r.status, 2);
+  expect_one_line_error(r);
+  EXPECT_NE(r.err.find("--bogus-flag"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, MissingSubcommandOrRequiredOptionIsAUsageError) {
+  CliResult none = run({});
+  EXPECT_EQ(none.status, 2);
+  expect_one_line_error(none);
+
+  const std::string prompt = write_file("p.txt", "x");
+  CliResult no_model = run({"run", "-p", "x"});
+  EXPECT_EQ(no_model.status, 2);
+  expect_one_line_error(no_model);
+  EXPECT_NE(no_model.err.find("--model"), std::string::npos) << no_model.err;
+
+  CliResult no_prompt = run({"run", "-m", prompt});
+  EXPECT_EQ(no_prompt.status, 2);
+  expect_one_line_error(no_prompt);
+  EXPECT_NE(no_prompt.err.find("-p"), std::string::npos) << no_prompt.err;
+
+  CliResult bad_value = run({"run", "-m", prompt, "-p", "x", "--top-p", "2"});
+  EXPECT_EQ(bad_value.status, 2);
+  expect_one_line_error(bad_value);
+}
+
+TEST_F(CliTest, MissingModelFileIsAUsageErrorNamingThePath) {
+  const std::string missing = dir_ + "/no_such_model.gguf";
+  for (const char* cmd : {"run", "tokenize"}) {
+    CliResult r = run({cmd, "-m", missing, "-p", "hello"});
+    EXPECT_EQ(r.status, 2) << cmd;
+    expect_one_line_error(r);
+    EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+  }
+  CliResult g = run({"gguf", "info", missing});
+  EXPECT_EQ(g.status, 2);
+  expect_one_line_error(g);
+  EXPECT_NE(g.err.find(missing), std::string::npos) << g.err;
+
+  CliResult f = run({"run", "-m", missing, "-f", dir_ + "/no_such_prompt.txt"});
+  EXPECT_EQ(f.status, 2);
+  expect_one_line_error(f);
+}
+
+TEST_F(CliTest, PromptAndFileTogetherIsAUsageError) {
+  const std::string prompt = write_file("p.txt", "hello");
+  CliResult r = run({"run", "-m", prompt, "-p", "x", "-f", prompt});
+  EXPECT_EQ(r.status, 2);
+  expect_one_line_error(r);
+  CliResult t = run({"tokenize", "-m", prompt, "-f", prompt, "-p", "x"});
+  EXPECT_EQ(t.status, 2);
+  expect_one_line_error(t);
+}
+
+class StoriesCliTest : public CliTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(StoriesCliTest, GreedyFromBosMatchesKnownSample) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  CliResult r = run({"run", "-m", model, "-p", "", "--temp", "0", "-n", "40"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(kGreedyFromBos, 0), 0u) << r.out;  // the output starts with it
+  // Summary on stderr: prompt and generated token counts with speeds.
+  EXPECT_NE(r.err.find("prompt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("40 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+TEST_P(StoriesCliTest, PromptIsEchoedThenContinued) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  CliResult r = run({"run", "-m", model, "-p", "Once upon a time", "--temp", "0", "-n", "10"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.back(), '\n');
+
+  const std::string prompt = write_file("prompt.txt", "Once upon a time\n");  // the trailing newline is dropped
+  CliResult f = run({"run", "-m", model, "-f", prompt, "--temp", "0", "-n", "10"});
+  ASSERT_EQ(f.status, 0) << f.err;
+  EXPECT_EQ(f.out, r.out);
+}
+
+TEST_P(StoriesCliTest, SameSeedSameTextDifferentSeedDifferentText) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  auto gen = [&](const char* seed) {
+    CliResult r = run({"run", "-m", model, "-p", "", "--temp", "1.0", "-n", "60", "--seed", seed});
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.out;
+  };
+  EXPECT_EQ(gen("1234"), gen("1234"));
+  EXPECT_NE(gen("1234"), gen("98765"));
+}
+
+TEST_P(StoriesCliTest, TokenizePrintsOneIdPerLineBosFirst) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  CliResult r = run({"tokenize", "-m", model, "-p", "Once upon a time"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = CliResult::lines(r.out);
+  ASSERT_GE(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[0], "1");  // BOS
+  for (const auto& line : lines) {
+    ASSERT_FALSE(line.empty());
+    EXPECT_EQ(line.find_first_not_of("0123456789"), std::string::npos) << line;
+    EXPECT_LT(std::stoi(line), 512);
+  }
+  CliResult no_bos = run({"tokenize", "-m", model, "-p", "Once upon a time", "--no-bos"});
+  ASSERT_EQ(no_bos.status, 0) << no_bos.err;
+  EXPECT_EQ(CliResult::lines(no_bos.out), std::vector<std::string>(lines.begin() + 1, lines.end()));
+}
+
+TEST_P(StoriesCliTest, DumpLogitsWritesEveryPosition) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  CliResult tok = run({"tokenize", "-m", model, "-p", "Once upon a time"});
+  ASSERT_EQ(tok.status, 0) << tok.err;
+  const size_t n_prompt = CliResult::lines(tok.out).size();
+
+  const std::string dump = dir_ + "/logits.txt";
+  constexpr int kGenerate = 8;  // greedy from this prompt does not end within 8 tokens
+  CliResult r = run({"run", "-m", model, "-p", "Once upon a time", "--temp", "0", "-n", std::to_string(kGenerate),
+                     "--dump-logits", dump});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = CliResult::lines(read_file(dump));
+  ASSERT_EQ(lines.size(), n_prompt + kGenerate);
+  for (const auto& line : lines) {
+    std::istringstream in(line);
+    size_t n = 0;
+    for (std::string field; in >> field; ++n) {
+      char* end = nullptr;
+      std::strtof(field.c_str(), &end);
+      ASSERT_EQ(*end, '\0') << "not a float: " << field;
+    }
+    EXPECT_EQ(n, 512u);
+  }
+}
+
+TEST_P(StoriesCliTest, TruncatedModelIsAOneLineFailureNamingTheFile) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  std::string bytes = read_file(model);
+  bytes.resize(1000);
+  const std::string truncated = write_file("truncated.gguf", bytes);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"run", "-m", truncated, "-p", "x"}, {"tokenize", "-m", truncated, "-p", "x"},
+        {"gguf", "info", truncated}}) {
+    CliResult r = run(args);
+    EXPECT_EQ(r.status, 1) << args[0];
+    expect_one_line_error(r);
+    EXPECT_NE(r.err.find(truncated), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << args[0];
+  }
+}
+
+TEST_P(StoriesCliTest, PromptLongerThanContextIsAOneLineFailure) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  CliResult r = run({"run", "-m", model, "-p", "Once upon a time there was a girl", "-c", "4"});
+  EXPECT_EQ(r.status, 1);
+  expect_one_line_error(r);
+  EXPECT_NE(r.err.find("more than the context size of 4 (-c)"), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stories260K, StoriesCliTest,
+                         ::testing::Values("stories260K.gguf", "tinyllamas-stories-260k-f32.gguf"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "stories260K.gguf" ? std::string("gguf_v3") : std::string("gguf_v1");
+                         });
+
+TEST_F(CliTest, GgufInfoDescribesStories260K) {
+  REQUIRE_FIXTURE(kStories);
+  CliResult r = run({"gguf", "info", kStories});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("llama.block_count"), std::string::npos);
+  EXPECT_NE(r.out.find("blk.0.attn_q.weight"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,179 @@
+#include "engine/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fake_model.h"
+
+namespace leoam {
+namespace {
+
+using testing::FakeForwardContext;
+using testing::FakeTokenizer;
+using T = FakeTokenizer;
+
+GenerateOptions greedy(int n_predict) {
+  GenerateOptions o;
+  o.n_predict = n_predict;
+  o.sampler.temperature = 0.0f;
+  return o;
+}
+
+// Predicts, after position p, scripted[p] (or `otherwise` past the end of the map).
+std::function<int32_t(int64_t)> script(std::map<int64_t, int32_t> scripted, int32_t otherwise = T::kA) {
+  return [scripted, otherwise](int64_t pos) {
+    auto it = scripted.find(pos);
+    return it == scripted.end() ? otherwise : it->second;
+  };
+}
+
+struct RunResult {
+  Result<GenerateStats> stats = internal_error("not run");
+  std::vector<std::string> chunks;
+  std::string text;
+  std::vector<std::vector<float>> rows;
+};
+
+RunResult run_generate(FakeForwardContext& ctx, std::string_view prompt, const GenerateOptions& options, bool dump_logits = false) {
+  FakeTokenizer tok;
+  RunResult r;
+  GenerateCallbacks cb;
+  cb.on_text = [&](std::string_view t) {
+    r.chunks.emplace_back(t);
+    r.text += t;
+  };
+  if (dump_logits) cb.on_logits = [&](std::span<const float> row) { r.rows.emplace_back(row.begin(), row.end()); };
+  r.stats = generate(ctx, tok, prompt, options, cb);
+  return r;
+}
+
+std::vector<int32_t> generated(const FakeForwardContext& ctx, size_t n_prompt, size_t n_generated) {
+  return {ctx.history.begin() + static_cast<long>(n_prompt), ctx.history.begin() + static_cast<long>(n_prompt + n_generated)};
+}
+
+TEST(GeneratorTest, StreamsTheDetokenizedTextAndStopsAtEog) {
+  // Prompt " Once upon" = [BOS, Once, upon] at positions 0..2.
+  FakeForwardContext ctx(10, 64, script({{2, T::kA}, {3, T::kTime}, {4, T::kComma}, {5, T::kEos}}));
+  RunResult r = run_generate(ctx, "Once upon", greedy(100), /*dump_logits=*/false);
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_prompt_tokens, 3);
+  EXPECT_EQ(r.stats->n_generated, 4);  // a, time, ",", </s>
+  EXPECT_EQ(r.stats->stop_reason, StopReason::kEndOfGeneration);
+  EXPECT_EQ(r.text, " a time,");
+  EXPECT_EQ(r.chunks, (std::vector<std::string>{" a", " time", ","}));
+  // Prefill in one eval, then one eval per generated token except the final EOG.
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{3, 1, 1, 1}));
+  EXPECT_EQ(ctx.history, (std::vector<int32_t>{T::kBos, T::kOnce, T::kUpon, T::kA, T::kTime, T::kComma}));
+  FakeTokenizer tok;
+  EXPECT_EQ(r.text, tok.detokenize({T::kA, T::kTime, T::kComma, T::kEos}, /*remove_leading_space=*/false));
+}
+
+TEST(GeneratorTest, RespectsNPredict) {
+  FakeForwardContext ctx(10, 64, script({}, T::kTime));
+  RunResult r = run_generate(ctx, "Once", greedy(5));
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_generated, 5);
+  EXPECT_EQ(r.stats->stop_reason, StopReason::kMaxTokens);
+  EXPECT_EQ(r.text, " time time time time time");
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{2, 1, 1, 1, 1}));  // the 5th token is not evaluated
+
+  FakeForwardContext ctx0(10, 64, script({}, T::kTime));
+  RunResult zero = run_generate(ctx0, "Once", greedy(0));
+  ASSERT_TRUE(zero.stats.is_ok());
+  EXPECT_EQ(zero.stats->n_generated, 0);
+  EXPECT_EQ(zero.text, "");
+}
+
+TEST(GeneratorTest, EmptyPromptGeneratesFromBosWithoutLeadingSpace) {
+  FakeForwardContext ctx(10, 64, script({{0, T::kOnce}, {1, T::kUpon}, {2, T::kA}, {3, T::kTime}, {4, T::kEos}}));
+  RunResult r = run_generate(ctx, "", greedy(-1));
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_prompt_tokens, 1);
+  EXPECT_EQ(r.text, "Once upon a time");
+  FakeTokenizer tok;
+  EXPECT_EQ(r.text, tok.detokenize(generated(ctx, 1, 4), /*remove_leading_space=*/true));
+}
+
+TEST(GeneratorTest, HoldsBackUtf8SplitOverByteTokens) {
+  FakeForwardContext ctx(10, 64, script({{1, T::kE2}, {2, T::k82}, {3, T::kAC}, {4, T::kComma}, {5, T::kEos}}));
+  RunResult r = run_generate(ctx, "Once", greedy(-1));
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.chunks, (std::vector<std::string>{"\xE2\x82\xAC", ","}));
+}
+
+TEST(GeneratorTest, FlushesIncompleteUtf8AtTheEnd) {
+  FakeForwardContext ctx(10, 64, script({{1, T::kE2}, {2, T::k82}}));
+  RunResult r = run_generate(ctx, "Once", greedy(2));
+  ASSERT_TRUE(r.stats.is_ok());
+  EXPECT_EQ(r.text, "\xE2\x82");  // the stream delays bytes, never drops them
+}
+
+TEST(GeneratorTest, PromptLongerThanContextIsAnError) {
+  FakeForwardContext ctx(10, 2, script({}));
+  RunResult r = run_generate(ctx, "Once upon", greedy(10));
+  ASSERT_FALSE(r.stats.is_ok());
+  EXPECT_EQ(r.stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.stats.status().message(),
+            "prompt has 3 tokens, more than the context size of 2 (-c); raise -c or shorten the prompt");
+  EXPECT_TRUE(ctx.eval_sizes.empty());
+}
+
+TEST(GeneratorTest, EmptyPromptWithoutBosIsAnError) {
+  FakeForwardContext ctx(10, 8, script({}));
+  GenerateOptions o = greedy(10);
+  o.add_bos = false;
+  RunResult r = run_generate(ctx, "", o);
+  ASSERT_FALSE(r.stats.is_ok());
+  EXPECT_EQ(r.stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.stats.status().message().find("prompt is empty"), std::string::npos);
+}
+
+TEST(GeneratorTest, StopsWhenTheContextIsFull) {
+  FakeForwardContext ctx(10, 5, script({}, T::kA));
+  RunResult r = run_generate(ctx, "Once upon", greedy(-1));  // 3 prompt tokens, room for 2 more
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_generated, 2);
+  EXPECT_EQ(r.stats->stop_reason, StopReason::kContextFull);
+  EXPECT_EQ(ctx.n_past(), 5);
+
+  FakeForwardContext exact(10, 3, script({}, T::kA));  // the prompt fills the context
+  RunResult r2 = run_generate(exact, "Once upon", greedy(-1));
+  ASSERT_TRUE(r2.stats.is_ok()) << r2.stats.status().message();
+  EXPECT_EQ(r2.stats->n_generated, 0);
+  EXPECT_EQ(r2.stats->stop_reason, StopReason::kContextFull);
+}
+
+TEST(GeneratorTest, LogitsSinkGetsEveryPromptAndGeneratedPosition) {
+  FakeForwardContext ctx(10, 64, script({{2, T::kA}, {3, T::kTime}, {4, T::kEos}}));
+  RunResult r = run_generate(ctx, "Once upon", greedy(100), /*dump_logits=*/true);
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_generated, 3);
+  ASSERT_EQ(r.rows.size(), 3u + 3u);
+  // Row p peaks at the scripted prediction after position p (the EOG token was evaluated too).
+  const std::vector<int32_t> expect_peak = {T::kA, T::kA, T::kA, T::kTime, T::kEos, T::kA};
+  for (size_t p = 0; p < r.rows.size(); ++p) {
+    ASSERT_EQ(r.rows[p].size(), 10u);
+    EXPECT_EQ(r.rows[p][static_cast<size_t>(expect_peak[p])], 10.0f) << "position " << p;
+  }
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{3, 1, 1, 1}));
+
+  FakeForwardContext ctx2(10, 64, script({}, T::kTime));
+  RunResult r2 = run_generate(ctx2, "Once", greedy(4), /*dump_logits=*/true);
+  ASSERT_TRUE(r2.stats.is_ok());
+  EXPECT_EQ(r2.rows.size(), 2u + 4u);
+}
+
+TEST(GeneratorTest, RejectsAUsedContext) {
+  FakeForwardContext ctx(10, 64, script({}));
+  std::vector<float> logits;
+  const int32_t bos[1] = {T::kBos};
+  ASSERT_TRUE(ctx.eval(bos, false, logits).is_ok());
+  RunResult r = run_generate(ctx, "Once", greedy(1));
+  EXPECT_FALSE(r.stats.is_ok());
+}
+
+}  // namespace
+}  // namespace leoam

@@ -1,0 +1,70 @@
+#include "cli_common.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace leoam::cli {
+
+void print_error(std::string_view message) {
+  std::string line(message);
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  std::cout.flush();
+  std::cerr << "leoam: error: " << line << std::endl;
+}
+
+int fail(const Status& status) {
+  print_error(status.message());
+  return kExitFailure;
+}
+
+CLI::Validator readable_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) return "cannot read '" + path + "': " + std::strerror(errno);
+        if (S_ISDIR(st.st_mode)) return "cannot read '" + path + "': it is a directory";
+        std::ifstream in(path, std::ios::binary);
+        if (!in) return "cannot read '" + path + "': " + std::strerror(errno);
+        return {};
+      },
+      "");
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot read '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return io_error("error reading '" + path + "'");
+  return text.str();
+}
+
+void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_file) {
+  CLI::Option* p = cmd.add_option("-p,--prompt", prompt, "prompt text (\"\" is allowed: start from BOS alone)");
+  CLI::Option* f = cmd.add_option("-f,--file", prompt_file, "read the prompt from FILE (one trailing newline is dropped)")
+                       ->check(readable_file())
+                       ->type_name("FILE");
+  p->excludes(f);
+  f->excludes(p);
+  // "one of them is required" is checked when the subcommand's parse completes, so that it is a
+  // parse error like any other (exit status 2).
+  cmd.parse_complete_callback([p, f] {
+    if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("a prompt (-p TEXT or -f FILE)");
+  });
+}
+
+Result<std::string> resolve_prompt(const std::string& prompt, const std::string& prompt_file) {
+  if (prompt_file.empty()) return prompt;
+  LEOAM_ASSIGN_OR_RETURN(std::string text, read_text_file(prompt_file));
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+}  // namespace leoam::cli

@@ -1,0 +1,219 @@
+// `leoam run`: generate text from a prompt.
+//
+// Output: the prompt text, echoed as given (like llama.cpp), then the generated text streamed
+// as it is sampled (flushed per token), then a newline. stdout carries nothing else, so
+// `leoam run ... > out.txt` captures exactly prompt + completion + "\n". Diagnostics, the
+// prefill progress bar (terminal only, long prompts only) and the closing speed summary go to
+// stderr.
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "cli_common.h"
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+#include "model/forward_context.h"
+#include "model/model.h"
+#include "progress_bar.h"
+#include "tokenizer/tokenizer.h"
+
+namespace leoam::cli {
+namespace {
+
+// Writes one line per position: n_vocab space-separated floats, printed like %.9g (enough
+// digits to read back the same float).
+class LogitsDump {
+ public:
+  ~LogitsDump() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  Status open(const std::string& path) {
+    path_ = path;
+    file_ = std::fopen(path.c_str(), "wb");
+    if (file_ == nullptr) return io_error("cannot write --dump-logits file '" + path + "': " + std::strerror(errno));
+    return Status::ok();
+  }
+  void write_row(std::span<const float> row) {
+    line_.clear();
+    char buf[32];
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) line_ += ' ';
+      const auto r = std::to_chars(buf, buf + sizeof(buf), row[i], std::chars_format::general, 9);
+      line_.append(buf, r.ptr);
+    }
+    line_ += '\n';
+    if (std::fwrite(line_.data(), 1, line_.size(), file_) != line_.size()) write_failed_ = true;
+  }
+  Status close() {
+    const bool bad = write_failed_ || std::ferror(file_) != 0;
+    const bool close_failed = std::fclose(file_) != 0;
+    file_ = nullptr;
+    if (bad || close_failed) return io_error("error writing --dump-logits file '" + path_ + "'");
+    return Status::ok();
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::string line_;
+  bool write_failed_ = false;
+};
+
+const char* stop_reason_text(StopReason reason) {
+  switch (reason) {
+    case StopReason::kEndOfGeneration: return "end of generation token";
+    case StopReason::kMaxTokens: return "-n tokens generated";
+    case StopReason::kContextFull: return "context full (-c)";
+  }
+  return "?";
+}
+
+void write_stdout(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+class RunCommand : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt");
+    cmd->add_option("-m,--model", model_path_, "model file (GGUF)")
+        ->required()
+        ->check(readable_file())
+        ->type_name("FILE");
+    add_prompt_options(*cmd, prompt_, prompt_file_);
+    cmd->add_option("-n,--n-predict", options_.n_predict, "tokens to generate at most (-1: until end of generation or a full context)")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 1 << 30));
+    cmd->add_option("-c,--ctx-size", n_ctx_, "context size in tokens (0: the model's training context)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("-t,--threads", n_threads_,
+                    "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    SamplerOptions& s = options_.sampler;
+    cmd->add_option("--temp", s.temperature, "temperature (<= 0: greedy, always the most likely token)")->capture_default_str();
+    cmd->add_option("--top-k", s.top_k, "keep the K most likely tokens (<= 0: all)")->capture_default_str();
+    cmd->add_option("--top-p", s.top_p, "keep the most likely tokens up to probability mass P (1: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--min-p", s.min_p, "drop tokens less likely than P times the most likely one (0: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalize tokens seen in the last --repeat-last-n (1: off)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--repeat-last-n", s.repeat_last_n, "tokens of history the repeat penalty looks at (0: off)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    seed_option_ = cmd->add_option("--seed", s.seed, "random seed for sampling (default: random; --verbose prints it)");
+    cmd->add_flag("--no-bos", no_bos_, "do not prepend the BOS token to the prompt");
+    cmd->add_flag("--parse-special", options_.parse_special, "recognize special tokens such as </s> written in the prompt");
+    cmd->add_option("--dump-logits", dump_logits_path_,
+                    "write every position's logits to FILE: one line per prompt and generated token, n_vocab floats")
+        ->type_name("FILE");
+    cmd->add_flag("--verbose", verbose_, "print the settings (seed included) and load details on stderr");
+    return cmd;
+  }
+
+  int execute() override {
+    Result<std::string> prompt = resolve_prompt(prompt_, prompt_file_);
+    if (!prompt.is_ok()) return fail(prompt.status());
+    options_.add_bos = !no_bos_;
+    if (seed_option_->count() == 0) {
+      std::random_device rd;
+      options_.sampler.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+
+    LogitsDump dump;
+    if (!dump_logits_path_.empty()) {
+      if (Status st = dump.open(dump_logits_path_); !st.is_ok()) {
+        print_error(st.message());
+        return kExitUsage;
+      }
+    }
+
+    Result<std::unique_ptr<Model>> model = Model::load(model_path_);
+    if (!model.is_ok()) return fail(named(model.status()));
+    Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
+    if (!tokenizer.is_ok()) return fail(named(tokenizer.status()));
+
+    ProgressBar bar(::isatty(STDERR_FILENO) != 0);
+    ForwardOptions fwd;
+    fwd.n_ctx = n_ctx_;
+    fwd.n_threads = n_threads_;
+    fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(**model, fwd);
+    if (!ctx.is_ok()) return fail(named(ctx.status()));
+
+    if (verbose_) print_settings(**ctx);
+
+    GenerateCallbacks callbacks;
+    const std::string& prompt_text = *prompt;
+    callbacks.on_prefill_done = [&](int64_t n_prompt_tokens) {
+      bar.clear();
+      if (verbose_) std::fprintf(stderr, "leoam: prompt: %lld tokens\n", static_cast<long long>(n_prompt_tokens));
+      write_stdout(prompt_text);
+    };
+    callbacks.on_text = write_stdout;
+    if (!dump_logits_path_.empty()) callbacks.on_logits = [&dump](std::span<const float> row) { dump.write_row(row); };
+
+    Result<GenerateStats> stats = generate(**ctx, **tokenizer, prompt_text, options_, callbacks);
+    bar.clear();
+    if (!stats.is_ok()) return fail(stats.status());
+    write_stdout("\n");
+    if (!dump_logits_path_.empty()) {
+      if (Status st = dump.close(); !st.is_ok()) return fail(st);
+    }
+    print_summary(*stats);
+    return kExitOk;
+  }
+
+ private:
+  // Prefixes the model path unless the message already names it.
+  Status named(const Status& st) const {
+    return st.message().find(model_path_) == std::string::npos ? st.with_context(model_path_) : st;
+  }
+
+  void print_settings(const ForwardContext& ctx) const {
+    const SamplerOptions& s = options_.sampler;
+    std::fprintf(stderr, "leoam: model %s: n_vocab %d, context %lld tokens, %d threads\n", model_path_.c_str(),
+                 ctx.n_vocab(), static_cast<long long>(ctx.n_ctx()), ctx.n_threads());
+    std::fprintf(stderr,
+                 "leoam: sampling: seed %llu, temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, "
+                 "repeat-last-n %d; n-predict %d\n",
+                 static_cast<unsigned long long>(s.seed), s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty,
+                 s.repeat_last_n, options_.n_predict);
+  }
+
+  static void print_summary(const GenerateStats& st) {
+    std::fprintf(stderr, "leoam: prompt    %6lld tokens %10.1f ms %10.1f tok/s\n",
+                 static_cast<long long>(st.n_prompt_tokens), st.prefill_ms, st.prefill_tokens_per_s());
+    std::fprintf(stderr, "leoam: generated %6lld tokens %10.1f ms %10.1f tok/s (stopped: %s)\n",
+                 static_cast<long long>(st.n_generated), st.decode_ms, st.decode_tokens_per_s(),
+                 stop_reason_text(st.stop_reason));
+  }
+
+  std::string model_path_;
+  std::string prompt_;
+  std::string prompt_file_;
+  std::string dump_logits_path_;
+  int n_ctx_ = 0;
+  int n_threads_ = 0;
+  bool no_bos_ = false;
+  bool verbose_ = false;
+  GenerateOptions options_;
+  CLI::Option* seed_option_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_run_command() { return std::make_unique<RunCommand>(); }
+
+}  // namespace leoam::cli
