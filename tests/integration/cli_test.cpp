@@ -309,4 +309,31 @@ TEST_F(CliTest, GgufInfoDescribesStories260K) {
   EXPECT_NE(r.out.find("blk.0.attn_q.weight"), std::string::npos);
 }
 
+TEST_F(CliTest, SynthWritesARunnableModelSameSeedSameBytes) {
+  const std::string a = dir_ + "/a.gguf", b = dir_ + "/b.gguf";
+  ASSERT_EQ(run({"gguf", "synth", "--preset", "tiny:q4_0", "--seed", "7", "-o", a}).status, 0);
+  ASSERT_EQ(run({"gguf", "synth", "--preset", "tiny:q4_0", "--seed", "7", "-o", b}).status, 0);
+  EXPECT_EQ(read_file(a), read_file(b));
+  CliResult r = run({"run", "-m", a, "-p", "The quick brown fox", "-n", "8", "--seed", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("The quick brown fox", 0), 0u) << r.out;
+  EXPECT_NE(r.err.find("generated      8 tokens"), std::string::npos) << r.err;
+
+  CliResult bad = run({"gguf", "synth", "--preset", "llama-3b", "-o", dir_ + "/c.gguf"});
+  EXPECT_EQ(bad.status, 2);
+  expect_one_line_error(bad);
+  EXPECT_NE(bad.err.find("tiny"), std::string::npos) << "lists the presets: " << bad.err;
+}
+
+TEST_F(CliTest, FromLlama2cConvertsTheCheckpoint) {
+  const std::string dir = kFixtures + "/models/stories260K/";
+  REQUIRE_FIXTURE(dir + "stories260K.bin");
+  const std::string out = dir_ + "/s.gguf";
+  CliResult c = run({"gguf", "from-llama2c", dir + "stories260K.bin", dir + "tok512.bin", "-o", out});
+  ASSERT_EQ(c.status, 0) << c.err;
+  CliResult r = run({"run", "-m", out, "-p", "", "--temp", "0", "-n", "30"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(kGreedyFromBos), std::string::npos) << r.out;
+}
+
 }  // namespace

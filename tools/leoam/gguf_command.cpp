@@ -1,4 +1,6 @@
 // `leoam gguf info FILE`: describe a GGUF file (header, metadata, tensors).
+// `leoam gguf synth --preset NAME[:TYPE] -o FILE`: write a random-weight model of a named shape.
+// `leoam gguf from-llama2c MODEL.bin TOKENIZER.bin -o FILE`: convert a llama2.c checkpoint.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -6,6 +8,9 @@
 #include "cli_common.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_info.h"
+#include "gguf/gguf_writer.h"
+#include "gguf/llama2c_import.h"
+#include "model/synthetic_model.h"
 
 namespace leoam::cli {
 namespace {
@@ -13,14 +18,37 @@ namespace {
 class GgufCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
-    CLI::App* cmd = app.add_subcommand("gguf", "inspect GGUF files");
+    CLI::App* cmd = app.add_subcommand("gguf", "inspect, make and convert GGUF files");
     cmd->require_subcommand(1);
-    CLI::App* info = cmd->add_subcommand("info", "print a GGUF file's header, metadata and tensor table");
-    info->add_option("FILE", path_, "the GGUF file")->required()->check(readable_file())->type_name("");
+
+    info_ = cmd->add_subcommand("info", "print a GGUF file's header, metadata and tensor table");
+    info_->add_option("FILE", path_, "the GGUF file")->required()->check(readable_file())->type_name("");
+
+    synth_ = cmd->add_subcommand("synth", "write a random-weight model of a named shape (for tests and benchmarks)");
+    synth_->add_option("--preset", preset_,
+                       std::string("shape and weight type, NAME[:TYPE]; names: ") + synthetic_model_preset_names() +
+                           "; types: f32 f16 bf16 q8_0 q4_0 q4_k q6_k")
+        ->capture_default_str();
+    synth_->add_option("--seed", seed_, "random seed of the weights")->capture_default_str();
+    synth_->add_option("-o,--output", output_, "the GGUF file to write")->required();
+
+    import_ = cmd->add_subcommand("from-llama2c", "convert a llama2.c checkpoint and tokenizer to GGUF");
+    import_->add_option("MODEL", checkpoint_, "llama2.c checkpoint (legacy layout, e.g. stories260K.bin)")
+        ->required()->check(readable_file())->type_name("");
+    import_->add_option("TOKENIZER", tokenizer_, "llama2.c tokenizer (e.g. tok512.bin)")
+        ->required()->check(readable_file())->type_name("");
+    import_->add_option("-o,--output", output_, "the GGUF file to write")->required();
     return cmd;
   }
 
   int execute() override {
+    if (info_->parsed()) return run_info();
+    if (synth_->parsed()) return run_synth();
+    return run_import();
+  }
+
+ private:
+  int run_info() {
     Result<GgufFile> gguf = GgufFile::open(path_);
     if (!gguf.is_ok()) {
       const Status& st = gguf.status();
@@ -31,8 +59,34 @@ class GgufCommand : public Command {
     return std::cout ? kExitOk : fail(io_error("error writing to stdout"));
   }
 
- private:
+  int run_synth() {
+    Result<SyntheticModelSpec> spec = synthetic_model_preset(preset_);
+    if (!spec.is_ok()) {
+      print_error(spec.status().message());
+      return kExitUsage;
+    }
+    spec->seed = seed_;
+    std::cerr << "leoam: writing " << preset_ << " (seed " << seed_ << ") to " << output_ << "\n";
+    const Status st = write_synthetic_model(*spec, output_);
+    return st.is_ok() ? kExitOk : fail(st);
+  }
+
+  int run_import() {
+    GgufWriter writer;
+    Status st = import_llama2c(checkpoint_, tokenizer_, writer);
+    if (st.is_ok()) st = writer.write(output_);
+    return st.is_ok() ? kExitOk : fail(st);
+  }
+
+  CLI::App* info_ = nullptr;
+  CLI::App* synth_ = nullptr;
+  CLI::App* import_ = nullptr;
   std::string path_;
+  std::string preset_ = "tiny";
+  uint64_t seed_ = 42;
+  std::string output_;
+  std::string checkpoint_;
+  std::string tokenizer_;
 };
 
 }  // namespace

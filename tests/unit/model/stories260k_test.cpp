@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "gguf/llama2c_import.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "model_test_util.h"
@@ -18,6 +20,8 @@ namespace {
 const std::string kDir = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/";
 const std::string kGguf = kDir + "stories260K.gguf";
 const std::string kGgufV1 = kDir + "tinyllamas-stories-260k-f32.gguf";
+const std::string kLlama2cBin = kDir + "stories260K.bin";
+const std::string kLlama2cTok = kDir + "tok512.bin";
 
 bool have(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
 
@@ -108,6 +112,29 @@ TEST(Stories260K, GgufV1TwinGivesIdenticalLogits) {
   ASSERT_TRUE(context(**a, KvDtype::kF32)->eval(tokens, true, la).is_ok());
   ASSERT_TRUE(context(**b, KvDtype::kF32)->eval(tokens, true, lb).is_ok());
   EXPECT_EQ(la, lb);
+}
+
+TEST(Stories260K, Llama2cCheckpointGivesTheSameLogitsAsTheGguf) {
+  if (!have(kGguf) || !have(kLlama2cBin) || !have(kLlama2cTok)) GTEST_SKIP() << "stories260K fixtures not found";
+  GgufWriter writer;
+  ASSERT_TRUE(import_llama2c(kLlama2cBin, kLlama2cTok, writer).is_ok());
+  const std::vector<uint8_t> bytes = writer.to_bytes();  // outlives the model that maps it
+  auto gguf = GgufFile::parse("stories260K.bin", bytes.data(), bytes.size());
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().message();
+  auto from_bin = Model::from_gguf(std::move(gguf).value());
+  auto from_gguf = Model::load(kGguf);
+  ASSERT_TRUE(from_bin.is_ok()) << from_bin.status().message();
+  ASSERT_TRUE(from_gguf.is_ok()) << from_gguf.status().message();
+  EXPECT_TRUE((*from_bin)->weights().output_tied) << "the checkpoint shares its classifier";
+
+  std::vector<int32_t> tokens = {1};
+  for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<int32_t>((11 + i * 137) % 512));
+  std::vector<float> a, b;
+  ASSERT_TRUE(context(**from_bin, KvDtype::kF32)->eval(tokens, true, a).is_ok());
+  ASSERT_TRUE(context(**from_gguf, KvDtype::kF32)->eval(tokens, true, b).is_ok());
+  ASSERT_EQ(a.size(), tokens.size() * 512);
+  // The same weights through the same kernels: equal to the bit.
+  EXPECT_EQ(a, b);
 }
 
 TEST(Stories260K, MatchesTheNumpyReference) {
