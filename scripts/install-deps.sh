@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config make
   libpcre2-dev           # Unicode regexes of the BPE pre-tokenizers
+  libopenblas-dev        # SGEMM for prefill
   libcli11-dev           # command-line parsing
   nlohmann-json3-dev     # JSON output
   libgtest-dev libgmock-dev  # unit tests
