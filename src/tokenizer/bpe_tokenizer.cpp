@@ -1,35 +1,9 @@
 #include "tokenizer/bpe_tokenizer.h"
 
-#include <queue>
-
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/unicode.h"
 
 namespace leoam {
-
-namespace {
-
-struct Symbol {
-  uint32_t start;  // byte offset in the word
-  uint32_t n;      // bytes; 0 once merged into its left neighbour
-  int32_t prev;
-  int32_t next;
-};
-
-struct Bigram {
-  int32_t rank;
-  int32_t left;
-  int32_t right;
-  uint32_t size;  // bytes of left + right when queued; a mismatch later means the pair is stale
-};
-
-// Lowest rank first; equal ranks: leftmost first (llama.cpp's order).
-struct BigramGreater {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  }
-};
-
-}  // namespace
 
 BpeTokenizer::BpeTokenizer(Vocab vocab, PreTokenizer pre_tokenizer)
     : VocabTokenizer(std::move(vocab)), pre_tokenizer_(std::move(pre_tokenizer)) {
@@ -91,55 +65,24 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>* out)
       return;
     }
   }
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  for (size_t offset = 0; offset < word.size();) {
-    const size_t len = std::min(unicode::utf8_len(static_cast<uint8_t>(word[offset])), word.size() - offset);
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(len), index - 1,
-                       offset + len == word.size() ? -1 : index + 1});
-    offset += len;
-  }
-
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramGreater> queue;
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
-    const int32_t rank = merge_rank(word.substr(l.start, l.n), word.substr(r.start, r.n));
-    if (rank < 0) return;
-    queue.push({rank, left, right, l.n + r.n});
+  // Ranks are below 2^24, so -rank is exact as a float priority (lower rank merges first).
+  auto priority = [this](std::string_view left, std::string_view right) -> std::optional<float> {
+    const int32_t rank = merge_rank(left, right);
+    if (rank < 0) return std::nullopt;
+    return -static_cast<float>(rank);
   };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
-
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[static_cast<size_t>(bigram.left)];
-    Symbol& right = symbols[static_cast<size_t>(bigram.right)];
-    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;  // stale
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-
-  for (int32_t i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
-    const Symbol& s = symbols[static_cast<size_t>(i)];
-    const std::string_view piece = word.substr(s.start, s.n);
+  merge_symbols(word, priority, [&](std::string_view piece) {
     const int32_t id = vocab_.find(piece);
     if (id >= 0) {
       out->push_back(id);
-      continue;
+      return;
     }
     // Not a token: each byte of its text that is a token on its own (llama.cpp's fallback).
     for (char c : piece) {
       const int32_t byte_id = vocab_.find(std::string_view(&c, 1));
       if (byte_id >= 0) out->push_back(byte_id);
     }
-  }
+  });
 }
 
 }  // namespace leoam

@@ -1,7 +1,6 @@
 #include "tokenizer/spm_tokenizer.h"
 
-#include <queue>
-
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/unicode.h"
 
 namespace leoam {
@@ -9,27 +8,6 @@ namespace leoam {
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's visible space
-
-struct Symbol {
-  uint32_t start;  // byte offset in the escaped text
-  uint32_t n;      // bytes; 0 once merged into its left neighbour
-  int32_t prev;    // index of the previous live symbol, -1 at the start
-  int32_t next;    // index of the next live symbol, -1 at the end
-};
-
-struct Bigram {
-  float score;
-  int32_t left;
-  int32_t right;
-  uint32_t size;  // bytes of left + right when queued; a mismatch later means the pair is stale
-};
-
-// Highest score first; equal scores: leftmost first (llama.cpp's order).
-struct BigramLess {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
 
 }  // namespace
 
@@ -101,60 +79,23 @@ void SpmTokenizer::encode_escaped(std::string_view text, std::vector<int32_t>* o
 
 void SpmTokenizer::encode_segment(std::string_view text, std::vector<int32_t>* out) const {
   if (text.empty()) return;
-  // Symbols are UTF-8 characters (by lead byte; a sequence cut short by the end is shorter).
-  std::vector<Symbol> symbols;
-  symbols.reserve(text.size());
-  for (size_t offset = 0; offset < text.size();) {
-    const size_t len = std::min(unicode::utf8_len(static_cast<uint8_t>(text[offset])), text.size() - offset);
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(len), index - 1,
-                       offset + len == text.size() ? -1 : index + 1});
-    offset += len;
-  }
-
-  std::vector<Bigram> storage;
-  storage.reserve(symbols.size());
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue(BigramLess{}, std::move(storage));
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
-    const uint32_t size = l.n + r.n;
-    const int32_t id = vocab_.find(text.substr(l.start, size));
-    if (id < 0) return;
-    queue.push({vocab_.token(id).score, left, right, size});
+  auto priority = [this](std::string_view left, std::string_view right) -> std::optional<float> {
+    const int32_t id = vocab_.find(std::string_view(left.data(), left.size() + right.size()));
+    if (id < 0) return std::nullopt;
+    return vocab_.token(id).score;
   };
-
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
-
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[static_cast<size_t>(bigram.left)];
-    Symbol& right = symbols[static_cast<size_t>(bigram.right)];
-    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;  // stale
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-
-  for (int32_t i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
-    const Symbol& s = symbols[static_cast<size_t>(i)];
-    const std::string_view piece = text.substr(s.start, s.n);
+  merge_symbols(text, priority, [&](std::string_view piece) {
     const int32_t id = vocab_.find(piece);
     if (id >= 0) {
       out->push_back(id);
-      continue;
+      return;
     }
     // Merged symbols are always tokens, so this is a single character missing from the vocab.
     for (char c : piece) {
       const int32_t byte_id = byte_tokens_[static_cast<uint8_t>(c)];
       if (byte_id >= 0) out->push_back(byte_id);
     }
-  }
+  });
 }
 
 }  // namespace leoam
