@@ -1,4 +1,4 @@
-// The fast row kernels and their dispatch. On a CPU with AVX2 + FMA + F16C each type has a
+// The fast row kernels and their dispatch (cpu_path()). On the AVX2 path each type has a
 // vector dequantize_row (bitwise equal to ref::dequantize_row) and a fused dequantize-and-dot
 // that never materialises the row. Elsewhere the scalar references run. The AVX2 functions carry
 // a target attribute, so this file needs no special flags and the binary runs on any x86-64.
@@ -7,11 +7,11 @@
 #include <cassert>
 #include <cstring>
 
+#include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/cpu/quant_blocks.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define LEOAM_HAVE_X86 1
 #define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -357,14 +357,6 @@ LEOAM_AVX2 float dot_q6_k_avx2(const void* row, const float* x, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// F16C is read from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
-bool cpu_has_avx2_fma_f16c() {
-  __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-}
-
 #endif  // LEOAM_HAVE_X86
 
 struct RowKernels {
@@ -375,8 +367,8 @@ struct RowKernels {
 // The kernels for `type` on this CPU; {nullptr, nullptr} means "use the reference".
 RowKernels select_kernels(GgmlType type) {
 #ifdef LEOAM_HAVE_X86
-  static const bool avx2 = cpu_has_avx2_fma_f16c();
-  if (avx2) {
+  // The AVX2 kernels also serve the AVX-512 path: the float dots are bound by the weight bytes.
+  if (cpu_path() >= CpuPath::kAvx2) {
     switch (type) {
       case GgmlType::kF32:
         return {dequantize_f32, dot_f32_avx2};

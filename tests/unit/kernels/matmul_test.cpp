@@ -1,6 +1,7 @@
-// matmul against ref::matmul for every type, several shapes, 1..5 tokens and 1..3 threads.
+// matmul against its reference for every type, several shapes, 1..5 tokens and 1..3 threads.
 // Tolerance per output: |y - y_ref| <= 1e-5 * sum_c |w[r][c] x[t][c]| + 1e-6 (see quant_test.cpp
-// for why this bound).
+// for why this bound). A single token with a quantized weight type is a decode matvec, which
+// quantizes x to 8 bits first: its reference is ref::quantize_activation + ref::dot_row_q8.
 #include "kernels/cpu/matmul.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/dot_q8.h"
+#include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/quant.h"
 
 namespace leoam::kernels {
@@ -53,7 +56,15 @@ TEST_P(MatmulTest, MatchesReference) {
     for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
       const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
       std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
-      ref::matmul(w, x.data(), n_tokens, y_ref.data());
+      if (n_tokens == 1 && has_dot_q8(type)) {
+        std::vector<uint8_t> xq(activation_bytes(type, s.n_cols));
+        ref::quantize_activation(type, x.data(), s.n_cols, xq.data());
+        for (int64_t r = 0; r < s.n_rows; ++r) {
+          y_ref[static_cast<size_t>(r)] = ref::dot_row_q8(type, w_bytes.data() + r * row_bytes, xq.data(), s.n_cols);
+        }
+      } else {
+        ref::matmul(w, x.data(), n_tokens, y_ref.data());
+      }
       for (ThreadPool& pool : pools) {
         SCOPED_TRACE("rows " + std::to_string(s.n_rows) + " cols " + std::to_string(s.n_cols) + " tokens " +
                      std::to_string(n_tokens) + " threads " + std::to_string(pool.n_threads()));

@@ -1,0 +1,33 @@
+// Integer dot products of quantized weight rows with an 8-bit activation (q8_activation.h):
+// Q4_0 and Q8_0 with BlockQ8A32, Q4_K and Q6_K with BlockQ8K. Per block the integer sum is
+// exact; the paths differ only in the order of the f32 accumulation of the scaled block sums.
+//
+// Paths (cpu_path()): scalar = ref::dot_row_q8; AVX2 = vpmaddubsw/vpmaddwd (unsigned weight
+// nibbles x signed activations, or |w| x sign(x, w) for Q8_0); AVX-512 = 512-bit vpdpbusd with
+// VNNI, vpmaddubsw without. dot_rows_q8 runs up to 4 rows per pass so that each activation block
+// is loaded once for all of them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_type.h"
+
+namespace leoam::kernels {
+
+// True for the weight types with an integer dot (Q4_0, Q8_0, Q4_K, Q6_K).
+bool has_dot_q8(GgmlType type);
+
+// sum_i w[i] * xq[i] over n elements of one row of `type`, xq from quantize_activation(type).
+float dot_row_q8(GgmlType type, const void* row, const void* xq, int64_t n);
+
+// out[r] = dot_row_q8(type, rows + r * row_bytes, xq, n) for r in [0, n_rows).
+void dot_rows_q8(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const void* xq, int64_t n,
+                 float* out);
+
+namespace ref {
+// Exact integer sum per block, then sum_b d_w[b] * d_x[b] * isum[b] in double.
+float dot_row_q8(GgmlType type, const void* row, const void* xq, int64_t n);
+}  // namespace ref
+
+}  // namespace leoam::kernels

@@ -1,0 +1,331 @@
+// AVX2 (+FMA, F16C) activation quantizers and integer dots (see q8_activation.h, dot_q8.h).
+//
+// The products are vpmaddubsw (unsigned bytes x signed bytes -> pairs summed into int16) then
+// vpmaddwd (int16 x int16 -> pairs summed into int32). vpmaddubsw saturates, so each pairing keeps
+// its pair sums below 2^15: Q4_0/Q4_K nibbles 0..15 x |x| <= 127 -> 3810; Q6_K 0..63 -> 16002;
+// Q8_0 as |w| <= 128 times sign(x, w) (|x| <= 127) -> 32512. The second step multiplies by the
+// sub-block scale (K-quants) or by 1, so each block's integer sum is exact; only the f32
+// accumulation of scaled block sums differs from ref::dot_row_q8.
+//
+// Rows: the Q4_0 and Q8_0 kernels take up to 4 rows per pass, so each activation block (and its
+// scale) is loaded once per 4 rows.
+#include <cstring>
+
+#include "kernels/cpu/q8_activation.h"
+#include "kernels/cpu/q8_kernels.h"
+#include "kernels/cpu/quant_blocks.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace leoam::kernels::detail {
+namespace {
+
+LEOAM_AVX2 inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+LEOAM_AVX2 inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+LEOAM_AVX2 inline float hmax_ps(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+LEOAM_AVX2 inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }
+
+// ---- activation quantization ----
+
+// max |x| over 32 floats.
+LEOAM_AVX2 inline __m256 absmax32(const float* x, __m256 m) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int k = 0; k < 4; ++k) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+  return m;
+}
+
+// 32 floats * id rounded to nearest-even -> 32 int8 at qs; returns the 4 x 8 int32 sums lanes.
+struct Quantized32 {
+  __m256i lo;  // elements 0..15 as int32, pairwise added (for the sum of the first 16)
+  __m256i hi;  // elements 16..31
+};
+LEOAM_AVX2 inline Quantized32 quantize32(const float* x, float id, int8_t* qs) {
+  const __m256 idv = _mm256_set1_ps(id);
+  const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), idv));
+  const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), idv));
+  const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), idv));
+  const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), idv));
+  // The packs work within 128-bit lanes; the dword permute puts the 4-element groups back in order.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+  const __m256i q = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), q);
+  return {_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)};
+}
+
+LEOAM_AVX2 void quantize_q8a32_avx2(const float* x, int64_t n, void* dst) {
+  auto* y = static_cast<BlockQ8A32*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    const float amax = hmax_ps(absmax32(xb, _mm256_setzero_ps()));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const Quantized32 s = quantize32(xb, id, y[b].qs);
+    y[b].d = amax / 127.0f;
+    y[b].s = y[b].d * static_cast<float>(hsum_epi32(_mm256_add_epi32(s.lo, s.hi)));
+  }
+}
+
+LEOAM_AVX2 void quantize_q8k_avx2(const float* x, int64_t n, void* dst) {
+  auto* y = static_cast<BlockQ8K*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* xb = x + b * kQK_K;
+    __m256 m = _mm256_setzero_ps();
+    for (int g = 0; g < 8; ++g) m = absmax32(xb + 32 * g, m);
+    const float amax = hmax_ps(m);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int g = 0; g < 8; ++g) {
+      const Quantized32 s = quantize32(xb + 32 * g, id, y[b].qs + 32 * g);
+      y[b].bsums[2 * g] = static_cast<int16_t>(hsum_epi32(s.lo));
+      y[b].bsums[2 * g + 1] = static_cast<int16_t>(hsum_epi32(s.hi));
+    }
+    y[b].d = amax / 127.0f;
+  }
+}
+
+// ---- Q4_0 x Q8A32 ----
+//
+// sum_j (u_j - 8) x_j = sum_j u_j x_j - 8 sum_j x_j, u the stored nibble: the first term is a
+// vpmaddubsw of the unsigned nibbles, the second comes with the activation block (s = d sum qs).
+
+// The 32 nibbles of a Q4_0 block in element order, as unsigned bytes 0..15.
+LEOAM_AVX2 inline __m256i q4_0_nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+template <int kRows>
+LEOAM_AVX2 void dot_q4_0_rows(const uint8_t* rows, size_t row_bytes, const BlockQ8A32* x, int64_t n_blocks,
+                              float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kRows];
+  float corr[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    corr[r] = 0.0f;
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    const __m256 dx = _mm256_broadcast_ss(&x[b].d);
+    const float sx = x[b].s;
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const BlockQ4_0& w = reinterpret_cast<const BlockQ4_0*>(rows + r * row_bytes)[b];
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q4_0_nibbles(w.qs), xq), ones);
+      const float dw = f16_scale(w.d);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(dw), dx), acc[r]);
+      corr[r] += dw * sx;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) out[r] = hsum_ps(acc[r]) - 8.0f * corr[r];
+}
+
+// ---- Q8_0 x Q8A32: |w| x sign(x, w) ----
+
+template <int kRows>
+LEOAM_AVX2 void dot_q8_0_rows(const uint8_t* rows, size_t row_bytes, const BlockQ8A32* x, int64_t n_blocks,
+                              float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kRows];
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    const __m256 dx = _mm256_broadcast_ss(&x[b].d);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(rows + r * row_bytes)[b];
+      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+      const __m256i p =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq)), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(f16_scale(w.d)), dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) out[r] = hsum_ps(acc[r]);
+}
+
+// ---- Q4_K x Q8K ----
+
+// The 8 6-bit scales (sc) and mins (m) of a Q4_K block, unpacked 4 at a time in 32-bit words
+// (the same mapping as q4_k_scale_min).
+struct Q4KScales {
+  uint8_t sc[8];
+  uint8_t m[8];
+};
+inline Q4KScales q4_k_scales(const uint8_t* scales) {
+  uint32_t a, b, c;
+  std::memcpy(&a, scales, 4);
+  std::memcpy(&b, scales + 4, 4);
+  std::memcpy(&c, scales + 8, 4);
+  const uint32_t sc_lo = a & 0x3F3F3F3Fu;
+  const uint32_t m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
+  Q4KScales s;
+  std::memcpy(s.sc, &sc_lo, 4);
+  std::memcpy(s.sc + 4, &sc_hi, 4);
+  std::memcpy(s.m, &m_lo, 4);
+  std::memcpy(s.m + 4, &m_hi, 4);
+  return s;
+}
+
+LEOAM_AVX2 float dot_q4_k_row(const BlockQ4_K* w, const BlockQ8K* x, int64_t n_blocks) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();   // d dx sum_j sc_j sum(q qx)
+  __m256 accm = _mm256_setzero_ps();  // dmin dx sum_j m_j sum(qx)
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const Q4KScales s = q4_k_scales(w[b].scales);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * g));
+      const __m256i lo = _mm256_and_si256(q, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * g));
+      const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * g + 32));
+      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_set1_epi16(s.sc[2 * g]));
+      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), _mm256_set1_epi16(s.sc[2 * g + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
+    }
+    // Sums of 32 activations (pairs of bsums) times the 8 mins.
+    const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].bsums)), ones);
+    uint64_t m8;
+    std::memcpy(&m8, s.m, 8);
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(m8)));
+    const __m256i pm = _mm256_mullo_epi32(bs, mins);
+    const float dx = x[b].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(w[b].d) * dx), _mm256_cvtepi32_ps(sumi), acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(w[b].dmin) * dx), _mm256_cvtepi32_ps(pm), accm);
+  }
+  return hsum_ps(acc) - hsum_ps(accm);
+}
+
+// ---- Q6_K x Q8K ----
+//
+// sum_k sc_k sum_{e in k} (u_e - 32) x_e = sum_k sc_k sum(u x) - 32 sum_k sc_k bsums_k, with u the
+// stored 6-bit value 0..63 (vpmaddubsw) and 16-element sub-blocks k.
+
+LEOAM_AVX2 float dot_q6_k_row(const BlockQ6_K* w, const BlockQ8K* x, int64_t n_blocks) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(0x30);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const BlockQ6_K& blk = w[b];
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+      // 16-bit shifts leak bits across bytes only into bits the masks clear.
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      const int8_t* sc = blk.scales + 8 * h;
+      for (int k = 0; k < 4; ++k) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 128 * h + 32 * k));
+        // Elements [32k, 32k + 16) use scale 2k, the next 16 use 2k + 1: the two 128-bit halves.
+        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * k])),
+                                                      _mm_set1_epi16(sc[2 * k + 1]), 1);
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xq), scale));
+      }
+    }
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+    const __m256i bias =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].bsums)), sc16);
+    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(bias, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(blk.d) * x[b].d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum_ps(acc);
+}
+
+// ---- the table ----
+
+template <template <int> class Kernel, typename XBlock>
+void dispatch_rows(const void* rows, size_t row_bytes, int n_rows, const void* xq, int64_t n_blocks, float* out) {
+  const auto* r = static_cast<const uint8_t*>(rows);
+  const auto* x = static_cast<const XBlock*>(xq);
+  switch (n_rows) {
+    case 4:
+      Kernel<4>::run(r, row_bytes, x, n_blocks, out);
+      return;
+    case 3:
+      Kernel<3>::run(r, row_bytes, x, n_blocks, out);
+      return;
+    case 2:
+      Kernel<2>::run(r, row_bytes, x, n_blocks, out);
+      return;
+    default:
+      Kernel<1>::run(r, row_bytes, x, n_blocks, out);
+      return;
+  }
+}
+
+template <int kRows>
+struct Q4_0Rows {
+  static void run(const uint8_t* r, size_t rb, const BlockQ8A32* x, int64_t nb, float* out) {
+    dot_q4_0_rows<kRows>(r, rb, x, nb, out);
+  }
+};
+template <int kRows>
+struct Q8_0Rows {
+  static void run(const uint8_t* r, size_t rb, const BlockQ8A32* x, int64_t nb, float* out) {
+    dot_q8_0_rows<kRows>(r, rb, x, nb, out);
+  }
+};
+
+void dot_q4_0_avx2(const void* rows, size_t row_bytes, int n_rows, const void* xq, int64_t n, float* out) {
+  dispatch_rows<Q4_0Rows, BlockQ8A32>(rows, row_bytes, n_rows, xq, n / kQK4_0, out);
+}
+void dot_q8_0_avx2(const void* rows, size_t row_bytes, int n_rows, const void* xq, int64_t n, float* out) {
+  dispatch_rows<Q8_0Rows, BlockQ8A32>(rows, row_bytes, n_rows, xq, n / kQK8_0, out);
+}
+void dot_q4_k_avx2(const void* rows, size_t row_bytes, int n_rows, const void* xq, int64_t n, float* out) {
+  for (int r = 0; r < n_rows; ++r) {
+    out[r] = dot_q4_k_row(reinterpret_cast<const BlockQ4_K*>(static_cast<const uint8_t*>(rows) + r * row_bytes),
+                          static_cast<const BlockQ8K*>(xq), n / kQK_K);
+  }
+}
+void dot_q6_k_avx2(const void* rows, size_t row_bytes, int n_rows, const void* xq, int64_t n, float* out) {
+  for (int r = 0; r < n_rows; ++r) {
+    out[r] = dot_q6_k_row(reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(rows) + r * row_bytes),
+                          static_cast<const BlockQ8K*>(xq), n / kQK_K);
+  }
+}
+
+constexpr Q8Kernels kAvx2Kernels = {quantize_q8a32_avx2, quantize_q8k_avx2, dot_q4_0_avx2,
+                                    dot_q8_0_avx2,       dot_q4_k_avx2,     dot_q6_k_avx2};
+
+}  // namespace
+
+const Q8Kernels* q8_kernels_avx2() { return &kAvx2Kernels; }
+
+}  // namespace leoam::kernels::detail
+
+#else  // not x86
+
+namespace leoam::kernels::detail {
+const Q8Kernels* q8_kernels_avx2() { return nullptr; }
+}  // namespace leoam::kernels::detail
+
+#endif
