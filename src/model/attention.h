@@ -1,7 +1,9 @@
 // Causal multi-head attention of a batch of queries over the KV of one layer, read through a
-// KvView segment by segment. Each (query token, head) keeps a running maximum, a running sum and
-// an accumulator (online softmax), so no [n_tokens][n_kv] score matrix is ever materialized and
-// the storage may be split into any number of segments.
+// KvView segment by segment. The work is done by kernels::flash_attention: tiles of keys with an
+// online softmax (running maximum, sum and accumulator per query row), so no [n_tokens][n_kv]
+// score matrix is ever materialized and the storage may be split into any number of segments.
+// Prompts are split over (query block, kv head); a single query over a long KV is split over
+// ranges of positions whose partial results are merged (flash-decoding).
 //
 // Query head h reads KV head h / (n_head / n_head_kv) (grouped-query attention); a query at
 // position p sees the keys at positions <= p.
@@ -24,7 +26,7 @@ struct AttentionParams {
 
 // q:   [n_tokens][n_head][head_dim] f32, the queries of positions [pos0, pos0 + n_tokens)
 // out: [n_tokens][n_head][head_dim] f32
-// Fails when the view's geometry differs from params'. The work is split over (token, head).
+// Fails when the view's geometry differs from params'.
 Status attention(const KvView& kv, const AttentionParams& params, const float* q, int64_t pos0, int64_t n_tokens,
                  float* out, ThreadPool& pool);
 

@@ -1,14 +1,40 @@
 // y = W x for a batch of tokens (prefill). Rows of W are split evenly across the pool.
 //
-// Each thread decodes kTileRows rows at a time into a thread-local f32 tile (16 rows x n_cols,
-// 256 KiB at n_cols = 4096: stays in L2), then a register-blocked micro-kernel computes 4 rows x
-// 2 tokens of dots per pass, so each loaded weight vector feeds 2 FMAs and each loaded activation
-// vector 4. W is decoded once per call whatever n_tokens is.
+// kBlas (the default above 2^20 multiply-adds): each pool thread decodes panels of its rows of W
+// to f32 (4 MiB each) and multiplies them with a single-threaded OpenBLAS sgemm. kTiled: each
+// thread decodes 16 rows at a time and a 4 rows x 2 tokens register-blocked micro-kernel computes
+// dot products. W is decoded once per call whatever n_tokens is, in both.
+//
+// Measured 2026-11-29 (bench/gemm_bench.cpp, one run each, 2-core EPYC Zen 3 VM, AVX2, OpenBLAS
+// 0.3.21 pthreads, 2 threads), GFLOP/s; sgemm = plain OpenBLAS f32 sgemm, its own 2 threads:
+//
+//   W rows x cols  tokens | sgemm | F32: tiled  blas | Q4_0: tiled  blas  blas_threaded
+//   2048 x 2048      32   |  111  |       41     94  |        36    102     97
+//   2048 x 2048     128   |  148  |       53    136  |        43    145    146
+//   2048 x 2048     512   |  165  |       46    146  |        46    159    164
+//   8192 x 2048      32   |  101  |       41     84  |        44     98    102
+//   8192 x 2048     128   |  129  |       43    133  |        51    127    147
+//   8192 x 2048     512   |  153  |       38    138  |        48    133    160
+//   2048 x 8192      32   |  104  |       30    106  |        44    103     82
+//   2048 x 8192     128   |  137  |       39    158  |        50    121    127
+//   2048 x 8192     512   |  176  |       42    169  |        48    157    148
+//
+//   kAuto (= blas) at 2048 x 2048 x 512 tokens: Q8_0 158, F16 161, Q4_K 162. sgemm on 1 thread: 88.
+//
+// So the tiled kernel reaches ~30% of sgemm; blas reaches 80-100% of it for every weight type
+// (the decode of W to f32 costs little beside 2 * n_tokens flops per weight). Letting OpenBLAS
+// thread one sgemm per panel (blas_threaded) is no faster at 128-512 tokens and slower at 32,
+// and its threads spin after each call, taking the cores our pool needs next; so blas it is.
+// Not tried: an own packed 6x16 AVX2 kernel; OpenBLAS already runs at ~90% of the FMA peak.
 #include "kernels/cpu/gemm.h"
 
+#include <cblas.h>
+
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -66,17 +92,12 @@ LEOAM_AVX2 void dot_block_avx2(const float* const* rows, const float* const* xs,
   }
 }
 
-bool cpu_has_avx2_fma() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
 
 template <int R, int T>
 void dot_block(const float* const* rows, const float* const* xs, int64_t n, float (*out)[T]) {
 #ifdef LEOAM_HAVE_X86
-  static const bool avx2 = cpu_has_avx2_fma();
-  if (avx2) {
+  if (cpu_path() >= CpuPath::kAvx2) {
     dot_block_avx2<R, T>(rows, xs, n, out);
     return;
   }
@@ -141,12 +162,127 @@ void matmul_rows_batched(const MatrixView& w, const float* x, int64_t n_tokens, 
   }
 }
 
+// 2^20 multiply-adds: below it (toy and test models) kAuto keeps the tiled kernel. The tiled
+// kernel's rounding does not depend on n_tokens, so a prompt evaluated whole or in chunks gives
+// the same bits; OpenBLAS's does (with blas, chunks of 3 vs one batch differ by 1.2e-5 relative in
+// the logits of the 2-layer Q4_0 test model, tests/unit/model/forward_context_test.cpp, against
+// 1.5e-7 with tiled). Such products take microseconds either way; the crossover in speed was not
+// measured.
+constexpr double kBlasMinMacs = 1 << 20;
+
+// OpenBLAS keeps its thread count in a process-wide setting; this mirrors it so that the setting
+// is only changed when a different count is wanted (a change may start or stop its threads).
+std::atomic<int> g_blas_threads{0};
+
+void set_blas_threads(int n_threads) {
+  if (g_blas_threads.exchange(n_threads) != n_threads) openblas_set_num_threads(n_threads);
+}
+
+// 4 MiB: the f32 panel a thread decodes W into between sgemm calls; its rows are the N side of
+// the sgemm, so bigger panels amortize OpenBLAS's packing of x over more rows. Measured at
+// 2048 x 8192, Q4_0, 512 tokens: 1 MiB panels (32 rows) 112 GFLOP/s, 4 MiB (128 rows) 157.
+constexpr size_t kPanelBytes = size_t{4} << 20;
+
+int64_t panel_rows(int64_t n_cols) {
+  const auto rows = static_cast<int64_t>(kPanelBytes / (sizeof(float) * static_cast<size_t>(n_cols)));
+  return std::clamp<int64_t>(rows / 16 * 16, 16, 512);
+}
+
+// y[t][r] for r in [r0, r0 + n) from f32 rows w_f32 (row stride ld floats).
+void sgemm_rows(const float* w_f32, int64_t ld, int64_t n, int64_t r0, const float* x, int64_t n_tokens,
+                int64_t n_cols, int64_t n_rows, float* y) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n_tokens), static_cast<blasint>(n),
+              static_cast<blasint>(n_cols), 1.0f, x, static_cast<blasint>(n_cols), w_f32, static_cast<blasint>(ld),
+              0.0f, y + r0, static_cast<blasint>(n_rows));
+}
+
+void decode_rows(const MatrixView& w, int64_t r0, int64_t n, float* dst) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t i = 0; i < n; ++i) {
+    dequantize_row(w.type, base + static_cast<size_t>(r0 + i) * w.row_bytes, dst + i * w.n_cols, w.n_cols);
+  }
+}
+
+void blas_rows(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t begin, int64_t end) {
+  if (w.type == GgmlType::kF32) {
+    const auto* w_f32 = static_cast<const float*>(w.data) + begin * w.n_cols;
+    sgemm_rows(w_f32, w.n_cols, end - begin, begin, x, n_tokens, w.n_cols, w.n_rows, y);
+    return;
+  }
+  const int64_t n_panel = panel_rows(w.n_cols);
+  thread_local std::vector<float> panel;  // [n_panel][n_cols], reused across calls
+  panel.resize(static_cast<size_t>(n_panel * w.n_cols));
+  for (int64_t r0 = begin; r0 < end; r0 += n_panel) {
+    const int64_t n = std::min(n_panel, end - r0);
+    decode_rows(w, r0, n, panel.data());
+    sgemm_rows(panel.data(), w.n_cols, n, r0, x, n_tokens, w.n_cols, w.n_rows, y);
+  }
+}
+
+void gemm_blas(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  set_blas_threads(1);
+  // Rows in multiples of 16 per thread, so that OpenBLAS's N blocking is not left with slivers.
+  const int64_t n_units = (w.n_rows + 15) / 16;
+  pool.parallel_for(n_units, [&](int64_t begin, int64_t end, int) {
+    blas_rows(w, x, n_tokens, y, begin * 16, std::min(end * 16, w.n_rows));
+  });
+}
+
+void gemm_blas_threaded(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  set_blas_threads(pool.n_threads());
+  if (w.type == GgmlType::kF32) {
+    sgemm_rows(static_cast<const float*>(w.data), w.n_cols, w.n_rows, 0, x, n_tokens, w.n_cols, w.n_rows, y);
+    return;
+  }
+  const int64_t n_panel = 4 * panel_rows(w.n_cols);
+  std::vector<float> panel(static_cast<size_t>(n_panel * w.n_cols));
+  for (int64_t r0 = 0; r0 < w.n_rows; r0 += n_panel) {
+    const int64_t n = std::min(n_panel, w.n_rows - r0);
+    pool.parallel_for(n, [&](int64_t begin, int64_t end, int) {
+      decode_rows(w, r0 + begin, end - begin, panel.data() + begin * w.n_cols);
+    });
+    sgemm_rows(panel.data(), w.n_cols, n, r0, x, n_tokens, w.n_cols, w.n_rows, y);
+  }
+}
+
 }  // namespace
 
-void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  pool.parallel_for(w.n_rows, [&](int64_t begin, int64_t end, int) {
-    matmul_rows_batched(w, x, n_tokens, y, begin, end);
-  });
+void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+          const GemmOptions& options) {
+  GemmMethod method = options.method;
+  if (method == GemmMethod::kAuto) {
+    const double n_macs = static_cast<double>(w.n_rows) * static_cast<double>(w.n_cols) * static_cast<double>(n_tokens);
+    method = n_macs < kBlasMinMacs ? GemmMethod::kTiled : GemmMethod::kBlas;
+  }
+  switch (method) {
+    case GemmMethod::kTiled:
+      pool.parallel_for(w.n_rows, [&](int64_t begin, int64_t end, int) {
+        matmul_rows_batched(w, x, n_tokens, y, begin, end);
+      });
+      return;
+    case GemmMethod::kBlasThreaded:
+      gemm_blas_threaded(w, x, n_tokens, y, pool);
+      return;
+    case GemmMethod::kAuto:
+    case GemmMethod::kBlas:
+      gemm_blas(w, x, n_tokens, y, pool);
+      return;
+  }
+}
+
+void blas_sgemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int n_threads) {
+  set_blas_threads(n_threads);
+  sgemm_rows(b, k, n, 0, a, m, k, n, c);
+}
+
+const char* gemm_method_name(GemmMethod method) {
+  switch (method) {
+    case GemmMethod::kAuto: return "auto";
+    case GemmMethod::kTiled: return "tiled";
+    case GemmMethod::kBlas: return "blas";
+    case GemmMethod::kBlasThreaded: return "blas_threaded";
+  }
+  return "?";
 }
 
 }  // namespace leoam::kernels

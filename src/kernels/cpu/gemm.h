@@ -1,4 +1,8 @@
 // Prefill products: y = W x for several tokens at once (see matmul.h for the shapes).
+//
+// Several methods compute the same product; kAuto picks the one measured fastest on the prompt
+// batches that matter (32-512 tokens, see the numbers at the top of gemm.cpp). The others stay
+// selectable so that tests cover each of them and the benchmark can keep comparing them.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +12,31 @@
 
 namespace leoam::kernels {
 
-// y[t][r] = sum_c w[r][c] * x[t][c] for t in [0, n_tokens), n_tokens >= 1; rows split across the pool.
-void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+enum class GemmMethod : uint8_t {
+  kAuto,
+  // Decode 16 rows of W to f32, 4 rows x 2 tokens register-blocked dot products (any CPU).
+  kTiled,
+  // Each pool thread decodes panels of its rows of W to f32 and multiplies them with a
+  // single-threaded OpenBLAS sgemm; OpenBLAS's own threads are not used.
+  kBlas,
+  // The pool decodes a panel of W to f32, then one OpenBLAS sgemm with OpenBLAS's own threads
+  // (as many as the pool has) multiplies it. Kept for the comparison only.
+  kBlasThreaded,
+};
+
+struct GemmOptions {
+  GemmMethod method = GemmMethod::kAuto;
+};
+
+// y[t][r] = sum_c w[r][c] * x[t][c] for t in [0, n_tokens), n_tokens >= 1.
+// x: [n_tokens][n_cols] f32, y: [n_tokens][n_rows] f32.
+void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+          const GemmOptions& options = {});
+
+// The reference rate for prefill: one plain OpenBLAS sgemm, C[m][n] = A[m][k] B[n][k]^T, all
+// f32 row-major, with OpenBLAS threads = n_threads. For the benchmark.
+void blas_sgemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int n_threads);
+
+const char* gemm_method_name(GemmMethod method);
 
 }  // namespace leoam::kernels

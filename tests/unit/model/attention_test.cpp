@@ -132,6 +132,22 @@ TEST(Attention, LargeScoresDoNotOverflow) {
   }
 }
 
+TEST(Attention, LongKvDecodeSplitAcrossThreads) {
+  // 1100 keys >= 512 per thread: one query is split over KV ranges (flash-decoding) and merged.
+  const int n = 1100, n_kv_heads = 2, n_head = 8, hd = 32;
+  const SplitKv kv = make_split(n, n_kv_heads, hd, {300, 301, 777});
+  std::vector<float> q(n_head * hd);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 1.5f * std::sin(0.71f * i);
+  AttentionParams p{n_head, n_kv_heads, hd, 1.0f / std::sqrt(32.0f)};
+  const auto want = naive(kv, q, n_head, n - 1, 1);
+  for (int n_threads : {1, 2, 3}) {
+    ThreadPool pool(n_threads);
+    std::vector<float> out(q.size());
+    ASSERT_TRUE(attention(kv.view(), p, q.data(), n - 1, 1, out.data(), pool).is_ok());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 2e-5) << i << " threads " << n_threads;
+  }
+}
+
 TEST(Attention, RejectsMismatchedGeometry) {
   ThreadPool pool(1);
   const SplitKv kv = make_split(4, 2, 8, {});

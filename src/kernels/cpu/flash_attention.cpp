@@ -1,0 +1,631 @@
+// Tiled causal attention with an online softmax (see flash_attention.h for the two work splits).
+//
+// One step = one tile of up to kKeyTile keys x the query rows of one kv head:
+//
+//   K tile -> f32 (F16C)   s[i][j] = q_i . k_j        (q pre-scaled; 2 rows x 4 keys blocks)
+//   mask s[i][j] for key position > query position
+//   m_new = max(m, max_j s)   p = exp(s - m_new)   l = l e^(m - m_new) + sum p   acc *= e^(m - m_new)
+//   V tile -> f32          acc[i] += sum_j p[i][j] v_j (4 rows x 16 dims blocks)
+//
+// Scratch per thread: the query rows' q, acc, m, l plus one K and one V tile and the scores,
+// at most n_head_kv * kQueryRows rows (decode) or kQueryRows rows (prefill): ~300 KiB for 8 kv
+// heads of 128 whatever the number of keys.
+//
+// Speed (bench/attention_bench.cpp, 2-core Zen 3 VM, 32/8 heads of 128, F16 KV): decode streams
+// 6-7 GB/s per thread, about a third of one core's DRAM read rate; it is bound by arithmetic, not
+// memory: 1024 FMAs per key and kv head (4 query heads x 128 x 2) against 512 bytes, i.e. at 2
+// FMA vectors per cycle at best 64 cycles per 512 B, ~20 GB/s per core at 100% FMA use. Measured
+// ~27% of that; the rest goes to f16 conversion, broadcasts, horizontal sums and the softmax.
+// Prefill attention: ~80-90 GFLOP/s on 2 threads.
+#include "kernels/cpu/flash_attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/fp16.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LEOAM_HAVE_X86 1
+#define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+namespace leoam::kernels {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// 64 keys x 128 dims x 4 B = 32 KiB per f32 tile: K and V tiles together stay in L2 next to the
+// accumulators, and 64 keys amortize the per-row softmax bookkeeping.
+constexpr int64_t kKeyTile = 64;
+// 64 query rows (tokens x group heads) per prefill item: each K/V tile is loaded once for 64
+// rows; 64 x 128 x 4 B = 32 KiB of accumulators.
+constexpr int kQueryRows = 64;
+// 128 KiB: the f32 K and V tiles of all kv heads together when several heads share an item
+// (decode of 9+ query rows per kv head); the tile converts whole KV rows in address order.
+constexpr size_t kDecodeTileBytes = size_t{128} << 10;
+// Up to 8 query rows per kv head (decode: one token, GQA group <= 8), f16 K/V are read in place,
+// converted in registers as the dot products use them, in tiles of 32 keys. Measured, 32K keys,
+// 32/8 heads of 128, 1 thread: converted tiles 5.0 GB/s, in place 6.6 GB/s (64-key tiles: same).
+constexpr int kDirectF16Rows = 8;
+constexpr int64_t kDirectKeyTile = 32;
+// 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
+// cost more than the split saves.
+constexpr int64_t kMinSplitKeys = 512;
+
+// ---- tile kernels, one set per ISA ---------------------------------------------------------
+
+struct TileKernels {
+  // dst[h * head_stride + j * hd + d] = f32 of element h * hd + d of the f16 row at
+  // src + j * stride_bytes, for j < n, h < n_heads, d < hd: rows are read in order, whole.
+  void (*load_f16)(const void* src, size_t stride_bytes, int64_t n, int n_heads, int hd, float* dst,
+                   size_t head_stride);
+  // s[i * ld + j] = q[i] . k[j] for i < nq, j < nk; q: [nq][hd].
+  void (*scores)(const float* q, int nq, const float* const* k, int nk, int hd, float* s, int ld);
+  // The same reading f16 rows directly (decode: few query rows, so converting each K element as
+  // it is used costs less than a converted tile's extra store and reload).
+  void (*scores_f16)(const float* q, int nq, const uint16_t* const* k, int nk, int hd, float* s, int ld);
+  // s[j] = exp(s[j] - m) for j < n; returns the sum.
+  float (*exp_sum)(float* s, int n, float m);
+  // acc[i][d] += sum_j p[i * ld + j] v[j][d] for i < nq, j < nk.
+  void (*accumulate)(const float* p, int ld, int nq, const float* const* v, int nk, int hd, float* acc);
+  void (*accumulate_f16)(const float* p, int ld, int nq, const uint16_t* const* v, int nk, int hd, float* acc);
+};
+
+void load_f16_scalar(const void* src, size_t stride_bytes, int64_t n, int n_heads, int hd, float* dst,
+                     size_t head_stride) {
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* row = reinterpret_cast<const uint16_t*>(static_cast<const char*>(src) + j * stride_bytes);
+    for (int h = 0; h < n_heads; ++h) {
+      for (int d = 0; d < hd; ++d) dst[h * head_stride + j * hd + d] = f16_to_f32(row[h * hd + d]);
+    }
+  }
+}
+
+inline float to_f32(float x) { return x; }
+inline float to_f32(uint16_t x) { return f16_to_f32(x); }
+
+template <typename T>
+void scores_scalar(const float* q, int nq, const T* const* k, int nk, int hd, float* s, int ld) {
+  for (int i = 0; i < nq; ++i) {
+    for (int j = 0; j < nk; ++j) {
+      float sum = 0.0f;
+      for (int d = 0; d < hd; ++d) sum += q[i * hd + d] * to_f32(k[j][d]);
+      s[i * ld + j] = sum;
+    }
+  }
+}
+
+float exp_sum_scalar(float* s, int n, float m) {
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - m));
+  return sum;
+}
+
+template <typename T>
+void accumulate_scalar(const float* p, int ld, int nq, const T* const* v, int nk, int hd, float* acc) {
+  for (int i = 0; i < nq; ++i) {
+    for (int j = 0; j < nk; ++j) {
+      const float w = p[i * ld + j];
+      for (int d = 0; d < hd; ++d) acc[i * hd + d] += w * to_f32(v[j][d]);
+    }
+  }
+}
+
+constexpr TileKernels kScalarKernels{load_f16_scalar, scores_scalar<float>, scores_scalar<uint16_t>, exp_sum_scalar,
+                                     accumulate_scalar<float>, accumulate_scalar<uint16_t>};
+
+#ifdef LEOAM_HAVE_X86
+LEOAM_AVX2 void load_f16_avx2(const void* src, size_t stride_bytes, int64_t n, int n_heads, int hd, float* dst,
+                              size_t head_stride) {
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* row = reinterpret_cast<const uint16_t*>(static_cast<const char*>(src) + j * stride_bytes);
+    for (int h = 0; h < n_heads; ++h) {
+      float* out = dst + h * head_stride + j * hd;
+      for (int d = 0; d < hd; d += 8) {
+        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + h * hd + d))));
+      }
+    }
+  }
+}
+
+LEOAM_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+LEOAM_AVX2 inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+LEOAM_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// {sum a, sum b, sum c, sum d}
+LEOAM_AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// R query rows x K keys of dot products; hd a multiple of 8.
+template <int R, int K, typename T>
+LEOAM_AVX2 inline void scores_block(const float* q, const T* const* k, int hd, float* s, int ld) {
+  __m256 acc[R][K];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 16
+    for (int c = 0; c < K; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  for (int d = 0; d < hd; d += 8) {
+    __m256 kv[K];
+    #pragma GCC unroll 16
+    for (int c = 0; c < K; ++c) kv[c] = load8(k[c] + d);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q + r * hd + d);
+      #pragma GCC unroll 16
+      for (int c = 0; c < K; ++c) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);
+    }
+  }
+    if constexpr (R == 4 && K != 4) {  // a column of 4 rows per key
+#pragma GCC unroll 16
+    for (int c = 0; c < K; ++c) {
+      alignas(16) float col[4];
+      _mm_store_ps(col, hsum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+      for (int r = 0; r < 4; ++r) s[r * ld + c] = col[r];
+    }
+    return;
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    if constexpr (K == 4) {
+      _mm_storeu_ps(s + r * ld, hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    } else {
+      #pragma GCC unroll 16
+      for (int c = 0; c < K; ++c) s[r * ld + c] = hsum(acc[r][c]);
+    }
+  }
+}
+
+template <int R, typename T>
+LEOAM_AVX2 inline void scores_rows(const float* q, const T* const* k, int nk, int hd, float* s, int ld) {
+  int j = 0;
+  for (; j + 4 <= nk; j += 4) scores_block<R, 4>(q, k + j, hd, s + j, ld);
+  for (; j < nk; ++j) scores_block<R, 1>(q, k + j, hd, s + j, ld);
+}
+
+// f32 K (a converted tile, many query rows): 2 rows x 4 keys, 6 loads per 8 FMAs.
+LEOAM_AVX2 void scores_avx2(const float* q, int nq, const float* const* k, int nk, int hd, float* s, int ld) {
+  int i = 0;
+  for (; i + 2 <= nq; i += 2) scores_rows<2>(q + i * hd, k, nk, hd, s + i * ld, ld);
+  if (i < nq) scores_rows<1>(q + i * hd, k, nk, hd, s + i * ld, ld);
+}
+
+// f16 K: 4 rows x 3 keys, so that each converted K vector feeds 4 FMAs; 12 accumulators, so that
+// 3 FMAs per cycle-latency window keep both FMA pipes busy.
+LEOAM_AVX2 void scores_f16_avx2(const float* q, int nq, const uint16_t* const* k, int nk, int hd, float* s,
+                                int ld) {
+  int i = 0;
+  for (; i + 4 <= nq; i += 4) {
+    int j = 0;
+    for (; j + 3 <= nk; j += 3) scores_block<4, 3>(q + i * hd, k + j, hd, s + i * ld + j, ld);
+    for (; j < nk; ++j) scores_block<4, 1>(q + i * hd, k + j, hd, s + i * ld + j, ld);
+  }
+  for (; i < nq; ++i) scores_rows<1>(q + i * hd, k, nk, hd, s + i * ld, ld);
+}
+
+// e^x for x <= 0 (or -inf): Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-6 Taylor
+// polynomial (truncation 0.35^7 / 7! = 1.2e-7 relative), times 2^n through the exponent bits.
+// Below -87 (e^-87 = 1.6e-38, the smallest normal float's neighbourhood) the result is 0.
+LEOAM_AVX2 inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 = 0.693359375 - 2.12194440e-4
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  const __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(p)));
+  return _mm256_andnot_ps(underflow, y);
+}
+
+LEOAM_AVX2 float exp_sum_avx2(float* s, int n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (j < n) {  // the tail through a padded copy, so every element gets the same exp
+    alignas(32) float tail[8];
+    for (int t = 0; t < 8; ++t) tail[t] = j + t < n ? s[j + t] : kNegInf;
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), mv));
+    _mm256_store_ps(tail, e);
+    sum = _mm256_add_ps(sum, e);
+    for (int t = 0; j + t < n; ++t) s[j + t] = tail[t];
+  }
+  return hsum(sum);
+}
+
+// R rows x 16 dims (D = 2 vectors) or x 8 dims (D = 1) of acc, kept in registers over the keys.
+template <int R, int D, typename T>
+LEOAM_AVX2 inline void accumulate_block(const float* p, int ld, const T* const* v, int nk, int hd, int d,
+                                        float* acc) {
+  __m256 a[R][D];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 16
+    for (int c = 0; c < D; ++c) a[r][c] = _mm256_loadu_ps(acc + r * hd + d + 8 * c);
+  }
+  for (int j = 0; j < nk; ++j) {
+    __m256 vv[D];
+    #pragma GCC unroll 16
+    for (int c = 0; c < D; ++c) vv[c] = load8(v[j] + d + 8 * c);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 w = _mm256_broadcast_ss(p + r * ld + j);
+      #pragma GCC unroll 16
+      for (int c = 0; c < D; ++c) a[r][c] = _mm256_fmadd_ps(w, vv[c], a[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 16
+    for (int c = 0; c < D; ++c) _mm256_storeu_ps(acc + r * hd + d + 8 * c, a[r][c]);
+  }
+}
+
+template <int R, typename T>
+LEOAM_AVX2 inline void accumulate_rows(const float* p, int ld, const T* const* v, int nk, int hd, float* acc) {
+  int d = 0;
+  if constexpr (R == 4) {  // 4 x 24 dims: 12 accumulators hide the FMA latency
+    for (; d + 24 <= hd; d += 24) accumulate_block<R, 3>(p, ld, v, nk, hd, d, acc);
+  }
+  for (; d + 16 <= hd; d += 16) accumulate_block<R, 2>(p, ld, v, nk, hd, d, acc);
+  if (d < hd) accumulate_block<R, 1>(p, ld, v, nk, hd, d, acc);
+}
+
+template <typename T>
+LEOAM_AVX2 void accumulate_avx2(const float* p, int ld, int nq, const T* const* v, int nk, int hd, float* acc) {
+  int i = 0;
+  for (; i + 4 <= nq; i += 4) accumulate_rows<4>(p + i * ld, ld, v, nk, hd, acc + i * hd);
+  switch (nq - i) {
+    case 3: accumulate_rows<3>(p + i * ld, ld, v, nk, hd, acc + i * hd); break;
+    case 2: accumulate_rows<2>(p + i * ld, ld, v, nk, hd, acc + i * hd); break;
+    case 1: accumulate_rows<1>(p + i * ld, ld, v, nk, hd, acc + i * hd); break;
+    default: break;
+  }
+}
+
+constexpr TileKernels kAvx2Kernels{load_f16_avx2,           scores_avx2,          scores_f16_avx2,
+                                   exp_sum_avx2,            accumulate_avx2<float>, accumulate_avx2<uint16_t>};
+#endif
+
+const TileKernels& pick_kernels(AttentionIsa isa, int head_dim) {
+#ifdef LEOAM_HAVE_X86
+  const bool cpu_avx2 = cpu_path() >= CpuPath::kAvx2;
+  if (isa != AttentionIsa::kScalar && cpu_avx2 && head_dim % 8 == 0) return kAvx2Kernels;
+#endif
+  return kScalarKernels;
+}
+
+// ---- the driver ----------------------------------------------------------------------------
+
+// The query rows one item attends with, and their online-softmax state. Rows are ordered
+// [kv head - h0][token - t0][group head].
+struct Scratch {
+  std::vector<float> q;    // [n_rows][hd], pre-scaled
+  std::vector<float> acc;  // [n_rows][hd]
+  std::vector<float> m, l; // [n_rows]
+  std::vector<float> k_tile, v_tile;  // [kv head - h0][key tile][hd], f32
+  std::vector<float> s;    // [rows per kv head][kKeyTile]
+};
+
+struct Work {
+  std::span<const KvRun> runs;
+  const FlashAttentionParams* p;
+  const TileKernels* kernels;
+  int group;
+  const float* q;
+};
+
+// Attends queries [t0, t0 + nt) x kv heads [h0, h1) over key positions [key_lo, key_hi), leaving
+// the unnormalized state in `sc`.
+void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_lo, int64_t key_hi, Scratch& sc) {
+  const FlashAttentionParams& p = *w.p;
+  const int hd = p.head_dim;
+  const int nq = static_cast<int>(nt) * w.group;  // rows per kv head
+  const size_t n_rows = static_cast<size_t>(h1 - h0) * nq;
+  sc.q.resize(n_rows * hd);
+  sc.acc.assign(n_rows * hd, 0.0f);
+  sc.m.assign(n_rows, kNegInf);
+  sc.l.assign(n_rows, 0.0f);
+  const int n_heads = h1 - h0;
+  const bool direct_f16 = nq <= kDirectF16Rows;
+  const int64_t key_tile =
+      direct_f16     ? kDirectKeyTile
+      : n_heads == 1 ? kKeyTile
+                     : std::clamp<int64_t>(static_cast<int64_t>(kDecodeTileBytes / (2 * sizeof(float) * n_heads * hd)),
+                                           8, kKeyTile);
+  const size_t head_stride = static_cast<size_t>(key_tile) * hd;  // floats between heads in a tile
+  sc.k_tile.resize(head_stride * n_heads);
+  sc.v_tile.resize(head_stride * n_heads);
+  sc.s.resize(static_cast<size_t>(nq) * kKeyTile);
+  for (int h = h0; h < h1; ++h) {
+    for (int64_t t = 0; t < nt; ++t) {
+      for (int g = 0; g < w.group; ++g) {
+        const float* src = w.q + ((t0 + t) * p.n_head + h * w.group + g) * hd;
+        float* dst = sc.q.data() + (((h - h0) * nt + t) * w.group + g) * hd;
+        for (int d = 0; d < hd; ++d) dst[d] = src[d] * p.scale;
+      }
+    }
+  }
+  const int64_t q_first = p.pos0 + t0;
+  key_hi = std::min(key_hi, q_first + nt);  // nothing past the last query is visible
+  const float* k_rows[kKeyTile];
+  const float* v_rows[kKeyTile];
+  const uint16_t* k16_rows[kKeyTile];
+  const uint16_t* v16_rows[kKeyTile];
+  float* s = sc.s.data();
+  for (const KvRun& run : w.runs) {
+    const int64_t lo = std::max(run.pos0, key_lo);
+    const int64_t hi = std::min(run.pos0 + run.n_tokens, key_hi);
+    if (lo >= hi) continue;
+    const size_t elem_bytes = run.f16 ? 2 : 4;
+    for (int64_t j0 = lo; j0 < hi; j0 += key_tile) {
+      const int nk = static_cast<int>(std::min(key_tile, hi - j0));
+      const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
+      if (run.f16 && !direct_f16) {
+        const size_t offset = row0 + static_cast<size_t>(h0) * hd * elem_bytes;
+        w.kernels->load_f16(static_cast<const char*>(run.k) + offset, run.row_stride_bytes, nk, n_heads, hd,
+                            sc.k_tile.data(), head_stride);
+        w.kernels->load_f16(static_cast<const char*>(run.v) + offset, run.row_stride_bytes, nk, n_heads, hd,
+                            sc.v_tile.data(), head_stride);
+      }
+      // The next tile's rows, fetched a slice per head while this tile is computed, so that the
+      // DRAM reads overlap the arithmetic instead of stalling the next load_f16.
+      const int64_t next_nk = std::min(key_tile, hi - (j0 + nk));
+      const size_t next_row0 = row0 + static_cast<size_t>(nk) * run.row_stride_bytes +
+                               static_cast<size_t>(h0) * hd * elem_bytes;
+      const size_t row_bytes = static_cast<size_t>(n_heads) * hd * elem_bytes;
+      for (int h = h0; h < h1; ++h) {
+        for (int64_t j = next_nk * (h - h0) / n_heads; j < next_nk * (h - h0 + 1) / n_heads; ++j) {
+          const size_t at = next_row0 + static_cast<size_t>(j) * run.row_stride_bytes;
+          for (size_t b = 0; b < row_bytes; b += 64) {
+            __builtin_prefetch(static_cast<const char*>(run.k) + at + b);
+            __builtin_prefetch(static_cast<const char*>(run.v) + at + b);
+          }
+        }
+        const size_t offset = row0 + static_cast<size_t>(h) * hd * elem_bytes;
+        const char* k_src = static_cast<const char*>(run.k) + offset;
+        const char* v_src = static_cast<const char*>(run.v) + offset;
+        const bool in_place = run.f16 && direct_f16;
+        if (in_place) {
+          for (int j = 0; j < nk; ++j) {
+            k16_rows[j] = reinterpret_cast<const uint16_t*>(k_src + j * run.row_stride_bytes);
+            v16_rows[j] = reinterpret_cast<const uint16_t*>(v_src + j * run.row_stride_bytes);
+          }
+        } else if (run.f16) {
+          const size_t tile0 = (h - h0) * head_stride;
+          for (int j = 0; j < nk; ++j) {
+            k_rows[j] = sc.k_tile.data() + tile0 + j * hd;
+            v_rows[j] = sc.v_tile.data() + tile0 + j * hd;
+          }
+        } else {
+          for (int j = 0; j < nk; ++j) {
+            k_rows[j] = reinterpret_cast<const float*>(k_src + j * run.row_stride_bytes);
+            v_rows[j] = reinterpret_cast<const float*>(v_src + j * run.row_stride_bytes);
+          }
+        }
+        const size_t base = static_cast<size_t>(h - h0) * nq;
+        if (in_place) {
+          w.kernels->scores_f16(sc.q.data() + base * hd, nq, k16_rows, nk, hd, s, static_cast<int>(kKeyTile));
+        } else {
+          w.kernels->scores(sc.q.data() + base * hd, nq, k_rows, nk, hd, s, static_cast<int>(kKeyTile));
+        }
+        for (int i = 0; i < nq; ++i) {
+          float* si = s + i * kKeyTile;
+          const int64_t q_pos = q_first + i / w.group;
+          const int n_vis = static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk));
+          std::fill(si + n_vis, si + nk, 0.0f);
+          if (n_vis == 0) continue;
+          float tile_max = si[0];
+          for (int j = 1; j < n_vis; ++j) tile_max = std::max(tile_max, si[j]);
+          float& m = sc.m[base + i];
+          float& l = sc.l[base + i];
+          const float m_new = std::max(m, tile_max);
+          const float sum = w.kernels->exp_sum(si, n_vis, m_new);
+          if (m_new != m) {
+            const float c = std::exp(m - m_new);  // 0 while m is -inf
+            l *= c;
+            float* acc = sc.acc.data() + (base + i) * hd;
+            for (int d = 0; d < hd; ++d) acc[d] *= c;
+            m = m_new;
+          }
+          l += sum;
+        }
+        if (in_place) {
+          w.kernels->accumulate_f16(s, static_cast<int>(kKeyTile), nq, v16_rows, nk, hd, sc.acc.data() + base * hd);
+        } else {
+          w.kernels->accumulate(s, static_cast<int>(kKeyTile), nq, v_rows, nk, hd, sc.acc.data() + base * hd);
+        }
+      }
+    }
+  }
+}
+
+// Writes the normalized state of rows [h0, h1) x [t0, t0 + nt) to out.
+void write_out(const Work& w, int64_t t0, int64_t nt, int h0, int h1, const Scratch& sc, float* out) {
+  const int hd = w.p->head_dim;
+  for (int h = h0; h < h1; ++h) {
+    for (int64_t t = 0; t < nt; ++t) {
+      for (int g = 0; g < w.group; ++g) {
+        const size_t row = static_cast<size_t>(((h - h0) * nt + t) * w.group + g);
+        const float inv_l = sc.l[row] > 0.0f ? 1.0f / sc.l[row] : 0.0f;
+        const float* acc = sc.acc.data() + row * hd;
+        float* o = out + ((t0 + t) * w.p->n_head + h * w.group + g) * hd;
+        for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv_l;
+      }
+    }
+  }
+}
+
+thread_local Scratch t_scratch;
+
+// Decode: queries [0, n_tokens) (one block) x all kv heads; the keys cut into n_splits ranges.
+void flash_decode(const Work& w, int64_t n_keys, int n_splits, float* out, ThreadPool& pool) {
+  const FlashAttentionParams& p = *w.p;
+  const int hd = p.head_dim;
+  if (n_splits == 1) {
+    attend(w, 0, p.n_tokens, 0, p.n_head_kv, 0, n_keys, t_scratch);
+    write_out(w, 0, p.n_tokens, 0, p.n_head_kv, t_scratch, out);
+    return;
+  }
+  // Partials per split: rows in Scratch order, each (m, l, acc[hd]).
+  const size_t n_rows = static_cast<size_t>(p.n_tokens) * p.n_head;
+  const size_t row_floats = static_cast<size_t>(hd) + 2;
+  std::vector<float> partial(static_cast<size_t>(n_splits) * n_rows * row_floats);
+  pool.parallel_for(n_splits, [&](int64_t begin, int64_t end, int) {
+    for (int64_t sp = begin; sp < end; ++sp) {
+      const int64_t lo = n_keys * sp / n_splits;
+      const int64_t hi = n_keys * (sp + 1) / n_splits;
+      Scratch& sc = t_scratch;
+      attend(w, 0, p.n_tokens, 0, p.n_head_kv, lo, hi, sc);
+      float* dst = partial.data() + static_cast<size_t>(sp) * n_rows * row_floats;
+      for (size_t r = 0; r < n_rows; ++r) {
+        dst[r * row_floats] = sc.m[r];
+        dst[r * row_floats + 1] = sc.l[r];
+        std::memcpy(dst + r * row_floats + 2, sc.acc.data() + r * hd, hd * sizeof(float));
+      }
+    }
+  });
+  // Merge; rows are [kv head][token][group head], out is [token][head].
+  const int64_t nt = p.n_tokens;
+  std::vector<float> acc(hd);
+  for (size_t r = 0; r < n_rows; ++r) {
+    float m = kNegInf;
+    for (int sp = 0; sp < n_splits; ++sp) m = std::max(m, partial[(sp * n_rows + r) * row_floats]);
+    float l = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    if (m != kNegInf) {
+      for (int sp = 0; sp < n_splits; ++sp) {
+        const float* src = partial.data() + (sp * n_rows + r) * row_floats;
+        if (src[1] == 0.0f) continue;
+        const float c = std::exp(src[0] - m);
+        l += src[1] * c;
+        for (int d = 0; d < hd; ++d) acc[d] += c * src[2 + d];
+      }
+    }
+    const int64_t h = static_cast<int64_t>(r) / (nt * w.group);
+    const int64_t t = static_cast<int64_t>(r) / w.group % nt;
+    const int64_t g = static_cast<int64_t>(r) % w.group;
+    float* o = out + (t * p.n_head + h * w.group + g) * hd;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv_l;
+  }
+}
+
+// Prefill: items (query block, kv head), the most expensive (latest) blocks handed out first.
+void flash_prefill(const Work& w, int64_t block_tokens, float* out, ThreadPool& pool) {
+  const FlashAttentionParams& p = *w.p;
+  const int64_t n_blocks = (p.n_tokens + block_tokens - 1) / block_tokens;
+  const int64_t n_items = n_blocks * p.n_head_kv;
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(pool.n_threads(), [&](int64_t, int64_t, int) {
+    for (int64_t item = next++; item < n_items; item = next++) {
+      const int64_t block = n_blocks - 1 - item / p.n_head_kv;
+      const int h = static_cast<int>(item % p.n_head_kv);
+      const int64_t t0 = block * block_tokens;
+      const int64_t nt = std::min(block_tokens, p.n_tokens - t0);
+      attend(w, t0, nt, h, h + 1, 0, std::numeric_limits<int64_t>::max(), t_scratch);
+      write_out(w, t0, nt, h, h + 1, t_scratch, out);
+    }
+  });
+}
+
+}  // namespace
+
+void flash_attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out,
+                     ThreadPool& pool, const FlashAttentionOptions& options) {
+  if (params.n_tokens <= 0) return;
+  const int group = params.n_head / params.n_head_kv;
+  const Work w{runs, &params, &pick_kernels(options.isa, params.head_dim), group, q};
+  const int64_t block_tokens = std::max(1, kQueryRows / group);
+  // Keys the last query sees that the view holds.
+  int64_t n_keys = 0;
+  for (const KvRun& run : runs) n_keys = std::max(n_keys, run.pos0 + run.n_tokens);
+  n_keys = std::min(n_keys, params.pos0 + params.n_tokens);
+  if (params.n_tokens <= block_tokens) {
+    int n_splits = options.n_kv_splits;
+    if (n_splits <= 0) {
+      const int n_threads = pool.n_threads();
+      n_splits = n_keys >= kMinSplitKeys * n_threads ? n_threads : 1;
+      // Short KV, several threads: split by kv head instead (flash_prefill's items).
+      if (n_splits == 1 && n_threads > 1 && params.n_head_kv > 1) {
+        flash_prefill(w, block_tokens, out, pool);
+        return;
+      }
+    }
+    flash_decode(w, n_keys, static_cast<int>(std::min<int64_t>(n_splits, std::max<int64_t>(n_keys, 1))), out, pool);
+    return;
+  }
+  flash_prefill(w, block_tokens, out, pool);
+}
+
+namespace ref {
+void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const float* q, float* out) {
+  const int hd = p.head_dim;
+  const int group = p.n_head / p.n_head_kv;
+  std::vector<double> s;
+  std::vector<double> acc(hd);
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    const int64_t q_pos = p.pos0 + t;
+    for (int h = 0; h < p.n_head; ++h) {
+      const float* qh = q + (t * p.n_head + h) * hd;
+      const size_t head_elems = static_cast<size_t>(h / group) * hd;
+      auto element = [&](const KvRun& run, const void* base, int64_t j, int d) -> double {
+        const char* row = static_cast<const char*>(base) + j * run.row_stride_bytes;
+        if (run.f16) return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[head_elems + d]);
+        return reinterpret_cast<const float*>(row)[head_elems + d];
+      };
+      s.clear();
+      double mx = -HUGE_VAL;
+      for (const KvRun& run : runs) {
+        for (int64_t j = 0; j < run.n_tokens && run.pos0 + j <= q_pos; ++j) {
+          double dot = 0.0;
+          for (int d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * element(run, run.k, j, d);
+          s.push_back(dot * p.scale);
+          mx = std::max(mx, s.back());
+        }
+      }
+      double sum = 0.0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      size_t i = 0;
+      for (const KvRun& run : runs) {
+        for (int64_t j = 0; j < run.n_tokens && run.pos0 + j <= q_pos; ++j, ++i) {
+          for (int d = 0; d < hd; ++d) acc[d] += s[i] * element(run, run.v, j, d);
+        }
+      }
+      float* o = out + (t * p.n_head + h) * hd;
+      for (int d = 0; d < hd; ++d) o[d] = s.empty() ? 0.0f : static_cast<float>(acc[d] / sum);
+    }
+  }
+}
+}  // namespace ref
+
+}  // namespace leoam::kernels

@@ -1,0 +1,72 @@
+// Causal attention of a batch of queries over keys/values stored as runs of rows, in tiles, with
+// an online softmax: no [n_tokens][n_kv] score matrix exists, and the scratch is bounded by the
+// tile sizes whatever the context length (a 32K prompt needs about the same as a 1K one).
+//
+// Two ways of splitting the work, picked per call:
+//
+//   prefill (several query blocks): items (query block, kv head); an item loads each K/V tile of
+//     its head once for all the queries of the block and all the query heads of the GQA group:
+//
+//       queries of the block x group heads        keys, in tiles of kKeyTile
+//       [t0, t0 + Tq) x [g0, g0 + G)     .   | tile 0 | tile 1 | ... | masked past the diagonal
+//
+//   decode (one query block, long KV): flash-decoding. The positions [0, n_kv) are cut into one
+//     range per thread; a thread streams its range ONCE, every kv head of each tile, and keeps
+//     per query row a partial (max m, sum l, acc[head_dim]); the partials are merged at the end:
+//       m = max_s m_s,  l = sum_s l_s e^(m_s - m),  out = sum_s acc_s e^(m_s - m) / l
+//
+// Query head h reads kv head h / (n_head / n_head_kv); a query at position p sees keys <= p.
+// The K/V elements are f32 or f16 (converted per tile, with F16C on the AVX2 path).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
+
+namespace leoam::kernels {
+
+// A run of consecutive key positions [pos0, pos0 + n_tokens) stored contiguously: row t of k
+// starts at (const char*)k + t * row_stride_bytes and holds [n_head_kv][head_dim] elements
+// (f16 or f32); v alike.
+struct KvRun {
+  int64_t pos0 = 0;
+  int64_t n_tokens = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  bool f16 = true;
+  size_t row_stride_bytes = 0;
+};
+
+struct FlashAttentionParams {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 0.0f;  // applied to q.k
+  int64_t pos0 = 0;      // position of the first query
+  int64_t n_tokens = 0;  // queries
+};
+
+enum class AttentionIsa : uint8_t { kAuto, kScalar, kAvx2 };
+
+struct FlashAttentionOptions {
+  AttentionIsa isa = AttentionIsa::kAuto;  // kAvx2 falls back to scalar where the CPU lacks it
+  // Ranges the KV is cut into for decode; 0: one per thread when the KV is long enough. Tests
+  // force other counts.
+  int n_kv_splits = 0;
+};
+
+// out = softmax(scale * q k^T, causal) v.
+// q, out: [n_tokens][n_head][head_dim] f32. runs: in increasing, non-overlapping positions.
+// Expects n_head a multiple of n_head_kv (callers check). A query that sees no key gets zeros.
+void flash_attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out,
+                     ThreadPool& pool, const FlashAttentionOptions& options = {});
+
+namespace ref {
+// Plain per-(token, head) attention, materializing one query's scores in double: what tests and
+// the scalar path are compared to.
+void attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out);
+}  // namespace ref
+
+}  // namespace leoam::kernels

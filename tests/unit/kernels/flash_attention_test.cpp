@@ -1,0 +1,170 @@
+// flash_attention (tiled prefill and split-KV decode) against ref::attention, a materialized
+// softmax in double, on random data: causal masks, GQA groups of 1 and 4, F16 and F32 KV split
+// into padded segments, key counts off the 64-key tile, forced KV splits, 1-3 threads, both ISA
+// paths. Tolerance: 2e-5 absolute on outputs of order 1 (weighted means of N(0,1) values), i.e.
+// ~1e-5 relative; the AVX2 exp alone is within 2e-7.
+#include "kernels/cpu/flash_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/fp16.h"
+
+namespace leoam::kernels {
+namespace {
+
+// Keys/values of n positions laid out as several runs with padded rows (NaN padding, so a read
+// past a row's end shows up).
+struct RunsKv {
+  std::vector<std::vector<uint8_t>> k_store, v_store;
+  std::vector<KvRun> runs;
+};
+
+RunsKv make_runs(int n, int n_head_kv, int hd, bool f16, const std::vector<int>& cuts, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  RunsKv kv;
+  const int row = n_head_kv * hd;
+  const int pad = 5;  // elements after each row
+  const size_t elem = f16 ? 2 : 4;
+  std::vector<int> ends = cuts;
+  ends.push_back(n);
+  int pos0 = 0;
+  kv.k_store.reserve(ends.size());
+  kv.v_store.reserve(ends.size());
+  for (int end : ends) {
+    const int m = end - pos0;
+    const size_t stride = (row + pad) * elem;
+    std::vector<uint8_t> kb(m * stride, 0xff), vb(m * stride, 0xff);  // 0xff..: NaN in f16 and f32
+    for (int t = 0; t < m; ++t) {
+      for (int e = 0; e < row; ++e) {
+        for (auto* buf : {&kb, &vb}) {
+          const float x = dist(rng);
+          if (f16) {
+            const uint16_t h = f32_to_f16(x);
+            std::memcpy(buf->data() + t * stride + e * 2, &h, 2);
+          } else {
+            std::memcpy(buf->data() + t * stride + e * 4, &x, 4);
+          }
+        }
+      }
+    }
+    kv.k_store.push_back(std::move(kb));
+    kv.v_store.push_back(std::move(vb));
+    kv.runs.push_back({pos0, m, kv.k_store.back().data(), kv.v_store.back().data(), f16, stride});
+    pos0 = end;
+  }
+  return kv;
+}
+
+struct Case {
+  int n_kv;
+  int n_head, n_head_kv, hd;
+  int64_t pos0, n_tokens;
+  std::vector<int> cuts;
+};
+
+void check(const Case& c, bool f16, AttentionIsa isa, const std::vector<int>& splits) {
+  std::mt19937 rng(static_cast<uint32_t>(c.n_kv * 131 + c.n_head * 7 + c.hd + (f16 ? 1 : 0)));
+  const RunsKv kv = make_runs(c.n_kv, c.n_head_kv, c.hd, f16, c.cuts, rng);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> q(static_cast<size_t>(c.n_tokens * c.n_head * c.hd));
+  for (float& x : q) x = dist(rng);
+  const FlashAttentionParams p{c.n_head, c.n_head_kv, c.hd, 1.0f / std::sqrt(static_cast<float>(c.hd)), c.pos0,
+                               c.n_tokens};
+  std::vector<float> want(q.size());
+  ref::attention(kv.runs, p, q.data(), want.data());
+  for (int n_threads = 1; n_threads <= 3; ++n_threads) {
+    ThreadPool pool(n_threads);
+    for (int n_splits : splits) {
+      SCOPED_TRACE("n_kv " + std::to_string(c.n_kv) + " heads " + std::to_string(c.n_head) + "/" +
+                   std::to_string(c.n_head_kv) + " hd " + std::to_string(c.hd) + " pos0 " + std::to_string(c.pos0) +
+                   " tokens " + std::to_string(c.n_tokens) + (f16 ? " f16" : " f32") + " threads " +
+                   std::to_string(n_threads) + " splits " + std::to_string(n_splits));
+      std::vector<float> out(q.size(), std::nanf(""));
+      flash_attention(kv.runs, p, q.data(), out.data(), pool, FlashAttentionOptions{isa, n_splits});
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << "element " << i;
+    }
+  }
+}
+
+class FlashAttentionTest : public ::testing::TestWithParam<std::tuple<AttentionIsa, bool>> {
+ protected:
+  void SetUp() override {
+    if (std::get<0>(GetParam()) == AttentionIsa::kAvx2 && cpu_path() < CpuPath::kAvx2) {
+      GTEST_SKIP() << "this CPU (or LEOAM_CPU_PATH) has no AVX2 path";
+    }
+  }
+  AttentionIsa isa() const { return std::get<0>(GetParam()); }
+  bool f16() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(FlashAttentionTest, PrefillFromTheStart) {
+  // 300 keys: several 64-key tiles plus a ragged one, runs cut inside and across tiles.
+  check({300, 4, 4, 32, 0, 300, {1, 70, 129, 200}}, f16(), isa(), {0});
+  check({300, 8, 2, 32, 0, 300, {64, 250}}, f16(), isa(), {0});
+}
+
+TEST_P(FlashAttentionTest, PrefillAfterEarlierTokens) {
+  // Queries at [200, 290) over 290 keys: the first 200 are fully visible, the rest causal.
+  check({290, 8, 2, 16, 200, 90, {33, 150, 201}}, f16(), isa(), {0});
+  check({150, 4, 1, 24, 100, 50, {}}, f16(), isa(), {0});  // 24: a 16 + 8 dims tail
+}
+
+TEST_P(FlashAttentionTest, DecodeWithKvSplits) {
+  check({517, 8, 2, 32, 516, 1, {100, 101, 400}}, f16(), isa(), {0, 1, 2, 3, 7});
+  check({517, 4, 4, 16, 516, 1, {}}, f16(), isa(), {0, 2, 5});
+}
+
+TEST_P(FlashAttentionTest, SplitsWhereSomeQueriesSeeNothing) {
+  // 16 queries at [0, 16) in one block, 4 ranges: range 3 holds keys [12, 16), which queries
+  // 0..11 cannot see, so their partials are empty and must not count.
+  check({16, 8, 2, 16, 0, 16, {5}}, f16(), isa(), {1, 4, 16});
+}
+
+TEST_P(FlashAttentionTest, DecodeSplitsByItselfOnLongKv) {
+  // 1600 keys >= 512 per thread for 2 and 3 threads: the automatic split is taken.
+  check({1600, 8, 2, 32, 1599, 1, {700}}, f16(), isa(), {0});
+  check({1600, 8, 2, 32, 1596, 4, {}}, f16(), isa(), {0});
+}
+
+TEST_P(FlashAttentionTest, HeadDimOffTheVectorWidth) {
+  // 12 dims: the AVX2 path hands over to the scalar kernels.
+  check({100, 2, 1, 12, 0, 100, {50}}, f16(), isa(), {0});
+  check({100, 2, 1, 12, 99, 1, {50}}, f16(), isa(), {0, 3});
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, FlashAttentionTest,
+                         ::testing::Combine(::testing::Values(AttentionIsa::kScalar, AttentionIsa::kAvx2),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == AttentionIsa::kScalar ? "Scalar" : "Avx2") +
+                                  (std::get<1>(info.param) ? "F16" : "F32");
+                         });
+
+TEST(FlashAttention, NoKeysGivesZeros) {
+  ThreadPool pool(2);
+  const FlashAttentionParams p{2, 1, 8, 1.0f, 0, 3};
+  std::vector<float> q(3 * 2 * 8, 1.0f), out(q.size(), std::nanf(""));
+  flash_attention({}, p, q.data(), out.data(), pool);
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(FlashAttention, FirstPositionReturnsItsValue) {
+  // Query 0 sees only key 0: its output is exactly v[0] (weight e^0 = 1, sum 1).
+  std::mt19937 rng(5);
+  const RunsKv kv = make_runs(70, 1, 16, true, {}, rng);
+  ThreadPool pool(1);
+  const FlashAttentionParams p{1, 1, 16, 0.25f, 0, 70};
+  std::vector<float> q(70 * 16, 0.5f), out(q.size());
+  flash_attention(kv.runs, p, q.data(), out.data(), pool);
+  const auto* v0 = reinterpret_cast<const uint16_t*>(kv.runs[0].v);
+  for (int d = 0; d < 16; ++d) EXPECT_EQ(out[d], f16_to_f32(v0[d]));
+}
+
+}  // namespace
+}  // namespace leoam::kernels

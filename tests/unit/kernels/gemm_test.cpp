@@ -1,0 +1,100 @@
+// gemm, every method, against ref::matmul for every weight type: rows not a multiple of the 16-row
+// units or of the panels, ragged token counts, 1-3 threads. Tolerance per output as in
+// matmul_test.cpp: |y - y_ref| <= 1e-5 * sum_c |w[r][c] x[t][c]| + 1e-6.
+#include "kernels/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/quant.h"
+
+namespace leoam::kernels {
+namespace {
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+class GemmTest : public ::testing::TestWithParam<std::tuple<GgmlType, GemmMethod>> {};
+
+TEST_P(GemmTest, MatchesReference) {
+  const auto [type, method] = GetParam();
+  const int64_t bs = ggml_block_size(type);
+  std::mt19937 rng(static_cast<uint32_t>(type) * 7 + static_cast<uint32_t>(method));
+  struct Shape {
+    int64_t n_rows, n_cols;
+  };
+  // Columns: 256 = one K-quant super-block, 2304 = several OpenBLAS K blocks, 1 block for the
+  // small types. Rows: 1, 37 (not a multiple of 16), 600 (above one panel of 2304 columns).
+  const std::vector<Shape> shapes = {{1, bs == 1 ? 3 : bs}, {37, 256}, {600, 2304}};
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  for (const Shape& s : shapes) {
+    const std::vector<float> w_f32 = random_floats(static_cast<size_t>(s.n_rows * s.n_cols), rng);
+    const size_t row_bytes = ggml_row_size(type, s.n_cols);
+    std::vector<uint8_t> w_bytes(row_bytes * static_cast<size_t>(s.n_rows));
+    for (int64_t r = 0; r < s.n_rows; ++r) {
+      quantize_row(type, w_f32.data() + r * s.n_cols, w_bytes.data() + r * row_bytes, s.n_cols);
+    }
+    std::vector<float> w_deq(w_f32.size());
+    for (int64_t r = 0; r < s.n_rows; ++r) {
+      ref::dequantize_row(type, w_bytes.data() + r * row_bytes, w_deq.data() + r * s.n_cols, s.n_cols);
+    }
+    const MatrixView w{type, w_bytes.data(), s.n_cols, s.n_rows, row_bytes};
+    for (int64_t n_tokens : {2, 7, 33}) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
+      std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
+      ref::matmul(w, x.data(), n_tokens, y_ref.data());
+      std::vector<double> magnitude(y_ref.size());
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < s.n_rows; ++r) {
+          double m = 0.0;
+          for (int64_t c = 0; c < s.n_cols; ++c) m += std::fabs(w_deq[r * s.n_cols + c] * x[t * s.n_cols + c]);
+          magnitude[t * s.n_rows + r] = m;
+        }
+      }
+      for (ThreadPool& pool : pools) {
+        SCOPED_TRACE("rows " + std::to_string(s.n_rows) + " cols " + std::to_string(s.n_cols) + " tokens " +
+                     std::to_string(n_tokens) + " threads " + std::to_string(pool.n_threads()));
+        std::vector<float> y(y_ref.size(), std::numeric_limits<float>::quiet_NaN());
+        gemm(w, x.data(), n_tokens, y.data(), pool, GemmOptions{method});
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_NEAR(y[i], y_ref[i], 1e-5 * magnitude[i] + 1e-6) << "token " << i / s.n_rows << " row " << i % s.n_rows;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypesAndMethods, GemmTest,
+    ::testing::Combine(::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                                         GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K),
+                       ::testing::Values(GemmMethod::kAuto, GemmMethod::kTiled, GemmMethod::kBlas,
+                                         GemmMethod::kBlasThreaded)),
+    [](const auto& info) {
+      return std::string(ggml_type_name(static_cast<uint32_t>(std::get<0>(info.param)))) + "_" +
+             gemm_method_name(std::get<1>(info.param));
+    });
+
+TEST(Gemm, BlasReferenceProduct) {
+  // C = A B^T with A 2 x 3, B 2 x 3, worked by hand.
+  const float a[6] = {1, 2, 3, 4, 5, 6};
+  const float b[6] = {1, 0, -1, 2, 1, 0};
+  float c[4];
+  blas_sgemm_nt(a, b, c, 2, 2, 3, 1);
+  EXPECT_EQ(c[0], -2.0f);
+  EXPECT_EQ(c[1], 4.0f);
+  EXPECT_EQ(c[2], -2.0f);
+  EXPECT_EQ(c[3], 13.0f);
+}
+
+}  // namespace
+}  // namespace leoam::kernels
