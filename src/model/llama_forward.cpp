@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matvec.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "kv/memory_kv_cache.h"
 
@@ -12,27 +15,86 @@ namespace leoam {
 
 namespace {
 
-// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for each of n_rows rows of n elements.
-void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n, float eps, float* out) {
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* xr = x + r * n;
-    float* o = out + r * n;
-    double sum_sq = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(n) + eps));
-    for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * inv * weight[i];
+using kernels::MatrixView;
+
+// 8: rows per block of the fused decode regions, so ranges start at multiples of 8 rows.
+constexpr int64_t kRowBlock = 8;
+
+// One matrix-vector product of a fused decode region: y = w x (+ bias).
+struct MatvecTask {
+  const MatrixView* w = nullptr;
+  const float* x = nullptr;     // [w->n_cols]
+  float* y = nullptr;           // [w->n_rows]
+  const float* bias = nullptr;  // [w->n_rows] or null
+};
+
+// Rows [r0, r1) of w as a matrix of its own.
+MatrixView row_slice(const MatrixView& w, int64_t r0, int64_t r1) {
+  MatrixView s = w;
+  s.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes;
+  s.n_rows = r1 - r0;
+  return s;
+}
+
+// Rows [r0, r1) of a task. The product is kernels::matvec's (whatever path it dispatches to) on
+// a one-thread pool, which runs inline: the parallelism is the caller's region.
+void run_task_rows(const MatvecTask& task, int64_t r0, int64_t r1, ThreadPool& inline_pool) {
+  kernels::matvec(row_slice(*task.w, r0, r1), task.x, task.y + r0, inline_pool);
+  if (task.bias != nullptr) {
+    for (int64_t r = r0; r < r1; ++r) task.y[r] += task.bias[r];
   }
+}
+
+int64_t n_blocks(int64_t n_rows) { return (n_rows + kRowBlock - 1) / kRowBlock; }
+
+// Runs the tasks in one parallel region over their concatenated rows (e.g. Q, K and V), instead
+// of one region each; tiny regions run inline (the cost hint is rows x columns).
+void fused_matvecs(std::span<const MatvecTask> tasks, ThreadPool& pool, ThreadPool& inline_pool) {
+  int64_t n_total_blocks = 0;
+  int64_t total_cost = 0;
+  for (const MatvecTask& t : tasks) {
+    n_total_blocks += n_blocks(t.w->n_rows);
+    total_cost += t.w->n_rows * t.w->n_cols;
+  }
+  const int64_t cost_per_block = total_cost / std::max<int64_t>(1, n_total_blocks);
+  pool.parallel_for(n_total_blocks, cost_per_block, [&](int64_t b0, int64_t b1, int) {
+    int64_t first_block = 0;  // of the current task, in the concatenation
+    for (const MatvecTask& t : tasks) {
+      const int64_t tb0 = std::max(b0, first_block) - first_block;
+      const int64_t tb1 = std::min(b1, first_block + n_blocks(t.w->n_rows)) - first_block;
+      if (tb0 < tb1) run_task_rows(t, tb0 * kRowBlock, std::min(tb1 * kRowBlock, t.w->n_rows), inline_pool);
+      first_block += n_blocks(t.w->n_rows);
+      if (first_block >= b1) break;
+    }
+  });
+}
+
+// The FFN's first half for one token in one region: gate = Wgate x, up = Wup x and then
+// gate = silu(gate) * up, each thread on the same rows of both, so the SwiGLU runs on rows just
+// written (in cache) and needs no region of its own.
+void ffn_gate_up_swiglu(const MatrixView& w_gate, const MatrixView& w_up, const float* x, float* gate, float* up,
+                        ThreadPool& pool, ThreadPool& inline_pool) {
+  const int64_t n_ff = w_gate.n_rows;
+  pool.parallel_for(n_blocks(n_ff), 2 * kRowBlock * w_gate.n_cols, [&](int64_t b0, int64_t b1, int) {
+    const int64_t r0 = b0 * kRowBlock;
+    const int64_t r1 = std::min(b1 * kRowBlock, n_ff);
+    kernels::matvec(row_slice(w_gate, r0, r1), x, gate + r0, inline_pool);
+    kernels::matvec(row_slice(w_up, r0, r1), x, up + r0, inline_pool);
+    kernels::swiglu(gate + r0, up + r0, r1 - r0, gate + r0);
+  });
+}
+
+// fn(t) for each token row t in [0, n_rows), rows split across the pool when that pays.
+template <typename Fn>
+void for_each_row(ThreadPool& pool, int64_t n_rows, int64_t cost_per_row, const Fn& fn) {
+  pool.parallel_for(n_rows, cost_per_row, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) fn(t);
+  });
 }
 
 void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n) {
   if (bias == nullptr) return;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
-  }
-}
-
-void add_into(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  for (int64_t r = 0; r < n_rows; ++r) kernels::add(y + r * n, bias, n);
 }
 
 }  // namespace
@@ -69,6 +131,7 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
 
   std::unique_ptr<LlamaForward> ctx(new LlamaForward(model, options, std::move(rope)));
   ctx->pool_ = std::make_unique<ThreadPool>(options.n_threads);
+  ctx->inline_pool_ = std::make_unique<ThreadPool>(1);
   ctx->kv_ = std::move(kv_cache);
   ctx->n_batch_ = std::min<int64_t>(options.n_batch, ctx->kv_->n_ctx());
   ctx->attn_params_.n_head = hp.n_head;
@@ -137,50 +200,104 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   const int64_t n_q = hp_.n_embd_q();
   const int64_t n_kv = hp_.n_embd_kv();
   const int64_t n_ff = hp_.n_ff;
+  const int64_t n_pairs = hp_.rope.n_rot / 2;
+  const float eps = hp_.rms_eps;
+  const bool decode = n == 1;
   ThreadPool& pool = *pool_;
+  ThreadPool& inline_pool = *inline_pool_;
+  float* x = x_.data();
+  float* xn = xn_.data();
+  float* proj = proj_.data();
 
   for (int64_t t = 0; t < n; ++t) {
     const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + static_cast<size_t>(tokens[t]) * w_.token_embd.row_bytes;
-    kernels::dequantize_row(w_.token_embd.type, row, x_.data() + t * n_embd, n_embd);
+    kernels::dequantize_row(w_.token_embd.type, row, x + t * n_embd, n_embd);
   }
   rope_.fill_tables(pos0, n, cos_.data(), sin_.data());
+  const kernels::RopeShape q_shape = rope_.shape(hp_.n_head);
+  const kernels::RopeShape k_shape = rope_.shape(hp_.n_head_kv);
+
+  // Costs of the row-wise steps, in the pool's unit (about one multiply-add), for its hint.
+  const int64_t norm_cost = 4 * n_embd;
+  const int64_t rope_cost = 4 * (n_q + n_kv);
+  const int64_t swiglu_cost = 16 * n_ff;
+
+  // The attention norm of layer 0; every later norm is fused with the residual add before it.
+  for_each_row(pool, n, norm_cost, [&](int64_t t) {
+    kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
+  });
 
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
-    rms_norm(x_.data(), L.attn_norm, n, n_embd, hp_.rms_eps, xn_.data());
-    kernels::matmul(L.attn_q, xn_.data(), n, q_.data(), pool);
-    kernels::matmul(L.attn_k, xn_.data(), n, k_.data(), pool);
-    kernels::matmul(L.attn_v, xn_.data(), n, v_.data(), pool);
-    add_bias(q_.data(), L.attn_q_bias, n, n_q);
-    add_bias(k_.data(), L.attn_k_bias, n, n_kv);
-    add_bias(v_.data(), L.attn_v_bias, n, n_kv);
-    rope_.apply(q_.data(), n, hp_.n_head, cos_.data(), sin_.data());
-    rope_.apply(k_.data(), n, hp_.n_head_kv, cos_.data(), sin_.data());
+    if (decode) {
+      const MatvecTask qkv[] = {{&L.attn_q, xn, q_.data(), L.attn_q_bias},
+                                {&L.attn_k, xn, k_.data(), L.attn_k_bias},
+                                {&L.attn_v, xn, v_.data(), L.attn_v_bias}};
+      fused_matvecs(qkv, pool, inline_pool);
+      kernels::rope(q_.data(), q_shape, cos_.data(), sin_.data());
+      kernels::rope(k_.data(), k_shape, cos_.data(), sin_.data());
+    } else {
+      kernels::matmul(L.attn_q, xn, n, q_.data(), pool);
+      kernels::matmul(L.attn_k, xn, n, k_.data(), pool);
+      kernels::matmul(L.attn_v, xn, n, v_.data(), pool);
+      add_bias(q_.data(), L.attn_q_bias, n, n_q);
+      add_bias(k_.data(), L.attn_k_bias, n, n_kv);
+      add_bias(v_.data(), L.attn_v_bias, n, n_kv);
+      for_each_row(pool, n, rope_cost, [&](int64_t t) {
+        kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
+        kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
+      });
+    }
 
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
     {
       LEOAM_ASSIGN_OR_RETURN(KvView view, kv_->view(il, pos0 + n));
       LEOAM_RETURN_IF_ERROR(attention(view, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
     }
-    kernels::matmul(L.attn_output, attn_.data(), n, proj_.data(), pool);
-    add_into(x_.data(), proj_.data(), n * n_embd);
-
-    rms_norm(x_.data(), L.ffn_norm, n, n_embd, hp_.rms_eps, xn_.data());
-    kernels::matmul(L.ffn_gate, xn_.data(), n, gate_.data(), pool);
-    kernels::matmul(L.ffn_up, xn_.data(), n, up_.data(), pool);
-    for (int64_t i = 0; i < n * n_ff; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+    if (decode) {
+      const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, nullptr}};
+      fused_matvecs(out_proj, pool, inline_pool);
+    } else {
+      kernels::matmul(L.attn_output, attn_.data(), n, proj, pool);
     }
-    kernels::matmul(L.ffn_down, gate_.data(), n, proj_.data(), pool);
-    add_into(x_.data(), proj_.data(), n * n_embd);
+    for_each_row(pool, n, norm_cost, [&](int64_t t) {
+      kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, L.ffn_norm, n_embd, eps, xn + t * n_embd);
+    });
+
+    if (decode) {
+      ffn_gate_up_swiglu(L.ffn_gate, L.ffn_up, xn, gate_.data(), up_.data(), pool, inline_pool);
+      const MatvecTask down[] = {{&L.ffn_down, gate_.data(), proj, nullptr}};
+      fused_matvecs(down, pool, inline_pool);
+    } else {
+      kernels::matmul(L.ffn_gate, xn, n, gate_.data(), pool);
+      kernels::matmul(L.ffn_up, xn, n, up_.data(), pool);
+      for_each_row(pool, n, swiglu_cost, [&](int64_t t) {
+        kernels::swiglu(gate_.data() + t * n_ff, up_.data() + t * n_ff, n_ff, gate_.data() + t * n_ff);
+      });
+      kernels::matmul(L.ffn_down, gate_.data(), n, proj, pool);
+    }
+    if (il + 1 < hp_.n_layer) {
+      const float* next_norm = w_.layers[il + 1].attn_norm;
+      for_each_row(pool, n, norm_cost, [&](int64_t t) {
+        kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, next_norm, n_embd, eps, xn + t * n_embd);
+      });
+    }
   }
 
+  // The last residual add is needed only by the rows whose logits are wanted.
   if (logits == nullptr) return Status::ok();
   const int64_t first = all_rows ? 0 : n - 1;
   const int64_t n_out = n - first;
-  rms_norm(x_.data() + first * n_embd, w_.output_norm, n_out, n_embd, hp_.rms_eps, xn_.data());
-  kernels::matmul(w_.output, xn_.data(), n_out, logits, pool);
+  for_each_row(pool, n_out, norm_cost, [&](int64_t i) {
+    const int64_t t = first + i;
+    kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, w_.output_norm, n_embd, eps, xn + i * n_embd);
+  });
+  if (n_out == 1) {
+    const MatvecTask out[] = {{&w_.output, xn, logits, nullptr}};
+    fused_matvecs(out, pool, inline_pool);
+  } else {
+    kernels::matmul(w_.output, xn, n_out, logits, pool);
+  }
   return Status::ok();
 }
 

@@ -12,6 +12,11 @@
 //   logits = (rmsnorm(x) * output_norm) Wout^T                     (last row, or all rows)
 // A prompt longer than n_batch runs in chunks of n_batch; every scratch buffer is sized for
 // n_batch tokens once, at create().
+//
+// Decoding one token issues few parallel regions, since each costs a wake-up of the workers:
+// per layer Q, K and V share one region, gate and up (with the SwiGLU) another, attention,
+// attn_output and ffn_down one each, and regions too small to pay for the hand-off run inline
+// (ThreadPool's cost hint). RMSNorm is fused with the residual add before it (kernels/cpu/ops.h).
 #pragma once
 
 #include <memory>
@@ -55,6 +60,9 @@ class LlamaForward final : public ForwardContext {
   Rope rope_;
   AttentionParams attn_params_;
   std::unique_ptr<ThreadPool> pool_;
+  // One thread, so it runs every loop inline: the kernels called inside a fused region of pool_
+  // get this one, and the region's threads share it.
+  std::unique_ptr<ThreadPool> inline_pool_;
   std::unique_ptr<KvCache> kv_;
   int64_t n_batch_ = 0;
 

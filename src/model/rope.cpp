@@ -66,21 +66,9 @@ void Rope::fill_tables(int64_t pos0, int64_t n_tokens, float* cos, float* sin) c
 
 void Rope::apply(float* x, int64_t n_tokens, int n_heads, const float* cos, const float* sin) const {
   const int n_pairs = params_.n_rot / 2;
-  const bool neox = params_.pairing == RopePairing::kNeox;
+  const kernels::RopeShape token_shape = shape(n_heads);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* c = cos + t * n_pairs;
-    const float* s = sin + t * n_pairs;
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * static_cast<int64_t>(head_dim_);
-      for (int i = 0; i < n_pairs; ++i) {
-        const int i0 = neox ? i : 2 * i;
-        const int i1 = neox ? i + n_pairs : 2 * i + 1;
-        const float x0 = v[i0];
-        const float x1 = v[i1];
-        v[i0] = x0 * c[i] - x1 * s[i];
-        v[i1] = x0 * s[i] + x1 * c[i];
-      }
-    }
+    kernels::rope(x + t * n_heads * static_cast<int64_t>(head_dim_), token_shape, cos + t * n_pairs, sin + t * n_pairs);
   }
 }
 

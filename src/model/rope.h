@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cpu/ops.h"
 #include "model/hparams.h"
 
 namespace leoam {
@@ -39,6 +40,15 @@ class Rope {
 
   // Rotates x: [n_tokens][n_heads][head_dim] in place with tables from fill_tables().
   void apply(float* x, int64_t n_tokens, int n_heads, const float* cos, const float* sin) const;
+
+  // The shape kernels::rope() takes for one token of n_heads heads: rotating token t is
+  // kernels::rope(x_t, shape(n_heads), cos + t * n_rot/2, sin + t * n_rot/2).
+  kernels::RopeShape shape(int n_heads) const {
+    return {.n_heads = n_heads,
+            .head_dim = head_dim_,
+            .n_rot = params_.n_rot,
+            .neox = params_.pairing == RopePairing::kNeox};
+  }
 
  private:
   Rope() = default;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -14,7 +16,8 @@ namespace leoam {
 namespace {
 
 // Runs parallel_for(n) and checks every index in [0, n) was visited exactly once, ranges were
-// contiguous and near-equal (sizes differ by at most one) and thread ids were in range.
+// contiguous and near-equal (sizes differ by at most one) and range indices were in range and
+// each used once.
 void expect_covers_exactly_once(ThreadPool& pool, int64_t n) {
   std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
   std::mutex mu;
@@ -25,7 +28,7 @@ void expect_covers_exactly_once(ThreadPool& pool, int64_t n) {
     for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
     std::lock_guard<std::mutex> lock(mu);
     sizes.push_back(end - begin);
-    EXPECT_TRUE(threads.insert(thread).second) << "thread " << thread << " called twice";
+    EXPECT_TRUE(threads.insert(thread).second) << "range " << thread << " run twice";
     EXPECT_GE(thread, 0);
     EXPECT_LT(thread, pool.n_threads());
   });
@@ -105,6 +108,89 @@ TEST(ThreadPool, WorkerExceptionReachesCaller) {
                                  }),
                std::runtime_error);
   expect_covers_exactly_once(pool, 10);  // still usable afterwards
+}
+
+TEST(ThreadPool, CostHintRunsCheapLoopsInline) {
+  ThreadPool pool(ThreadPoolOptions{.n_threads = 4, .min_cost_per_thread = 1000});
+  EXPECT_EQ(pool.n_ranges_for(0, 10), 0);
+  EXPECT_EQ(pool.n_ranges_for(10, 10), 1);     // 100 < 1000
+  EXPECT_EQ(pool.n_ranges_for(100, 10), 1);    // exactly one range's worth
+  EXPECT_EQ(pool.n_ranges_for(250, 10), 2);    // 2500: two full ranges
+  EXPECT_EQ(pool.n_ranges_for(1000, 10), 4);   // capped by the threads
+  EXPECT_EQ(pool.n_ranges_for(3, 1 << 30), 3); // capped by the items
+  EXPECT_EQ(pool.n_ranges_for(int64_t{1} << 40, int64_t{1} << 40), 4);  // no overflow
+
+  int calls = 0;
+  std::thread::id seen;
+  pool.parallel_for(10, 10, [&](int64_t begin, int64_t end, int range) {
+    ++calls;
+    seen = std::this_thread::get_id();
+    EXPECT_EQ(begin, 0);
+    EXPECT_EQ(end, 10);
+    EXPECT_EQ(range, 0);
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, std::this_thread::get_id());
+
+  std::vector<std::atomic<int>> hits(250);
+  std::atomic<int> n_calls{0};
+  pool.parallel_for(250, 10, [&](int64_t begin, int64_t end, int) {
+    n_calls.fetch_add(1);
+    for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+  });
+  EXPECT_EQ(n_calls.load(), 2);
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, WorksWithoutSpinningAndAfterIdleSleeps) {
+  // spin 0: every hand-off and every join goes through the futex; then a pause long enough for
+  // the workers to fall asleep with the default spin.
+  for (int spin_us : {0, 10}) {
+    ThreadPool pool(ThreadPoolOptions{.n_threads = 3, .spin_us = spin_us, .join_spin_us = spin_us});
+    for (int rep = 0; rep < 200; ++rep) expect_covers_exactly_once(pool, 3 + rep % 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    expect_covers_exactly_once(pool, 1000);
+  }
+}
+
+TEST(ThreadPool, CallerWaitsForASlowRangeOnAWorker) {
+  // Range 0 holds the caller until range 1 has started elsewhere, so range 1 runs on the worker;
+  // it outlasts the caller's polling, so the caller sleeps and must be woken when it ends.
+  ThreadPool pool(ThreadPoolOptions{.n_threads = 2, .spin_us = 0, .join_spin_us = 0});
+  for (int rep = 0; rep < 5; ++rep) {
+    std::atomic<bool> started{false};
+    std::atomic<bool> finished{false};
+    pool.parallel_for(2, [&](int64_t, int64_t, int range) {
+      if (range == 0) {
+        while (!started.load()) std::this_thread::yield();
+      } else {
+        started.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        finished.store(true);
+      }
+    });
+    EXPECT_TRUE(finished.load());
+  }
+}
+
+TEST(ThreadPool, IdleWorkersSleep) {
+  // After a loop, the workers stop polling within the spin bound: the process's CPU time stops
+  // growing while the caller sleeps.
+  ThreadPool pool(ThreadPoolOptions{.n_threads = 3, .spin_us = 50});
+  expect_covers_exactly_once(pool, 100);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // well past the spin bound
+  const std::clock_t before = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - before) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu_ms, 20.0) << "idle workers used " << cpu_ms << " ms of CPU in 200 ms";
+}
+
+TEST(ThreadPool, DestroyedBeforeItsWorkersStart) {
+  // Shutdown must not be missed by a worker thread that starts running after it (a hang).
+  for (int rep = 0; rep < 200; ++rep) {
+    ThreadPool pool(4);
+    if (rep % 2 == 1) expect_covers_exactly_once(pool, 4);
+  }
 }
 
 TEST(ThreadPool, DefaultThreadCount) {

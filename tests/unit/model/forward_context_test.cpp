@@ -92,8 +92,14 @@ TEST_P(BatchingAgrees, OneBatchEqualsChunksEqualsDecode) {
   const double e_chunk = rel_l2(chunked, full);
   const double e_decode = rel_l2(decoded, full);
   std::printf("[ measured ] %-10s batch-of-3 vs one batch %.3g, decode vs one batch %.3g\n", c.name, e_chunk, e_decode);
+  // Decode (one token) quantizes the activation to 8 bits per block for Q4_0/Q8_0/Q4_K/Q6_K
+  // weights (kernels/cpu/q8_activation.h); prefill keeps it in f32. Measured decode vs one batch:
+  // llama_q4_0 9.8e-3, qwen2_q8_0 9.9e-3 (two layers of 8-bit activation error, ~0.5% each, on
+  // random weights); bound 3e-2. F32/F16/BF16 weights stay bit-for-bit in f32: 1e-5.
+  const bool q8_decode = c.type == GgmlType::kQ4_0 || c.type == GgmlType::kQ8_0 || c.type == GgmlType::kQ4_K ||
+                         c.type == GgmlType::kQ6_K;
   EXPECT_LE(e_chunk, 1e-5);
-  EXPECT_LE(e_decode, 1e-5);
+  EXPECT_LE(e_decode, q8_decode ? 3e-2 : 1e-5);
 
   // all_logits = false gives the last row of the full result.
   std::vector<float> last;
@@ -101,7 +107,9 @@ TEST_P(BatchingAgrees, OneBatchEqualsChunksEqualsDecode) {
   ASSERT_TRUE(ctx_last->eval(kPrompt, false, last).is_ok());
   ASSERT_EQ(last.size(), 320u);
   std::vector<float> full_last(full.end() - 320, full.end());
-  EXPECT_LE(rel_l2(last, full_last), 1e-5);
+  // With all_logits = false only the last token's logits are computed, a one-row product (8-bit
+  // activation for quantized weights). Measured: llama_q4_0 4.8e-3, qwen2_q8_0 5.1e-3; bound 2e-2.
+  EXPECT_LE(rel_l2(last, full_last), q8_decode ? 2e-2 : 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -230,6 +238,56 @@ TEST(ForwardContext, UsesACallerSuppliedKvCache) {
   ASSERT_TRUE((*ctx)->eval(kPrompt, false, logits).is_ok());
   EXPECT_EQ((*ctx)->kv_cache().n_tokens(), 11);
   EXPECT_EQ((*ctx)->kv_cache().dtype(), KvDtype::kF32);
+}
+
+// Decoding splits each fused region (Q/K/V together, gate/up with the SwiGLU, ...) into ranges
+// by thread count; the split must not change the result. The model is large enough that the
+// regions really are split at 2 and 3 threads (small ones run inline).
+TEST(ForwardContext, DecodeAgreesAcrossThreadCounts) {
+  for (const auto& [arch, type] :
+       {std::pair{ModelArch::kLlama, GgmlType::kQ4_0}, std::pair{ModelArch::kQwen2, GgmlType::kF32}}) {
+    SyntheticModelSpec spec = small_spec(arch, type);
+    spec.n_embd = 256;
+    spec.n_ff = 768;
+    testing_util::TempFile file(std::string("threads_") + (arch == ModelArch::kQwen2 ? "qwen2" : "llama"));
+    auto model = load_synthetic(spec, file);
+    ASSERT_NE(model, nullptr);
+    std::vector<std::vector<float>> by_threads;
+    for (int n_threads : {1, 2, 3}) {
+      ForwardOptions o;
+      o.n_threads = n_threads;
+      auto ctx = ForwardContext::create(*model, o);
+      ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
+      std::vector<float> decoded;
+      for (int32_t t : kPrompt) {
+        std::vector<float> one;
+        ASSERT_TRUE((*ctx)->eval(std::span<const int32_t>(&t, 1), false, one).is_ok());
+        decoded.insert(decoded.end(), one.begin(), one.end());
+      }
+      by_threads.push_back(std::move(decoded));
+    }
+    EXPECT_LE(rel_l2(by_threads[1], by_threads[0]), 1e-6);
+    EXPECT_LE(rel_l2(by_threads[2], by_threads[0]), 1e-6);
+  }
+}
+
+// The decode path of qwen2 (QKV biases added inside the fused region, NeoX RoPE) against one
+// batch, with F32 weights so that no activation quantization blurs the comparison.
+TEST(ForwardContext, Qwen2DecodeEqualsOneBatch) {
+  testing_util::TempFile file("qwen2_f32_decode");
+  auto model = load_synthetic(small_spec(ModelArch::kQwen2, GgmlType::kF32), file);
+  ASSERT_NE(model, nullptr);
+  std::vector<float> full;
+  auto ctx = make_context(*model, 512, KvDtype::kF32);
+  ASSERT_TRUE(ctx->eval(kPrompt, true, full).is_ok());
+  std::vector<float> decoded;
+  auto ctx1 = make_context(*model, 512, KvDtype::kF32);
+  for (int32_t t : kPrompt) {
+    std::vector<float> one;
+    ASSERT_TRUE(ctx1->eval(std::span<const int32_t>(&t, 1), false, one).is_ok());
+    decoded.insert(decoded.end(), one.begin(), one.end());
+  }
+  EXPECT_LE(rel_l2(decoded, full), 1e-5);
 }
 
 }  // namespace
