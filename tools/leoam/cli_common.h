@@ -35,6 +35,7 @@ class Command {
 std::unique_ptr<Command> make_run_command();
 std::unique_ptr<Command> make_tokenize_command();
 std::unique_ptr<Command> make_gguf_command();
+std::unique_ptr<Command> make_bench_command();
 
 // Prints "leoam: error: <message>" on one line of stderr (newlines in message become spaces).
 void print_error(std::string_view message);

@@ -1,6 +1,6 @@
 // leoam: the command-line tool. One subcommand per file (run_command.cpp, tokenize_command.cpp,
-// gguf_command.cpp); this file parses the command line and maps every parse error to one line
-// on stderr and exit status 2 (see cli_common.h).
+// gguf_command.cpp, bench_command.cpp); this file parses the command line and maps every parse
+// error to one line on stderr and exit status 2 (see cli_common.h).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   commands.push_back(make_run_command());
   commands.push_back(make_tokenize_command());
   commands.push_back(make_gguf_command());
+  commands.push_back(make_bench_command());
   std::vector<CLI::App*> subcommands;
   for (auto& command : commands) subcommands.push_back(command->add_to(app));
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "model/forward_context.h"
@@ -185,6 +186,8 @@ class RunCommand : public Command {
     const SamplerOptions& s = options_.sampler;
     std::fprintf(stderr, "leoam: model %s: n_vocab %d, context %lld tokens, %d threads\n", model_path_.c_str(),
                  ctx.n_vocab(), static_cast<long long>(ctx.n_ctx()), ctx.n_threads());
+    const std::string_view path = cpu_path_name();
+    std::fprintf(stderr, "leoam: kernel path: %.*s\n", static_cast<int>(path.size()), path.data());
     std::fprintf(stderr,
                  "leoam: sampling: seed %llu, temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, "
                  "repeat-last-n %d; n-predict %d\n",
