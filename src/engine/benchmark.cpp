@@ -11,6 +11,7 @@
 #include "core/ggml_type.h"
 #include "core/memory_bandwidth.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/peak_rate.h"
 #include "model/forward_context.h"
@@ -78,6 +79,37 @@ ModelCost model_cost(const Model& model, KvDtype kv_dtype) {
   return c;
 }
 
+namespace {
+
+// The rate of one plain OpenBLAS sgemm on a prefill-shaped product (512 tokens x 2048 x 2048,
+// the shape of a 1B model's attention matrices), with OpenBLAS's own n_threads threads: the
+// reference that prefill GFLOP/s is compared with. Median of n_passes passes of >= min_seconds.
+double measure_sgemm_flops(int n_threads, double min_seconds, int n_passes) {
+  constexpr int64_t kM = 512, kN = 2048, kK = 2048;
+  std::vector<float> a(static_cast<size_t>(kM * kK)), b(static_cast<size_t>(kN * kK)), c(static_cast<size_t>(kM * kN));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : a) v = dist(rng);
+  for (float& v : b) v = dist(rng);
+  kernels::blas_sgemm_nt(a.data(), b.data(), c.data(), kM, kN, kK, n_threads);  // warm-up
+  std::vector<double> rates;
+  for (int pass = 0; pass < n_passes; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t n_calls = 0;
+    double elapsed = 0;
+    do {
+      kernels::blas_sgemm_nt(a.data(), b.data(), c.data(), kM, kN, kK, n_threads);
+      ++n_calls;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (elapsed < min_seconds);
+    rates.push_back(2.0 * kM * kN * kK * static_cast<double>(n_calls) / elapsed);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace
+
 Result<MachineBounds> measure_machine_bounds(int n_threads, const MachineBoundsOptions& options) {
   MachineBounds m;
   m.n_threads = n_threads > 0 ? n_threads : ThreadPool::default_thread_count();
@@ -101,6 +133,7 @@ Result<MachineBounds> measure_machine_bounds(int n_threads, const MachineBoundsO
   m.peaks_available = peaks.available;
   m.f32_flops_per_s = peaks.f32_flops_per_s;
   m.int8_macs_per_s = peaks.int8_macs_per_s;
+  m.sgemm_flops_per_s = measure_sgemm_flops(m.n_threads, options.peak_min_seconds, options.peak_passes);
   return m;
 }
 

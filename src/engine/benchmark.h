@@ -72,6 +72,7 @@ struct MachineBounds {
   bool peaks_available = false;     // false without AVX2+FMA: no compute term
   double f32_flops_per_s = 0;       // AVX2 FMA peak
   double int8_macs_per_s = 0;       // AVX2 vpmaddubsw + vpmaddwd peak
+  double sgemm_flops_per_s = 0;     // plain OpenBLAS sgemm, 512 x 2048 x 2048, n_threads threads
 };
 
 struct MachineBoundsOptions {

@@ -291,7 +291,12 @@ std::string GgufValue::to_display_string(size_t max_items) const {
     return elem_string(elem_type_, raw_.data());
   }
   const size_t n = size();
-  std::string out = "[" + std::to_string(n) + " x " + gguf_value_type_name(t) + "]";
+  // Appended piece by piece: GCC 12 at -O3 warns falsely (-Wrestrict) on "[" + std::string.
+  std::string out = "[";
+  out += std::to_string(n);
+  out += " x ";
+  out += gguf_value_type_name(t);
+  out += "]";
   const size_t shown = n < max_items ? n : max_items;
   for (size_t i = 0; i < shown; ++i) {
     out += i == 0 ? " " : ", ";

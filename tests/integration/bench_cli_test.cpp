@@ -109,6 +109,7 @@ TEST_F(BenchCliTest, JsonHasEveryFieldAndTheSyntheticModelIsDeleted) {
     EXPECT_GT(machine[0].at("f32_fma_gflops").get<double>(), 0);
     EXPECT_GT(machine[0].at("int8_madd_gmacs").get<double>(), 0);
   }
+  EXPECT_GT(machine[0].at("openblas_sgemm_gflops").get<double>(), 0);
 
   const nlohmann::json& results = doc.at("results");
   ASSERT_EQ(results.size(), 2u);
@@ -116,6 +117,7 @@ TEST_F(BenchCliTest, JsonHasEveryFieldAndTheSyntheticModelIsDeleted) {
   EXPECT_EQ(results[0].at("kind"), "pp");
   EXPECT_EQ(results[0].at("n_tokens"), 16);
   EXPECT_GT(results[0].at("achieved_gflops").get<double>(), 0);
+  EXPECT_GT(results[0].at("fraction_of_sgemm").get<double>(), 0);
   EXPECT_EQ(results[1].at("test"), "tg4");
   EXPECT_EQ(results[1].at("kind"), "tg");
   EXPECT_GT(results[1].at("achieved_gb_per_s").get<double>(), 0);

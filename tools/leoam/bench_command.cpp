@@ -223,8 +223,9 @@ class BenchCommand : public Command {
                   b.dram_bytes_per_s * 1e-9, b.dram_min_bytes_per_s * 1e-9, b.dram_max_bytes_per_s * 1e-9, buffer.c_str(),
                   b.dram_method);
       if (b.peaks_available) {
-        std::printf("; peak f32 FMA %.1f GFLOP/s, int8 madd %.1f GMAC/s\n", b.f32_flops_per_s * 1e-9,
+        std::printf("; peak f32 FMA %.1f GFLOP/s, int8 madd %.1f GMAC/s", b.f32_flops_per_s * 1e-9,
                     b.int8_macs_per_s * 1e-9);
+        std::printf("; OpenBLAS SGEMM %.1f GFLOP/s\n", b.sgemm_flops_per_s * 1e-9);
       } else {
         std::printf("; no AVX2+FMA: no compute term\n");
       }
@@ -244,8 +245,11 @@ class BenchCommand : public Command {
     const MachineBounds* m = bound_for(row.n_threads);
     const Bound b = compute_bound(cost_, row.kind, row.n_tokens, row.depth, m != nullptr ? *m : MachineBounds{});
     const double rate = achieved_rate(row, b);
-    const std::string achieved =
+    std::string achieved =
         row.kind == BenchTest::kGenerate ? format("%.2f GB/s", rate * 1e-9) : format("%.1f GFLOP/s", rate * 1e-9);
+    if (row.kind == BenchTest::kPrompt && m != nullptr && m->sgemm_flops_per_s > 0) {
+      achieved += format(" (%.0f%% of SGEMM)", 100.0 * rate / m->sgemm_flops_per_s);
+    }
     std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f | %.3f | %s |", model_name_.c_str(), size_text().c_str(),
                 params_text().c_str(), row.n_threads, row.test.c_str(), row.median_tokens_per_s, row.stdev_tokens_per_s,
                 row.ms_per_token(), achieved.c_str());
@@ -265,8 +269,8 @@ class BenchCommand : public Command {
     std::printf(
         "bound: tg = 1 / max(bytes per token / DRAM bandwidth, MACs / peak) with weights + KV at the average depth, "
         "int8 madd peak for quantized matrices, f32 FMA for float ones and attention; pp = P / max(weights per "
-        "512-token chunk / bandwidth, flops / f32 FMA peak). Bandwidth and peaks measured with the row's thread "
-        "count.\n");
+        "512-token chunk / bandwidth, flops / f32 FMA peak); pp's achieved GFLOP/s is also given as a fraction of a "
+        "plain OpenBLAS SGEMM (512 x 2048 x 2048). Bandwidth and peaks measured with the row's thread count.\n");
     if (above_bound_) {
       std::printf("above 100%%: the bytes read per token fit in the CPU caches, so DRAM bandwidth does not limit this "
                   "model.\n");
@@ -302,6 +306,7 @@ class BenchCommand : public Command {
           {"peaks_available", b.peaks_available},
           {"f32_fma_gflops", b.f32_flops_per_s * 1e-9},
           {"int8_madd_gmacs", b.int8_macs_per_s * 1e-9},
+          {"openblas_sgemm_gflops", b.sgemm_flops_per_s * 1e-9},
       });
     }
     doc["machine"] = no_bound_ ? Json(nullptr) : machine;
@@ -330,6 +335,7 @@ class BenchCommand : public Command {
       } else {
         r["flops"] = b.flops;
         r["achieved_gflops"] = rate * 1e-9;
+        if (m != nullptr && m->sgemm_flops_per_s > 0) r["fraction_of_sgemm"] = rate / m->sgemm_flops_per_s;
       }
       if (m != nullptr) {
         r["bound"] = {
