@@ -29,11 +29,7 @@
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define LEOAM_HAVE_X86 1
-#define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
+#include "kernels/cpu/avx2_util.h"
 
 namespace leoam::kernels {
 namespace {
@@ -138,13 +134,6 @@ LEOAM_AVX2 inline __m256 load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-LEOAM_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // {sum a, sum b, sum c, sum d}
 LEOAM_AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -218,42 +207,19 @@ LEOAM_AVX2 void scores_f16_avx2(const float* q, int nq, const uint16_t* const* k
   for (; i < nq; ++i) scores_rows<1>(q + i * hd, k, nk, hd, s + i * ld, ld);
 }
 
-// e^x for x <= 0 (or -inf): Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-6 Taylor
-// polynomial (truncation 0.35^7 / 7! = 1.2e-7 relative), times 2^n through the exponent bits.
-// Below -87 (e^-87 = 1.6e-38, the smallest normal float's neighbourhood) the result is 0.
-LEOAM_AVX2 inline __m256 exp_nonpositive(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_max_ps(x, lo);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 = 0.693359375 - 2.12194440e-4
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-  const __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(p)));
-  return _mm256_andnot_ps(underflow, y);
-}
-
 LEOAM_AVX2 float exp_sum_avx2(float* s, int n, float m) {
   const __m256 mv = _mm256_set1_ps(m);
   __m256 sum = _mm256_setzero_ps();
   int j = 0;
   for (; j + 8 <= n; j += 8) {
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
     _mm256_storeu_ps(s + j, e);
     sum = _mm256_add_ps(sum, e);
   }
   if (j < n) {  // the tail through a padded copy, so every element gets the same exp
     alignas(32) float tail[8];
     for (int t = 0; t < 8; ++t) tail[t] = j + t < n ? s[j + t] : kNegInf;
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), mv));
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv));
     _mm256_store_ps(tail, e);
     sum = _mm256_add_ps(sum, e);
     for (int t = 0; j + t < n; ++t) s[j + t] = tail[t];

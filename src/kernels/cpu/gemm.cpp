@@ -37,11 +37,7 @@
 #include "core/cpu_features.h"
 #include "kernels/cpu/quant.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define LEOAM_HAVE_X86 1
-#define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
+#include "kernels/cpu/avx2_util.h"
 
 namespace leoam::kernels {
 namespace {
@@ -61,13 +57,6 @@ void dot_block_scalar(const float* const* rows, const float* const* xs, int64_t 
 }
 
 #ifdef LEOAM_HAVE_X86
-LEOAM_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 template <int R, int T>
 LEOAM_AVX2 void dot_block_avx2(const float* const* rows, const float* const* xs, int64_t n, float (*out)[T]) {
   __m256 acc[R][T];

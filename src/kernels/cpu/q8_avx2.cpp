@@ -17,18 +17,10 @@
 #include "kernels/cpu/quant_blocks.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "kernels/cpu/avx2_util.h"
 
 namespace leoam::kernels::detail {
 namespace {
-
-LEOAM_AVX2 inline float hsum_ps(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 LEOAM_AVX2 inline int hsum_epi32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -229,7 +221,7 @@ LEOAM_AVX2 void dot_q4_0_rows(const uint8_t* rows, size_t row_bytes, const Block
       corr[r] += dw * sx;
     }
   }
-  for (int r = 0; r < kRows; ++r) out[r] = hsum_ps(acc[r]) - 8.0f * corr[r];
+  for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r]) - 8.0f * corr[r];
 }
 
 // ---- Q8_0 x Q8A32: |w| x sign(x, w) ----
@@ -252,7 +244,7 @@ LEOAM_AVX2 void dot_q8_0_rows(const uint8_t* rows, size_t row_bytes, const Block
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(f16_scale(w.d)), dx), acc[r]);
     }
   }
-  for (int r = 0; r < kRows; ++r) out[r] = hsum_ps(acc[r]);
+  for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r]);
 }
 
 // ---- Q4_K x Q8K ----
@@ -308,7 +300,7 @@ LEOAM_AVX2 float dot_q4_k_row(const BlockQ4_K* w, const BlockQ8K* x, int64_t n_b
     acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(w[b].d) * dx), _mm256_cvtepi32_ps(sumi), acc);
     accm = _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(w[b].dmin) * dx), _mm256_cvtepi32_ps(pm), accm);
   }
-  return hsum_ps(acc) - hsum_ps(accm);
+  return hsum(acc) - hsum(accm);
 }
 
 // ---- Q6_K x Q8K ----
@@ -349,7 +341,7 @@ LEOAM_AVX2 float dot_q6_k_row(const BlockQ6_K* w, const BlockQ8K* x, int64_t n_b
     sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(bias, 5));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(blk.d) * x[b].d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return hsum_ps(acc);
+  return hsum(acc);
 }
 
 // ---- the table ----

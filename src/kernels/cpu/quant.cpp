@@ -11,11 +11,7 @@
 #include "core/fp16.h"
 #include "kernels/cpu/quant_blocks.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define LEOAM_HAVE_X86 1
-#define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
+#include "kernels/cpu/avx2_util.h"
 
 namespace leoam::kernels {
 namespace {
@@ -24,13 +20,6 @@ using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
 using DotFn = float (*)(const void* row, const float* x, int64_t n);
 
 #ifdef LEOAM_HAVE_X86
-
-LEOAM_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 8 bytes at p into the low half of a vector (sign/zero-extending loads then need no shuffle).
 LEOAM_AVX2 inline __m128i load8(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
