@@ -61,6 +61,8 @@ struct BatchCase {
   GgmlType type;
   KvDtype kv;
 };
+// gtest (and so ctest's test list) names a case by this, not by a dump of its bytes.
+void PrintTo(const BatchCase& c, std::ostream* os) { *os << c.name; }
 
 class BatchingAgrees : public ::testing::TestWithParam<BatchCase> {};
 

@@ -23,6 +23,8 @@ struct RefCase {
   SyntheticModelSpec spec;
   double max_rel_l2;  // bound on ||engine - reference|| / ||reference|| over all positions
 };
+// gtest (and so ctest's test list) names a case by this, not by a dump of its bytes.
+void PrintTo(const RefCase& c, std::ostream* os) { *os << c.name; }
 
 SyntheticModelSpec base_spec() {
   SyntheticModelSpec s;
