@@ -2,7 +2,6 @@
 // errors. The machine bounds are measured for real (about a second with the 1 GiB buffer).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,23 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
 const std::string kStories = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
 
-struct BenchRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using leoam::testing_cli::CliResult;
+using leoam::testing_cli::shell_quote;
 
 class BenchCliTest : public ::testing::Test {
  protected:
@@ -46,26 +38,12 @@ class BenchCliTest : public ::testing::Test {
   }
 
   // Runs `leoam bench args...` with TMPDIR in this test's folder (where --synthetic writes).
-  BenchRun bench(const std::vector<std::string>& args) {
-    std::string cmd = "TMPDIR=" + shell_quote(dir_) + " " + shell_quote(LEOAM_BIN) + " bench";
-    for (const auto& a : args) cmd += " " + shell_quote(a);
-    const std::string err_path = dir_ + "/stderr.txt";
-    cmd += " 2>" + shell_quote(err_path) + " </dev/null";
-    BenchRun r;
-    std::FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
-    const int raw = ::pclose(p);
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    std::ifstream in(err_path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    r.err = s.str();
-    return r;
+  CliResult bench(std::vector<std::string> args) {
+    args.insert(args.begin(), "bench");
+    return leoam::testing_cli::run_leoam(dir_, args, "TMPDIR=" + shell_quote(dir_));
   }
 
-  static void expect_usage_error(const BenchRun& r, const std::string& mentions) {
+  static void expect_usage_error(const CliResult& r, const std::string& mentions) {
     EXPECT_EQ(r.status, 2) << r.err;
     EXPECT_EQ(r.out, "");
     EXPECT_EQ(r.err.rfind("leoam: error: ", 0), 0u) << r.err;
@@ -86,7 +64,7 @@ class BenchCliTest : public ::testing::Test {
 };
 
 TEST_F(BenchCliTest, JsonHasEveryFieldAndTheSyntheticModelIsDeleted) {
-  BenchRun r = bench({"--synthetic", "tiny", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json"});
+  CliResult r = bench({"--synthetic", "tiny", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");  // progress is for terminals only
   nlohmann::json doc = nlohmann::json::parse(r.out);  // throws (fails the test) on bad JSON
@@ -142,7 +120,7 @@ TEST_F(BenchCliTest, JsonHasEveryFieldAndTheSyntheticModelIsDeleted) {
 }
 
 TEST_F(BenchCliTest, MarkdownTableWithDepthsAndThreadLists) {
-  BenchRun r = bench({"--synthetic", "tiny", "-p", "8", "-n", "2", "-r", "1", "-t", "1,2", "-d", "0,4", "--no-bound"});
+  CliResult r = bench({"--synthetic", "tiny", "-p", "8", "-n", "2", "-r", "1", "-t", "1,2", "-d", "0,4", "--no-bound"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("| model | size | params | threads | test | t/s | ms/tok | achieved |"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("bound by"), std::string::npos) << r.out;
@@ -161,7 +139,7 @@ TEST_F(BenchCliTest, MarkdownTableWithDepthsAndThreadLists) {
 
 TEST_F(BenchCliTest, Stories260KReportsMillisecondsPerToken) {
   if (!fs::exists(kStories)) GTEST_SKIP() << "fixture absent: " << kStories;
-  BenchRun r = bench({"-m", kStories, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--no-bound"});
+  CliResult r = bench({"-m", kStories, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--no-bound"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("ms/tok"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 1 | tg8 |"), std::string::npos) << r.out;
@@ -184,7 +162,7 @@ TEST_F(BenchCliTest, UsageErrorsExitWithStatus2) {
 TEST_F(BenchCliTest, RuntimeFailureExitsWithStatus1) {
   const std::string junk = dir_ + "/junk.gguf";
   std::ofstream(junk, std::ios::binary) << "not a gguf file";
-  BenchRun r = bench({"-m", junk, "--no-bound"});
+  CliResult r = bench({"-m", junk, "--no-bound"});
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err.rfind("leoam: error: ", 0), 0u) << r.err;
 }

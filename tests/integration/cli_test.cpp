@@ -2,7 +2,6 @@
 // Tests that need the stories260K fixture skip with a message when it is absent.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +12,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "cli_runner.h"
 
 namespace {
 
@@ -25,24 +26,8 @@ const std::string kStoriesV1 = kFixtures + "/models/stories260K/tinyllamas-stori
 const std::string kGreedyFromBos =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park";
 
-struct CliResult {
-  int status = -1;
-  std::string out;
-  std::string err;
-  std::vector<std::string> err_lines() const { return lines(err); }
-  static std::vector<std::string> lines(const std::string& text) {
-    std::vector<std::string> v;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) v.push_back(line);
-    return v;
-  }
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using leoam::testing_cli::CliResult;
+using leoam::testing_cli::read_file;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -57,28 +42,7 @@ class CliTest : public ::testing::Test {
   }
 
   // Runs leoam with `args`; stdin is /dev/null.
-  CliResult run(const std::vector<std::string>& args) {
-    std::string cmd = shell_quote(LEOAM_BIN);
-    for (const auto& a : args) cmd += " " + shell_quote(a);
-    const std::string err_path = dir_ + "/stderr.txt";
-    cmd += " 2>" + shell_quote(err_path) + " </dev/null";
-    CliResult r;
-    std::FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
-    const int raw = ::pclose(p);
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.err = read_file(err_path);
-    return r;
-  }
-
-  static std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  CliResult run(const std::vector<std::string>& args) { return leoam::testing_cli::run_leoam(dir_, args); }
 
   std::string write_file(const std::string& name, const std::string& contents) {
     const std::string path = dir_ + "/" + name;

@@ -120,35 +120,6 @@ LEOAM_AVX2 inline Q8Floats q8_0_quants(const BlockQ8_0& b) {
            i8x8_to_ps(load8(b.qs + 24))}};
 }
 
-LEOAM_AVX2 void dequantize_q8_0_avx2(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ8_0*>(src);
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const __m256 d = _mm256_set1_ps(f16_scale(blocks[b].d));
-    const Q8Floats q = q8_0_quants(blocks[b]);
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + b * kQK8_0 + 8 * k, _mm256_mul_ps(q.v[k], d));
-  }
-}
-
-LEOAM_AVX2 float dot_q8_0_avx2(const void* row, const float* x, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ8_0*>(row);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t n_blocks = n / kQK8_0;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* xb = x + b * kQK8_0;
-    const Q8Floats q = q8_0_quants(blocks[b]);
-    const __m256 s01 = _mm256_fmadd_ps(q.v[1], _mm256_loadu_ps(xb + 8), _mm256_mul_ps(q.v[0], _mm256_loadu_ps(xb)));
-    const __m256 s23 =
-        _mm256_fmadd_ps(q.v[3], _mm256_loadu_ps(xb + 24), _mm256_mul_ps(q.v[2], _mm256_loadu_ps(xb + 16)));
-    const __m256 d = _mm256_set1_ps(f16_scale(blocks[b].d));
-    if (b & 1) {
-      acc1 = _mm256_fmadd_ps(d, _mm256_add_ps(s01, s23), acc1);
-    } else {
-      acc0 = _mm256_fmadd_ps(d, _mm256_add_ps(s01, s23), acc0);
-    }
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-
 // ---- Q4_0 ----
 
 // The 32 values q - 8 of a Q4_0 block as 4 x 8 floats, in element order. Zero-extending the
@@ -165,22 +136,26 @@ LEOAM_AVX2 inline Q8Floats q4_0_quants(const BlockQ4_0& b) {
            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b1, 4), eight))}};   // 24..31
 }
 
-LEOAM_AVX2 void dequantize_q4_0_avx2(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_0*>(src);
-  for (int64_t b = 0; b < n / kQK4_0; ++b) {
+// Dequantization and dot product of any 32-element block type with one f16 scale `d`, given the
+// function that turns a block's quants into 4 x 8 floats (Q8_0, Q4_0).
+template <typename Block, Q8Floats (*kQuants)(const Block&)>
+LEOAM_AVX2 void dequantize_d32_avx2(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const Block*>(src);
+  for (int64_t b = 0; b < n / 32; ++b) {
     const __m256 d = _mm256_set1_ps(f16_scale(blocks[b].d));
-    const Q8Floats q = q4_0_quants(blocks[b]);
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + b * kQK4_0 + 8 * k, _mm256_mul_ps(q.v[k], d));
+    const Q8Floats q = kQuants(blocks[b]);
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + b * 32 + 8 * k, _mm256_mul_ps(q.v[k], d));
   }
 }
 
-LEOAM_AVX2 float dot_q4_0_avx2(const void* row, const float* x, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_0*>(row);
+template <typename Block, Q8Floats (*kQuants)(const Block&)>
+LEOAM_AVX2 float dot_d32_avx2(const void* row, const float* x, int64_t n) {
+  const auto* blocks = static_cast<const Block*>(row);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t n_blocks = n / kQK4_0;
+  const int64_t n_blocks = n / 32;
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* xb = x + b * kQK4_0;
-    const Q8Floats q = q4_0_quants(blocks[b]);
+    const float* xb = x + b * 32;
+    const Q8Floats q = kQuants(blocks[b]);
     const __m256 s01 = _mm256_fmadd_ps(q.v[1], _mm256_loadu_ps(xb + 8), _mm256_mul_ps(q.v[0], _mm256_loadu_ps(xb)));
     const __m256 s23 =
         _mm256_fmadd_ps(q.v[3], _mm256_loadu_ps(xb + 24), _mm256_mul_ps(q.v[2], _mm256_loadu_ps(xb + 16)));
@@ -193,6 +168,7 @@ LEOAM_AVX2 float dot_q4_0_avx2(const void* row, const float* x, int64_t n) {
   }
   return hsum(_mm256_add_ps(acc0, acc1));
 }
+static_assert(kQK8_0 == 32 && kQK4_0 == 32, "dequantize_d32_avx2 and dot_d32_avx2 assume 32-element blocks");
 
 // ---- Q4_K ----
 //
@@ -366,9 +342,9 @@ RowKernels select_kernels(GgmlType type) {
       case GgmlType::kBF16:
         return {dequantize_half_avx2<true>, dot_half_avx2<true>};
       case GgmlType::kQ8_0:
-        return {dequantize_q8_0_avx2, dot_q8_0_avx2};
+        return {dequantize_d32_avx2<BlockQ8_0, q8_0_quants>, dot_d32_avx2<BlockQ8_0, q8_0_quants>};
       case GgmlType::kQ4_0:
-        return {dequantize_q4_0_avx2, dot_q4_0_avx2};
+        return {dequantize_d32_avx2<BlockQ4_0, q4_0_quants>, dot_d32_avx2<BlockQ4_0, q4_0_quants>};
       case GgmlType::kQ4_K:
         return {dequantize_q4_k_avx2, dot_q4_k_avx2};
       case GgmlType::kQ6_K:

@@ -1,0 +1,62 @@
+// Runs the `leoam` binary (LEOAM_BIN) as a user would and captures what they see: stdout, stderr
+// and the exit status. Shared by the CLI integration tests.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace leoam::testing_cli {
+
+struct CliResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+
+  std::vector<std::string> err_lines() const { return lines(err); }
+  static std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+  }
+};
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `env_prefix LEOAM_BIN args...` with stdin from /dev/null; stderr goes through a file in
+// `scratch_dir`. env_prefix is e.g. "TMPDIR='/tmp/x'" (already quoted) or empty.
+inline CliResult run_leoam(const std::string& scratch_dir, const std::vector<std::string>& args,
+                           const std::string& env_prefix = "") {
+  std::string cmd = env_prefix.empty() ? "" : env_prefix + " ";
+  cmd += shell_quote(LEOAM_BIN);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  const std::string err_path = scratch_dir + "/stderr.txt";
+  cmd += " 2>" + shell_quote(err_path) + " </dev/null";
+  CliResult r;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
+  const int raw = ::pclose(p);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.err = read_file(err_path);
+  return r;
+}
+
+}  // namespace leoam::testing_cli
