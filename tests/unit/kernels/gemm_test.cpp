@@ -12,16 +12,13 @@
 #include <vector>
 
 #include "kernels/cpu/quant.h"
+#include "random_matrix.h"
 
 namespace leoam::kernels {
 namespace {
 
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing::random_floats;
+using testing::RandomMatrix;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<GgmlType, GemmMethod>> {};
 
@@ -37,36 +34,20 @@ TEST_P(GemmTest, MatchesReference) {
   const std::vector<Shape> shapes = {{1, bs == 1 ? 3 : bs}, {37, 256}, {600, 2304}};
   ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
   for (const Shape& s : shapes) {
-    const std::vector<float> w_f32 = random_floats(static_cast<size_t>(s.n_rows * s.n_cols), rng);
-    const size_t row_bytes = ggml_row_size(type, s.n_cols);
-    std::vector<uint8_t> w_bytes(row_bytes * static_cast<size_t>(s.n_rows));
-    for (int64_t r = 0; r < s.n_rows; ++r) {
-      quantize_row(type, w_f32.data() + r * s.n_cols, w_bytes.data() + r * row_bytes, s.n_cols);
-    }
-    std::vector<float> w_deq(w_f32.size());
-    for (int64_t r = 0; r < s.n_rows; ++r) {
-      ref::dequantize_row(type, w_bytes.data() + r * row_bytes, w_deq.data() + r * s.n_cols, s.n_cols);
-    }
-    const MatrixView w{type, w_bytes.data(), s.n_cols, s.n_rows, row_bytes};
+    const RandomMatrix m(type, s.n_rows, s.n_cols, rng);
+    const MatrixView& w = m.view;
     for (int64_t n_tokens : {2, 7, 33}) {
       const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
       std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
       ref::matmul(w, x.data(), n_tokens, y_ref.data());
-      std::vector<double> magnitude(y_ref.size());
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        for (int64_t r = 0; r < s.n_rows; ++r) {
-          double m = 0.0;
-          for (int64_t c = 0; c < s.n_cols; ++c) m += std::fabs(w_deq[r * s.n_cols + c] * x[t * s.n_cols + c]);
-          magnitude[t * s.n_rows + r] = m;
-        }
-      }
       for (ThreadPool& pool : pools) {
         SCOPED_TRACE("rows " + std::to_string(s.n_rows) + " cols " + std::to_string(s.n_cols) + " tokens " +
                      std::to_string(n_tokens) + " threads " + std::to_string(pool.n_threads()));
         std::vector<float> y(y_ref.size(), std::numeric_limits<float>::quiet_NaN());
         gemm(w, x.data(), n_tokens, y.data(), pool, GemmOptions{method});
         for (size_t i = 0; i < y.size(); ++i) {
-          ASSERT_NEAR(y[i], y_ref[i], 1e-5 * magnitude[i] + 1e-6) << "token " << i / s.n_rows << " row " << i % s.n_rows;
+          const int64_t t = static_cast<int64_t>(i) / s.n_rows, r = static_cast<int64_t>(i) % s.n_rows;
+          ASSERT_NEAR(y[i], y_ref[i], m.tolerance(x.data(), t, r)) << "token " << t << " row " << r;
         }
       }
     }

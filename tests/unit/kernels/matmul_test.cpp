@@ -14,6 +14,7 @@
 #include "kernels/cpu/dot_q8.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/quant.h"
+#include "random_matrix.h"
 
 namespace leoam::kernels {
 namespace {
@@ -23,12 +24,8 @@ struct Shape {
   int64_t n_cols;  // in blocks of the type's block size when `in_blocks`
 };
 
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing::random_floats;
+using testing::RandomMatrix;
 
 class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
 
@@ -42,17 +39,8 @@ TEST_P(MatmulTest, MatchesReference) {
                                             : std::vector<Shape>{{1, bs}, {7, 3 * bs}, {37, 5 * bs}, {64, 2 * bs}};
   ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
   for (const Shape& s : shapes) {
-    const std::vector<float> w_f32 = random_floats(static_cast<size_t>(s.n_rows * s.n_cols), rng);
-    const size_t row_bytes = ggml_row_size(type, s.n_cols);
-    std::vector<uint8_t> w_bytes(row_bytes * static_cast<size_t>(s.n_rows));
-    for (int64_t r = 0; r < s.n_rows; ++r) {
-      quantize_row(type, w_f32.data() + r * s.n_cols, w_bytes.data() + r * row_bytes, s.n_cols);
-    }
-    std::vector<float> w_deq(w_f32.size());
-    for (int64_t r = 0; r < s.n_rows; ++r) {
-      ref::dequantize_row(type, w_bytes.data() + r * row_bytes, w_deq.data() + r * s.n_cols, s.n_cols);
-    }
-    const MatrixView w{type, w_bytes.data(), s.n_cols, s.n_rows, row_bytes};
+    const RandomMatrix m(type, s.n_rows, s.n_cols, rng);
+    const MatrixView& w = m.view;
     for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
       const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
       std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
@@ -60,7 +48,7 @@ TEST_P(MatmulTest, MatchesReference) {
         std::vector<uint8_t> xq(activation_bytes(type, s.n_cols));
         ref::quantize_activation(type, x.data(), s.n_cols, xq.data());
         for (int64_t r = 0; r < s.n_rows; ++r) {
-          y_ref[static_cast<size_t>(r)] = ref::dot_row_q8(type, w_bytes.data() + r * row_bytes, xq.data(), s.n_cols);
+          y_ref[static_cast<size_t>(r)] = ref::dot_row_q8(type, m.bytes.data() + r * w.row_bytes, xq.data(), s.n_cols);
         }
       } else {
         ref::matmul(w, x.data(), n_tokens, y_ref.data());
@@ -72,10 +60,8 @@ TEST_P(MatmulTest, MatchesReference) {
         matmul(w, x.data(), n_tokens, y.data(), pool);
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t r = 0; r < s.n_rows; ++r) {
-            double magnitude = 0.0;
-            for (int64_t c = 0; c < s.n_cols; ++c) magnitude += std::fabs(w_deq[r * s.n_cols + c] * x[t * s.n_cols + c]);
             const size_t i = static_cast<size_t>(t * s.n_rows + r);
-            ASSERT_NEAR(y[i], y_ref[i], 1e-5 * magnitude + 1e-6) << "token " << t << " row " << r;
+            ASSERT_NEAR(y[i], y_ref[i], m.tolerance(x.data(), t, r)) << "token " << t << " row " << r;
           }
         }
       }

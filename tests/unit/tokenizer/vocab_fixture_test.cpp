@@ -37,18 +37,26 @@ bool load_cases(const std::string& name, VocabCases* cases) {
   return true;
 }
 
-class VocabFixtureTest : public ::testing::TestWithParam<std::string> {};
+// Each test gets the vocab named by the parameter and its cases; skipped when not in the fixtures.
+class VocabFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    LEOAM_SKIP_WITHOUT_FIXTURES();
+    name = GetParam();
+    if (!std::filesystem::exists(test::vocab_dir() + "/ggml-vocab-" + name + ".gguf")) {
+      GTEST_SKIP() << "ggml-vocab-" << name << ".gguf not in the fixtures";
+    }
+    ASSERT_TRUE(load_cases(name, &cases));
+    tok = load_vocab(name);
+    ASSERT_NE(tok, nullptr);
+  }
+
+  std::string name;
+  VocabCases cases;
+  const Tokenizer* tok = nullptr;
+};
 
 TEST_P(VocabFixtureTest, MatchesLlamaCpp) {
-  LEOAM_SKIP_WITHOUT_FIXTURES();
-  const std::string name = GetParam();
-  if (!std::filesystem::exists(test::vocab_dir() + "/ggml-vocab-" + name + ".gguf")) {
-    GTEST_SKIP() << "ggml-vocab-" << name << ".gguf not in the fixtures";
-  }
-  VocabCases cases;
-  ASSERT_TRUE(load_cases(name, &cases));
-  const Tokenizer* tok = load_vocab(name);
-  ASSERT_NE(tok, nullptr);
   size_t n_pass = 0;
   for (size_t i = 0; i < cases.texts.size(); ++i) {
     const std::vector<int32_t> got = tok->tokenize(cases.texts[i], /*add_bos=*/false, /*parse_special=*/false);
@@ -66,15 +74,6 @@ TEST_P(VocabFixtureTest, MatchesLlamaCpp) {
 // detokenize(tokenize(text)) gives the text back: exactly for BPE; for SPM after the space
 // prefix is removed. Every case of these sets round-trips in llama.cpp.
 TEST_P(VocabFixtureTest, RoundTrips) {
-  LEOAM_SKIP_WITHOUT_FIXTURES();
-  const std::string name = GetParam();
-  if (!std::filesystem::exists(test::vocab_dir() + "/ggml-vocab-" + name + ".gguf")) {
-    GTEST_SKIP() << "ggml-vocab-" << name << ".gguf not in the fixtures";
-  }
-  VocabCases cases;
-  ASSERT_TRUE(load_cases(name, &cases));
-  const Tokenizer* tok = load_vocab(name);
-  ASSERT_NE(tok, nullptr);
   for (size_t i = 0; i < cases.texts.size(); ++i) {
     const std::string& text = cases.texts[i];
     EXPECT_EQ(tok->detokenize(tok->tokenize(text, false, false)), text) << name << " case " << i << " " << printable(text);
