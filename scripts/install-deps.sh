@@ -7,6 +7,8 @@ packages=(
   g++ cmake ninja-build pkg-config make
   libpcre2-dev           # Unicode regexes of the BPE pre-tokenizers
   libopenblas-dev        # SGEMM for prefill
+  liburing-dev           # batched disk reads of the KV disk tier
+  libxxhash-dev          # checksums of KV written to disk
   libcli11-dev           # command-line parsing
   nlohmann-json3-dev     # JSON output
   libgtest-dev libgmock-dev  # unit tests

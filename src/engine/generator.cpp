@@ -18,6 +18,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 Result<GenerateStats> generate(ForwardContext& ctx, const Tokenizer& tokenizer, std::string_view prompt,
                                const GenerateOptions& options, const GenerateCallbacks& callbacks) {
+  if (ctx.n_past() != 0) {
+    return invalid_argument("generate: the context already holds " + std::to_string(ctx.n_past()) +
+                            " tokens; start from a fresh context");
+  }
   const std::vector<int32_t> tokens = tokenizer.tokenize(prompt, options.add_bos, options.parse_special);
   return generate_from_tokens(ctx, tokenizer, tokens, prompt.empty(), options, callbacks);
 }
@@ -25,11 +29,8 @@ Result<GenerateStats> generate(ForwardContext& ctx, const Tokenizer& tokenizer, 
 Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer& tokenizer,
                                            std::span<const int32_t> prompt_tokens, bool strip_leading_space,
                                            const GenerateOptions& options, const GenerateCallbacks& callbacks) {
-  if (ctx.n_past() != 0) {
-    return invalid_argument("generate: the context already holds " + std::to_string(ctx.n_past()) +
-                            " tokens; start from a fresh context");
-  }
   const auto n_prompt = static_cast<int64_t>(prompt_tokens.size());
+  const int64_t n_reused = ctx.n_past();
   if (n_prompt == 0) {
     return invalid_argument(
         "the prompt is empty and no BOS token is added (--no-bos, or a vocab without BOS): nothing to generate from");
@@ -38,25 +39,36 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
     return invalid_argument("prompt has " + std::to_string(n_prompt) + " tokens, more than the context size of " +
                             std::to_string(ctx.n_ctx()) + " (-c); raise -c or shorten the prompt");
   }
+  if (n_reused >= n_prompt) {
+    return invalid_argument("generate: the context already holds " + std::to_string(n_reused) +
+                            " positions and the prompt has " + std::to_string(n_prompt) +
+                            " tokens, so there is nothing to evaluate for the first token's logits; "
+                            "leave at least the last prompt token out of the context");
+  }
+
+  Sampler sampler(options.sampler);
+  if (!options.sampler_rng_state.empty()) LEOAM_RETURN_IF_ERROR(sampler.restore_rng_state(options.sampler_rng_state));
+  for (int32_t t : prompt_tokens) sampler.accept(t);
 
   GenerateStats stats;
   stats.n_prompt_tokens = n_prompt;
-  Sampler sampler(options.sampler);
-  for (int32_t t : prompt_tokens) sampler.accept(t);
+  stats.n_reused_tokens = n_reused;
+  stats.tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
 
   const auto n_vocab = static_cast<size_t>(ctx.n_vocab());
   const bool want_logits = static_cast<bool>(callbacks.on_logits);
   std::vector<float> logits;
 
+  const std::span<const int32_t> to_eval = prompt_tokens.subspan(static_cast<size_t>(n_reused));
   const auto t_prefill = std::chrono::steady_clock::now();
-  LEOAM_RETURN_IF_ERROR(ctx.eval(prompt_tokens, /*all_logits=*/want_logits, logits));
+  LEOAM_RETURN_IF_ERROR(ctx.eval(to_eval, /*all_logits=*/want_logits, logits));
   stats.prefill_ms = ms_since(t_prefill);
   if (callbacks.on_prefill_done) callbacks.on_prefill_done(n_prompt);
 
   std::span<const float> row(logits);
   if (want_logits) {
-    for (int64_t i = 0; i < n_prompt; ++i) callbacks.on_logits(row.subspan(static_cast<size_t>(i) * n_vocab, n_vocab));
-    row = row.subspan(static_cast<size_t>(n_prompt - 1) * n_vocab, n_vocab);
+    for (size_t i = 0; i < to_eval.size(); ++i) callbacks.on_logits(row.subspan(i * n_vocab, n_vocab));
+    row = row.subspan((to_eval.size() - 1) * n_vocab, n_vocab);
   }
 
   auto emit = [&](const std::string& text) {
@@ -77,6 +89,7 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
     }
     const int32_t token = sampler.sample(row);
     sampler.accept(token);
+    stats.tokens.push_back(token);
     const bool first = stats.n_generated == 0;
     ++stats.n_generated;
     if (callbacks.on_token) callbacks.on_token(token);
@@ -98,6 +111,7 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
   }
   emit(stream.flush());
   stats.decode_ms = ms_since(t_decode);
+  stats.sampler_rng_state = sampler.rng_state();
   return stats;
 }
 

@@ -1,9 +1,18 @@
 // The generation loop: prompt text in, streamed text out.
 //
-//   tokenize(prompt) -> check it fits in n_ctx -> prefill (one eval of the whole prompt; the
-//   ForwardContext splits it into n_batch chunks and reports progress through the
-//   ForwardOptions::progress it was created with) -> repeat { sample, stream its text, eval }
-//   until an end-of-generation token, n_predict tokens, or a full context.
+//   tokenize(prompt) -> check it fits in n_ctx -> prefill (one eval of the prompt tokens the
+//   context does not hold yet; the ForwardContext splits it into n_batch chunks and reports
+//   progress through the ForwardOptions::progress it was created with) -> repeat { sample,
+//   stream its text, eval } until an end-of-generation token, n_predict tokens, or a full context.
+//
+// Resuming: generate_from_tokens accepts a context that already holds the KV of a prefix of the
+// prompt tokens (a session reloaded from disk, or the context a previous call left behind) and
+// evaluates only the rest. When a call stops at n_predict or at an end-of-generation token, its
+// context holds the KV of all of stats.tokens but the last (the last sampled token is not
+// evaluated unless on_logits is set). Passing stats.tokens as the prompt tokens and
+// stats.sampler_rng_state in GenerateOptions (same model, same sampler options,
+// strip_leading_space false) then continues where the call stopped: the same tokens and text as
+// one unbroken call, at any temperature.
 //
 // Streamed text: the pieces of the generated tokens, in order, with incomplete UTF-8 sequences
 // held back until complete (see Utf8Stream). When the prompt text is empty (generation from BOS
@@ -13,10 +22,11 @@
 // End-of-generation tokens are counted in n_generated and passed to the sampler's history but
 // their piece (empty for control tokens) is streamed like any other.
 //
-// Logits sink: when on_logits is set, it receives one row of n_vocab logits per position, in
-// order: every prompt position (the prefill runs with all_logits), then every generated token,
-// which is then always evaluated (even the last) so its row exists. Total rows:
-// n_prompt_tokens + n_generated.
+// Logits sink: when on_logits is set, it receives one row of n_vocab logits per evaluated
+// position, in order: every prompt position the prefill evaluates (it runs with all_logits; the
+// n_reused_tokens positions whose KV the context already held get no row), then every generated
+// token, which is then always evaluated (even the last) so its row exists. Total rows:
+// n_prompt_tokens - n_reused_tokens + n_generated.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +49,9 @@ struct GenerateOptions {
   bool add_bos = true;        // prepend BOS to the prompt
   bool parse_special = false; // recognize special tokens written in the prompt text
   SamplerOptions sampler;
+  // non-empty: the sampler's random stream continues from this state (a resumed session); see
+  // GenerateStats::sampler_rng_state and Sampler::rng_state.
+  std::string sampler_rng_state;
 };
 
 enum class StopReason : uint8_t {
@@ -49,12 +62,17 @@ enum class StopReason : uint8_t {
 
 struct GenerateStats {
   int64_t n_prompt_tokens = 0;
+  int64_t n_reused_tokens = 0;  // prompt positions whose KV the context already held (not evaluated)
   int64_t n_generated = 0;
-  double prefill_ms = 0.0;  // the prefill eval
+  double prefill_ms = 0.0;  // the prefill eval (of the n_prompt_tokens - n_reused_tokens others)
   double decode_ms = 0.0;   // from the end of the prefill to the last token sampled (or evaluated)
   StopReason stop_reason = StopReason::kMaxTokens;
+  std::vector<int32_t> tokens;    // the whole sequence: prompt tokens, then the generated ones
+  std::string sampler_rng_state;  // the sampler's state after the last token was sampled
 
-  double prefill_tokens_per_s() const { return prefill_ms > 0 ? n_prompt_tokens * 1000.0 / prefill_ms : 0.0; }
+  double prefill_tokens_per_s() const {
+    return prefill_ms > 0 ? static_cast<double>(n_prompt_tokens - n_reused_tokens) * 1000.0 / prefill_ms : 0.0;
+  }
   double decode_tokens_per_s() const { return decode_ms > 0 ? n_generated * 1000.0 / decode_ms : 0.0; }
 };
 
@@ -66,18 +84,26 @@ struct GenerateCallbacks {
   // Receives each position's logits (see the header comment); may be empty.
   std::function<void(std::span<const float> logits)> on_logits;
   // Called once the prompt is evaluated, before the first token is sampled (e.g. to clear a
-  // progress bar, or to take the time to first token); may be empty.
+  // progress bar, or to take the time to first token), with the whole prompt's size (reused
+  // positions included); may be empty.
   std::function<void(int64_t n_prompt_tokens)> on_prefill_done;
 };
 
 // Tokenizes `prompt` with `tokenizer` and generates from it with `ctx`, which must be fresh
-// (n_past() == 0). Fails with kInvalidArgument when the prompt is empty after tokenization or
-// longer than the context, and passes on errors from eval().
+// (n_past() == 0). Fails with kInvalidArgument when the context is not fresh, or the prompt is
+// empty after tokenization or longer than the context; passes on errors from eval() and from
+// restoring options.sampler_rng_state.
 Result<GenerateStats> generate(ForwardContext& ctx, const Tokenizer& tokenizer, std::string_view prompt,
                                const GenerateOptions& options, const GenerateCallbacks& callbacks);
 
 // The same from prompt tokens (options.add_bos and parse_special are not used). `strip_leading_space`
 // removes the SentencePiece leading space from the first generated token's piece.
+// `ctx` may already hold the KV of prompt_tokens[0, ctx.n_past()) (the caller vouches that it
+// is that prefix; nothing here can check it): only [n_past(), size) is evaluated, but every
+// prompt token enters the sampler's history, so the repetition penalty sees the whole sequence.
+// At least one prompt token must be left to evaluate, since the first token is sampled from its
+// logits: n_past() >= prompt_tokens.size() fails with kInvalidArgument, as does an empty
+// prompt or one longer than the context.
 Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer& tokenizer,
                                            std::span<const int32_t> prompt_tokens, bool strip_leading_space,
                                            const GenerateOptions& options, const GenerateCallbacks& callbacks);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <locale>
+#include <sstream>
 
 namespace leoam {
 namespace sampling {
@@ -114,6 +116,29 @@ int32_t draw(const std::vector<TokenCandidate>& candidates, std::mt19937_64& rng
 }  // namespace sampling
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {}
+
+std::string Sampler::rng_state() const {
+  std::ostringstream out;
+  out.imbue(std::locale::classic());  // no digit grouping from a global locale
+  out << rng_;
+  return out.str();
+}
+
+Status Sampler::restore_rng_state(std::string_view state) {
+  std::istringstream in{std::string(state)};
+  in.imbue(std::locale::classic());
+  std::mt19937_64 rng;
+  in >> rng;
+  const bool parsed = !in.fail();
+  in >> std::ws;
+  if (!parsed || !in.eof()) {
+    return invalid_argument("sampler state (" + std::to_string(state.size()) +
+                            " bytes) is not valid: expected a std::mt19937_64 state as Sampler::rng_state() "
+                            "writes it (decimal numbers separated by spaces) and nothing after it");
+  }
+  rng_ = rng;
+  return Status::ok();
+}
 
 void Sampler::accept(int32_t token) {
   if (options_.repeat_last_n <= 0) return;

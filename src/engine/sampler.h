@@ -14,13 +14,19 @@
 //
 // The draw uses only the raw 64-bit output of std::mt19937_64 (whose sequence the standard
 // fixes), not std::*_distribution, so a seed gives the same tokens with every standard library.
+// The generator's state can be saved as text and restored, so a session stopped after some
+// tokens and resumed later draws what an unbroken one would have drawn.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <random>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/status.h"
 
 namespace leoam {
 
@@ -81,6 +87,13 @@ class Sampler {
   // Adds a token to the history that the repetition penalty looks at (prompt tokens included,
   // as llama.cpp does).
   void accept(int32_t token);
+
+  // The random generator's state as text (std::mt19937_64's operator<<: decimal numbers
+  // separated by spaces, the same with every locale). Greedy sampling never changes it.
+  std::string rng_state() const;
+  // Continues the random stream from a state that rng_state() returned. Fails with
+  // kInvalidArgument, changing nothing, when `state` does not parse as a whole.
+  [[nodiscard]] Status restore_rng_state(std::string_view state);
 
   const SamplerOptions& options() const { return options_; }
   // The last repeat_last_n accepted tokens, oldest first.

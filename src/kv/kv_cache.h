@@ -33,12 +33,18 @@
 //     hold the same count.
 //   - view(layer, n_visible) needs n_visible <= n_tokens(layer). The pointers in a view stay
 //     valid until the view is destroyed or the next append/truncate/clear of the cache, whichever
-//     comes first; a view may hold pins on the storage (released by its destructor).
+//     comes first; a view may hold pins on the storage (released by its destructor). A view may
+//     need I/O (a tiered store reads what is on disk), hence non-const and fallible.
+//   - for_each_view(layer, ranges, fn) is how attention reads a large or sparse set of positions
+//     with bounded memory: fn is called with views that, in order, cover exactly the positions
+//     of `ranges` (sorted, disjoint, inside [0, n_tokens(layer))); each view is valid only
+//     during its call. An error from fn stops the walk and is returned.
 //   - Not thread-safe: one thread drives a cache; attention may read one view from many threads.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -48,6 +54,15 @@
 #include "kv/kv_dtype.h"
 
 namespace leoam {
+
+// Positions [begin, end) of one layer.
+struct TokenRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+
+  int64_t size() const { return end - begin; }
+  bool operator==(const TokenRange&) const = default;
+};
 
 struct KvCacheShape {
   int n_layer = 0;
@@ -129,7 +144,15 @@ class KvCache {
   [[nodiscard]] virtual Status append(int layer, int64_t pos0, int64_t n_tokens, const float* k, const float* v) = 0;
 
   // The first n_tokens_visible positions of `layer`.
-  virtual Result<KvView> view(int layer, int64_t n_tokens_visible) const = 0;
+  virtual Result<KvView> view(int layer, int64_t n_tokens_visible) = 0;
+
+  // Calls fn with views covering the positions of `ranges` of `layer` (see the contract above).
+  // Empty ranges (begin == end) are allowed and skipped; ranges holding no position call fn
+  // not at all, so a caller must handle zero calls.
+  // The default takes one view of the whole layer and cuts its segments to the ranges; a store
+  // whose KV does not all sit in memory overrides it to read in batches.
+  using ViewVisitor = std::function<Status(const KvView& view)>;
+  [[nodiscard]] virtual Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn);
 
   // Forgets every position of every layer.
   virtual void clear() = 0;

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/fp16.h"
 
 namespace leoam {
 
@@ -17,15 +16,6 @@ uint64_t physical_memory_bytes() {
   const long page_size = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page_size <= 0) return 0;  // unknown
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
-}
-
-void store_row(KvDtype dtype, const float* src, uint8_t* dst, int64_t n) {
-  if (dtype == KvDtype::kF32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(src[i]);
 }
 
 }  // namespace
@@ -100,15 +90,13 @@ Status MemoryKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
   const int64_t n_row = shape_.row_elements();
   uint8_t* k_dst = k_[layer].get() + static_cast<size_t>(pos0) * row_bytes_;
   uint8_t* v_dst = v_[layer].get() + static_cast<size_t>(pos0) * row_bytes_;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    store_row(dtype_, k + t * n_row, k_dst + static_cast<size_t>(t) * row_bytes_, n_row);
-    store_row(dtype_, v + t * n_row, v_dst + static_cast<size_t>(t) * row_bytes_, n_row);
-  }
+  store_kv_values(dtype_, k, n_tokens * n_row, k_dst);  // rows are contiguous in both
+  store_kv_values(dtype_, v, n_tokens * n_row, v_dst);
   n_tokens_[layer] += n_tokens;
   return Status::ok();
 }
 
-Result<KvView> MemoryKvCache::view(int layer, int64_t n_tokens_visible) const {
+Result<KvView> MemoryKvCache::view(int layer, int64_t n_tokens_visible) {
   if (layer < 0 || layer >= shape_.n_layer) {
     return invalid_argument("KV cache: layer " + std::to_string(layer) + " out of range [0, " +
                             std::to_string(shape_.n_layer) + ")");

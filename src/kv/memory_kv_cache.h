@@ -38,7 +38,7 @@ class MemoryKvCache final : public KvCache {
   int64_t n_tokens() const override;
   int64_t n_tokens(int layer) const override;
   Status append(int layer, int64_t pos0, int64_t n_tokens, const float* k, const float* v) override;
-  Result<KvView> view(int layer, int64_t n_tokens_visible) const override;
+  Result<KvView> view(int layer, int64_t n_tokens_visible) override;
   void clear() override;
   Status truncate(int64_t n_tokens) override;
 

@@ -5,11 +5,20 @@
 // Prompts are split over (query block, kv head); a single query over a long KV is split over
 // ranges of positions whose partial results are merged (flash-decoding).
 //
+// The KV may also be read by position ranges through KvCache::for_each_view, in as many batches
+// (views) as the store hands over: each batch is attended with its log-sum-exp per query row, and
+// the batches are merged exactly,
+//
+//   out = sum_b out_b e^(lse_b - lse),   lse = ln sum_b e^(lse_b),
+//
+// so a store can stream a long or sparse context through bounded memory.
+//
 // Query head h reads KV head h / (n_head / n_head_kv) (grouped-query attention); a query at
 // position p sees the keys at positions <= p.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -29,5 +38,15 @@ struct AttentionParams {
 // Fails when the view's geometry differs from params'.
 Status attention(const KvView& kv, const AttentionParams& params, const float* q, int64_t pos0, int64_t n_tokens,
                  float* out, ThreadPool& pool);
+
+// The same over the positions of `ranges` of `layer` (sorted, disjoint, inside
+// [0, kv.n_tokens(layer)); see KvCache::for_each_view), read batch by batch and merged as above.
+// A query sees the positions of `ranges` that are <= its own; one that sees none gets zeros.
+// With a single batch (an in-memory store) out is that of attention(view, ...) bit for bit: the
+// batch is written straight to out. Scratch: [n_tokens][n_head] floats, and from a second batch
+// on [n_tokens][n_head][head_dim] + [n_tokens][n_head] more, whatever the context length.
+// Fails on a bad range, a failed read, or a view whose geometry differs from params'.
+Status attention(KvCache& kv, int layer, std::span<const TokenRange> ranges, const AttentionParams& params,
+                 const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool);
 
 }  // namespace leoam

@@ -250,10 +250,8 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     }
 
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
-    {
-      LEOAM_ASSIGN_OR_RETURN(KvView view, kv_->view(il, pos0 + n));
-      LEOAM_RETURN_IF_ERROR(attention(view, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
-    }
+    const TokenRange visible{0, pos0 + n};
+    LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
     if (decode) {
       const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, nullptr}};
       fused_matvecs(out_proj, pool, inline_pool);

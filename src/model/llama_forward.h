@@ -6,7 +6,7 @@
 //   per layer:  h = rmsnorm(x) * attn_norm
 //               q = h Wq^T (+bq), k = h Wk^T (+bk), v = h Wv^T (+bv)  RoPE on q, k
 //               kv_cache.append(layer, pos0, n, k, v)
-//               x += attention(q, kv_cache.view(layer, pos0 + n)) Wo^T
+//               x += attention(q, kv_cache positions [0, pos0 + n)) Wo^T   (read in batches)
 //               h = rmsnorm(x) * ffn_norm
 //               x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
 //   logits = (rmsnorm(x) * output_norm) Wout^T                     (last row, or all rows)

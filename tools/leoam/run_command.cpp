@@ -16,6 +16,10 @@
 
 #include "cli_common.h"
 #include "core/cpu_features.h"
+#include "io/checksum.h"
+#include "io/mapped_file.h"
+#include "kv/kv_session.h"
+#include "kv_options.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "model/forward_context.h"
@@ -74,6 +78,12 @@ const char* stop_reason_text(StopReason reason) {
   return "?";
 }
 
+// The model file's checksum: what a saved session is tied to.
+Result<uint64_t> hash_file(const std::string& path) {
+  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
+  return checksum64(file->data(), file->size());
+}
+
 void write_stdout(std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -87,7 +97,7 @@ class RunCommand : public Command {
         ->required()
         ->check(readable_file())
         ->type_name("FILE");
-    add_prompt_options(*cmd, prompt_, prompt_file_);
+    add_prompt_options(*cmd, prompt_, prompt_file_, "--kv-load");
     cmd->add_option("-n,--n-predict", options_.n_predict, "tokens to generate at most (-1: until end of generation or a full context)")
         ->capture_default_str()
         ->check(CLI::Range(-1, 1 << 30));
@@ -120,6 +130,15 @@ class RunCommand : public Command {
                     "write every position's logits to FILE: one line per prompt and generated token, n_vocab floats")
         ->type_name("FILE");
     cmd->add_flag("--verbose", verbose_, "print the settings (seed included) and load details on stderr");
+    add_kv_options(*cmd, kv_options_);
+    cmd->add_option("--kv-save", kv_save_dir_,
+                    "at the end, save the session (tokens, KV, sampler state) to DIR, for --kv-load")
+        ->type_name("DIR")
+        ->group("KV store (tiers)");
+    cmd->add_option("--kv-load", kv_load_dir_,
+                    "continue the session saved in DIR without recomputing it; -p/-f then add text to it")
+        ->type_name("DIR")
+        ->group("KV store (tiers)");
     return cmd;
   }
 
@@ -150,10 +169,37 @@ class RunCommand : public Command {
     fwd.n_ctx = n_ctx_;
     fwd.n_threads = n_threads_;
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
-    Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(**model, fwd);
+    const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
+    Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, **model, n_ctx);
+    if (!kv.is_ok()) return fail(kv.status());
+    KvCache& kv_cache = **kv;  // owned by the context from here on
+    Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(**model, fwd, std::move(*kv));
     if (!ctx.is_ok()) return fail(named(ctx.status()));
+    if (!kv_options_.dir.empty()) std::fprintf(stderr, "leoam: %s\n", kv_store_summary(kv_options_, kv_cache).c_str());
 
     if (verbose_) print_settings(**ctx);
+
+    uint64_t model_hash = 0;
+    if (!kv_save_dir_.empty() || !kv_load_dir_.empty()) {
+      Result<uint64_t> hash = hash_file(model_path_);
+      if (!hash.is_ok()) return fail(hash.status());
+      model_hash = *hash;
+    }
+    std::vector<int32_t> tokens;
+    if (!kv_load_dir_.empty()) {
+      Result<KvSession> session = load_kv_session(kv_load_dir_, model_hash, kv_cache);
+      if (!session.is_ok()) return fail(session.status());
+      tokens = std::move(session->tokens);
+      if (seed_option_->count() == 0) options_.sampler_rng_state = session->sampler_state;
+      if (verbose_) {
+        std::fprintf(stderr, "leoam: loaded %s: %zu tokens, KV of %lld\n", kv_load_dir_.c_str(), tokens.size(),
+                     static_cast<long long>(session->n_kv));
+      }
+      const std::vector<int32_t> more = (*tokenizer)->tokenize(*prompt, /*add_bos=*/false, options_.parse_special);
+      tokens.insert(tokens.end(), more.begin(), more.end());
+    } else {
+      tokens = (*tokenizer)->tokenize(*prompt, options_.add_bos, options_.parse_special);
+    }
 
     GenerateCallbacks callbacks;
     const std::string& prompt_text = *prompt;
@@ -165,7 +211,9 @@ class RunCommand : public Command {
     callbacks.on_text = write_stdout;
     if (!dump_logits_path_.empty()) callbacks.on_logits = [&dump](std::span<const float> row) { dump.write_row(row); };
 
-    Result<GenerateStats> stats = generate(**ctx, **tokenizer, prompt_text, options_, callbacks);
+    const bool strip_leading_space = kv_load_dir_.empty() && prompt_text.empty();
+    Result<GenerateStats> stats =
+        generate_from_tokens(**ctx, **tokenizer, tokens, strip_leading_space, options_, callbacks);
     bar.clear();
     if (!stats.is_ok()) return fail(stats.status());
     write_stdout("\n");
@@ -173,6 +221,17 @@ class RunCommand : public Command {
       if (Status st = dump.close(); !st.is_ok()) return fail(st);
     }
     print_summary(*stats);
+    if (!kv_save_dir_.empty()) {
+      KvSession session;
+      session.model_hash = model_hash;
+      session.tokens = stats->tokens;
+      // At least one token is left to evaluate on resume: its logits drive the next sample.
+      session.n_kv = std::min<int64_t>((*ctx)->n_past(), static_cast<int64_t>(session.tokens.size()) - 1);
+      session.sampler_state = stats->sampler_rng_state;
+      if (Status st = save_kv_session(kv_cache, session, kv_save_dir_); !st.is_ok()) return fail(st);
+      if (verbose_) std::fprintf(stderr, "leoam: saved the session to %s\n", kv_save_dir_.c_str());
+    }
+    if (Status st = report_kv_stats(kv_options_, kv_cache); !st.is_ok()) return fail(st);
     return kExitOk;
   }
 
@@ -207,6 +266,9 @@ class RunCommand : public Command {
   std::string prompt_;
   std::string prompt_file_;
   std::string dump_logits_path_;
+  std::string kv_save_dir_;
+  std::string kv_load_dir_;
+  KvCliOptions kv_options_;
   int n_ctx_ = 0;
   int n_threads_ = 0;
   bool no_bos_ = false;

@@ -291,6 +291,9 @@ const TileKernels& pick_kernels(AttentionIsa isa, int head_dim) {
 
 // ---- the driver ----------------------------------------------------------------------------
 
+// ln of the softmax denominator of a row whose state is (max m, sum l): -inf when it saw no key.
+inline float log_sum_exp(float m, float l) { return l > 0.0f ? m + std::log(l) : kNegInf; }
+
 // The query rows one item attends with, and their online-softmax state. Rows are ordered
 // [kv head - h0][token - t0][group head].
 struct Scratch {
@@ -434,8 +437,8 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   }
 }
 
-// Writes the normalized state of rows [h0, h1) x [t0, t0 + nt) to out.
-void write_out(const Work& w, int64_t t0, int64_t nt, int h0, int h1, const Scratch& sc, float* out) {
+// Writes the normalized state of rows [h0, h1) x [t0, t0 + nt) to out (and lse, unless null).
+void write_out(const Work& w, int64_t t0, int64_t nt, int h0, int h1, const Scratch& sc, float* out, float* lse) {
   const int hd = w.p->head_dim;
   for (int h = h0; h < h1; ++h) {
     for (int64_t t = 0; t < nt; ++t) {
@@ -443,8 +446,10 @@ void write_out(const Work& w, int64_t t0, int64_t nt, int h0, int h1, const Scra
         const size_t row = static_cast<size_t>(((h - h0) * nt + t) * w.group + g);
         const float inv_l = sc.l[row] > 0.0f ? 1.0f / sc.l[row] : 0.0f;
         const float* acc = sc.acc.data() + row * hd;
-        float* o = out + ((t0 + t) * w.p->n_head + h * w.group + g) * hd;
+        const int64_t out_row = (t0 + t) * w.p->n_head + h * w.group + g;
+        float* o = out + out_row * hd;
         for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv_l;
+        if (lse != nullptr) lse[out_row] = log_sum_exp(sc.m[row], sc.l[row]);
       }
     }
   }
@@ -453,12 +458,12 @@ void write_out(const Work& w, int64_t t0, int64_t nt, int h0, int h1, const Scra
 thread_local Scratch t_scratch;
 
 // Decode: queries [0, n_tokens) (one block) x all kv heads; the keys cut into n_splits ranges.
-void flash_decode(const Work& w, int64_t n_keys, int n_splits, float* out, ThreadPool& pool) {
+void flash_decode(const Work& w, int64_t n_keys, int n_splits, float* out, float* lse, ThreadPool& pool) {
   const FlashAttentionParams& p = *w.p;
   const int hd = p.head_dim;
   if (n_splits == 1) {
     attend(w, 0, p.n_tokens, 0, p.n_head_kv, 0, n_keys, t_scratch);
-    write_out(w, 0, p.n_tokens, 0, p.n_head_kv, t_scratch, out);
+    write_out(w, 0, p.n_tokens, 0, p.n_head_kv, t_scratch, out, lse);
     return;
   }
   // Partials per split: rows in Scratch order, each (m, l, acc[hd]).
@@ -499,14 +504,16 @@ void flash_decode(const Work& w, int64_t n_keys, int n_splits, float* out, Threa
     const int64_t h = static_cast<int64_t>(r) / (nt * w.group);
     const int64_t t = static_cast<int64_t>(r) / w.group % nt;
     const int64_t g = static_cast<int64_t>(r) % w.group;
-    float* o = out + (t * p.n_head + h * w.group + g) * hd;
+    const int64_t out_row = t * p.n_head + h * w.group + g;
+    float* o = out + out_row * hd;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
     for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv_l;
+    if (lse != nullptr) lse[out_row] = log_sum_exp(m, l);
   }
 }
 
 // Prefill: items (query block, kv head), the most expensive (latest) blocks handed out first.
-void flash_prefill(const Work& w, int64_t block_tokens, float* out, ThreadPool& pool) {
+void flash_prefill(const Work& w, int64_t block_tokens, float* out, float* lse, ThreadPool& pool) {
   const FlashAttentionParams& p = *w.p;
   const int64_t n_blocks = (p.n_tokens + block_tokens - 1) / block_tokens;
   const int64_t n_items = n_blocks * p.n_head_kv;
@@ -518,7 +525,7 @@ void flash_prefill(const Work& w, int64_t block_tokens, float* out, ThreadPool& 
       const int64_t t0 = block * block_tokens;
       const int64_t nt = std::min(block_tokens, p.n_tokens - t0);
       attend(w, t0, nt, h, h + 1, 0, std::numeric_limits<int64_t>::max(), t_scratch);
-      write_out(w, t0, nt, h, h + 1, t_scratch, out);
+      write_out(w, t0, nt, h, h + 1, t_scratch, out, lse);
     }
   });
 }
@@ -526,7 +533,7 @@ void flash_prefill(const Work& w, int64_t block_tokens, float* out, ThreadPool& 
 }  // namespace
 
 void flash_attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out,
-                     ThreadPool& pool, const FlashAttentionOptions& options) {
+                     float* lse, ThreadPool& pool, const FlashAttentionOptions& options) {
   if (params.n_tokens <= 0) return;
   const int group = params.n_head / params.n_head_kv;
   const Work w{runs, &params, &pick_kernels(options.isa, params.head_dim), group, q};
@@ -542,18 +549,19 @@ void flash_attention(std::span<const KvRun> runs, const FlashAttentionParams& pa
       n_splits = n_keys >= kMinSplitKeys * n_threads ? n_threads : 1;
       // Short KV, several threads: split by kv head instead (flash_prefill's items).
       if (n_splits == 1 && n_threads > 1 && params.n_head_kv > 1) {
-        flash_prefill(w, block_tokens, out, pool);
+        flash_prefill(w, block_tokens, out, lse, pool);
         return;
       }
     }
-    flash_decode(w, n_keys, static_cast<int>(std::min<int64_t>(n_splits, std::max<int64_t>(n_keys, 1))), out, pool);
+    flash_decode(w, n_keys, static_cast<int>(std::min<int64_t>(n_splits, std::max<int64_t>(n_keys, 1))), out, lse,
+                 pool);
     return;
   }
-  flash_prefill(w, block_tokens, out, pool);
+  flash_prefill(w, block_tokens, out, lse, pool);
 }
 
 namespace ref {
-void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const float* q, float* out) {
+void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const float* q, float* out, float* lse) {
   const int hd = p.head_dim;
   const int group = p.n_head / p.n_head_kv;
   std::vector<double> s;
@@ -589,6 +597,9 @@ void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const
       }
       float* o = out + (t * p.n_head + h) * hd;
       for (int d = 0; d < hd; ++d) o[d] = s.empty() ? 0.0f : static_cast<float>(acc[d] / sum);
+      if (lse != nullptr) {
+        lse[t * p.n_head + h] = s.empty() ? kNegInf : static_cast<float>(mx + std::log(sum));
+      }
     }
   }
 }

@@ -59,14 +59,24 @@ struct FlashAttentionOptions {
 
 // out = softmax(scale * q k^T, causal) v.
 // q, out: [n_tokens][n_head][head_dim] f32. runs: in increasing, non-overlapping positions.
-// Expects n_head a multiple of n_head_kv (callers check). A query that sees no key gets zeros.
+// lse: [n_tokens][n_head] f32 or nullptr (not wanted): ln sum_j e^(scale * q.k_j) over the keys
+// the query saw (m + ln l of the online softmax), which is what lets attention over disjoint sets
+// of keys be merged exactly: out = sum_b out_b e^(lse_b - lse), lse = ln sum_b e^(lse_b).
+// Expects n_head a multiple of n_head_kv (callers check). A query that sees no key gets zeros,
+// and lse -inf.
 void flash_attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out,
-                     ThreadPool& pool, const FlashAttentionOptions& options = {});
+                     float* lse, ThreadPool& pool, const FlashAttentionOptions& options = {});
+
+inline void flash_attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q,
+                            float* out, ThreadPool& pool, const FlashAttentionOptions& options = {}) {
+  flash_attention(runs, params, q, out, nullptr, pool, options);
+}
 
 namespace ref {
 // Plain per-(token, head) attention, materializing one query's scores in double: what tests and
-// the scalar path are compared to.
-void attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out);
+// the scalar path are compared to. lse as for flash_attention (computed in double).
+void attention(std::span<const KvRun> runs, const FlashAttentionParams& params, const float* q, float* out,
+               float* lse = nullptr);
 }  // namespace ref
 
 }  // namespace leoam::kernels

@@ -57,7 +57,8 @@ class FakeTokenizer : public Tokenizer {
   std::vector<std::string> pieces_ = {"", "", " Once", " upon", " a", " time", ",", "\xE2", "\x82", "\xAC"};
 };
 
-// Logits at position p are 0 everywhere but 10 at script(p), the token "predicted" after p.
+// Logits at position p are 0 everywhere but 10 at script(p), the token "predicted" after p, and
+// 9 at runner_up when it is set and not script(p).
 class FakeForwardContext : public ForwardContext {
  public:
   FakeForwardContext(int32_t n_vocab, int64_t n_ctx, std::function<int32_t(int64_t pos)> script)
@@ -73,7 +74,9 @@ class FakeForwardContext : public ForwardContext {
     logits.assign(n_rows * static_cast<size_t>(n_vocab_), 0.0f);
     for (size_t r = 0; r < n_rows; ++r) {
       const int64_t pos = n_past_ + static_cast<int64_t>(all_logits ? r : tokens.size() - 1);
-      logits[r * static_cast<size_t>(n_vocab_) + static_cast<size_t>(script_(pos))] = 10.0f;
+      float* row = logits.data() + r * static_cast<size_t>(n_vocab_);
+      if (runner_up >= 0) row[runner_up] = 9.0f;
+      row[script_(pos)] = 10.0f;
     }
     for (int32_t t : tokens) history.push_back(t);
     n_past_ += static_cast<int64_t>(tokens.size());
@@ -88,6 +91,7 @@ class FakeForwardContext : public ForwardContext {
     history.clear();
   }
 
+  int32_t runner_up = -1;          // < 0: none
   std::vector<size_t> eval_sizes;  // tokens per eval() call
   std::vector<int32_t> history;    // every token evaluated
 

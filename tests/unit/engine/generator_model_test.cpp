@@ -65,14 +65,23 @@ class GeneratorModelTest : public ::testing::Test {
   };
 
   Output generate_text(std::string_view prompt, const GenerateOptions& options, int n_ctx = 128, bool dump = false) {
-    Output out;
     auto ctx = context(n_ctx);
-    if (ctx == nullptr) return out;
+    if (ctx == nullptr) return Output{};
+    return run_on(*ctx, prompt, {}, options, dump);
+  }
+
+  // Generates on `ctx`: from `prompt` text when `resume_tokens` is empty, else from
+  // resume_tokens (the sequence of a session that ctx holds all but the last of).
+  Output run_on(ForwardContext& ctx, std::string_view prompt, const std::vector<int32_t>& resume_tokens,
+                const GenerateOptions& options, bool dump = false) {
+    Output out;
     GenerateCallbacks cb;
     cb.on_text = [&](std::string_view t) { out.text += t; };
     cb.on_token = [&](int32_t t) { out.tokens.push_back(t); };
     if (dump) cb.on_logits = [&](std::span<const float> row) { out.rows.emplace_back(row.begin(), row.end()); };
-    out.stats = generate(*ctx, *tokenizer_, prompt, options, cb);
+    out.stats = resume_tokens.empty()
+                    ? generate(ctx, *tokenizer_, prompt, options, cb)
+                    : generate_from_tokens(ctx, *tokenizer_, resume_tokens, /*strip_leading_space=*/false, options, cb);
     return out;
   }
 
@@ -173,6 +182,67 @@ TEST_F(GeneratorModelTest, LogitsRowsCoverEveryPositionAndMatchThePrefill) {
   // Dumping changes nothing about the tokens.
   Output plain = generate_text("the cat", o);
   EXPECT_EQ(plain.tokens, out.tokens);
+}
+
+TEST_F(GeneratorModelTest, ResumedGenerationEqualsUnbrokenGeneration) {
+  constexpr int kTotal = 24, kFirst = 10;
+  // Gives ctx the KV of tokens[0, n), as loading a saved session does.
+  auto refill = [](ForwardContext& ctx, const std::vector<int32_t>& tokens, size_t n) {
+    ctx.reset();
+    std::vector<float> logits;
+    return ctx.eval(std::span(tokens).first(n), /*all_logits=*/false, logits);
+  };
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    for (float repeat_penalty : {1.0f, 1.3f}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " repeat_penalty " + std::to_string(repeat_penalty));
+      GenerateOptions o;  // top-k, top-p and min-p at their defaults
+      o.sampler.temperature = 0.8f;
+      o.sampler.seed = seed;
+      o.sampler.repeat_penalty = repeat_penalty;
+      o.n_predict = kTotal;
+      Output unbroken = generate_text("the cat", o);
+      ASSERT_TRUE(unbroken.stats.is_ok()) << unbroken.stats.status().message();
+      ASSERT_EQ(unbroken.stats->stop_reason, StopReason::kMaxTokens);
+
+      for (bool reload : {false, true}) {
+        SCOPED_TRACE(reload ? "context refilled from the tokens" : "the first run's context");
+        auto ctx = context(128);
+        ASSERT_NE(ctx, nullptr);
+        GenerateOptions first_options = o;
+        first_options.n_predict = kFirst;
+        Output first = run_on(*ctx, "the cat", {}, first_options);
+        ASSERT_TRUE(first.stats.is_ok()) << first.stats.status().message();
+        const std::vector<int32_t>& seq = first.stats->tokens;
+        const size_t n_held = seq.size() - 1;  // stopping at n_predict leaves the last token unevaluated
+        ASSERT_EQ(ctx->n_past(), static_cast<int64_t>(n_held));
+        if (reload) {
+          ASSERT_TRUE(refill(*ctx, seq, n_held).is_ok());
+        }
+
+        GenerateOptions second_options = o;
+        second_options.n_predict = kTotal - kFirst;
+        second_options.sampler_rng_state = first.stats->sampler_rng_state;
+        Output second = run_on(*ctx, "", seq, second_options);
+        ASSERT_TRUE(second.stats.is_ok()) << second.stats.status().message();
+        EXPECT_EQ(second.stats->n_prompt_tokens, static_cast<int64_t>(seq.size()));
+        EXPECT_EQ(second.stats->n_reused_tokens, static_cast<int64_t>(n_held));
+
+        std::vector<int32_t> joined = first.tokens;
+        joined.insert(joined.end(), second.tokens.begin(), second.tokens.end());
+        EXPECT_EQ(joined, unbroken.tokens);
+        EXPECT_EQ(first.text + second.text, unbroken.text);
+        EXPECT_EQ(second.stats->tokens, unbroken.stats->tokens);
+        EXPECT_EQ(second.stats->sampler_rng_state, unbroken.stats->sampler_rng_state);
+
+        // The saved state is what makes this work: the seed alone restarts the random stream.
+        ASSERT_TRUE(refill(*ctx, seq, n_held).is_ok());
+        second_options.sampler_rng_state.clear();
+        Output reseeded = run_on(*ctx, "", seq, second_options);
+        ASSERT_TRUE(reseeded.stats.is_ok()) << reseeded.stats.status().message();
+        EXPECT_NE(reseeded.tokens, second.tokens);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -37,17 +37,35 @@ struct RunResult {
   std::vector<std::vector<float>> rows;
 };
 
-RunResult run_generate(FakeForwardContext& ctx, std::string_view prompt, const GenerateOptions& options, bool dump_logits = false) {
-  FakeTokenizer tok;
-  RunResult r;
+GenerateCallbacks record_into(RunResult& r, bool dump_logits) {
   GenerateCallbacks cb;
-  cb.on_text = [&](std::string_view t) {
+  cb.on_text = [&r](std::string_view t) {
     r.chunks.emplace_back(t);
     r.text += t;
   };
-  if (dump_logits) cb.on_logits = [&](std::span<const float> row) { r.rows.emplace_back(row.begin(), row.end()); };
-  r.stats = generate(ctx, tok, prompt, options, cb);
+  if (dump_logits) cb.on_logits = [&r](std::span<const float> row) { r.rows.emplace_back(row.begin(), row.end()); };
+  return cb;
+}
+
+RunResult run_generate(FakeForwardContext& ctx, std::string_view prompt, const GenerateOptions& options, bool dump_logits = false) {
+  FakeTokenizer tok;
+  RunResult r;
+  r.stats = generate(ctx, tok, prompt, options, record_into(r, dump_logits));
   return r;
+}
+
+RunResult run_from_tokens(FakeForwardContext& ctx, const std::vector<int32_t>& tokens, const GenerateOptions& options,
+                          bool dump_logits = false) {
+  FakeTokenizer tok;
+  RunResult r;
+  r.stats = generate_from_tokens(ctx, tok, tokens, /*strip_leading_space=*/false, options, record_into(r, dump_logits));
+  return r;
+}
+
+// Evaluates `tokens` into ctx, as a reloaded session would have them.
+void prefill(FakeForwardContext& ctx, const std::vector<int32_t>& tokens) {
+  std::vector<float> logits;
+  ASSERT_TRUE(ctx.eval(tokens, /*all_logits=*/false, logits).is_ok());
 }
 
 std::vector<int32_t> generated(const FakeForwardContext& ctx, size_t n_prompt, size_t n_generated) {
@@ -166,13 +184,123 @@ TEST(GeneratorTest, LogitsSinkGetsEveryPromptAndGeneratedPosition) {
   EXPECT_EQ(r2.rows.size(), 2u + 4u);
 }
 
-TEST(GeneratorTest, RejectsAUsedContext) {
+TEST(GeneratorTest, GenerateFromTextRejectsAUsedContext) {
   FakeForwardContext ctx(10, 64, script({}));
-  std::vector<float> logits;
-  const int32_t bos[1] = {T::kBos};
-  ASSERT_TRUE(ctx.eval(bos, false, logits).is_ok());
+  prefill(ctx, {T::kBos});
+  // generate_from_tokens would take [BOS, Once] over this context; text in means a fresh start.
   RunResult r = run_generate(ctx, "Once", greedy(1));
-  EXPECT_FALSE(r.stats.is_ok());
+  ASSERT_FALSE(r.stats.is_ok());
+  EXPECT_EQ(r.stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.stats.status().message(), "generate: the context already holds 1 tokens; start from a fresh context");
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{1}));
+}
+
+TEST(GeneratorTest, StatsHoldTheWholeSequence) {
+  FakeForwardContext ctx(10, 64, script({{2, T::kA}, {3, T::kTime}, {4, T::kEos}}));
+  RunResult r = run_generate(ctx, "Once upon", greedy(100));
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_reused_tokens, 0);
+  EXPECT_EQ(r.stats->tokens, (std::vector<int32_t>{T::kBos, T::kOnce, T::kUpon, T::kA, T::kTime, T::kEos}));
+}
+
+TEST(GeneratorTest, EvaluatesOnlyThePromptTokensTheContextLacks) {
+  FakeForwardContext ctx(10, 64, script({{2, T::kA}, {3, T::kTime}, {4, T::kComma}, {5, T::kEos}}));
+  prefill(ctx, {T::kBos, T::kOnce});
+  RunResult r = run_from_tokens(ctx, {T::kBos, T::kOnce, T::kUpon}, greedy(100), /*dump_logits=*/true);
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_prompt_tokens, 3);
+  EXPECT_EQ(r.stats->n_reused_tokens, 2);
+  EXPECT_EQ(r.stats->n_generated, 4);
+  EXPECT_EQ(r.text, " a time,");
+  // The prefill evaluates "upon" alone; the generated tokens follow one by one (all of them,
+  // since the logits are dumped).
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{2, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(ctx.history,
+            (std::vector<int32_t>{T::kBos, T::kOnce, T::kUpon, T::kA, T::kTime, T::kComma, T::kEos}));
+  EXPECT_EQ(r.stats->tokens, ctx.history);
+  // Rows only for the evaluated positions 2..6.
+  ASSERT_EQ(r.rows.size(), 1u + 4u);
+  const std::vector<int32_t> expect_peak = {T::kA, T::kTime, T::kComma, T::kEos, T::kA};
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(r.rows[i][static_cast<size_t>(expect_peak[i])], 10.0f) << "row " << i;
+  }
+}
+
+TEST(GeneratorTest, ContinuingFromTheStatsEqualsOneUnbrokenRun) {
+  const auto steps = script({{2, T::kA}, {3, T::kTime}, {4, T::kComma}, {5, T::kOnce}, {6, T::kUpon}}, T::kTime);
+  FakeForwardContext whole(10, 64, steps);
+  RunResult unbroken = run_generate(whole, "Once upon", greedy(7));
+  ASSERT_TRUE(unbroken.stats.is_ok()) << unbroken.stats.status().message();
+
+  FakeForwardContext ctx(10, 64, steps);
+  RunResult first = run_generate(ctx, "Once upon", greedy(3));
+  ASSERT_TRUE(first.stats.is_ok()) << first.stats.status().message();
+  // Stopping at n_predict leaves the last sampled token unevaluated.
+  EXPECT_EQ(ctx.n_past(), static_cast<int64_t>(first.stats->tokens.size()) - 1);
+  RunResult second = run_from_tokens(ctx, first.stats->tokens, greedy(4));
+  ASSERT_TRUE(second.stats.is_ok()) << second.stats.status().message();
+  EXPECT_EQ(second.stats->n_reused_tokens, 5);
+  EXPECT_EQ(second.stats->tokens, unbroken.stats->tokens);
+  EXPECT_EQ(first.text + second.text, unbroken.text);
+  EXPECT_EQ(first.text + second.text, " a time, Once upon time time");
+  EXPECT_EQ(ctx.history, whole.history);
+}
+
+TEST(GeneratorTest, RepeatPenaltySeesTheReusedPromptTokens) {
+  // Every position predicts "Once" (10), with "a" the runner-up (9). Penalty 2: "Once", in the
+  // prompt, drops to 5 and "a" wins; then both are in the history and "Once" (5 > 4.5) wins.
+  FakeForwardContext ctx(10, 64, script({}, T::kOnce));
+  ctx.runner_up = T::kA;
+  prefill(ctx, {T::kBos, T::kOnce});
+  GenerateOptions o = greedy(2);
+  o.sampler.repeat_penalty = 2.0f;
+  RunResult r = run_from_tokens(ctx, {T::kBos, T::kOnce, T::kUpon}, o);
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->tokens, (std::vector<int32_t>{T::kBos, T::kOnce, T::kUpon, T::kA, T::kOnce}));
+}
+
+TEST(GeneratorTest, AContextHoldingTheWholePromptIsAnError) {
+  for (size_t n_held : {3u, 4u}) {
+    FakeForwardContext ctx(10, 64, script({}));
+    prefill(ctx, std::vector<int32_t>(n_held, T::kA));
+    RunResult r = run_from_tokens(ctx, {T::kBos, T::kOnce, T::kUpon}, greedy(5));
+    ASSERT_FALSE(r.stats.is_ok());
+    EXPECT_EQ(r.stats.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.stats.status().message(),
+              "generate: the context already holds " + std::to_string(n_held) +
+                  " positions and the prompt has 3 tokens, so there is nothing to evaluate for the first "
+                  "token's logits; leave at least the last prompt token out of the context");
+    EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{n_held}));
+  }
+}
+
+TEST(GeneratorTest, ContinuesTheSamplerStateAndReportsIt) {
+  GenerateOptions o = greedy(4);
+  o.sampler.temperature = 0.8f;
+  o.sampler.seed = 17;
+  // The fake's logits leave one candidate after min-p, but each sample still draws once.
+  Sampler reference(o.sampler);
+  for (int i = 0; i < 2; ++i) reference.sample(std::vector<float>(10, 0.0f));
+  o.sampler_rng_state = reference.rng_state();
+  for (int i = 0; i < 4; ++i) reference.sample(std::vector<float>(10, 0.0f));
+
+  FakeForwardContext ctx(10, 64, script({}, T::kTime));
+  RunResult r = run_generate(ctx, "Once", o);
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->n_generated, 4);
+  EXPECT_EQ(r.stats->sampler_rng_state, reference.rng_state());
+}
+
+TEST(GeneratorTest, AnInvalidSamplerStateIsAnErrorBeforeAnyEval) {
+  FakeForwardContext ctx(10, 64, script({}));
+  GenerateOptions o = greedy(5);
+  o.sampler_rng_state = "not a state";
+  RunResult r = run_generate(ctx, "Once", o);
+  ASSERT_FALSE(r.stats.is_ok());
+  EXPECT_EQ(r.stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(r.stats.status().message().starts_with("sampler state (11 bytes) is not valid"))
+      << r.stats.status().message();
+  EXPECT_TRUE(ctx.eval_sizes.empty());
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace leoam {
@@ -205,6 +207,62 @@ TEST(SamplerTest, DefaultChainFiltersUnlikelyTokens) {
     const int32_t t = s.sample(logits);
     EXPECT_TRUE(t == 0 || t == 1) << t;
   }
+}
+
+std::vector<int32_t> draw_n(Sampler& s, std::span<const float> logits, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(s.sample(logits));
+  return out;
+}
+
+TEST(SamplerTest, RestoredRngStateContinuesTheSameSequence) {
+  std::vector<float> logits(16);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.1f * static_cast<float>(i % 5);
+  Sampler original(pure_sampling(42));
+  draw_n(original, logits, 37);
+  const std::string state = original.rng_state();
+
+  Sampler restored(pure_sampling(7));  // the seed is replaced by the state
+  ASSERT_TRUE(restored.restore_rng_state(state).is_ok());
+  EXPECT_EQ(restored.rng_state(), state);
+  const std::vector<int32_t> expected = draw_n(original, logits, 200);
+  EXPECT_EQ(draw_n(restored, logits, 200), expected);
+  EXPECT_EQ(restored.rng_state(), original.rng_state());
+  // The state holds the position in the stream, not just the seed.
+  Sampler reseeded(pure_sampling(42));
+  EXPECT_NE(draw_n(reseeded, logits, 200), expected);
+  // Trailing whitespace (a newline at the end of a file) is fine.
+  Sampler with_newline(pure_sampling(7));
+  EXPECT_TRUE(with_newline.restore_rng_state(state + "\n").is_ok());
+  EXPECT_EQ(with_newline.rng_state(), state);
+}
+
+TEST(SamplerTest, InvalidRngStateIsRejectedAndChangesNothing) {
+  std::vector<float> logits(16, 0.0f);
+  Sampler s(pure_sampling(5));
+  draw_n(s, logits, 3);
+  const std::string before = s.rng_state();
+  const std::string first_number = before.substr(0, before.find(' '));
+  const std::vector<std::string> bad = {
+      "",
+      "garbage",
+      before.substr(0, before.size() / 2),                                // too few numbers
+      before + " 17",                                                     // one number too many
+      before + "x",                                                       // trailing garbage
+      "99999999999999999999999" + before.substr(first_number.size()),  // a word over 64 bits
+  };
+  for (const std::string& state : bad) {
+    const Status st = s.restore_rng_state(state);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "'" << state.substr(0, 40) << "'";
+    EXPECT_EQ(st.message(), "sampler state (" + std::to_string(state.size()) +
+                                " bytes) is not valid: expected a std::mt19937_64 state as Sampler::rng_state() writes "
+                                "it (decimal numbers separated by spaces) and nothing after it");
+    EXPECT_EQ(s.rng_state(), before);
+  }
+  // Still the stream it was: the same draws as a twin that was never asked to restore.
+  Sampler twin(pure_sampling(5));
+  draw_n(twin, logits, 3);
+  EXPECT_EQ(draw_n(s, logits, 50), draw_n(twin, logits, 50));
 }
 
 }  // namespace

@@ -2,12 +2,16 @@
 // softmax in double, on random data: causal masks, GQA groups of 1 and 4, F16 and F32 KV split
 // into padded segments, key counts off the 64-key tile, forced KV splits, 1-3 threads, both ISA
 // paths. Tolerance: 2e-5 absolute on outputs of order 1 (weighted means of N(0,1) values), i.e.
-// ~1e-5 relative; the AVX2 exp alone is within 2e-7.
+// ~1e-5 relative; the AVX2 exp alone is within 2e-7. The log-sum-exp output (lse) to 1e-5
+// relative (absolute below 1), and -inf exactly where a query sees no key.
 #include "kernels/cpu/flash_attention.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,33 +65,55 @@ RunsKv make_runs(int n, int n_head_kv, int hd, bool f16, const std::vector<int>&
   return kv;
 }
 
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// |got - want| within 1e-5 relative (absolute below 1); -inf only where -inf is wanted.
+::testing::AssertionResult lse_near(float got, float want) {
+  if (want == kNegInf || got == kNegInf) {
+    if (got == want) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "lse " << got << ", want " << want;
+  }
+  const float tol = 1e-5f * std::max(1.0f, std::fabs(want));
+  if (std::fabs(got - want) <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "lse " << got << ", want " << want << " (tolerance " << tol << ")";
+}
+
 struct Case {
   int n_kv;
   int n_head, n_head_kv, hd;
   int64_t pos0, n_tokens;
   std::vector<int> cuts;
+  int64_t key_pos0 = 0;  // position of the first key: the queries before it see no key
 };
 
 void check(const Case& c, bool f16, AttentionIsa isa, const std::vector<int>& splits) {
   std::mt19937 rng(static_cast<uint32_t>(c.n_kv * 131 + c.n_head * 7 + c.hd + (f16 ? 1 : 0)));
-  const RunsKv kv = make_runs(c.n_kv, c.n_head_kv, c.hd, f16, c.cuts, rng);
+  RunsKv kv = make_runs(c.n_kv, c.n_head_kv, c.hd, f16, c.cuts, rng);
+  for (KvRun& run : kv.runs) run.pos0 += c.key_pos0;
   std::normal_distribution<float> dist(0.0f, 2.0f);
   std::vector<float> q(static_cast<size_t>(c.n_tokens * c.n_head * c.hd));
   for (float& x : q) x = dist(rng);
   const FlashAttentionParams p{c.n_head, c.n_head_kv, c.hd, 1.0f / std::sqrt(static_cast<float>(c.hd)), c.pos0,
                                c.n_tokens};
   std::vector<float> want(q.size());
-  ref::attention(kv.runs, p, q.data(), want.data());
+  std::vector<float> want_lse(static_cast<size_t>(c.n_tokens * c.n_head));
+  ref::attention(kv.runs, p, q.data(), want.data(), want_lse.data());
   for (int n_threads = 1; n_threads <= 3; ++n_threads) {
     ThreadPool pool(n_threads);
     for (int n_splits : splits) {
       SCOPED_TRACE("n_kv " + std::to_string(c.n_kv) + " heads " + std::to_string(c.n_head) + "/" +
                    std::to_string(c.n_head_kv) + " hd " + std::to_string(c.hd) + " pos0 " + std::to_string(c.pos0) +
                    " tokens " + std::to_string(c.n_tokens) + (f16 ? " f16" : " f32") + " threads " +
-                   std::to_string(n_threads) + " splits " + std::to_string(n_splits));
-      std::vector<float> out(q.size(), std::nanf(""));
-      flash_attention(kv.runs, p, q.data(), out.data(), pool, FlashAttentionOptions{isa, n_splits});
+                   std::to_string(n_threads) + " splits " + std::to_string(n_splits) + " keys from " +
+                   std::to_string(c.key_pos0));
+      std::vector<float> out(q.size(), std::nanf("")), lse(want_lse.size(), std::nanf(""));
+      flash_attention(kv.runs, p, q.data(), out.data(), lse.data(), pool, FlashAttentionOptions{isa, n_splits});
       for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << "element " << i;
+      for (size_t i = 0; i < lse.size(); ++i) ASSERT_TRUE(lse_near(lse[i], want_lse[i])) << "row " << i;
+      // Without lse the output is the same, bit for bit.
+      std::vector<float> out_only(q.size(), std::nanf(""));
+      flash_attention(kv.runs, p, q.data(), out_only.data(), pool, FlashAttentionOptions{isa, n_splits});
+      ASSERT_EQ(std::memcmp(out_only.data(), out.data(), out.size() * sizeof(float)), 0);
     }
   }
 }
@@ -132,6 +158,14 @@ TEST_P(FlashAttentionTest, DecodeSplitsByItselfOnLongKv) {
   check({1600, 8, 2, 32, 1596, 4, {}}, f16(), isa(), {0});
 }
 
+TEST_P(FlashAttentionTest, QueriesBeforeTheFirstKeySeeNothing) {
+  // Keys at [40, 140) (a sparse selection that skips [0, 40)): queries 0..39 get zeros and lse
+  // -inf, in prefill blocks and in decode, with the KV split so that some ranges are empty.
+  check({100, 8, 2, 16, 0, 140, {30}, 40}, f16(), isa(), {0});
+  check({100, 4, 1, 16, 20, 8, {}, 40}, f16(), isa(), {1, 3});
+  check({100, 4, 2, 16, 139, 1, {60}, 40}, f16(), isa(), {0, 1, 4});
+}
+
 TEST_P(FlashAttentionTest, HeadDimOffTheVectorWidth) {
   // 12 dims: the AVX2 path hands over to the scalar kernels.
   check({100, 2, 1, 12, 0, 100, {50}}, f16(), isa(), {0});
@@ -149,9 +183,10 @@ INSTANTIATE_TEST_SUITE_P(Paths, FlashAttentionTest,
 TEST(FlashAttention, NoKeysGivesZeros) {
   ThreadPool pool(2);
   const FlashAttentionParams p{2, 1, 8, 1.0f, 0, 3};
-  std::vector<float> q(3 * 2 * 8, 1.0f), out(q.size(), std::nanf(""));
-  flash_attention({}, p, q.data(), out.data(), pool);
+  std::vector<float> q(3 * 2 * 8, 1.0f), out(q.size(), std::nanf("")), lse(3 * 2, std::nanf(""));
+  flash_attention({}, p, q.data(), out.data(), lse.data(), pool);
   for (float x : out) EXPECT_EQ(x, 0.0f);
+  for (float x : lse) EXPECT_EQ(x, kNegInf);
 }
 
 TEST(FlashAttention, FirstPositionReturnsItsValue) {
@@ -164,6 +199,22 @@ TEST(FlashAttention, FirstPositionReturnsItsValue) {
   flash_attention(kv.runs, p, q.data(), out.data(), pool);
   const auto* v0 = reinterpret_cast<const uint16_t*>(kv.runs[0].v);
   for (int d = 0; d < 16; ++d) EXPECT_EQ(out[d], f16_to_f32(v0[d]));
+}
+
+TEST(FlashAttention, LseOfEqualScoresIsLogOfTheCount) {
+  // q = 0: every score is 0, so a query at position p has lse = ln(p + 1), exactly up to the
+  // float log, in prefill and in a split decode.
+  std::mt19937 rng(9);
+  const RunsKv kv = make_runs(600, 2, 16, true, {250}, rng);
+  ThreadPool pool(2);
+  std::vector<float> q(600 * 4 * 16, 0.0f), out(q.size()), lse(600 * 4);
+  flash_attention(kv.runs, FlashAttentionParams{4, 2, 16, 0.25f, 0, 600}, q.data(), out.data(), lse.data(), pool);
+  for (int t = 0; t < 600; ++t) {
+    for (int h = 0; h < 4; ++h) ASSERT_TRUE(lse_near(lse[t * 4 + h], std::log(t + 1.0f))) << t << " " << h;
+  }
+  flash_attention(kv.runs, FlashAttentionParams{4, 2, 16, 0.25f, 599, 1}, q.data(), out.data(), lse.data(), pool,
+                  FlashAttentionOptions{AttentionIsa::kAuto, 3});
+  for (int h = 0; h < 4; ++h) EXPECT_TRUE(lse_near(lse[h], std::log(600.0f))) << h;
 }
 
 }  // namespace

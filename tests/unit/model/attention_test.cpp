@@ -1,11 +1,21 @@
+// Attention over a KvView (segments laid out by hand) against a plain softmax in double, and
+// attention over token ranges read through KvCache::for_each_view: a store that hands the KV over
+// in batches of a few tokens (merged by log-sum-exp) against the single-view result and against
+// a plain softmax over exactly the positions of the ranges.
 #include "model/attention.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "core/fp16.h"
+#include "kv/memory_kv_cache.h"
 
 namespace leoam {
 namespace {
@@ -156,6 +166,268 @@ TEST(Attention, RejectsMismatchedGeometry) {
   EXPECT_FALSE(attention(kv.view(), p, q.data(), 0, 1, out.data(), pool).is_ok());
   p = AttentionParams{3, 2, 8, 1.0f};  // 3 not a multiple of 2
   EXPECT_FALSE(attention(kv.view(), p, q.data(), 0, 1, out.data(), pool).is_ok());
+}
+
+
+// ---- attention over token ranges ------------------------------------------------------------
+
+// A store that reads the KV of the ranges in batches of at most batch_tokens positions, each
+// copied into its own staging buffer (padded rows, one segment per piece of range) that is
+// poisoned and freed once fn returns, as a tiered store reading from disk would.
+class BatchedKvCache final : public KvCache {
+ public:
+  BatchedKvCache(MemoryKvCache& inner, int64_t batch_tokens) : inner_(inner), batch_tokens_(batch_tokens) {}
+
+  const KvCacheShape& shape() const override { return inner_.shape(); }
+  KvDtype dtype() const override { return inner_.dtype(); }
+  int64_t n_tokens() const override { return inner_.n_tokens(); }
+  int64_t n_tokens(int layer) const override { return inner_.n_tokens(layer); }
+  Status append(int layer, int64_t pos0, int64_t n, const float* k, const float* v) override {
+    return inner_.append(layer, pos0, n, k, v);
+  }
+  Result<KvView> view(int layer, int64_t n_visible) override { return inner_.view(layer, n_visible); }
+  void clear() override { inner_.clear(); }
+  Status truncate(int64_t n) override { return inner_.truncate(n); }
+
+  // Ranges are taken as valid (the default's checks are tested in kv_cache_test).
+  Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) override {
+    LEOAM_ASSIGN_OR_RETURN(const KvView all, inner_.view(layer, inner_.n_tokens(layer)));
+    std::vector<TokenRange> batch;
+    int64_t n_batch = 0;
+    for (const TokenRange& r : ranges) {
+      for (int64_t p = r.begin; p < r.end;) {
+        const int64_t take = std::min(r.end - p, batch_tokens_ - n_batch);
+        batch.push_back({p, p + take});
+        n_batch += take;
+        p += take;
+        if (n_batch == batch_tokens_) {
+          LEOAM_RETURN_IF_ERROR(deliver(all.segments()[0], batch, fn));
+          batch.clear();
+          n_batch = 0;
+        }
+      }
+    }
+    if (n_batch > 0) return deliver(all.segments()[0], batch, fn);
+    return Status::ok();
+  }
+
+  int n_batches() const { return n_batches_; }
+  int fail_at_batch = -1;  // the batch whose read fails (-1: none)
+
+ private:
+  Status deliver(const KvSegment& src, const std::vector<TokenRange>& batch, const ViewVisitor& fn) {
+    if (n_batches_++ == fail_at_batch) return io_error("kv.bin: short read in batch " + std::to_string(fail_at_batch));
+    const size_t stride = src.row_stride_bytes + 8;
+    int64_t n = 0;
+    for (const TokenRange& r : batch) n += r.size();
+    std::vector<char> k(n * stride), v(n * stride);
+    std::vector<KvSegment> segments;
+    int64_t row = 0;
+    for (const TokenRange& r : batch) {
+      KvSegment seg = src;
+      seg.pos0 = r.begin;
+      seg.n_tokens = r.size();
+      seg.k = k.data() + row * stride;
+      seg.v = v.data() + row * stride;
+      seg.row_stride_bytes = stride;
+      for (int64_t p = r.begin; p < r.end; ++p, ++row) {
+        std::memcpy(k.data() + row * stride, src.k_row(p), src.row_stride_bytes);
+        std::memcpy(v.data() + row * stride, src.v_row(p), src.row_stride_bytes);
+      }
+      segments.push_back(seg);
+    }
+    const Status s = fn(KvView(shape().n_kv_heads, shape().head_dim, std::move(segments)));
+    std::fill(k.begin(), k.end(), '\xff');  // NaN in f16 and f32: a read after the call shows
+    std::fill(v.begin(), v.end(), '\xff');
+    return s;
+  }
+
+  MemoryKvCache& inner_;
+  int64_t batch_tokens_;
+  int n_batches_ = 0;
+};
+
+// n random positions of one layer in a MemoryKvCache (F16), with the values it holds.
+struct RangeKv {
+  int n_kv_heads, head_dim;
+  std::vector<float> k, v;  // [n][n_kv_heads][head_dim], as stored (rounded to f16)
+  std::unique_ptr<MemoryKvCache> cache;
+};
+
+RangeKv make_range_kv(int64_t n, int n_kv_heads, int head_dim, uint32_t seed) {
+  RangeKv kv{n_kv_heads, head_dim, {}, {}, nullptr};
+  MemoryKvCacheOptions o;
+  o.shape = {1, n_kv_heads, head_dim, n};
+  o.dtype = KvDtype::kF16;
+  auto cache = MemoryKvCache::create(o);
+  EXPECT_TRUE(cache.is_ok()) << cache.status().message();
+  kv.cache = std::move(cache).value();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < n * n_kv_heads * head_dim; ++i) {
+    kv.k.push_back(f16_to_f32(f32_to_f16(dist(rng))));
+    kv.v.push_back(f16_to_f32(f32_to_f16(dist(rng))));
+  }
+  EXPECT_TRUE(kv.cache->append(0, 0, n, kv.k.data(), kv.v.data()).is_ok());
+  return kv;
+}
+
+// Plain softmax attention in double over the positions of `ranges` up to each query's own;
+// zeros for a query that sees none.
+std::vector<float> naive_ranges(const RangeKv& kv, const std::vector<TokenRange>& ranges, const std::vector<float>& q,
+                                const AttentionParams& p, int64_t pos0, int64_t n_tokens) {
+  const int hd = p.head_dim, group = p.n_head / p.n_head_kv, row = kv.n_kv_heads * hd;
+  std::vector<float> out(n_tokens * p.n_head * hd, 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int h = 0; h < p.n_head; ++h) {
+      const float* qh = q.data() + (t * p.n_head + h) * hd;
+      const int kvh = h / group;
+      std::vector<int64_t> keys;
+      for (const TokenRange& r : ranges) {
+        for (int64_t j = r.begin; j < r.end && j <= pos0 + t; ++j) keys.push_back(j);
+      }
+      if (keys.empty()) continue;
+      std::vector<double> s;
+      double mx = -HUGE_VAL;
+      for (int64_t j : keys) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kv.k[j * row + kvh * hd + e];
+        s.push_back(d * p.scale);
+        mx = std::max(mx, s.back());
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int e = 0; e < hd; ++e) {
+        double acc = 0;
+        for (size_t i = 0; i < keys.size(); ++i) acc += s[i] * kv.v[keys[i] * row + kvh * hd + e];
+        out[(t * p.n_head + h) * hd + e] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> random_q(int64_t n_tokens, const AttentionParams& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  std::vector<float> q(n_tokens * p.n_head * p.head_dim);
+  for (float& x : q) x = dist(rng);
+  return q;
+}
+
+// Within 1e-5 relative (absolute below 1) of want, element by element.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5 * std::max(1.0f, std::fabs(want[i]))) << what << ", element " << i;
+  }
+}
+
+struct RangeCase {
+  int64_t n_kv;  // positions stored
+  AttentionParams params;
+  int64_t pos0, n_tokens;
+  std::vector<TokenRange> ranges;
+  int64_t batch_tokens;
+};
+
+// Runs c through one view (MemoryKvCache's default for_each_view) and through batches, on 1-3
+// threads; checks both against the plain softmax and against each other.
+void check_batched(const RangeCase& c) {
+  const RangeKv kv = make_range_kv(c.n_kv, c.params.n_head_kv, c.params.head_dim, static_cast<uint32_t>(c.n_kv));
+  const std::vector<float> q = random_q(c.n_tokens, c.params, static_cast<uint32_t>(c.pos0 + 1));
+  const std::vector<float> want = naive_ranges(kv, c.ranges, q, c.params, c.pos0, c.n_tokens);
+  int64_t n_positions = 0;
+  for (const TokenRange& r : c.ranges) n_positions += r.size();
+  for (int n_threads = 1; n_threads <= 3; ++n_threads) {
+    SCOPED_TRACE("queries [" + std::to_string(c.pos0) + ", " + std::to_string(c.pos0 + c.n_tokens) + ") heads " +
+                 std::to_string(c.params.n_head) + "/" + std::to_string(c.params.n_head_kv) + " batches of " +
+                 std::to_string(c.batch_tokens) + ", threads " + std::to_string(n_threads));
+    ThreadPool pool(n_threads);
+    std::vector<float> single(q.size(), std::nanf("")), batched(q.size(), std::nanf(""));
+    ASSERT_TRUE(attention(*kv.cache, 0, c.ranges, c.params, q.data(), c.pos0, c.n_tokens, single.data(), pool).is_ok());
+    BatchedKvCache store(*kv.cache, c.batch_tokens);
+    ASSERT_TRUE(attention(store, 0, c.ranges, c.params, q.data(), c.pos0, c.n_tokens, batched.data(), pool).is_ok());
+    EXPECT_EQ(store.n_batches(), (n_positions + c.batch_tokens - 1) / c.batch_tokens);
+    expect_close(single, want, "single view vs naive");
+    expect_close(batched, want, "batches vs naive");
+    expect_close(batched, single, "batches vs single view");
+  }
+}
+
+TEST(RangeAttention, PrefillBatchesMergeToTheSingleView) {
+  // GQA 8/2; 90 queries over 120 positions, read 7 at a time: batches cut inside the causal
+  // diagonal, so early queries see nothing in later batches.
+  check_batched({120, {8, 2, 16, 0.25f}, 30, 90, {{0, 120}}, 7});
+  // From the start, batches of one token.
+  check_batched({20, {4, 1, 8, 1.0f / std::sqrt(8.0f)}, 0, 20, {{0, 20}}, 1});
+}
+
+TEST(RangeAttention, DecodeBatchesMergeToTheSingleView) {
+  // 1200 positions: the single view splits the KV over threads (flash-decoding), the batches do
+  // not; batches of 100 and 13 (a ragged last one).
+  check_batched({1200, {8, 2, 32, 1.0f / std::sqrt(32.0f)}, 1199, 1, {{0, 1200}}, 100});
+  check_batched({1200, {8, 2, 32, 1.0f / std::sqrt(32.0f)}, 1199, 1, {{0, 1200}}, 13});
+  check_batched({300, {6, 6, 16, 0.25f}, 299, 1, {{0, 300}}, 64});  // no GQA
+}
+
+TEST(RangeAttention, SparseRangesAttendOnlyToTheirPositions) {
+  // Decode over a selection of positions, in batches that straddle ranges.
+  check_batched({200, {8, 2, 16, 0.25f}, 199, 1, {{0, 4}, {17, 30}, {64, 65}, {120, 200}}, 6});
+  // Prefill whose first queries (0..4) precede every selected position: their rows stay zero.
+  check_batched({40, {4, 2, 16, 0.25f}, 0, 40, {{5, 9}, {12, 13}, {20, 40}}, 3});
+  // Ranges that end before the queries.
+  check_batched({100, {4, 1, 16, 0.25f}, 96, 4, {{10, 20}, {50, 60}}, 4});
+}
+
+TEST(RangeAttention, SingleViewIsBitIdenticalToViewAttention) {
+  // The in-memory store hands one view: the result must be that of attention(view, ...) exactly.
+  const RangeKv kv = make_range_kv(700, 2, 32, 3);
+  const AttentionParams p{8, 2, 32, 1.0f / std::sqrt(32.0f)};
+  for (const auto& [pos0, n_tokens] : {std::pair<int64_t, int64_t>{0, 700}, {600, 100}, {699, 1}}) {
+    const std::vector<float> q = random_q(n_tokens, p, static_cast<uint32_t>(pos0));
+    ThreadPool pool(2);
+    std::vector<float> by_view(q.size(), std::nanf("")), by_range(q.size(), std::nanf(""));
+    auto view = kv.cache->view(0, pos0 + n_tokens);
+    ASSERT_TRUE(view.is_ok());
+    ASSERT_TRUE(attention(*view, p, q.data(), pos0, n_tokens, by_view.data(), pool).is_ok());
+    const TokenRange visible{0, pos0 + n_tokens};
+    ASSERT_TRUE(attention(*kv.cache, 0, {&visible, 1}, p, q.data(), pos0, n_tokens, by_range.data(), pool).is_ok());
+    EXPECT_EQ(std::memcmp(by_view.data(), by_range.data(), q.size() * sizeof(float)), 0) << "pos0 " << pos0;
+  }
+}
+
+TEST(RangeAttention, NoPositionsGivesZeros) {
+  const RangeKv kv = make_range_kv(10, 1, 8, 4);
+  const AttentionParams p{2, 1, 8, 1.0f};
+  ThreadPool pool(1);
+  const std::vector<float> q = random_q(2, p, 1);
+  std::vector<float> out(q.size(), std::nanf(""));
+  const std::vector<TokenRange> none = {{3, 3}};
+  ASSERT_TRUE(attention(*kv.cache, 0, none, p, q.data(), 8, 2, out.data(), pool).is_ok());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(RangeAttention, ErrorsAreReturned) {
+  const RangeKv kv = make_range_kv(10, 2, 8, 5);
+  ThreadPool pool(1);
+  const AttentionParams p{4, 2, 8, 1.0f};
+  const std::vector<float> q = random_q(1, p, 2);
+  std::vector<float> out(q.size());
+  const std::vector<TokenRange> all = {{0, 10}};
+  const std::vector<TokenRange> overlapping = {{0, 5}, {4, 10}};
+  EXPECT_EQ(attention(*kv.cache, 0, overlapping, p, q.data(), 9, 1, out.data(), pool).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(attention(*kv.cache, 1, all, p, q.data(), 9, 1, out.data(), pool).code(), StatusCode::kInvalidArgument);
+  const AttentionParams one_kv_head{4, 1, 8, 1.0f};  // the cache has 2
+  EXPECT_EQ(attention(*kv.cache, 0, all, one_kv_head, q.data(), 9, 1, out.data(), pool).code(),
+            StatusCode::kInvalidArgument);
+  // A read failing in the second batch stops the walk with its error.
+  BatchedKvCache store(*kv.cache, 3);
+  store.fail_at_batch = 1;
+  const Status s = attention(store, 0, all, p, q.data(), 9, 1, out.data(), pool);
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_EQ(store.n_batches(), 2);
 }
 
 }  // namespace

@@ -1,0 +1,29 @@
+#include "io/aligned_buffer.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace leoam {
+
+void AlignedBuffer::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+Result<AlignedBuffer> AlignedBuffer::allocate(size_t n_bytes) {
+  AlignedBuffer buffer;
+  if (n_bytes == 0) return buffer;
+  // Rounding up would wrap around to a tiny size.
+  if (n_bytes > SIZE_MAX - kDirectIoAlignment) {
+    return io_error("out of memory allocating " + std::to_string(n_bytes) + " bytes");
+  }
+  // std::aligned_alloc needs a size that is a multiple of the alignment; O_DIRECT lengths are
+  // too, so callers can read whole blocks into the rounded-up tail.
+  const size_t n_alloc = align_up(n_bytes, kDirectIoAlignment);
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlignment, n_alloc));
+  if (p == nullptr) return io_error("out of memory allocating " + std::to_string(n_alloc) + " bytes");
+  std::memset(p, 0, n_alloc);
+  buffer.data_.reset(p);
+  buffer.size_ = n_alloc;
+  return buffer;
+}
+
+}  // namespace leoam

@@ -1,0 +1,271 @@
+#include "kv/disk_tier.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "io/checksum.h"
+
+namespace leoam {
+namespace {
+
+constexpr uint32_t kRecordMagic = 0x31414b4c;  // "LKA1" read as little-endian bytes
+constexpr size_t kRecordHeaderBytes = 40;
+
+struct RecordHeader {
+  uint32_t magic = kRecordMagic;
+  uint32_t n_tokens = 0;
+  uint32_t layer = 0;
+  uint32_t codec = 0;
+  uint64_t index = 0;
+  uint64_t chunk_checksum = 0;
+  uint64_t record_checksum = 0;
+};
+static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
+
+// XXH3 of the record with its checksum field read as zero.
+uint64_t record_checksum(const uint8_t* record, size_t record_bytes) {
+  constexpr size_t kField = offsetof(RecordHeader, record_checksum);
+  const uint64_t zero = 0;
+  uint64_t h = checksum64(record, kField);
+  h = checksum64_seeded(&zero, sizeof(zero), h);
+  return checksum64_seeded(record + kField + sizeof(zero), record_bytes - kField - sizeof(zero), h);
+}
+
+double elapsed_us(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
+  return buf;
+}
+
+}  // namespace
+
+DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
+  fs_ = options.file_system != nullptr ? options.file_system : &posix_file_system();
+  stored_bytes_ = encoded_chunk_bytes(options.geometry, options.codec);
+  slot_bytes_ = align_up(stored_bytes_, kDirectIoAlignment);
+  record_bytes_ = kRecordHeaderBytes + options.geometry.abstract_bytes();
+  record_scratch_.resize(record_bytes_);
+  layers_.resize(static_cast<size_t>(options.n_layer));
+}
+
+DiskTier::~DiskTier() {
+  if (options_.keep_files) return;
+  for (int il = 0; il < options_.n_layer; ++il) {
+    Layer& layer = layers_[il];
+    const bool had_files = layer.chunks != nullptr;
+    layer.chunks.reset();
+    layer.abstracts.reset();
+    if (!had_files) continue;
+    // Best effort: a destructor has no one to report to, and a leftover file is only litter.
+    (void)fs_->remove(chunk_path(il));
+    (void)fs_->remove(abstract_path(il));
+  }
+}
+
+std::string DiskTier::chunk_path(int layer) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "-L%03d.kv", layer);
+  return options_.dir + "/" + options_.session + name;
+}
+
+std::string DiskTier::abstract_path(int layer) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "-L%03d.lka", layer);
+  return options_.dir + "/" + options_.session + name;
+}
+
+Status DiskTier::open_files(bool create) {
+  FileOpenOptions chunk_options = options_.file_options;
+  chunk_options.create = create;
+  chunk_options.truncate = create;
+  chunk_options.read_only = !create;
+  FileOpenOptions abstract_options = chunk_options;
+  abstract_options.direct = false;  // small packed records: read-modify-write would cost more
+  abstract_options.uring = false;
+  for (int il = 0; il < options_.n_layer; ++il) {
+    LEOAM_ASSIGN_OR_RETURN(layers_[il].chunks, fs_->open(chunk_path(il), chunk_options));
+    LEOAM_ASSIGN_OR_RETURN(layers_[il].abstracts, fs_->open(abstract_path(il), abstract_options));
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& options) {
+  if (options.n_layer <= 0 || options.geometry.row_elements() <= 0) {
+    return invalid_argument("disk tier: bad geometry");
+  }
+  std::unique_ptr<DiskTier> tier(new DiskTier(options));
+  LEOAM_RETURN_IF_ERROR(tier->fs_->create_dirs(options.dir).with_context("KV directory --kv-dir '" + options.dir + "'"));
+  if (Status st = tier->open_files(/*create=*/true); !st.is_ok()) return st;
+  return tier;
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions& options,
+                                                          std::span<const int64_t> n_chunks) {
+  DiskTierOptions o = options;
+  o.keep_files = true;
+  std::unique_ptr<DiskTier> tier(new DiskTier(o));
+  if (static_cast<int>(n_chunks.size()) != o.n_layer) return invalid_argument("disk tier: one chunk count per layer needed");
+  LEOAM_RETURN_IF_ERROR(tier->open_files(/*create=*/false));
+  std::vector<float> abstracts;
+  for (int il = 0; il < o.n_layer; ++il) {
+    const int64_t n = n_chunks[il];
+    tier->layers_[il].entries.assign(static_cast<size_t>(n), Entry{});
+    std::vector<uint8_t> records(static_cast<size_t>(n) * tier->record_bytes_);
+    if (n == 0) continue;
+    const ReadRequest req{0, records.size(), records.data()};
+    LEOAM_RETURN_IF_ERROR(tier->layers_[il].abstracts->read({&req, 1}));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* rec = records.data() + i * tier->record_bytes_;
+      RecordHeader h;
+      std::memcpy(&h, rec, sizeof(h));
+      if (h.magic != kRecordMagic || h.layer != static_cast<uint32_t>(il) || h.index != static_cast<uint64_t>(i) ||
+          h.codec != static_cast<uint32_t>(o.codec) || h.n_tokens == 0 ||
+          h.n_tokens > static_cast<uint32_t>(o.geometry.chunk_tokens) ||
+          record_checksum(rec, tier->record_bytes_) != h.record_checksum) {
+        return tier->chunk_error(StatusCode::kCorrupt, il, i,
+                                 "abstract record in " + tier->abstract_path(il) + " is corrupt (bad header or checksum)");
+      }
+      tier->layers_[il].entries[i] = Entry{true, h.n_tokens, h.chunk_checksum, h.record_checksum};
+    }
+  }
+  return tier;
+}
+
+std::string DiskTier::io_mode() const {
+  if (layers_.empty() || layers_[0].chunks == nullptr) return "none";
+  const FileIoInfo info = layers_[0].chunks->io_info();
+  std::string mode = info.direct ? "O_DIRECT" : "buffered";
+  mode += info.uring ? " + io_uring (queue depth " + std::to_string(options_.file_options.queue_depth) + ")" : " + pread";
+  if (!info.fallback_note.empty()) mode += "; " + info.fallback_note;
+  return mode;
+}
+
+bool DiskTier::has_chunk(int layer, int64_t index) const {
+  const std::vector<Entry>& e = layers_[layer].entries;
+  return index >= 0 && index < static_cast<int64_t>(e.size()) && e[index].written;
+}
+
+int64_t DiskTier::n_tokens_of(int layer, int64_t index) const {
+  return has_chunk(layer, index) ? layers_[layer].entries[index].n_tokens : 0;
+}
+
+Status DiskTier::chunk_error(StatusCode code, int layer, int64_t index, const std::string& what) const {
+  return Status(code, "KV session '" + options_.session + "' layer " + std::to_string(layer) + " chunk " +
+                          std::to_string(index) + ": " + what);
+}
+
+Status DiskTier::write_chunk(int layer, int64_t index, const uint8_t* stored, int64_t n_tokens, const float* abstract) {
+  Layer& L = layers_[layer];
+  Entry entry{true, static_cast<uint32_t>(n_tokens), checksum64(stored, stored_bytes_), 0};
+
+  RecordHeader h;
+  h.n_tokens = entry.n_tokens;
+  h.layer = static_cast<uint32_t>(layer);
+  h.codec = static_cast<uint32_t>(options_.codec);
+  h.index = static_cast<uint64_t>(index);
+  h.chunk_checksum = entry.chunk_checksum;
+  uint8_t* rec = record_scratch_.data();
+  std::memcpy(rec, &h, sizeof(h));
+  std::memcpy(rec + kRecordHeaderBytes, abstract, options_.geometry.abstract_bytes());
+  entry.record_checksum = record_checksum(rec, record_bytes_);
+  std::memcpy(rec + offsetof(RecordHeader, record_checksum), &entry.record_checksum, sizeof(uint64_t));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  if (Status st = L.chunks->write(static_cast<uint64_t>(index) * slot_bytes_, stored, slot_bytes_); !st.is_ok()) {
+    return chunk_error(st.code(), layer, index, "writing the chunk: " + st.message());
+  }
+  if (Status st = L.abstracts->write(static_cast<uint64_t>(index) * record_bytes_, rec, record_bytes_); !st.is_ok()) {
+    return chunk_error(st.code(), layer, index, "writing the abstract: " + st.message());
+  }
+  if (options_.stats != nullptr) {
+    options_.stats->disk_write_latency.record_us(elapsed_us(t0));
+    (*options_.stats)[Tier::kDisk].bytes_written += slot_bytes_ + record_bytes_;
+  }
+  if (static_cast<int64_t>(L.entries.size()) <= index) L.entries.resize(static_cast<size_t>(index) + 1);
+  L.entries[index] = entry;
+  return Status::ok();
+}
+
+Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads) {
+  if (reads.empty()) return Status::ok();
+  Layer& L = layers_[layer];
+  std::vector<ReadRequest> requests;
+  requests.reserve(reads.size());
+  for (const DiskChunkRead& r : reads) {
+    if (!has_chunk(layer, r.index)) return chunk_error(StatusCode::kInternal, layer, r.index, "read of a chunk never written");
+    requests.push_back({static_cast<uint64_t>(r.index) * slot_bytes_, slot_bytes_, r.dst});
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (Status st = L.chunks->read(requests); !st.is_ok()) {
+    return chunk_error(st.code(), layer, reads[0].index,
+                       "reading " + std::to_string(reads.size()) + " chunk(s) from this one on: " + st.message());
+  }
+  if (options_.stats != nullptr) {
+    options_.stats->disk_read_latency.record_us(elapsed_us(t0));
+    (*options_.stats)[Tier::kDisk].bytes_read += reads.size() * slot_bytes_;
+  }
+  for (const DiskChunkRead& r : reads) {
+    const uint64_t expected = L.entries[r.index].chunk_checksum;
+    const uint64_t got = checksum64(r.dst, stored_bytes_);
+    if (got != expected) {
+      return chunk_error(StatusCode::kCorrupt, layer, r.index,
+                         "checksum mismatch in " + chunk_path(layer) + " at offset " +
+                             std::to_string(static_cast<uint64_t>(r.index) * slot_bytes_) + " (expected " + hex(expected) +
+                             ", read " + hex(got) + "): the KV file is corrupt");
+    }
+  }
+  return Status::ok();
+}
+
+Status DiskTier::read_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
+  if (i1 <= i0) return Status::ok();
+  Layer& L = layers_[layer];
+  for (int64_t i = i0; i < i1; ++i) {
+    if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
+  }
+  std::vector<uint8_t> records(static_cast<size_t>(i1 - i0) * record_bytes_);
+  const ReadRequest req{static_cast<uint64_t>(i0) * record_bytes_, records.size(), records.data()};
+  const auto t0 = std::chrono::steady_clock::now();
+  if (Status st = L.abstracts->read({&req, 1}); !st.is_ok()) {
+    return chunk_error(st.code(), layer, i0, "reading abstracts: " + st.message());
+  }
+  if (options_.stats != nullptr) {
+    options_.stats->disk_read_latency.record_us(elapsed_us(t0));
+    (*options_.stats)[Tier::kDisk].bytes_read += records.size();
+  }
+  const size_t n_abstract = options_.geometry.abstract_bytes();
+  for (int64_t i = i0; i < i1; ++i) {
+    const uint8_t* rec = records.data() + (i - i0) * record_bytes_;
+    RecordHeader h;
+    std::memcpy(&h, rec, sizeof(h));
+    const Entry& e = L.entries[i];
+    if (h.record_checksum != e.record_checksum || record_checksum(rec, record_bytes_) != e.record_checksum) {
+      return chunk_error(StatusCode::kCorrupt, layer, i,
+                         "abstract checksum mismatch in " + abstract_path(layer) + " at offset " +
+                             std::to_string(static_cast<uint64_t>(i) * record_bytes_) + ": the abstract file is corrupt");
+    }
+    std::memcpy(dst + (i - i0) * options_.geometry.abstract_floats(), rec + kRecordHeaderBytes, n_abstract);
+  }
+  return Status::ok();
+}
+
+Status DiskTier::sync() {
+  for (Layer& L : layers_) {
+    LEOAM_RETURN_IF_ERROR(L.chunks->sync());
+    LEOAM_RETURN_IF_ERROR(L.abstracts->sync());
+  }
+  return Status::ok();
+}
+
+void DiskTier::forget_from(int layer, int64_t index) {
+  std::vector<Entry>& e = layers_[layer].entries;
+  if (index < static_cast<int64_t>(e.size())) e.resize(static_cast<size_t>(std::max<int64_t>(index, 0)));
+}
+
+}  // namespace leoam

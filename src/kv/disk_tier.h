@@ -1,0 +1,132 @@
+// DiskTier: the KV chunks and abstracts of one session that live on disk. Two files per layer
+// in the session's directory:
+//
+//   <dir>/<session>-L003.kv    chunk slots, opened O_DIRECT, read in batches through io_uring
+//   +-----------------+-----------------+-----------------+--
+//   | slot 0          | slot 1          | slot 2          |     slot i = chunk i of the layer:
+//   | stored chunk    | stored chunk    | (never written) |     its stored form (kv_codec.h),
+//   | + zero padding  | + zero padding  |                 |     padded to slot_bytes(), a
+//   +-----------------+-----------------+-----------------+--   multiple of 4096
+//
+//   <dir>/<session>-L003.lka   abstract records, packed for bulk reading (buffered I/O: records
+//   +----------+----------+--  are small and read many at a time)
+//   | record 0 | record 1 |     record i = chunk i: a 40-byte header, then its abstract
+//   +----------+----------+--   (float[2][n_kv_heads][head_dim], chunk_layout.h)
+//
+//   record header (little-endian):
+//     u32 magic "LKA1" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
+//     u64 chunk checksum (XXH3 of the slot's stored bytes, encoded_chunk_bytes long)
+//     u64 record checksum (XXH3 of header and abstract, with this field zero)
+//
+// Integrity: every chunk read is checked against the checksum the tier recorded when it wrote
+// the chunk, and every abstract record against its own checksum and the one recorded. A
+// mismatch is a kCorrupt error naming the session, the layer, the chunk and the file; so are a
+// short read or an I/O error (kIoError). A failed read or write changes no recorded state: the
+// chunk is exactly as readable (or not yet written) as before.
+//
+// Files are created 0600 and removed by the destructor unless the tier was created to keep them
+// (persistence) or opened from an existing directory (open_existing).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/file.h"
+#include "kv/chunk_layout.h"
+#include "kv/kv_codec.h"
+#include "kv/kv_stats.h"
+
+namespace leoam {
+
+struct DiskTierOptions {
+  std::string dir;
+  std::string session = "kv";  // file name prefix, and the name errors give
+  int n_layer = 0;
+  ChunkGeometry geometry;
+  KvCodec codec = KvCodec::kNone;  // the stored form of the chunks
+  FileOpenOptions file_options;    // direct / uring / queue depth (create and truncate are set here)
+  bool keep_files = false;         // leave the files in place when destroyed
+  FileSystem* file_system = nullptr;  // nullptr: posix_file_system()
+  KvStats* stats = nullptr;           // where I/O latency and bytes are counted (may be null)
+};
+
+// One chunk to read: its slot's stored bytes land in dst (aligned to kDirectIoAlignment, at
+// least slot_bytes() long).
+struct DiskChunkRead {
+  int64_t index = 0;
+  uint8_t* dst = nullptr;
+};
+
+class DiskTier {
+ public:
+  // Creates (truncating) the files of every layer in options.dir, which is created if missing.
+  static Result<std::unique_ptr<DiskTier>> create(const DiskTierOptions& options);
+  // Opens the files of a kept session read-only, and reads every layer's abstract records
+  // (n_chunks[layer] of them), checking each, to learn the chunks' checksums and fills.
+  static Result<std::unique_ptr<DiskTier>> open_existing(const DiskTierOptions& options,
+                                                         std::span<const int64_t> n_chunks);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  const ChunkGeometry& geometry() const { return options_.geometry; }
+  KvCodec codec() const { return options_.codec; }
+  const std::string& session() const { return options_.session; }
+  size_t stored_bytes() const { return stored_bytes_; }  // encoded_chunk_bytes
+  size_t slot_bytes() const { return slot_bytes_; }      // stored_bytes rounded up to 4096
+  size_t record_bytes() const { return record_bytes_; }
+  // The I/O mode in effect, e.g. "O_DIRECT + io_uring (queue depth 32)", or the fallback note.
+  std::string io_mode() const;
+  // Paths of a layer's two files.
+  std::string chunk_path(int layer) const;
+  std::string abstract_path(int layer) const;
+
+  // True once chunk `index` of `layer` has been written (and not forgotten).
+  bool has_chunk(int layer, int64_t index) const;
+  int64_t n_tokens_of(int layer, int64_t index) const;  // filled rows of a written chunk
+
+  // Writes chunk `index` of `layer`: stored [slot_bytes()] (aligned; bytes past stored_bytes()
+  // are written as they are, normally zero), its filled rows and its abstract.
+  [[nodiscard]] Status write_chunk(int layer, int64_t index, const uint8_t* stored, int64_t n_tokens,
+                                   const float* abstract);
+  // Reads written chunks of one layer in one batch, and checks each.
+  [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads);
+  // Reads the abstracts of chunks [i0, i1) of `layer` (all written) in one read, checks them, and
+  // stores them in dst: [i1 - i0][abstract_floats] floats.
+  [[nodiscard]] Status read_abstracts(int layer, int64_t i0, int64_t i1, float* dst);
+  // Makes every written chunk and abstract durable.
+  [[nodiscard]] Status sync();
+  // Forgets chunks at and past `index` of `layer` (their slots may be rewritten).
+  void forget_from(int layer, int64_t index);
+
+ private:
+  struct Entry {
+    bool written = false;
+    uint32_t n_tokens = 0;
+    uint64_t chunk_checksum = 0;
+    uint64_t record_checksum = 0;
+  };
+  struct Layer {
+    std::unique_ptr<RandomAccessFile> chunks;
+    std::unique_ptr<RandomAccessFile> abstracts;
+    std::vector<Entry> entries;  // [chunk index]
+  };
+
+  explicit DiskTier(const DiskTierOptions& options);
+  Status open_files(bool create);
+  Status chunk_error(StatusCode code, int layer, int64_t index, const std::string& what) const;
+
+  DiskTierOptions options_;
+  FileSystem* fs_ = nullptr;
+  size_t stored_bytes_ = 0;
+  size_t slot_bytes_ = 0;
+  size_t record_bytes_ = 0;
+  std::vector<Layer> layers_;
+  std::vector<uint8_t> record_scratch_;
+};
+
+}  // namespace leoam

@@ -1,0 +1,52 @@
+// A saved session: the tokens of a sequence and the KV of its first n_kv positions, in a
+// directory, so that a later run continues without recomputing the prompt (--kv-save,
+// --kv-load). Works with any KvCache: the KV is read through for_each_view in chunk-sized pieces
+// and written back through append, so memory stays bounded whatever the context.
+//
+//   DIR/session.json       header: format, version, model hash, KV geometry, tokens, sampler
+//                          state, per-layer chunk counts, and a checksum of all of it
+//   DIR/session-L000.kv    the KV chunks of layer 0, in the disk tier's layout (disk_tier.h),
+//   DIR/session-L000.lka   with their abstracts; every chunk checksummed
+//   ...
+//
+// Loading checks, and rejects with a message saying which and what to do: a header that does not
+// parse or fails its checksum, a format version newer than this build reads, a model hash or KV
+// geometry other than the running model's, and any chunk or abstract that fails its checksum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/file.h"
+#include "kv/kv_cache.h"
+
+namespace leoam {
+
+inline constexpr int kKvSessionVersion = 1;
+
+struct KvSession {
+  uint64_t model_hash = 0;       // checksum64 of the model file
+  std::vector<int32_t> tokens;   // the whole sequence so far: prompt and generated
+  int64_t n_kv = 0;              // positions whose KV is saved: tokens[0, n_kv); n_kv < tokens.size()
+                                 // leaves tokens to evaluate on resume
+  std::string sampler_state;     // opaque; restores the sampler's random stream
+};
+
+struct KvSessionIoOptions {
+  int chunk_tokens = 64;              // chunk size of the saved files (any size loads)
+  FileSystem* file_system = nullptr;  // nullptr: posix_file_system()
+};
+
+// Saves `session` and the KV of positions [0, session.n_kv) of every layer of `kv` into `dir`
+// (created if missing; a previous session there is replaced).
+[[nodiscard]] Status save_kv_session(KvCache& kv, const KvSession& session, const std::string& dir,
+                                     const KvSessionIoOptions& options = {});
+
+// Reads the session in `dir`, checks it against `model_hash` and the shape and dtype of `kv`
+// (which must be empty), and appends its KV to `kv`.
+Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
+                                  const KvSessionIoOptions& options = {});
+
+}  // namespace leoam

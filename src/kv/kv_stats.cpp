@@ -1,0 +1,142 @@
+#include "kv/kv_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace leoam {
+
+namespace {
+
+constexpr Tier kTiers[kNumTiers] = {Tier::kDevice, Tier::kHost, Tier::kDisk};
+
+double bucket_upper_us(int b) { return std::ldexp(1.0, b + 1); }
+
+// "512 B", "12.3 MiB".
+std::string human_bytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u + 1 < static_cast<int>(std::size(kUnits))) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string format_us(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f us", us);
+  return buf;
+}
+
+// `label` ends in ':' and is padded so that both latency lines line up.
+std::string latency_line(const char* label, const LatencyHistogram& h) {
+  return std::string(label) + " count " + std::to_string(h.count()) + ", mean " + format_us(h.mean_us()) +
+         ", p50 <= " + format_us(h.quantile_upper_us(0.5)) + ", p99 <= " + format_us(h.quantile_upper_us(0.99)) +
+         ", max " + format_us(h.max_us());
+}
+
+nlohmann::ordered_json latency_json(const LatencyHistogram& h) {
+  nlohmann::ordered_json buckets = nlohmann::ordered_json::array();
+  for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+    if (h.bucket(b) != 0) buckets.push_back({static_cast<uint64_t>(1) << (b + 1), h.bucket(b)});
+  }
+  nlohmann::ordered_json j;
+  j["count"] = h.count();
+  j["mean"] = h.mean_us();
+  j["p50"] = h.quantile_upper_us(0.5);
+  j["p99"] = h.quantile_upper_us(0.99);
+  j["max"] = h.max_us();
+  j["buckets"] = std::move(buckets);
+  return j;
+}
+
+}  // namespace
+
+void LatencyHistogram::record_us(double us) {
+  if (!(us > 0.0)) us = 0.0;  // a clock that stepped back, or NaN: count it as instant
+  int b = 0;
+  if (us >= 1.0) b = std::min(std::ilogb(us), kBuckets - 1);  // ilogb is exact: 2.0 -> 1, 1.99 -> 0
+  ++buckets_[b];
+  ++count_;
+  sum_us_ += us;
+  max_us_ = std::max(max_us_, us);
+}
+
+double LatencyHistogram::quantile_upper_us(double p) const {
+  if (count_ == 0) return 0.0;
+  p = std::clamp(p, 0.0, 1.0);
+  uint64_t below = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    below += buckets_[b];
+    // A ratio, not below >= p * count_: 99 / 100 rounds to the same double as 0.99, while
+    // 0.99 * 100 may land just above 99.
+    if (below != 0 && static_cast<double>(below) / static_cast<double>(count_) >= p) return bucket_upper_us(b);
+  }
+  return bucket_upper_us(kBuckets - 1);
+}
+
+std::string KvStats::to_text() const {
+  // Cells first, then pad every column to its widest cell: the numbers right-aligned.
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"tier", "read", "written", "hits", "misses", "evictions", "resident"});
+  for (Tier t : kTiers) {
+    const TierStats& s = (*this)[t];
+    const int i = static_cast<int>(t);
+    rows.push_back({tier_name(t), human_bytes(s.bytes_read), human_bytes(s.bytes_written), std::to_string(s.hits),
+                    std::to_string(s.misses), std::to_string(s.evictions),
+                    human_bytes(resident_bytes[i]) + " in " + std::to_string(resident_chunks[i]) +
+                        (resident_chunks[i] == 1 ? " chunk" : " chunks")});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      if (c == 0) {
+        out += row[c] + pad;
+      } else {
+        out += "  " + pad + row[c];
+      }
+    }
+    out += '\n';
+  }
+  out += latency_line("disk read latency: ", disk_read_latency) + '\n';
+  out += latency_line("disk write latency:", disk_write_latency) + '\n';
+  out += "disk I/O: " + (disk_io_mode.empty() ? std::string("unknown") : disk_io_mode) + '\n';
+  return out;
+}
+
+std::string KvStats::to_json() const {
+  nlohmann::ordered_json tiers_json;
+  for (Tier t : kTiers) {
+    const TierStats& s = (*this)[t];
+    const int i = static_cast<int>(t);
+    nlohmann::ordered_json j;
+    j["bytes_read"] = s.bytes_read;
+    j["bytes_written"] = s.bytes_written;
+    j["hits"] = s.hits;
+    j["misses"] = s.misses;
+    j["evictions"] = s.evictions;
+    j["resident_bytes"] = resident_bytes[i];
+    j["resident_chunks"] = resident_chunks[i];
+    tiers_json[tier_name(t)] = std::move(j);
+  }
+  nlohmann::ordered_json root;
+  root["tiers"] = std::move(tiers_json);
+  root["disk_read_latency_us"] = latency_json(disk_read_latency);
+  root["disk_write_latency_us"] = latency_json(disk_write_latency);
+  root["disk_io_mode"] = disk_io_mode;
+  return root.dump();
+}
+
+}  // namespace leoam

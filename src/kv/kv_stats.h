@@ -1,0 +1,79 @@
+// Telemetry of the tiered KV store: per tier, what moved and how the gathers were served, and a
+// histogram of disk I/O latency. Plain counters, owned by one store (not thread-safe).
+//
+// Per tier T:
+//   bytes_read     bytes read out of T (disk: from the file; host: decoded or copied to scratch
+//                  or to the device; device: bytes gathered straight from it)
+//   bytes_written  bytes written into T (inserts, demotions and promotions that landed in T)
+//   hits           chunks a gather found in T
+//   misses         chunks a gather needed that were not in T or any faster tier
+//   evictions      chunks demoted out of T
+//
+// Latency: one sample per disk operation (a batch of reads submitted together, or one write),
+// in power-of-two microsecond buckets: bucket b counts samples in [2^b, 2^(b+1)) us, bucket 0
+// also takes samples under 1 us (and negative or NaN ones, recorded as 0), and the last bucket
+// takes everything from 2^31 us up.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "kv/tier.h"
+
+namespace leoam {
+
+struct TierStats {
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+};
+
+class LatencyHistogram {
+ public:
+  static constexpr int kBuckets = 32;
+
+  void record_us(double us);
+  uint64_t count() const { return count_; }
+  uint64_t bucket(int b) const { return buckets_[b]; }
+  // The smallest bucket upper bound (2^(b+1) us) below which at least fraction p (in [0, 1]) of
+  // the samples fall, never below the first non-empty bucket's; 0 when empty.
+  double quantile_upper_us(double p) const;
+  double mean_us() const { return count_ == 0 ? 0.0 : sum_us_ / static_cast<double>(count_); }
+  double max_us() const { return max_us_; }
+
+ private:
+  std::array<uint64_t, kBuckets> buckets_{};
+  uint64_t count_ = 0;
+  double sum_us_ = 0.0;
+  double max_us_ = 0.0;
+};
+
+struct KvStats {
+  std::array<TierStats, kNumTiers> tiers{};  // indexed by Tier
+  LatencyHistogram disk_read_latency;
+  LatencyHistogram disk_write_latency;
+  // Where the bytes of the device and host tiers and the disk files stood at the end.
+  std::array<uint64_t, kNumTiers> resident_bytes{};
+  std::array<int64_t, kNumTiers> resident_chunks{};
+  std::string disk_io_mode;  // "O_DIRECT + io_uring", or the fallback in effect and why
+
+  TierStats& operator[](Tier t) { return tiers[static_cast<int>(t)]; }
+  const TierStats& operator[](Tier t) const { return tiers[static_cast<int>(t)]; }
+
+  // A human-readable table, one row per tier, then the latency summaries (for --kv-stats).
+  std::string to_text() const;
+  // The same as one JSON object:
+  //   {"tiers": {"device": {"bytes_read":..,"bytes_written":..,"hits":..,"misses":..,
+  //    "evictions":..,"resident_bytes":..,"resident_chunks":..}, "host": {..}, "disk": {..}},
+  //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
+  //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
+  //    "disk_io_mode": ".."}
+  // with p50/p99 as bucket upper bounds (quantile_upper_us) and only the non-empty buckets,
+  // ascending, upper_us an integer.
+  std::string to_json() const;
+};
+
+}  // namespace leoam

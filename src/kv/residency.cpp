@@ -1,0 +1,243 @@
+#include "kv/residency.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+namespace leoam {
+
+namespace {
+
+using Move = Residency::Move;
+using Plan = Residency::Plan;
+
+// True when chunk `a` leaves its tier before chunk `b`: lower importance, then less recently
+// used, then lower key.
+bool evicts_before(ChunkKey a_key, const ChunkResidency& a, ChunkKey b_key, const ChunkResidency& b) {
+  if (a.importance != b.importance) return a.importance < b.importance;
+  if (a.last_use != b.last_use) return a.last_use < b.last_use;
+  return a_key < b_key;
+}
+
+// "1.0 MiB", "0.25 MiB": at most three decimals, at least one.
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  std::string s = buf;
+  while (s.back() == '0' && s[s.size() - 2] != '.') s.pop_back();
+  return s + " MiB";
+}
+
+// Adds (sign > 0) or removes one chunk's bytes in `tier`; the disk is unbounded and not counted.
+void account(const ResidencyOptions& options, Tier tier, int sign, uint64_t& used_device, uint64_t& used_host) {
+  if (tier == Tier::kDisk) return;
+  uint64_t& used = tier == Tier::kDevice ? used_device : used_host;
+  const uint64_t bytes = tier == Tier::kDevice ? options.device_chunk_bytes : options.host_chunk_bytes;
+  used = sign > 0 ? used + bytes : used - bytes;
+}
+
+std::string key_name(ChunkKey key) {
+  return "KV chunk (layer " + std::to_string(key.layer) + ", index " + std::to_string(key.index) + ")";
+}
+
+// Builds a plan against a simulated copy of the byte usage; the residency itself is only read.
+// Each chunk moves at most once in a plan, so a victim is never a chunk the plan already moves.
+// make_room_*() choose all their victims before adding any move: a failed attempt adds nothing.
+class PlanBuilder {
+ public:
+  // `importance_ceiling`: when set, only chunks of strictly lower importance may be displaced
+  // (which also keeps a promoted chunk from being its own victim).
+  PlanBuilder(const Residency& residency, std::optional<float> importance_ceiling)
+      : residency_(residency),
+        options_(residency.options()),
+        importance_ceiling_(importance_ceiling),
+        used_device_(residency.used_bytes(Tier::kDevice)),
+        used_host_(residency.used_bytes(Tier::kHost)) {}
+
+  // Demotes device victims (each to the host when room can be made there, else to disk) until
+  // one more chunk fits on the device. False when the victims run out.
+  bool make_room_on_device() {
+    const std::optional<std::vector<ChunkKey>> victims = victims_for_room(Tier::kDevice);
+    if (!victims) return false;
+    for (ChunkKey victim : *victims) {
+      if (make_room_on_host()) {
+        add({victim, Tier::kDevice, Tier::kHost, false});
+      } else {
+        add(to_disk(victim, Tier::kDevice));
+      }
+    }
+    return true;
+  }
+
+  // Demotes host victims to disk until one more chunk fits on the host. False when the host has
+  // no budget, a chunk is larger than it, or the victims run out.
+  bool make_room_on_host() {
+    if (options_.host_budget_bytes == 0) return false;
+    const std::optional<std::vector<ChunkKey>> victims = victims_for_room(Tier::kHost);
+    if (!victims) return false;
+    for (ChunkKey victim : *victims) add(to_disk(victim, Tier::kHost));
+    return true;
+  }
+
+  void add(const Move& move) {
+    if (move.from) account(options_, *move.from, -1, used_device_, used_host_);
+    account(options_, move.to, +1, used_device_, used_host_);
+    assert(used_device_ <= options_.device_budget_bytes && used_host_ <= options_.host_budget_bytes &&
+           "a plan must keep every tier within its budget after each move");
+    plan_.moves.push_back(move);
+  }
+
+  Plan take_plan() { return std::move(plan_); }
+
+ private:
+  // The victims that, demoted in this order, leave room for one more chunk in `tier` (device or
+  // host); nullopt when a chunk is larger than the budget or the victims run out.
+  std::optional<std::vector<ChunkKey>> victims_for_room(Tier tier) const {
+    const bool device = tier == Tier::kDevice;
+    const uint64_t budget = device ? options_.device_budget_bytes : options_.host_budget_bytes;
+    const uint64_t chunk_bytes = device ? options_.device_chunk_bytes : options_.host_chunk_bytes;
+    if (chunk_bytes > budget) return std::nullopt;
+    std::vector<ChunkKey> victims;
+    for (uint64_t used = device ? used_device_ : used_host_; used + chunk_bytes > budget; used -= chunk_bytes) {
+      const std::optional<ChunkKey> victim = next_victim(tier, victims);
+      if (!victim) return std::nullopt;
+      victims.push_back(*victim);
+    }
+    return victims;
+  }
+
+  // The first chunk in eviction order among the unpinned chunks of `tier` that are below the
+  // importance ceiling, not moved by the plan yet, and not in `chosen`.
+  std::optional<ChunkKey> next_victim(Tier tier, const std::vector<ChunkKey>& chosen) const {
+    const auto planned = [&](ChunkKey key) {
+      return std::find(chosen.begin(), chosen.end(), key) != chosen.end() ||
+             std::any_of(plan_.moves.begin(), plan_.moves.end(), [key](const Move& m) { return m.chunk == key; });
+    };
+    const std::pair<const ChunkKey, ChunkResidency>* best = nullptr;
+    for (const auto& entry : residency_.chunks()) {
+      const auto& [key, r] = entry;
+      if (r.tier != tier || r.pins > 0) continue;
+      if (importance_ceiling_ && !(r.importance < *importance_ceiling_)) continue;
+      if (best != nullptr && !evicts_before(key, r, best->first, best->second)) continue;
+      if (!planned(key)) best = &entry;
+    }
+    if (best == nullptr) return std::nullopt;
+    return best->first;
+  }
+
+  Move to_disk(ChunkKey key, Tier from) const {
+    return {key, from, Tier::kDisk, !residency_.find(key)->on_disk};
+  }
+
+  const Residency& residency_;
+  const ResidencyOptions& options_;
+  std::optional<float> importance_ceiling_;
+  uint64_t used_device_;
+  uint64_t used_host_;
+  Plan plan_;
+};
+
+ChunkResidency& must_find(std::map<ChunkKey, ChunkResidency>& chunks, ChunkKey key) {
+  auto it = chunks.find(key);
+  assert(it != chunks.end() && "the chunk must have a residency entry");
+  return it->second;
+}
+
+}  // namespace
+
+Residency::Residency(const ResidencyOptions& options) : options_(options) {}
+
+Result<Residency::Plan> Residency::plan_insert(ChunkKey key) const {
+  if (chunks_.count(key) != 0) {
+    return invalid_argument(key_name(key) + " is already resident; a chunk is inserted once");
+  }
+  PlanBuilder builder(*this, std::nullopt);
+  if (!builder.make_room_on_device()) {
+    uint64_t pinned_bytes = 0;
+    for (const auto& [k, r] : chunks_) {
+      if (r.tier == Tier::kDevice && r.pins > 0) pinned_bytes += options_.device_chunk_bytes;
+    }
+    return invalid_argument("device KV budget of " + mib(options_.device_budget_bytes) +
+                            " cannot hold another chunk of " + mib(options_.device_chunk_bytes) + ": " +
+                            mib(pinned_bytes) +
+                            " is pinned (sink, recent window, open chunks); raise --kv-device-mb");
+  }
+  builder.add({key, std::nullopt, Tier::kDevice, false});
+  return builder.take_plan();
+}
+
+Result<Residency::Plan> Residency::plan_promote(ChunkKey key, Tier to) const {
+  const ChunkResidency* r = find(key);
+  if (r == nullptr) return not_found(key_name(key) + " is not resident; it cannot be promoted");
+  if (to > r->tier) {
+    return invalid_argument(key_name(key) + " is on the " + tier_name(r->tier) +
+                            " tier; it cannot be promoted to the slower " + tier_name(to) +
+                            " tier (chunks move down only as victims of a plan)");
+  }
+  if (to == r->tier || r->pins > 0) return Plan{};
+  PlanBuilder builder(*this, r->importance);
+  const bool room = to == Tier::kDevice ? builder.make_room_on_device() : builder.make_room_on_host();
+  if (!room) return Plan{};
+  builder.add({key, r->tier, to, false});
+  return builder.take_plan();
+}
+
+void Residency::apply(const Move& move) {
+  ChunkResidency* r = nullptr;
+  if (move.from) {
+    r = &must_find(chunks_, move.chunk);
+    assert(r->tier == *move.from && "a move must start from the chunk's tier");
+    account(options_, *move.from, -1, used_device_, used_host_);
+  } else {
+    auto [it, inserted] = chunks_.try_emplace(move.chunk);
+    assert(inserted && "an insert must name a new chunk");
+    r = &it->second;
+  }
+  r->tier = move.to;
+  if (move.to == Tier::kDisk) r->on_disk = true;
+  account(options_, move.to, +1, used_device_, used_host_);
+}
+
+void Residency::erase(ChunkKey key) {
+  auto it = chunks_.find(key);
+  if (it == chunks_.end()) return;
+  account(options_, it->second.tier, -1, used_device_, used_host_);
+  chunks_.erase(it);
+}
+
+void Residency::clear() {
+  chunks_.clear();
+  used_device_ = 0;
+  used_host_ = 0;
+}
+
+void Residency::pin(ChunkKey key) { ++must_find(chunks_, key).pins; }
+
+void Residency::unpin(ChunkKey key) {
+  ChunkResidency& r = must_find(chunks_, key);
+  assert(r.pins > 0 && "unpin without a matching pin");
+  --r.pins;
+}
+
+void Residency::set_importance(ChunkKey key, float importance) { must_find(chunks_, key).importance = importance; }
+
+void Residency::touch(ChunkKey key, uint64_t tick) { must_find(chunks_, key).last_use = tick; }
+
+const ChunkResidency* Residency::find(ChunkKey key) const {
+  auto it = chunks_.find(key);
+  return it == chunks_.end() ? nullptr : &it->second;
+}
+
+uint64_t Residency::used_bytes(Tier tier) const {
+  return tier == Tier::kDevice ? used_device_ : tier == Tier::kHost ? used_host_ : 0;
+}
+
+int64_t Residency::n_chunks(Tier tier) const {
+  int64_t n = 0;
+  for (const auto& [key, r] : chunks_) n += r.tier == tier ? 1 : 0;
+  return n;
+}
+
+}  // namespace leoam

@@ -1,0 +1,118 @@
+// Residency: which tier each KV chunk lives in, and the placement and eviction decisions, as
+// metadata only. No bytes and no I/O pass through here, so every decision can be unit-tested
+// exactly; the tiered store (tiered_kv_cache.h) carries out the moves a plan lists.
+//
+// Check, then mutate: plan_*() return a Plan (an ordered list of moves) and change nothing;
+// apply() records one move once the store has carried it out. A store that fails halfway
+// through a plan has applied exactly the moves it completed, so metadata and bytes never
+// disagree.
+//
+// Rules:
+//   - Every chunk has exactly one home tier. The device and host tiers hold at most their byte
+//     budgets (a chunk costs device_chunk_bytes on the device, host_chunk_bytes on the host);
+//     the disk is unbounded.
+//   - New chunks are inserted on the device. When it is full, victims are demoted: device ->
+//     host, and host -> disk when the host is full too (a demotion into a full host first
+//     demotes a host victim to disk). With a zero host budget, a host smaller than one chunk, or
+//     a host full of pinned chunks, device victims go to disk.
+//   - Victim order within a tier, among unpinned chunks: lowest importance first, then least
+//     recently used (smallest last_use), then lowest (layer, index). Pinned chunks never move:
+//     they are never victims, and plan_promote leaves them where they are.
+//   - Promotion (plan_promote) only fills free space or displaces chunks of strictly lower
+//     importance; it never displaces an equal one, so a scan of equally important chunks (the
+//     full policy) does not thrash. Its victims cascade down as on insertion, and every chunk
+//     it displaces, in any tier, is less important than the promoted one.
+//   - Every plan keeps the device and host within their budgets after each of its moves, and
+//     moves each chunk at most once; the placed chunk's own move comes last.
+//   - A chunk sealed and written to disk once keeps its disk copy (chunks are immutable once
+//     full): demoting it to disk again needs no write (Move::needs_write is false).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/tier.h"
+
+namespace leoam {
+
+struct ChunkKey {
+  int layer = 0;
+  int64_t index = 0;  // chunk index within the layer: positions [index * C, (index + 1) * C)
+
+  auto operator<=>(const ChunkKey&) const = default;
+};
+
+struct ResidencyOptions {
+  uint64_t device_budget_bytes = 0;
+  uint64_t host_budget_bytes = 0;
+  uint64_t device_chunk_bytes = 0;  // a chunk's size on the device
+  uint64_t host_chunk_bytes = 0;    // a chunk's size on the host (its stored form)
+};
+
+struct ChunkResidency {
+  Tier tier = Tier::kDevice;
+  int pins = 0;            // > 0: must stay where it is (sink, recent window, open tail, a live view)
+  float importance = 0.0f; // set by the selection policies; higher stays closer to compute
+  uint64_t last_use = 0;   // tick of the last gather that read it
+  bool on_disk = false;    // a valid copy exists on disk (written once sealed and demoted)
+};
+
+class Residency {
+ public:
+  struct Move {
+    ChunkKey chunk;
+    std::optional<Tier> from;  // nullopt: the chunk is new (insert)
+    Tier to = Tier::kDevice;
+    bool needs_write = false;  // to == kDisk and no disk copy exists yet
+
+    bool operator==(const Move&) const = default;
+  };
+  struct Plan {
+    std::vector<Move> moves;  // in the order they must be carried out
+  };
+
+  explicit Residency(const ResidencyOptions& options);
+
+  const ResidencyOptions& options() const { return options_; }
+
+  // Moves that make room for the new chunk `key` on the device and insert it: demotions first.
+  // Fails (kInvalidArgument, naming the budget and what is pinned) when pinned chunks leave no
+  // room, or when the key exists.
+  Result<Plan> plan_insert(ChunkKey key) const;
+  // Moves that bring `key` to `to` (a faster tier than its own), or an empty plan when that would
+  // displace chunks of equal or higher importance, when it is there already, or when it is
+  // pinned. Fails with kNotFound for an unknown key and kInvalidArgument when `to` is slower.
+  Result<Plan> plan_promote(ChunkKey key, Tier to) const;
+
+  // Records one move of a plan, once carried out. A move with no `from` creates the entry (no
+  // pins, importance 0, last_use 0); a move to the disk marks the disk copy as existing.
+  void apply(const Move& move);
+
+  // Forgets chunks (truncation); an unknown key is ignored. Their disk copies are forgotten too.
+  void erase(ChunkKey key);
+  void clear();
+
+  // These name an existing chunk (asserted). Pins nest: each pin needs one unpin.
+  void pin(ChunkKey key);
+  void unpin(ChunkKey key);
+  void set_importance(ChunkKey key, float importance);
+  void touch(ChunkKey key, uint64_t tick);
+
+  const ChunkResidency* find(ChunkKey key) const;
+  uint64_t used_bytes(Tier tier) const;  // device and host; 0 for disk
+  int64_t n_chunks(Tier tier) const;
+  int64_t n_chunks() const { return static_cast<int64_t>(chunks_.size()); }
+  // Every chunk, in key order.
+  const std::map<ChunkKey, ChunkResidency>& chunks() const { return chunks_; }
+
+ private:
+  ResidencyOptions options_;
+  std::map<ChunkKey, ChunkResidency> chunks_;
+  uint64_t used_device_ = 0;
+  uint64_t used_host_ = 0;
+};
+
+}  // namespace leoam

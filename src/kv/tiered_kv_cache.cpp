@@ -1,0 +1,532 @@
+#include "kv/tiered_kv_cache.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+
+namespace leoam {
+namespace {
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+std::unique_ptr<uint8_t[]> zeroed_bytes(size_t n) { return std::unique_ptr<uint8_t[]>(new uint8_t[n]()); }
+
+std::string default_session_name() {
+  std::random_device rd;
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "kv-%d-%08x", static_cast<int>(getpid()), rd());
+  return buf;
+}
+
+// Owns the gathered bytes of a view made by view().
+class OwnedKv final : public KvViewResources {
+ public:
+  std::vector<uint8_t> k, v;
+};
+
+}  // namespace
+
+TieredKvCache::TieredKvCache(const TieredKvCacheOptions& options)
+    : options_(options),
+      geometry_{options.shape.n_kv_heads, options.shape.head_dim, options.chunk_tokens, options.dtype},
+      host_chunk_bytes_(encoded_chunk_bytes(geometry_, options.host_codec)),
+      residency_(ResidencyOptions{options.device_budget_bytes, options.host_budget_bytes, geometry_.chunk_bytes(),
+                                  host_chunk_bytes_}) {}
+
+TieredKvCache::~TieredKvCache() = default;
+
+uint64_t TieredKvCache::min_device_budget_bytes(const TieredKvCacheOptions& o) {
+  const int64_t c = std::max(o.chunk_tokens, 1);
+  const int64_t sink_chunks = (std::max(o.n_sink_tokens, 0) + c - 1) / c;
+  // The recent window can straddle one more chunk than it fills; the open chunk is always there.
+  const int64_t recent_chunks = o.n_recent_tokens > 0 ? (o.n_recent_tokens + c - 1) / c + 1 : 1;
+  const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
+  // One chunk more: a new chunk is inserted while the others are still pinned.
+  return (static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * (sink_chunks + recent_chunks) + 1) * g.chunk_bytes();
+}
+
+Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCacheOptions& options) {
+  const KvCacheShape& s = options.shape;
+  if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_ctx <= 0) {
+    return invalid_argument("tiered KV cache: every dimension must be positive");
+  }
+  if (options.chunk_tokens < kMinChunkTokens || options.chunk_tokens > kMaxChunkTokens) {
+    return invalid_argument("KV chunk size must be in [" + std::to_string(kMinChunkTokens) + ", " +
+                            std::to_string(kMaxChunkTokens) + "] tokens, got " + std::to_string(options.chunk_tokens));
+  }
+  if (options.dir.empty()) return invalid_argument("the tiered KV store needs a directory for its disk tier (--kv-dir)");
+  if (options.n_sink_tokens < 0 || options.n_recent_tokens < 0) {
+    return invalid_argument("pinned sink and recent token counts must not be negative");
+  }
+  const uint64_t need = min_device_budget_bytes(options);
+  if (options.device_budget_bytes < need) {
+    return invalid_argument("device KV budget of " + mib(options.device_budget_bytes) + " is too small: the pinned " +
+                            std::to_string(options.n_sink_tokens) + " sink and " +
+                            std::to_string(options.n_recent_tokens) + " recent tokens of " +
+                            std::to_string(s.n_layer) + " layers in chunks of " +
+                            std::to_string(options.chunk_tokens) + " need " + mib(need) + "; raise --kv-device-mb");
+  }
+
+  std::unique_ptr<TieredKvCache> cache(new TieredKvCache(options));
+  if (cache->options_.session.empty()) cache->options_.session = default_session_name();
+  DiskTierOptions d;
+  d.dir = options.dir;
+  d.session = cache->options_.session;
+  d.n_layer = s.n_layer;
+  d.geometry = cache->geometry_;
+  d.codec = options.host_codec;
+  d.file_options = options.file_options;
+  d.file_system = options.file_system;
+  d.stats = &cache->stats_;
+  LEOAM_ASSIGN_OR_RETURN(cache->disk_, DiskTier::create(d));
+  cache->stats_.disk_io_mode = cache->disk_->io_mode();
+
+  const size_t slot = cache->disk_->slot_bytes();
+  const size_t decoded = options.host_codec == KvCodec::kNone ? 0 : align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment);
+  const uint64_t n_slots = std::max<uint64_t>(1, options.gather_batch_bytes / (slot + decoded));
+  LEOAM_ASSIGN_OR_RETURN(cache->scratch_, AlignedBuffer::allocate(n_slots * (slot + decoded)));
+  LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(slot));
+  cache->row_scratch_.resize(cache->geometry_.chunk_bytes());
+  cache->layers_.resize(static_cast<size_t>(s.n_layer));
+  return cache;
+}
+
+int64_t TieredKvCache::n_tokens() const {
+  int64_t n = layers_.empty() ? 0 : layers_[0].n_tokens;
+  for (const LayerState& L : layers_) n = std::min(n, L.n_tokens);
+  return n;
+}
+
+int64_t TieredKvCache::n_tokens(int layer) const {
+  return layer >= 0 && layer < static_cast<int>(layers_.size()) ? layers_[layer].n_tokens : 0;
+}
+
+// --- moving chunks between tiers ---------------------------------------------------------
+
+Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk) {
+  for (const Residency::Move& move : plan.moves) {
+    LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk));
+    residency_.apply(move);
+  }
+  return Status::ok();
+}
+
+void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
+  c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
+  reset_abstract(geometry_, c.abstract.data());
+  update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
+}
+
+Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk) {
+  Chunk& c = chunk(move.chunk);
+  const int layer = move.chunk.layer;
+  const int64_t index = move.chunk.index;
+  const size_t chunk_bytes = geometry_.chunk_bytes();
+  const KvCodec codec = options_.host_codec;
+
+  if (!move.from) {  // a new chunk
+    c = Chunk{};
+    c.device = zeroed_bytes(chunk_bytes);
+    c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
+    reset_abstract(geometry_, c.abstract.data());
+    return Status::ok();
+  }
+  const Tier from = *move.from;
+  if (move.to == Tier::kDisk) {
+    stats_[from].evictions += 1;
+    if (move.needs_write) {
+      uint8_t* dst = write_buffer_.data();
+      std::memset(dst, 0, write_buffer_.size());
+      if (from == Tier::kDevice) {
+        encode_chunk(geometry_, codec, c.device.get(), dst);
+      } else {
+        std::memcpy(dst, c.host.get(), host_chunk_bytes_);
+      }
+      LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, index, dst, c.n_filled, c.abstract.data()));
+    }
+    c.device.reset();
+    c.host.reset();
+    c.abstract = {};
+    return Status::ok();
+  }
+
+  // Into the host or the device: get the stored form or the compute-ready bytes.
+  const uint8_t* stored = nullptr;
+  if (from == Tier::kDisk) {
+    stored = stored_from_disk;
+    if (stored == nullptr) {
+      const DiskChunkRead read{index, write_buffer_.data()};
+      LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, {&read, 1}));
+      stored = write_buffer_.data();
+    }
+  } else if (from == Tier::kHost) {
+    stored = c.host.get();
+  }
+
+  if (move.to == Tier::kHost) {
+    auto host = zeroed_bytes(host_chunk_bytes_);
+    if (from == Tier::kDevice) {
+      encode_chunk(geometry_, codec, c.device.get(), host.get());
+      stats_[Tier::kDevice].evictions += 1;
+    } else {
+      std::memcpy(host.get(), stored, host_chunk_bytes_);
+    }
+    if (codec != KvCodec::kNone || from == Tier::kDisk) {
+      // The abstract describes the keys as they will be served: decoded, when the codec is lossy.
+      decode_chunk(geometry_, codec, host.get(), row_scratch_.data());
+      recompute_abstract(c, row_scratch_.data());
+    }
+    c.host = std::move(host);
+    c.device.reset();
+    stats_[Tier::kHost].bytes_written += host_chunk_bytes_;
+    return Status::ok();
+  }
+
+  // Into the device, from the host or the disk.
+  auto device = zeroed_bytes(chunk_bytes);
+  decode_chunk(geometry_, codec, stored, device.get());
+  recompute_abstract(c, device.get());
+  if (from == Tier::kHost) stats_[Tier::kHost].bytes_read += host_chunk_bytes_;
+  c.device = std::move(device);
+  c.host.reset();
+  stats_[Tier::kDevice].bytes_written += chunk_bytes;
+  return Status::ok();
+}
+
+// --- appending -------------------------------------------------------------------------------
+
+Status TieredKvCache::open_chunk(int layer, int64_t index) {
+  LayerState& L = layers_[layer];
+  if (static_cast<int64_t>(L.chunks.size()) <= index) L.chunks.resize(static_cast<size_t>(index) + 1);
+  const ChunkKey key{layer, index};
+  LEOAM_ASSIGN_OR_RETURN(Residency::Plan plan, residency_.plan_insert(key));
+  LEOAM_RETURN_IF_ERROR(carry_out(plan));
+  residency_.pin(key);  // open
+  if (index * options_.chunk_tokens < options_.n_sink_tokens) residency_.pin(key);  // sink, for good
+  return Status::ok();
+}
+
+void TieredKvCache::update_recent_pins(int layer) {
+  LayerState& L = layers_[layer];
+  const int64_t c = options_.chunk_tokens;
+  std::vector<int64_t> want;
+  if (options_.n_recent_tokens > 0 && L.n_tokens > 0) {
+    const int64_t first = std::max<int64_t>(0, L.n_tokens - options_.n_recent_tokens) / c;
+    const int64_t last = (L.n_tokens - 1) / c;
+    for (int64_t i = first; i <= last; ++i) {
+      // Only device chunks are pinned: after a truncation the window may reach back to chunks
+      // that were demoted, and those are served from where they are.
+      const ChunkResidency* r = residency_.find({layer, i});
+      if (r != nullptr && r->tier == Tier::kDevice) want.push_back(i);
+    }
+  }
+  for (int64_t i : L.recent_pins) {
+    if (!std::binary_search(want.begin(), want.end(), i)) residency_.unpin({layer, i});
+  }
+  for (int64_t i : want) {
+    if (!std::binary_search(L.recent_pins.begin(), L.recent_pins.end(), i)) residency_.pin({layer, i});
+  }
+  L.recent_pins = std::move(want);
+}
+
+Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const float* k, const float* v) {
+  if (layer < 0 || layer >= options_.shape.n_layer) {
+    return invalid_argument("KV append: layer " + std::to_string(layer) + " out of range");
+  }
+  LayerState& L = layers_[layer];
+  if (pos0 != L.n_tokens || n_tokens < 0 || pos0 + n_tokens > options_.shape.n_ctx) {
+    return invalid_argument("KV append to layer " + std::to_string(layer) + ": positions [" + std::to_string(pos0) +
+                            ", " + std::to_string(pos0 + n_tokens) + ") do not follow the " +
+                            std::to_string(L.n_tokens) + " stored or exceed the context of " +
+                            std::to_string(options_.shape.n_ctx));
+  }
+  const int64_t c = options_.chunk_tokens;
+  const int64_t row_elems = geometry_.row_elements();
+  const size_t row_bytes = geometry_.row_bytes();
+  int64_t t = 0;
+  while (t < n_tokens) {
+    const int64_t pos = pos0 + t;
+    const int64_t index = pos / c;
+    const int64_t r0 = pos % c;
+    if (r0 == 0) {
+      if (Status st = open_chunk(layer, index); !st.is_ok()) {
+        (void)truncate_layer(layer, pos0);  // back to where the append began
+        return st;
+      }
+    }
+    Chunk& ch = L.chunks[index];
+    const int64_t r1 = std::min(c, r0 + (n_tokens - t));
+    for (int64_t r = r0; r < r1; ++r, ++t) {
+      store_kv_values(options_.dtype, k + t * row_elems, row_elems, ch.device.get() + r * row_bytes);
+      store_kv_values(options_.dtype, v + t * row_elems, row_elems, ch.device.get() + geometry_.k_bytes() + r * row_bytes);
+    }
+    update_abstract(geometry_, ch.device.get(), r0, r1, ch.abstract.data());
+    ch.n_filled = r1;
+    stats_[Tier::kDevice].bytes_written += static_cast<uint64_t>(r1 - r0) * row_bytes * 2;
+    L.n_tokens = pos0 + t;
+    if (r1 == c) {
+      ch.sealed = true;
+      residency_.unpin({layer, index});  // no longer open
+    }
+    update_recent_pins(layer);
+  }
+  return Status::ok();
+}
+
+// --- reading ---------------------------------------------------------------------------------
+
+Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) {
+  if (layer < 0 || layer >= options_.shape.n_layer) {
+    return invalid_argument("KV read: layer " + std::to_string(layer) + " out of range");
+  }
+  const LayerState& L = layers_[layer];
+  int64_t prev_end = 0;
+  for (const TokenRange& r : ranges) {
+    if (r.begin < prev_end || r.end < r.begin || r.end > L.n_tokens) {
+      return invalid_argument("KV read of layer " + std::to_string(layer) + ": ranges must be sorted, disjoint and inside [0, " +
+                              std::to_string(L.n_tokens) + "), got [" + std::to_string(r.begin) + ", " +
+                              std::to_string(r.end) + ")");
+    }
+    prev_end = r.end;
+  }
+  ++tick_;
+  const int64_t c = options_.chunk_tokens;
+  const size_t scratch_slot = disk_->slot_bytes() + (options_.host_codec == KvCodec::kNone
+                                                         ? 0
+                                                         : align_up(geometry_.chunk_bytes(), kDirectIoAlignment));
+  const int64_t n_slots = static_cast<int64_t>(scratch_.size() / scratch_slot);
+
+  std::vector<GatherItem> batch;
+  int64_t slots_used = 0;
+  for (const TokenRange& r : ranges) {
+    for (int64_t p = r.begin; p < r.end;) {
+      const int64_t index = p / c;
+      const int64_t t1 = std::min(r.end - index * c, c);
+      const bool same_chunk = !batch.empty() && batch.back().index == index;
+      const Tier tier = residency_.find({layer, index})->tier;
+      const bool needs_slot = tier == Tier::kDisk || (tier == Tier::kHost && options_.host_codec != KvCodec::kNone);
+      if (needs_slot && !same_chunk && slots_used == n_slots) {
+        LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn));
+        batch.clear();
+        slots_used = 0;
+      }
+      if (needs_slot && !same_chunk) ++slots_used;
+      batch.push_back({index, p - index * c, t1, nullptr, tier});
+      p = index * c + t1;
+    }
+  }
+  if (!batch.empty()) LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn));
+  return Status::ok();
+}
+
+Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
+  const KvCodec codec = options_.host_codec;
+  const size_t slot = disk_->slot_bytes();
+  const size_t decoded = codec == KvCodec::kNone ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
+  const size_t scratch_slot = slot + decoded;
+  LayerState& L = layers_[layer];
+
+  // Where each chunk's compute-ready bytes are; one scratch slot per chunk that needs one.
+  std::vector<DiskChunkRead> reads;
+  size_t next_slot = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    GatherItem& it = items[i];
+    if (i > 0 && items[i - 1].index == it.index) {
+      it.data = items[i - 1].data;
+      it.stored = items[i - 1].stored;
+      continue;
+    }
+    Chunk& ch = L.chunks[it.index];
+    const ChunkKey key{layer, it.index};
+    residency_.touch(key, tick_);
+    TierStats& device = stats_[Tier::kDevice];
+    TierStats& host = stats_[Tier::kHost];
+    switch (it.source) {
+      case Tier::kDevice:
+        it.data = ch.device.get();
+        device.hits += 1;
+        device.bytes_read += static_cast<uint64_t>(ch.n_filled) * geometry_.row_bytes() * 2;
+        break;
+      case Tier::kHost:
+        device.misses += 1;
+        host.hits += 1;
+        host.bytes_read += host_chunk_bytes_;
+        it.stored = ch.host.get();
+        if (codec == KvCodec::kNone) {
+          it.data = ch.host.get();
+        } else {
+          uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot + slot;
+          decode_chunk(geometry_, codec, ch.host.get(), dst);
+          it.data = dst;
+        }
+        break;
+      case Tier::kDisk: {
+        device.misses += 1;
+        host.misses += 1;
+        stats_[Tier::kDisk].hits += 1;
+        uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot;
+        reads.push_back({it.index, dst});
+        it.stored = dst;
+        it.data = codec == KvCodec::kNone ? dst : dst + slot;
+        break;
+      }
+    }
+  }
+  LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
+  if (codec != KvCodec::kNone) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      const GatherItem& it = items[i];
+      if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index)) {
+        decode_chunk(geometry_, codec, it.stored, const_cast<uint8_t*>(it.data));
+      }
+    }
+  }
+
+  std::vector<KvSegment> segments;
+  segments.reserve(items.size());
+  const size_t row_bytes = geometry_.row_bytes();
+  for (const GatherItem& it : items) {
+    KvSegment s;
+    s.pos0 = it.index * options_.chunk_tokens + it.t0;
+    s.n_tokens = it.t1 - it.t0;
+    s.k = it.data + it.t0 * row_bytes;
+    s.v = it.data + geometry_.k_bytes() + it.t0 * row_bytes;
+    s.dtype = options_.dtype;
+    s.row_stride_bytes = row_bytes;
+    segments.push_back(s);
+  }
+  LEOAM_RETURN_IF_ERROR(fn(KvView(options_.shape.n_kv_heads, options_.shape.head_dim, std::move(segments))));
+  return promote_after_read(layer, items);
+}
+
+Status TieredKvCache::promote_after_read(int layer, std::span<const GatherItem> items) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const GatherItem& it = items[i];
+    if (it.source == Tier::kDevice || (i > 0 && items[i - 1].index == it.index)) continue;
+    const ChunkKey key{layer, it.index};
+    LEOAM_ASSIGN_OR_RETURN(Residency::Plan plan, residency_.plan_promote(key, Tier::kDevice));
+    if (plan.moves.empty() && it.source == Tier::kDisk && options_.host_budget_bytes > 0) {
+      LEOAM_ASSIGN_OR_RETURN(plan, residency_.plan_promote(key, Tier::kHost));
+    }
+    if (plan.moves.empty()) continue;
+    LEOAM_RETURN_IF_ERROR(carry_out(plan, it.source == Tier::kDisk ? it.stored : nullptr));
+  }
+  return Status::ok();
+}
+
+Result<KvView> TieredKvCache::view(int layer, int64_t n_tokens_visible) {
+  if (layer < 0 || layer >= options_.shape.n_layer || n_tokens_visible < 0 || n_tokens_visible > n_tokens(layer)) {
+    return invalid_argument("KV view: layer " + std::to_string(layer) + " has " + std::to_string(n_tokens(layer)) +
+                            " positions, " + std::to_string(n_tokens_visible) + " asked");
+  }
+  auto owned = std::make_unique<OwnedKv>();
+  const size_t row_bytes = geometry_.row_bytes();
+  owned->k.resize(static_cast<size_t>(n_tokens_visible) * row_bytes);
+  owned->v.resize(owned->k.size());
+  const TokenRange all{0, n_tokens_visible};
+  LEOAM_RETURN_IF_ERROR(for_each_view(layer, {&all, 1}, [&](const KvView& part) {
+    for (const KvSegment& s : part.segments()) {
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        std::memcpy(owned->k.data() + (s.pos0 + t) * row_bytes, s.k_row(t), row_bytes);
+        std::memcpy(owned->v.data() + (s.pos0 + t) * row_bytes, s.v_row(t), row_bytes);
+      }
+    }
+    return Status::ok();
+  }));
+  std::vector<KvSegment> segments;
+  if (n_tokens_visible > 0) {
+    segments.push_back({0, n_tokens_visible, owned->k.data(), owned->v.data(), options_.dtype, row_bytes});
+  }
+  return KvView(options_.shape.n_kv_heads, options_.shape.head_dim, std::move(segments), std::move(owned));
+}
+
+// --- forgetting ------------------------------------------------------------------------------
+
+Status TieredKvCache::truncate_layer(int layer, int64_t n) {
+  LayerState& L = layers_[layer];
+  if (n >= L.n_tokens) return Status::ok();
+  const int64_t c = options_.chunk_tokens;
+  const int64_t keep_full = n / c;      // chunks [0, keep_full) stay as they are
+  const int64_t partial_rows = n % c;   // rows kept of chunk keep_full, re-opened on the device
+
+  // The kept rows of the boundary chunk, compute-ready, before its chunk is forgotten.
+  if (partial_rows > 0) {
+    const TokenRange rows{keep_full * c, n};
+    LEOAM_RETURN_IF_ERROR(for_each_view(layer, {&rows, 1}, [&](const KvView& part) {
+      const KvSegment& s = part.segments()[0];
+      const size_t n_bytes = static_cast<size_t>(s.n_tokens) * geometry_.row_bytes();
+      std::memset(row_scratch_.data(), 0, row_scratch_.size());
+      std::memcpy(row_scratch_.data(), s.k, n_bytes);
+      std::memcpy(row_scratch_.data() + geometry_.k_bytes(), s.v, n_bytes);
+      return Status::ok();
+    }));
+  }
+  const int64_t first_gone = keep_full;
+  for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) residency_.erase({layer, i});
+  L.chunks.resize(static_cast<size_t>(first_gone));
+  std::erase_if(L.recent_pins, [&](int64_t i) { return i >= first_gone; });
+  disk_->forget_from(layer, first_gone);
+  L.n_tokens = keep_full * c;
+
+  if (partial_rows > 0) {
+    LEOAM_RETURN_IF_ERROR(open_chunk(layer, keep_full));
+    Chunk& ch = L.chunks[keep_full];
+    std::memcpy(ch.device.get(), row_scratch_.data(), geometry_.chunk_bytes());
+    ch.n_filled = partial_rows;
+    update_abstract(geometry_, ch.device.get(), 0, partial_rows, ch.abstract.data());
+    L.n_tokens = n;
+  }
+  update_recent_pins(layer);
+  return Status::ok();
+}
+
+Status TieredKvCache::truncate(int64_t n_tokens) {
+  if (n_tokens < 0) return invalid_argument("KV truncate: negative length");
+  for (int il = 0; il < options_.shape.n_layer; ++il) LEOAM_RETURN_IF_ERROR(truncate_layer(il, n_tokens));
+  return Status::ok();
+}
+
+void TieredKvCache::clear() {
+  residency_.clear();
+  for (int il = 0; il < options_.shape.n_layer; ++il) {
+    layers_[il] = LayerState{};
+    disk_->forget_from(il, 0);
+  }
+}
+
+// --- hints and inspection --------------------------------------------------------------------
+
+void TieredKvCache::set_importance(ChunkKey key, float importance) {
+  if (residency_.find(key) != nullptr) residency_.set_importance(key, importance);
+}
+
+const float* TieredKvCache::abstract_of(ChunkKey key) const {
+  if (key.layer < 0 || key.layer >= options_.shape.n_layer) return nullptr;
+  const LayerState& L = layers_[key.layer];
+  if (key.index < 0 || key.index >= static_cast<int64_t>(L.chunks.size())) return nullptr;
+  const Chunk& ch = L.chunks[key.index];
+  return ch.abstract.empty() ? nullptr : ch.abstract.data();
+}
+
+KvStats TieredKvCache::stats() const {
+  KvStats s = stats_;
+  for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+    s.resident_chunks[static_cast<int>(t)] = residency_.n_chunks(t);
+  }
+  s.resident_bytes[static_cast<int>(Tier::kDevice)] = residency_.used_bytes(Tier::kDevice);
+  s.resident_bytes[static_cast<int>(Tier::kHost)] = residency_.used_bytes(Tier::kHost);
+  s.resident_bytes[static_cast<int>(Tier::kDisk)] =
+      static_cast<uint64_t>(residency_.n_chunks(Tier::kDisk)) * disk_->slot_bytes();
+  return s;
+}
+
+}  // namespace leoam

@@ -1,0 +1,143 @@
+// TieredKvCache: the KvCache whose KV may be far larger than memory. Each layer's positions are
+// cut into chunks of C tokens (chunk_layout.h); each chunk lives in exactly one tier:
+//
+//   device  compute-ready chunks that attention reads in place (RAM on the CPU)
+//   host    RAM, in the host codec's stored form (kv_codec.h: as-is, int8 or int4)
+//   disk    slots in per-layer files under --kv-dir (disk_tier.h), O_DIRECT + io_uring
+//
+// Placement (residency.h) keeps the device and host under their byte budgets: new chunks land on
+// the device; when it is full the least important, least recently used unpinned chunks move down
+// a tier. Pinned to the device: the chunks holding the first n_sink_tokens positions, those
+// overlapping the last n_recent_tokens, and each layer's open (partly filled) chunk.
+//
+// Reads: for_each_view() gathers the chunks of the asked ranges in batches of at most
+// gather_batch_bytes of scratch: device chunks are used in place, host chunks in place or
+// decoded, and disk chunks read in one io_uring batch per gather batch and checked. After a
+// batch is used, chunks read from below are promoted when free space (or less important
+// residents) allow. Every gather counts in stats().
+//
+// Memory: the device and host tiers hold at most their budgets; besides them the store keeps the
+// in-memory abstracts of device and host chunks (disk chunks' abstracts stay on disk), one gather
+// batch of scratch, and a one-slot write buffer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/aligned_buffer.h"
+#include "io/file.h"
+#include "kv/chunk_layout.h"
+#include "kv/disk_tier.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_codec.h"
+#include "kv/kv_stats.h"
+#include "kv/residency.h"
+
+namespace leoam {
+
+struct TieredKvCacheOptions {
+  KvCacheShape shape;
+  KvDtype dtype = KvDtype::kF16;
+  int chunk_tokens = kDefaultChunkTokens;
+  uint64_t device_budget_bytes = 0;
+  uint64_t host_budget_bytes = 0;
+  KvCodec host_codec = KvCodec::kNone;  // stored form on the host and disk tiers
+  std::string dir;                      // disk tier directory (created if missing); required
+  std::string session;                  // file prefix and name in errors; "" = "kv-<pid>-<n>"
+  int n_sink_tokens = 4;                // pinned on the device (StreamingLLM's 4 sinks)
+  int n_recent_tokens = 64;             // pinned on the device
+  uint64_t gather_batch_bytes = uint64_t{32} << 20;  // scratch for one gather batch
+  FileOpenOptions file_options;         // direct, uring, queue depth of the disk tier
+  FileSystem* file_system = nullptr;    // nullptr: posix_file_system()
+};
+
+class TieredKvCache final : public KvCache {
+ public:
+  // Fails on a bad shape or chunk size, a missing --kv-dir, or a device budget too small for the
+  // pinned chunks (the message gives the least budget that works).
+  static Result<std::unique_ptr<TieredKvCache>> create(const TieredKvCacheOptions& options);
+  // Device bytes that the pinned chunks of `options` need: the least device budget that works.
+  static uint64_t min_device_budget_bytes(const TieredKvCacheOptions& options);
+  ~TieredKvCache() override;
+
+  const KvCacheShape& shape() const override { return options_.shape; }
+  KvDtype dtype() const override { return options_.dtype; }
+  int64_t n_tokens() const override;
+  int64_t n_tokens(int layer) const override;
+  Status append(int layer, int64_t pos0, int64_t n_tokens, const float* k, const float* v) override;
+  // Gathers every chunk of [0, n_tokens_visible) into scratch owned by the view (test and tool
+  // use; attention uses for_each_view, whose memory is bounded).
+  Result<KvView> view(int layer, int64_t n_tokens_visible) override;
+  Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) override;
+  void clear() override;
+  Status truncate(int64_t n_tokens) override;
+
+  const ChunkGeometry& geometry() const { return geometry_; }
+  const Residency& residency() const { return residency_; }
+  // A hint from the selection policies: a more important chunk stays closer to compute.
+  void set_importance(ChunkKey key, float importance);
+  // The in-memory abstract of a device or host chunk (nullptr for disk chunks).
+  const float* abstract_of(ChunkKey key) const;
+  // Statistics so far, with the resident bytes and chunks as they stand now.
+  KvStats stats() const;
+  const DiskTier& disk() const { return *disk_; }
+  // Reads the abstracts of chunks [i0, i1) of `layer`, all on disk, in one bulk read of the disk
+  // tier's abstract file (LKA): dst is [i1 - i0][abstract_floats].
+  [[nodiscard]] Status read_disk_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
+    return disk_->read_abstracts(layer, i0, i1, dst);
+  }
+
+ private:
+  // The bytes of one chunk, wherever it lives.
+  struct Chunk {
+    std::unique_ptr<uint8_t[]> device;  // [chunk_bytes] compute-ready, when on the device
+    std::unique_ptr<uint8_t[]> host;    // [host_chunk_bytes] stored form, when on the host
+    std::vector<float> abstract;        // [abstract_floats], while on the device or host
+    int64_t n_filled = 0;
+    bool sealed = false;                // full, or closed by truncate: immutable
+  };
+  struct LayerState {
+    std::vector<Chunk> chunks;  // [chunk index]
+    int64_t n_tokens = 0;
+    std::vector<int64_t> recent_pins;  // chunk indices pinned as the recent window
+  };
+  // One chunk of a gather batch, and the part of it the ranges ask for.
+  struct GatherItem {
+    int64_t index = 0;
+    int64_t t0 = 0, t1 = 0;   // rows [t0, t1) of the chunk
+    const uint8_t* data = nullptr;    // compute-ready bytes of the chunk
+    Tier source = Tier::kDevice;
+    const uint8_t* stored = nullptr;  // its stored form, when read from the host or the disk
+  };
+
+  explicit TieredKvCache(const TieredKvCacheOptions& options);
+  // Carries out a plan's moves in order, applying each to the residency once done. A move up
+  // from the disk takes the chunk's stored bytes from stored_from_disk when given (a gather just
+  // read them), else reads them.
+  Status carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk = nullptr);
+  Status move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk);
+  void recompute_abstract(Chunk& c, const uint8_t* compute_ready);
+  Status open_chunk(int layer, int64_t index);
+  Status truncate_layer(int layer, int64_t n_tokens);
+  void update_recent_pins(int layer);
+  Status gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn);
+  Status promote_after_read(int layer, std::span<const GatherItem> items);
+  Chunk& chunk(ChunkKey key) { return layers_[key.layer].chunks[key.index]; }
+
+  TieredKvCacheOptions options_;
+  ChunkGeometry geometry_;
+  size_t host_chunk_bytes_ = 0;
+  Residency residency_;
+  std::unique_ptr<DiskTier> disk_;
+  std::vector<LayerState> layers_;
+  KvStats stats_;
+  uint64_t tick_ = 0;
+  AlignedBuffer scratch_;        // gather batch: [n_slots][slot_bytes] stored + decoded chunks
+  AlignedBuffer write_buffer_;   // one slot, aligned for O_DIRECT writes
+  std::vector<uint8_t> row_scratch_;
+};
+
+}  // namespace leoam

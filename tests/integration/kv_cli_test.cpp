@@ -1,0 +1,173 @@
+// `leoam run` with the tiered KV store (--kv-dir and the tier budgets), its statistics, and
+// session persistence (--kv-save, --kv-load), run as a user would on the real stories260K.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using leoam::testing_cli::CliResult;
+using leoam::testing_cli::read_file;
+
+const std::string kFixtures = LEOAM_FIXTURES_DIR;
+const std::string kStories = kFixtures + "/models/stories260K/stories260K.gguf";
+const std::string kBook = kFixtures + "/text/pg19_firstbook.txt";
+
+// stories260K: 5 layers x 4 KV heads x 8 dims, f16: 640 bytes of KV per position.
+constexpr double kKvBytesPerPosition = 640.0;
+
+std::vector<std::vector<double>> read_logits(const std::string& path) {
+  std::vector<std::vector<double>> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream s(line);
+    rows.emplace_back();
+    for (double x; s >> x;) rows.back().push_back(x);
+  }
+  return rows;
+}
+
+// ||a - b|| / ||b|| over all rows.
+double relative_l2(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  double num = 0.0, den = 0.0;
+  for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {
+    for (size_t i = 0; i < std::min(a[r].size(), b[r].size()); ++i) {
+      num += (a[r][i] - b[r][i]) * (a[r][i] - b[r][i]);
+      den += b[r][i] * b[r][i];
+    }
+  }
+  return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+class KvCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kStories) || !fs::exists(kBook)) GTEST_SKIP() << "fixture absent: " << kStories << " or " << kBook;
+    char tmpl[] = "/tmp/leoam_kv_cli_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // About 900 tokens of real text.
+    std::string book = read_file(kBook);
+    const size_t start = book.find("CHAPTER");
+    prompt_ = dir_ + "/prompt.txt";
+    std::ofstream(prompt_) << book.substr(start == std::string::npos ? 0 : start, 1700);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  CliResult run(std::vector<std::string> args) {
+    args.insert(args.begin(), {"run", "-m", kStories, "-c", "1536", "-t", "1"});
+    return leoam::testing_cli::run_leoam(dir_, args);
+  }
+  // The tiered store at budgets of 0.016 + 0.004 MiB: the least the pinned chunks allow.
+  std::vector<std::string> tiny_tiers(const std::string& name) const {
+    return {"--kv-dir", dir_ + "/" + name, "--kv-device-mb", "0.016", "--kv-host-mb", "0.004",
+            "--kv-chunk", "8", "--kv-recent", "8"};
+  }
+
+  std::string dir_;
+  std::string prompt_;
+};
+
+TEST_F(KvCliTest, KvTwentyTimesTheBudgetsRunsFromDiskAndMatchesTheMemoryRun) {
+  CliResult memory = run({"-f", prompt_, "--temp", "0", "-n", "24", "--dump-logits", dir_ + "/memory.txt"});
+  ASSERT_EQ(memory.status, 0) << memory.err;
+
+  std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "24", "--dump-logits", dir_ + "/tiered.txt",
+                                   "--kv-stats", "--kv-stats-json", dir_ + "/stats.json"};
+  for (const std::string& a : tiny_tiers("kv")) args.push_back(a);
+  CliResult tiered = run(args);
+  ASSERT_EQ(tiered.status, 0) << tiered.err;
+  EXPECT_EQ(tiered.out, memory.out);  // the same greedy text
+  const auto logits_memory = read_logits(dir_ + "/memory.txt");
+  const auto logits_tiered = read_logits(dir_ + "/tiered.txt");
+  ASSERT_EQ(logits_tiered.size(), logits_memory.size());
+  // Float rounding only: the store hands attention one segment per chunk, which changes the order
+  // of a few sums. stories260K, run past its 512-token training context, amplifies such rounding
+  // to about 1e-4 (running the in-memory cache on 2 threads instead of 1 differs as much).
+  EXPECT_LT(relative_l2(logits_tiered, logits_memory), 5e-4);
+
+  const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/stats.json"));
+  const double budget = (0.016 + 0.004) * 1024 * 1024;
+  const double kv_bytes = static_cast<double>(logits_memory.size()) * kKvBytesPerPosition;
+  EXPECT_GE(kv_bytes, 20 * budget) << "the run must hold at least 20x the budgets";
+  const auto& tiers = stats.at("tiers");
+  EXPECT_GT(tiers.at("disk").at("bytes_read").get<double>(), kv_bytes) << stats.dump(1);
+  EXPECT_GT(tiers.at("disk").at("hits").get<double>(), 0) << stats.dump(1);
+  EXPECT_LE(tiers.at("device").at("resident_bytes").get<double>(), 0.016 * 1024 * 1024);
+  EXPECT_LE(tiers.at("host").at("resident_bytes").get<double>(), 0.004 * 1024 * 1024);
+  EXPECT_GT(stats.at("disk_read_latency_us").at("count").get<double>(), 0);
+  // --kv-stats prints the table on stderr, and the disk tier's I/O mode is reported.
+  EXPECT_NE(tiered.err.find("disk"), std::string::npos) << tiered.err;
+  EXPECT_NE(tiered.err.find("KV store: device"), std::string::npos) << tiered.err;
+  EXPECT_TRUE(fs::is_empty(dir_ + "/kv")) << "the KV files are removed at exit";
+}
+
+TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
+  for (const bool tiers : {false, true}) {
+    SCOPED_TRACE(tiers ? "tiered store" : "in-memory cache");
+    auto with_tiers = [&](std::vector<std::string> args, const std::string& name) {
+      if (tiers) {
+        for (const std::string& a : tiny_tiers(name)) args.push_back(a);
+      }
+      return run(args);
+    };
+    const std::vector<std::string> sampling = {"--temp", "0.9", "--seed", "77"};
+    std::vector<std::string> a = {"-f", prompt_, "-n", "20", "--dump-logits", dir_ + "/a.txt"};
+    a.insert(a.end(), sampling.begin(), sampling.end());
+    CliResult unbroken = with_tiers(a, "kv-a");
+    ASSERT_EQ(unbroken.status, 0) << unbroken.err;
+
+    std::vector<std::string> b1 = {"-f", prompt_, "-n", "8", "--kv-save", dir_ + "/session",
+                                   "--dump-logits", dir_ + "/b1.txt"};
+    b1.insert(b1.end(), sampling.begin(), sampling.end());
+    CliResult first = with_tiers(b1, "kv-b1");
+    ASSERT_EQ(first.status, 0) << first.err;
+    // The sampling options are given again; the random stream continues from the saved state.
+    CliResult second = with_tiers(
+        {"--kv-load", dir_ + "/session", "-n", "12", "--temp", "0.9", "--dump-logits", dir_ + "/b2.txt"}, "kv-b2");
+    ASSERT_EQ(second.status, 0) << second.err;
+
+    // stdout: prompt + 8 tokens, then the next 12 tokens (nothing echoed on a resume).
+    ASSERT_FALSE(first.out.empty());
+    EXPECT_EQ(first.out.substr(0, first.out.size() - 1) + second.out, unbroken.out);
+    // Logits: the resumed run re-evaluates the last saved token (its row repeats b1's last).
+    const auto la = read_logits(dir_ + "/a.txt");
+    auto lb = read_logits(dir_ + "/b1.txt");
+    const auto lb2 = read_logits(dir_ + "/b2.txt");
+    ASSERT_FALSE(lb2.empty());
+    EXPECT_EQ(lb2.front(), lb.back());
+    lb.insert(lb.end(), lb2.begin() + 1, lb2.end());
+    ASSERT_EQ(lb.size(), la.size());
+    EXPECT_EQ(relative_l2(lb, la), 0.0);
+  }
+}
+
+TEST_F(KvCliTest, BadKvFlagsAndSessionsGiveOneLineErrors) {
+  CliResult no_dir = run({"-p", "x", "--kv-device-mb", "1"});
+  EXPECT_EQ(no_dir.status, 2);
+  EXPECT_NE(no_dir.err.find("--kv-dir"), std::string::npos) << no_dir.err;
+
+  CliResult small = run({"-p", "x", "--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.001"});
+  EXPECT_EQ(small.status, 1);
+  EXPECT_NE(small.err.find("raise --kv-device-mb"), std::string::npos) << small.err;
+
+  CliResult missing = run({"--kv-load", dir_ + "/nothing-here", "-n", "1"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("no KV session"), std::string::npos) << missing.err;
+}
+
+}  // namespace

@@ -1,0 +1,320 @@
+#include "kv/kv_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/fp16.h"
+
+namespace leoam {
+namespace {
+
+ChunkGeometry geometry(int n_kv_heads, int head_dim, int chunk_tokens, KvDtype dtype) {
+  ChunkGeometry g;
+  g.n_kv_heads = n_kv_heads;
+  g.head_dim = head_dim;
+  g.chunk_tokens = chunk_tokens;
+  g.dtype = dtype;
+  return g;
+}
+
+// Every value of a chunk (K rows then V rows), as float, to and from the chunk's dtype.
+std::vector<float> load_chunk(const ChunkGeometry& g, const std::vector<uint8_t>& chunk) {
+  std::vector<float> x(static_cast<size_t>(2 * g.chunk_tokens * g.row_elements()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (g.dtype == KvDtype::kF32) {
+      std::memcpy(&x[i], chunk.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, chunk.data() + 2 * i, 2);
+      x[i] = f16_to_f32(h);
+    }
+  }
+  return x;
+}
+
+std::vector<uint8_t> store_chunk(const ChunkGeometry& g, const std::vector<float>& x) {
+  std::vector<uint8_t> chunk(g.chunk_bytes());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (g.dtype == KvDtype::kF32) {
+      std::memcpy(chunk.data() + 4 * i, &x[i], 4);
+    } else {
+      const uint16_t h = f32_to_f16(x[i]);
+      std::memcpy(chunk.data() + 2 * i, &h, 2);
+    }
+  }
+  return chunk;
+}
+
+// Values whose groups differ in offset and spread, some narrow and far from 0 (where an f16
+// minimum rounded to nearest would cost many scales).
+std::vector<float> random_values(const ChunkGeometry& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::uniform_real_distribution<float> offset(-300.0f, 300.0f);
+  std::vector<float> x(static_cast<size_t>(2 * g.chunk_tokens * g.row_elements()));
+  for (size_t r = 0; r < x.size() / g.row_elements(); ++r) {
+    const float base = offset(rng);
+    const float spread = (r % 3 == 0) ? 0.01f : (r % 3 == 1 ? 1.0f : 50.0f);
+    for (int64_t e = 0; e < g.row_elements(); ++e) x[r * g.row_elements() + e] = base + spread * dist(rng);
+  }
+  return x;
+}
+
+// One parsed block: the test's own reading of the documented byte layout.
+struct Block {
+  float scale;
+  float min;
+  uint16_t scale_bits;
+  uint16_t min_bits;
+  std::vector<int> codes;  // all 32, including the unused tail of a short group
+};
+
+Block parse_block(KvCodec codec, const uint8_t* p) {
+  Block b;
+  b.scale_bits = static_cast<uint16_t>(p[0] | (p[1] << 8));  // little-endian f16
+  b.min_bits = static_cast<uint16_t>(p[2] | (p[3] << 8));
+  b.scale = f16_to_f32(b.scale_bits);
+  b.min = f16_to_f32(b.min_bits);
+  for (int i = 0; i < kKvCodecGroup; ++i) {
+    b.codes.push_back(codec == KvCodec::kInt8 ? p[4 + i] : (i % 2 == 0 ? p[4 + i / 2] & 0xf : p[4 + i / 2] >> 4));
+  }
+  return b;
+}
+
+int levels(KvCodec codec) { return codec == KvCodec::kInt8 ? 255 : 15; }
+size_t block_size(KvCodec codec) { return codec == KvCodec::kInt8 ? 36 : 20; }
+
+// Half an f16 ulp of y: the most that rounding y to f16 moves it (normal range).
+double f16_half_ulp(double y) {
+  const double a = std::max(std::fabs(y), std::ldexp(1.0, -14));
+  return std::ldexp(1.0, std::ilogb(a) - 11);
+}
+
+TEST(KvCodecTest, NamesRoundTrip) {
+  for (KvCodec c : {KvCodec::kNone, KvCodec::kInt8, KvCodec::kInt4}) {
+    const auto parsed = parse_kv_codec(kv_codec_name(c));
+    ASSERT_TRUE(parsed.has_value()) << kv_codec_name(c);
+    EXPECT_EQ(*parsed, c);
+  }
+  EXPECT_STREQ(kv_codec_name(KvCodec::kInt4), "int4");
+  EXPECT_FALSE(parse_kv_codec("int2").has_value());
+  EXPECT_FALSE(parse_kv_codec("").has_value());
+  EXPECT_FALSE(parse_kv_codec("INT8").has_value());
+}
+
+TEST(KvCodecTest, EncodedSizes) {
+  // row 32 elements: one full group per row, 2 * 16 rows
+  const ChunkGeometry a = geometry(4, 8, 16, KvDtype::kF16);
+  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kNone), 2048u);
+  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kInt8), 32u * 36);
+  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kInt4), 32u * 20);
+  // row 36 elements: a full group and a short one of 4
+  const ChunkGeometry b = geometry(3, 12, 8, KvDtype::kF32);
+  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kNone), 2u * 8 * 36 * 4);
+  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kInt8), 16u * 2 * 36);
+  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kInt4), 16u * 2 * 20);
+  // row 5 elements: one short group
+  const ChunkGeometry c = geometry(1, 5, 8, KvDtype::kF16);
+  EXPECT_EQ(encoded_chunk_bytes(c, KvCodec::kInt8), 16u * 36);
+  EXPECT_EQ(encoded_chunk_bytes(c, KvCodec::kInt4), 16u * 20);
+  // a real model's shape: 8 heads of 128, 64 tokens
+  const ChunkGeometry d = geometry(8, 128, 64, KvDtype::kF16);
+  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kNone), 262144u);
+  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kInt8), 147456u);
+  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kInt4), 81920u);
+}
+
+// (geometry n_kv_heads, head_dim), dtype, codec
+using RoundTripParam = std::tuple<std::pair<int, int>, KvDtype, KvCodec>;
+
+class KvCodecRoundTripTest : public ::testing::TestWithParam<RoundTripParam> {};
+
+std::string round_trip_name(const ::testing::TestParamInfo<RoundTripParam>& info) {
+  const auto& [shape, dtype, codec] = info.param;
+  return std::to_string(shape.first) + "x" + std::to_string(shape.second) + "_" + kv_dtype_name(dtype) + "_" +
+         kv_codec_name(codec);
+}
+
+TEST_P(KvCodecRoundTripTest, ErrorIsAtMostHalfAScalePerGroup) {
+  const auto [shape, dtype, codec] = GetParam();
+  const ChunkGeometry g = geometry(shape.first, shape.second, 8, dtype);
+  const auto original = store_chunk(g, random_values(g, 11));
+  const std::vector<float> x = load_chunk(g, original);  // the values as stored, dtype-rounded
+
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
+  encode_chunk(g, codec, original.data(), encoded.data());
+  std::vector<uint8_t> decoded_bytes(g.chunk_bytes());
+  decode_chunk(g, codec, encoded.data(), decoded_bytes.data());
+  const std::vector<float> y = load_chunk(g, decoded_bytes);
+
+  const int64_t n = g.row_elements();
+  const int64_t n_groups = (n + 31) / 32;
+  const double l = levels(codec);
+  for (int64_t r = 0; r < 2 * g.chunk_tokens; ++r) {
+    for (int64_t gi = 0; gi < n_groups; ++gi) {
+      const Block b = parse_block(codec, encoded.data() + (r * n_groups + gi) * block_size(codec));
+      const int64_t e0 = gi * 32, len = std::min<int64_t>(32, n - e0);
+      const float* xs = &x[r * n + e0];
+      const double lo = *std::min_element(xs, xs + len), hi = *std::max_element(xs, xs + len);
+      SCOPED_TRACE("row " + std::to_string(r) + " group " + std::to_string(gi));
+      // The stored min is the group min rounded down to f16 (exact when the chunk is f16).
+      EXPECT_LE(b.min, lo);
+      EXPECT_LE(lo - b.min, 2 * f16_half_ulp(lo));
+      if (dtype == KvDtype::kF16) {
+        EXPECT_EQ(b.min, lo);
+      }
+      // The scale covers [min, max] in `levels` steps and is no coarser than rounding needs.
+      EXPECT_GE(b.min + l * b.scale, hi);
+      EXPECT_LE(b.scale, (hi - b.min) / l * (1.0 + std::ldexp(1.0, -10)));
+      for (int64_t i = 0; i < 32; ++i) {
+        if (i >= len) {
+          EXPECT_EQ(b.codes[i], 0) << "unused code " << i;
+          continue;
+        }
+        const double xi = xs[i];
+        // The scalar reference: decode from the parsed block, round to the chunk's dtype.
+        const float ref_f32 = b.min + b.scale * static_cast<float>(b.codes[i]);
+        const float ref = dtype == KvDtype::kF16 ? f16_to_f32(f32_to_f16(ref_f32)) : ref_f32;
+        EXPECT_EQ(y[r * n + e0 + i], ref) << "element " << i;
+        // Round to nearest: the code is within half a step of x ...
+        const double exact = static_cast<double>(b.min) + static_cast<double>(b.scale) * b.codes[i];
+        EXPECT_LE(std::fabs(exact - xi), 0.5 * b.scale * (1 + 1e-9)) << "element " << i;
+        // ... and the decoded value within half a step plus the output's rounding.
+        const double rounding = dtype == KvDtype::kF16 ? f16_half_ulp(ref_f32) : 1e-7 * std::fabs(ref_f32);
+        EXPECT_LE(std::fabs(y[r * n + e0 + i] - xi), 0.5 * b.scale + rounding) << "element " << i;
+      }
+    }
+  }
+}
+
+TEST_P(KvCodecRoundTripTest, ConstantGroupsDecodeExactly) {
+  const auto [shape, dtype, codec] = GetParam();
+  const ChunkGeometry g = geometry(shape.first, shape.second, 8, dtype);
+  const float constants[] = {1.5f, -3.25f, 0.0f, 1000.0f, -0.0078125f};
+  std::vector<float> x(static_cast<size_t>(2 * g.chunk_tokens * g.row_elements()));
+  for (size_t r = 0; r < x.size() / g.row_elements(); ++r) {
+    std::fill_n(x.begin() + r * g.row_elements(), g.row_elements(), constants[r % std::size(constants)]);
+  }
+  const auto original = store_chunk(g, x);
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
+  encode_chunk(g, codec, original.data(), encoded.data());
+  std::vector<uint8_t> decoded(g.chunk_bytes());
+  decode_chunk(g, codec, encoded.data(), decoded.data());
+  EXPECT_EQ(decoded, original);
+  // A constant group stores scale 0 and all-zero codes.
+  const Block b = parse_block(codec, encoded.data());
+  EXPECT_EQ(b.scale_bits, 0);
+  EXPECT_EQ(b.min, 1.5f);
+  EXPECT_EQ(b.codes, std::vector<int>(32, 0));
+}
+
+TEST_P(KvCodecRoundTripTest, ZeroRowsEncodeToZeroAndStayZero) {
+  const auto [shape, dtype, codec] = GetParam();
+  const ChunkGeometry g = geometry(shape.first, shape.second, 8, dtype);
+  // Rows 0..2 of K filled, the rest zero, as a chunk still being appended.
+  std::vector<float> x = random_values(g, 12);
+  std::fill(x.begin() + 3 * g.row_elements(), x.end(), 0.0f);
+  const auto original = store_chunk(g, x);
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
+  encode_chunk(g, codec, original.data(), encoded.data());
+  const size_t encoded_row_bytes = encoded.size() / (2 * g.chunk_tokens);
+  EXPECT_TRUE(std::all_of(encoded.begin() + 3 * encoded_row_bytes, encoded.end(), [](uint8_t v) { return v == 0; }));
+  std::vector<uint8_t> decoded(g.chunk_bytes(), 0xAB);
+  decode_chunk(g, codec, encoded.data(), decoded.data());
+  EXPECT_TRUE(std::all_of(decoded.begin() + 3 * g.row_bytes(), decoded.end(), [](uint8_t v) { return v == 0; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KvCodecRoundTripTest,
+    ::testing::Combine(::testing::Values(std::pair{4, 8}, std::pair{3, 12}, std::pair{1, 5}, std::pair{2, 64}),
+                       ::testing::Values(KvDtype::kF16, KvDtype::kF32),
+                       ::testing::Values(KvCodec::kInt8, KvCodec::kInt4)),
+    round_trip_name);
+
+TEST(KvCodecTest, NoneIsBitExact) {
+  const ChunkGeometry g = geometry(3, 12, 8, KvDtype::kF32);
+  std::vector<uint8_t> original(g.chunk_bytes());
+  std::mt19937 rng(13);
+  for (auto& v : original) v = static_cast<uint8_t>(rng());  // any bits, NaN patterns included
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, KvCodec::kNone));
+  encode_chunk(g, KvCodec::kNone, original.data(), encoded.data());
+  EXPECT_EQ(encoded, original);
+  std::vector<uint8_t> decoded(g.chunk_bytes());
+  decode_chunk(g, KvCodec::kNone, encoded.data(), decoded.data());
+  EXPECT_EQ(decoded, original);
+}
+
+// One group of 32 in the first K row; every other row is zero and encodes to zero blocks.
+std::vector<uint8_t> encode_first_row(KvDtype dtype, KvCodec codec, const std::vector<float>& row0) {
+  const ChunkGeometry g = geometry(1, 32, 8, dtype);
+  std::vector<float> x(static_cast<size_t>(2 * 8 * 32), 0.0f);
+  std::copy(row0.begin(), row0.end(), x.begin());
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
+  encode_chunk(g, codec, store_chunk(g, x).data(), encoded.data());
+  EXPECT_TRUE(std::all_of(encoded.begin() + block_size(codec), encoded.end(), [](uint8_t v) { return v == 0; }));
+  encoded.resize(block_size(codec));
+  return encoded;
+}
+
+TEST(KvCodecTest, Int8BlockBytesForZeroToThirtyOne) {
+  std::vector<float> row(32);
+  for (int i = 0; i < 32; ++i) row[i] = static_cast<float>(i);
+  // min 0; scale 31/255 = 0.121569 rounded up to f16 0x2FC8 = 0.12158203125;
+  // codes round(i / 0.12158203125) = round(i * 8.2249).
+  const std::vector<uint8_t> want = {
+      0xC8, 0x2F, 0x00, 0x00,                                                   //
+      0,   8,   16,  25,  33,  41,  49,  58,  66,  74,  82,  90,  99,  107, 115, 123,  //
+      132, 140, 148, 156, 164, 173, 181, 189, 197, 206, 214, 222, 230, 239, 247, 255};
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32}) {
+    EXPECT_EQ(encode_first_row(dtype, KvCodec::kInt8, row), want) << kv_dtype_name(dtype);
+  }
+}
+
+TEST(KvCodecTest, Int4BlockBytesPinNibbleOrder) {
+  std::vector<float> row(32);
+  for (int i = 0; i < 32; ++i) row[i] = -4.0f + 0.5f * static_cast<float>(i % 16);
+  // min -4 = f16 0xC400; scale (3.5 - -4) / 15 = 0.5 = f16 0x3800; codes i % 16, element 2i in the
+  // low nibble of q[i].
+  const std::vector<uint8_t> want = {0x00, 0x38, 0x00, 0xC4,                          //
+                                     0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,  //
+                                     0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE};
+  EXPECT_EQ(encode_first_row(KvDtype::kF16, KvCodec::kInt4, row), want);
+
+  // Decoding gives the values back exactly: every one is min + 0.5 * code.
+  const ChunkGeometry g = geometry(1, 32, 8, KvDtype::kF32);
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, KvCodec::kInt4), 0);
+  std::copy(want.begin(), want.end(), encoded.begin());
+  std::vector<uint8_t> decoded(g.chunk_bytes());
+  decode_chunk(g, KvCodec::kInt4, encoded.data(), decoded.data());
+  const std::vector<float> y = load_chunk(g, decoded);
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 32), row);
+}
+
+TEST(KvCodecTest, NarrowGroupFarFromZeroInF32KeepsItsPrecision) {
+  // 1000.4 .. 1000.431: a minimum rounded to the nearest f16 (1000.5; the spacing there is 0.5)
+  // would sit above every value and cost up to 0.1, 60 int8 steps; rounded down to 1000.0 and
+  // rescaled, every value stays within half a step.
+  const ChunkGeometry g = geometry(1, 32, 8, KvDtype::kF32);
+  std::vector<float> x(static_cast<size_t>(2 * 8 * 32), 0.0f);
+  for (int i = 0; i < 32; ++i) x[i] = 1000.4f + 0.001f * static_cast<float>(i);
+  const auto original = store_chunk(g, x);
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, KvCodec::kInt8));
+  encode_chunk(g, KvCodec::kInt8, original.data(), encoded.data());
+  const Block b = parse_block(KvCodec::kInt8, encoded.data());
+  EXPECT_EQ(b.min, 1000.0f);
+  EXPECT_LT(b.scale, 0.0017f);  // (1000.431 - 1000) / 255 = 0.00169, rounded up to f16
+  std::vector<uint8_t> decoded(g.chunk_bytes());
+  decode_chunk(g, KvCodec::kInt8, encoded.data(), decoded.data());
+  const std::vector<float> y = load_chunk(g, decoded);
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(y[i], x[i], 0.5 * b.scale + 1e-4) << i;
+}
+
+}  // namespace
+}  // namespace leoam

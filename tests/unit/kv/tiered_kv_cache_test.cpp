@@ -1,0 +1,382 @@
+#include "kv/tiered_kv_cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "io/fault_injection_file_system.h"
+#include "kv/memory_kv_cache.h"
+#include "kv_test_util.h"
+
+namespace leoam {
+namespace {
+
+using testing_util::random_rows;
+using testing_util::TempDir;
+
+constexpr int kLayers = 2;
+constexpr int kHeads = 2;
+constexpr int kHeadDim = 8;
+constexpr int kChunk = 8;
+constexpr int64_t kCtx = 2048;
+
+TieredKvCacheOptions small_options(const std::string& dir) {
+  TieredKvCacheOptions o;
+  o.shape = {kLayers, kHeads, kHeadDim, kCtx};
+  o.chunk_tokens = kChunk;
+  o.dir = dir;
+  o.session = "test";
+  o.n_sink_tokens = 4;
+  o.n_recent_tokens = 8;
+  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * 2 * kChunk * kHeads * kHeadDim * 2;
+  o.host_budget_bytes = 3 * 2 * kChunk * kHeads * kHeadDim * 2;  // three chunks
+  o.gather_batch_bytes = 5 * kDirectIoAlignment;                 // five chunks a batch: many batches
+  return o;
+}
+
+// The same appends go to a tiered store and an in-memory F16 cache.
+class Twin {
+ public:
+  explicit Twin(const TieredKvCacheOptions& options, uint32_t seed = 1) : rng_(seed) {
+    auto tiered = TieredKvCache::create(options);
+    EXPECT_TRUE(tiered.is_ok()) << tiered.status().message();
+    if (tiered.is_ok()) tiered_ = std::move(*tiered);
+    MemoryKvCacheOptions m;
+    m.shape = options.shape;
+    m.dtype = options.dtype;
+    memory_ = MemoryKvCache::create(m).value();
+  }
+
+  Status append(int64_t n) {
+    const int64_t pos0 = tiered_->n_tokens();
+    for (int il = 0; il < kLayers; ++il) {
+      const auto k = random_rows(rng_, n, kHeads * kHeadDim);
+      const auto v = random_rows(rng_, n, kHeads * kHeadDim);
+      LEOAM_RETURN_IF_ERROR(tiered_->append(il, pos0, n, k.data(), v.data()));
+      EXPECT_TRUE(memory_->append(il, pos0, n, k.data(), v.data()).is_ok());
+    }
+    return Status::ok();
+  }
+
+  TieredKvCache& tiered() { return *tiered_; }
+  MemoryKvCache& memory() { return *memory_; }
+  std::mt19937& rng() { return rng_; }
+
+ private:
+  std::mt19937 rng_;
+  std::unique_ptr<TieredKvCache> tiered_;
+  std::unique_ptr<MemoryKvCache> memory_;
+};
+
+// Position -> (K row bytes, V row bytes) of every position `ranges` visit, read via for_each_view.
+using Rows = std::map<int64_t, std::pair<std::vector<uint8_t>, std::vector<uint8_t>>>;
+
+Result<Rows> read_rows(KvCache& kv, int layer, std::span<const TokenRange> ranges) {
+  Rows rows;
+  int64_t last = -1;
+  Status st = kv.for_each_view(layer, ranges, [&](const KvView& view) {
+    for (const KvSegment& s : view.segments()) {
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        const int64_t pos = s.pos0 + t;
+        if (pos <= last) return internal_error("positions out of order");
+        last = pos;
+        const auto* k = static_cast<const uint8_t*>(s.k_row(t));
+        const auto* v = static_cast<const uint8_t*>(s.v_row(t));
+        const size_t n = s.row_stride_bytes;
+        rows[pos] = {std::vector<uint8_t>(k, k + n), std::vector<uint8_t>(v, v + n)};
+      }
+    }
+    return Status::ok();
+  });
+  if (!st.is_ok()) return st;
+  return rows;
+}
+
+void expect_same_rows(Twin& twin, int layer, std::span<const TokenRange> ranges) {
+  auto got = read_rows(twin.tiered(), layer, ranges);
+  auto want = read_rows(twin.memory(), layer, ranges);
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  ASSERT_TRUE(want.is_ok()) << want.status().message();
+  ASSERT_EQ(got->size(), want->size());
+  for (const auto& [pos, kv] : *want) {
+    ASSERT_TRUE(got->count(pos)) << "position " << pos << " missing";
+    EXPECT_EQ(got->at(pos), kv) << "layer " << layer << " position " << pos;
+  }
+}
+
+// The abstract recomputed from the chunk's rows as the store serves them.
+std::vector<float> recomputed_abstract(TieredKvCache& kv, ChunkKey key) {
+  const ChunkGeometry& g = kv.geometry();
+  const int64_t p0 = key.index * g.chunk_tokens;
+  const TokenRange r{p0, std::min(p0 + g.chunk_tokens, kv.n_tokens(key.layer))};
+  std::vector<uint8_t> chunk(g.chunk_bytes());
+  auto rows = read_rows(kv, key.layer, {&r, 1});
+  EXPECT_TRUE(rows.is_ok());
+  for (const auto& [pos, row] : *rows) std::memcpy(chunk.data() + (pos - p0) * g.row_bytes(), row.first.data(), g.row_bytes());
+  std::vector<float> a(static_cast<size_t>(g.abstract_floats()));
+  reset_abstract(g, a.data());
+  update_abstract(g, chunk.data(), 0, r.end - r.begin, a.data());
+  return a;
+}
+
+TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  const int64_t sizes[] = {1, 3, 8, 13, 40, 7, 64, 100};
+  for (int64_t n : sizes) ASSERT_TRUE(twin.append(n).is_ok());
+  const int64_t n = twin.tiered().n_tokens();
+  ASSERT_EQ(n, 236);
+  EXPECT_GT(twin.tiered().residency().n_chunks(Tier::kDisk), twin.tiered().residency().n_chunks() / 2);
+
+  for (int il = 0; il < kLayers; ++il) {
+    const TokenRange all{0, n};
+    expect_same_rows(twin, il, {&all, 1});
+    const TokenRange sparse[] = {{0, 4}, {17, 18}, {20, 45}, {46, 47}, {100, 180}, {228, 236}};
+    expect_same_rows(twin, il, sparse);
+  }
+  const KvStats stats = twin.tiered().stats();
+  EXPECT_GT(stats[Tier::kDisk].bytes_read, 0u);
+  EXPECT_GT(stats[Tier::kDisk].hits, 0u);
+  EXPECT_GT(stats[Tier::kDevice].evictions, 0u);
+  EXPECT_LE(stats.resident_bytes[0], twin.tiered().residency().options().device_budget_bytes);
+  EXPECT_LE(stats.resident_bytes[1], twin.tiered().residency().options().host_budget_bytes);
+}
+
+TEST(TieredKvCache, ViewGathersEveryPositionIntoOneSegment) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(77).is_ok());
+  auto got = twin.tiered().view(1, 70);
+  auto want = twin.memory().view(1, 70);
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  ASSERT_EQ(got->segments().size(), 1u);
+  const size_t n = 70 * twin.tiered().geometry().row_bytes();
+  EXPECT_EQ(std::memcmp(got->segments()[0].k, want->segments()[0].k, n), 0);
+  EXPECT_EQ(std::memcmp(got->segments()[0].v, want->segments()[0].v, n), 0);
+}
+
+// Under random appends, budgets and reads: every chunk has one home, budgets hold, and every
+// abstract (in memory or on disk) equals the min/max recomputed from the served keys.
+TEST(TieredKvCache, PropertyBudgetsResidencyAndAbstractsHold) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    TempDir dir;
+    TieredKvCacheOptions o = small_options(dir.path());
+    std::mt19937 pick(seed);
+    o.host_budget_bytes = std::uniform_int_distribution<uint64_t>(0, 6)(pick) * 2 * kChunk * kHeads * kHeadDim * 2;
+    o.device_budget_bytes += std::uniform_int_distribution<uint64_t>(0, 4)(pick) * 2 * kChunk * kHeads * kHeadDim * 2;
+    Twin twin(o, seed);
+    TieredKvCache& kv = twin.tiered();
+    for (int step = 0; step < 25; ++step) {
+      ASSERT_TRUE(twin.append(std::uniform_int_distribution<int64_t>(1, 30)(pick)).is_ok());
+      const int64_t n = kv.n_tokens();
+      const int64_t b = std::uniform_int_distribution<int64_t>(0, n - 1)(pick);
+      const TokenRange r{b, std::min(n, b + std::uniform_int_distribution<int64_t>(1, 60)(pick))};
+      expect_same_rows(twin, step % kLayers, {&r, 1});
+      if (step % 5 == 0) kv.set_importance({0, std::uniform_int_distribution<int64_t>(0, n / kChunk)(pick)}, 1.0f);
+
+      const Residency& res = kv.residency();
+      ASSERT_LE(res.used_bytes(Tier::kDevice), o.device_budget_bytes);
+      ASSERT_LE(res.used_bytes(Tier::kHost), o.host_budget_bytes);
+      for (int il = 0; il < kLayers; ++il) {
+        const int64_t n_chunks = (kv.n_tokens(il) + kChunk - 1) / kChunk;
+        for (int64_t i = 0; i < n_chunks; ++i) {
+          const ChunkResidency* c = res.find({il, i});
+          ASSERT_NE(c, nullptr) << "chunk " << i << " has no home";
+          const std::vector<float> want = recomputed_abstract(kv, {il, i});
+          std::vector<float> got(want.size());
+          if (c->tier == Tier::kDisk) {
+            ASSERT_EQ(kv.abstract_of({il, i}), nullptr);
+            ASSERT_TRUE(kv.read_disk_abstracts(il, i, i + 1, got.data()).is_ok());
+          } else {
+            ASSERT_NE(kv.abstract_of({il, i}), nullptr);
+            std::memcpy(got.data(), kv.abstract_of({il, i}), got.size() * sizeof(float));
+          }
+          ASSERT_TRUE(abstracts_equal(kv.geometry(), got.data(), want.data()))
+              << "seed " << seed << " layer " << il << " chunk " << i << " in " << tier_name(c->tier);
+        }
+        ASSERT_EQ(res.n_chunks(), [&] {
+          int64_t total = 0;
+          for (int l = 0; l < kLayers; ++l) total += (kv.n_tokens(l) + kChunk - 1) / kChunk;
+          return total;
+        }());
+      }
+    }
+  }
+}
+
+TEST(TieredKvCache, TruncateThenAppendMatchesTheMemoryCache) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(150).is_ok());
+  for (int64_t cut : {141, 96, 37}) {
+    ASSERT_TRUE(twin.tiered().truncate(cut).is_ok());
+    ASSERT_TRUE(twin.memory().truncate(cut).is_ok());
+    ASSERT_EQ(twin.tiered().n_tokens(), cut);
+    ASSERT_TRUE(twin.append(23).is_ok());
+    const TokenRange all{0, twin.tiered().n_tokens()};
+    for (int il = 0; il < kLayers; ++il) expect_same_rows(twin, il, {&all, 1});
+  }
+  twin.tiered().clear();
+  EXPECT_EQ(twin.tiered().n_tokens(), 0);
+  EXPECT_EQ(twin.tiered().residency().n_chunks(), 0);
+}
+
+TEST(TieredKvCache, CompressedHostServesCloseRowsAndBoundingAbstracts) {
+  for (KvCodec codec : {KvCodec::kInt8, KvCodec::kInt4}) {
+    TempDir dir;
+    TieredKvCacheOptions o = small_options(dir.path());
+    o.host_codec = codec;
+    Twin twin(o);
+    ASSERT_TRUE(twin.append(120).is_ok());
+    const TokenRange all{0, 120};
+    auto got = read_rows(twin.tiered(), 0, {&all, 1});
+    auto want = read_rows(twin.memory(), 0, {&all, 1});
+    ASSERT_TRUE(got.is_ok()) << got.status().message();
+    // Inputs are in [-2, 2): a group's step is at most 4/255 (int8) or 4/15 (int4).
+    const float tol = codec == KvCodec::kInt8 ? 4.0f / 255 : 4.0f / 15;
+    float max_err = 0.0f;
+    for (const auto& [pos, row] : *want) {
+      const auto* a = reinterpret_cast<const uint16_t*>(row.first.data());
+      const auto* b = reinterpret_cast<const uint16_t*>(got->at(pos).first.data());
+      for (int e = 0; e < kHeads * kHeadDim; ++e) max_err = std::max(max_err, std::abs(f16_to_f32(a[e]) - f16_to_f32(b[e])));
+    }
+    EXPECT_GT(max_err, 0.0f) << kv_codec_name(codec) << ": nothing was compressed";
+    EXPECT_LE(max_err, tol / 2 + 1e-2f) << kv_codec_name(codec);
+    for (int64_t i = 0; i < 15; ++i) {
+      const ChunkResidency* c = twin.tiered().residency().find({0, i});
+      if (c->tier == Tier::kDisk) continue;
+      const std::vector<float> want_abs = recomputed_abstract(twin.tiered(), {0, i});
+      EXPECT_TRUE(abstracts_equal(twin.tiered().geometry(), twin.tiered().abstract_of({0, i}), want_abs.data()))
+          << kv_codec_name(codec) << " chunk " << i;
+    }
+  }
+}
+
+TEST(TieredKvCache, RejectsADeviceBudgetBelowThePinnedChunks) {
+  TempDir dir;
+  TieredKvCacheOptions o = small_options(dir.path());
+  o.device_budget_bytes = TieredKvCacheOptions{}.device_budget_bytes + 1024;
+  auto kv = TieredKvCache::create(o);
+  ASSERT_FALSE(kv.is_ok());
+  EXPECT_NE(kv.status().message().find("--kv-device-mb"), std::string::npos) << kv.status().message();
+  o.dir.clear();
+  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o);
+  EXPECT_NE(TieredKvCache::create(o).status().message().find("--kv-dir"), std::string::npos);
+}
+
+TEST(TieredKvCache, FilesArePrivateAndRemovedAtTheEnd) {
+  TempDir dir;
+  {
+    Twin twin(small_options(dir.path()));
+    ASSERT_TRUE(twin.append(100).is_ok());
+    int n_files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      struct stat st;
+      ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << e.path();
+      ++n_files;
+    }
+    EXPECT_EQ(n_files, 2 * kLayers);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// --- faults ----------------------------------------------------------------------------------
+
+class TieredKvCacheFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TieredKvCacheOptions o = small_options(dir_.path());
+    o.file_system = &fs_;
+    twin_ = std::make_unique<Twin>(o);
+    ASSERT_TRUE(twin_->append(120).is_ok());
+    ASSERT_EQ(kv().residency().find({1, 2})->tier, Tier::kDisk);
+  }
+  TieredKvCache& kv() { return twin_->tiered(); }
+  Status read_all(int layer) {
+    const TokenRange all{0, kv().n_tokens()};
+    return read_rows(kv(), layer, {&all, 1}).status();
+  }
+
+  TempDir dir_;
+  FaultInjectionFileSystem fs_{posix_file_system()};
+  std::unique_ptr<Twin> twin_;
+};
+
+TEST_F(TieredKvCacheFaults, FlippedBitInAChunkIsNamedAndNeverServed) {
+  Fault f;
+  f.kind = FaultKind::kFlipBit;
+  f.path_suffix = "test-L001.kv";
+  f.byte_offset = 2 * kv().disk().slot_bytes() + 37;
+  f.bit = 3;
+  f.sticky = true;
+  fs_.arm(f);
+  const Status st = read_all(1);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("KV session 'test' layer 1 chunk 2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
+  fs_.disarm_all();
+  EXPECT_TRUE(read_all(1).is_ok());  // the file itself was never damaged
+}
+
+TEST_F(TieredKvCacheFaults, FlippedBitInAnAbstractIsNamed) {
+  Fault f;
+  f.kind = FaultKind::kFlipBit;
+  f.path_suffix = "test-L001.lka";
+  f.byte_offset = 2 * kv().disk().record_bytes() + 50;
+  for (int64_t i = 1; i < 4; ++i) ASSERT_EQ(kv().residency().find({1, i})->tier, Tier::kDisk);
+  std::vector<float> abstracts(3 * static_cast<size_t>(kv().geometry().abstract_floats()));
+  ASSERT_TRUE(kv().read_disk_abstracts(1, 1, 4, abstracts.data()).is_ok());  // not yet armed
+  fs_.arm(f);
+  const Status st = kv().read_disk_abstracts(1, 1, 4, abstracts.data());
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("layer 1 chunk 2"), std::string::npos) << st.message();
+}
+
+TEST_F(TieredKvCacheFaults, ReadErrorsAreReportedAndTheSessionStaysUsable) {
+  for (FaultKind kind : {FaultKind::kReadEio, FaultKind::kShortRead}) {
+    Fault f;
+    f.kind = kind;
+    f.path_suffix = ".kv";
+    fs_.arm(f);
+    const Status st = read_all(0);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.code(), StatusCode::kIoError);
+    EXPECT_NE(st.message().find("KV session 'test' layer 0"), std::string::npos) << st.message();
+    fs_.disarm_all();
+    const TokenRange all{0, kv().n_tokens()};
+    expect_same_rows(*twin_, 0, {&all, 1});
+  }
+}
+
+TEST_F(TieredKvCacheFaults, FullDiskFailsTheAppendCleanlyAndLaterAppendsWork) {
+  Fault f;
+  f.kind = FaultKind::kNoSpace;
+  f.path_suffix = ".kv";
+  f.sticky = true;
+  fs_.arm(f);
+  const int64_t before = kv().n_tokens();
+  const auto k = random_rows(twin_->rng(), 64, kHeads * kHeadDim);
+  const Status st = kv().append(0, before, 64, k.data(), k.data());
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st.message();
+  EXPECT_EQ(kv().n_tokens(0), before);
+  EXPECT_LE(kv().residency().used_bytes(Tier::kDevice), kv().residency().options().device_budget_bytes);
+  fs_.disarm_all();
+  ASSERT_TRUE(twin_->append(64).is_ok());
+  const TokenRange all{0, kv().n_tokens()};
+  for (int il = 0; il < kLayers; ++il) expect_same_rows(*twin_, il, {&all, 1});
+}
+
+}  // namespace
+}  // namespace leoam

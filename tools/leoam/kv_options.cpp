@@ -1,0 +1,121 @@
+#include "kv_options.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "kv/memory_kv_cache.h"
+#include "kv/tiered_kv_cache.h"
+#include "model/model.h"
+
+namespace leoam::cli {
+namespace {
+
+uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 1024.0); }
+
+}  // namespace
+
+void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
+  const std::string group = "KV store (tiers)";
+  CLI::Option* dir = cmd.add_option("--kv-dir", o.dir,
+                 "keep the KV in the tiered store, with its disk tier in DIR (created if missing; files removed at "
+                 "exit); without it the KV lives in RAM")
+      ->type_name("DIR")
+      ->group(group);
+  cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV (RAM on the CPU)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-host-mb", o.host_mb, "host tier budget in MiB: RAM, in the --kv-host-codec form (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-chunk", o.chunk_tokens, "tokens per KV chunk")
+      ->capture_default_str()
+      ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-host-codec", o.host_codec, "form of the KV on the host and disk tiers: none, int8 or int4 (lossy)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "int8", "int4"}))
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-sink", o.n_sink, "first tokens pinned to the device tier")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-recent", o.n_recent, "last tokens pinned to the device tier")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-queue-depth", o.queue_depth, "disk reads in flight at once (io_uring)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096))
+      ->needs(dir)
+      ->group(group);
+  cmd.add_flag("--kv-stats", o.print_stats, "print the KV tiers' traffic, hits and I/O latency at the end (stderr)")
+      ->group(group);
+  cmd.add_option("--kv-stats-json", o.stats_json_path, "write the KV statistics as JSON to FILE")
+      ->type_name("FILE")
+      ->group(group);
+}
+
+Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Model& model, int64_t n_ctx) {
+  const ModelHparams& hp = model.hparams();
+  if (o.dir.empty()) {
+    MemoryKvCacheOptions m;
+    m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> kv, MemoryKvCache::create(m));
+    return std::unique_ptr<KvCache>(std::move(kv));
+  }
+  TieredKvCacheOptions t;
+  t.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+  t.chunk_tokens = o.chunk_tokens;
+  t.device_budget_bytes = mib_to_bytes(o.device_mb);
+  t.host_budget_bytes = mib_to_bytes(o.host_mb);
+  t.host_codec = *parse_kv_codec(o.host_codec);
+  t.dir = o.dir;
+  t.n_sink_tokens = o.n_sink;
+  t.n_recent_tokens = o.n_recent;
+  t.file_options.queue_depth = o.queue_depth;
+  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));
+  return std::unique_ptr<KvCache>(std::move(kv));
+}
+
+std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
+  const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
+  if (tiered == nullptr) return "KV store: in memory";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "KV store: device %.2f MiB, host %.2f MiB (%s), chunks of %d tokens, disk tier %s: ",
+                o.device_mb, o.host_mb, o.host_codec.c_str(), o.chunk_tokens, o.dir.c_str());
+  return buf + tiered->disk().io_mode();
+}
+
+std::unique_ptr<KvStats> kv_stats_of(const KvCache& kv) {
+  const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
+  if (tiered == nullptr) return nullptr;
+  return std::make_unique<KvStats>(tiered->stats());
+}
+
+Status report_kv_stats(const KvCliOptions& o, const KvCache& kv) {
+  if (!o.print_stats && o.stats_json_path.empty()) return Status::ok();
+  const std::unique_ptr<KvStats> stats = kv_stats_of(kv);
+  if (stats == nullptr) {
+    std::fprintf(stderr, "leoam: --kv-stats: the KV is in memory (no --kv-dir): no tier traffic to report\n");
+    return Status::ok();
+  }
+  if (o.print_stats) std::fprintf(stderr, "%s", stats->to_text().c_str());
+  if (!o.stats_json_path.empty()) {
+    std::ofstream out(o.stats_json_path);
+    out << stats->to_json() << "\n";
+    if (!out) return io_error("cannot write --kv-stats-json file '" + o.stats_json_path + "': " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+}  // namespace leoam::cli

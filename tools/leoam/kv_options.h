@@ -1,0 +1,53 @@
+// The KV store flags shared by the subcommands that run a model (`run`, and later `eval` and
+// `serve`): without --kv-dir the KV lives in RAM (the in-memory cache); with it, in the tiered
+// store, whose device and host tiers hold at most --kv-device-mb and --kv-host-mb and whose disk
+// tier is DIR.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_stats.h"
+
+namespace leoam {
+class Model;
+}
+
+namespace leoam::cli {
+
+struct KvCliOptions {
+  std::string dir;
+  double device_mb = 256.0;
+  double host_mb = 1024.0;
+  int chunk_tokens = 64;
+  std::string host_codec = "none";
+  int n_sink = 4;
+  int n_recent = 64;
+  int queue_depth = 32;
+  bool print_stats = false;
+  std::string stats_json_path;
+};
+
+// Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-sink,
+// --kv-recent, --kv-queue-depth, --kv-stats and --kv-stats-json on `cmd`.
+void add_kv_options(CLI::App& cmd, KvCliOptions& options);
+
+// The KV cache the options describe for `model` at n_ctx positions: the tiered store with
+// --kv-dir, else the in-memory cache. Fails when the store cannot be created.
+Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& options, const Model& model, int64_t n_ctx);
+
+// One line on how the disk tier does its I/O ("leoam: KV disk tier DIR: O_DIRECT + io_uring ...").
+std::string kv_store_summary(const KvCliOptions& options, const KvCache& kv);
+
+// The stats of `kv` when it is a tiered store (nullptr otherwise).
+std::unique_ptr<KvStats> kv_stats_of(const KvCache& kv);
+
+// Prints --kv-stats to stderr and writes --kv-stats-json, as asked.
+Status report_kv_stats(const KvCliOptions& options, const KvCache& kv);
+
+}  // namespace leoam::cli
