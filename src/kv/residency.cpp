@@ -13,14 +13,6 @@ namespace {
 using Move = Residency::Move;
 using Plan = Residency::Plan;
 
-// True when chunk `a` leaves its tier before chunk `b`: lower importance, then less recently
-// used, then lower key.
-bool evicts_before(ChunkKey a_key, const ChunkResidency& a, ChunkKey b_key, const ChunkResidency& b) {
-  if (a.importance != b.importance) return a.importance < b.importance;
-  if (a.last_use != b.last_use) return a.last_use < b.last_use;
-  return a_key < b_key;
-}
-
 // "1.0 MiB", "0.25 MiB": at most three decimals, at least one.
 std::string mib(uint64_t bytes) {
   char buf[32];
@@ -115,16 +107,11 @@ class PlanBuilder {
       return std::find(chosen.begin(), chosen.end(), key) != chosen.end() ||
              std::any_of(plan_.moves.begin(), plan_.moves.end(), [key](const Move& m) { return m.chunk == key; });
     };
-    const std::pair<const ChunkKey, ChunkResidency>* best = nullptr;
-    for (const auto& entry : residency_.chunks()) {
-      const auto& [key, r] = entry;
-      if (r.tier != tier || r.pins > 0) continue;
-      if (importance_ceiling_ && !(r.importance < *importance_ceiling_)) continue;
-      if (best != nullptr && !evicts_before(key, r, best->first, best->second)) continue;
-      if (!planned(key)) best = &entry;
+    for (const Residency::Evictable& e : residency_.evictable(tier)) {
+      if (importance_ceiling_ && !(e.importance < *importance_ceiling_)) break;  // the rest are no less important
+      if (!planned(e.key)) return e.key;
     }
-    if (best == nullptr) return std::nullopt;
-    return best->first;
+    return std::nullopt;
   }
 
   Move to_disk(ChunkKey key, Tier from) const {
@@ -184,12 +171,22 @@ Result<Residency::Plan> Residency::plan_promote(ChunkKey key, Tier to) const {
   return builder.take_plan();
 }
 
+void Residency::unindex(ChunkKey key, const ChunkResidency& r) {
+  if (r.tier != Tier::kDisk && r.pins == 0) evictable_[r.tier == Tier::kDevice ? 0 : 1].erase({r.importance, r.last_use, key});
+}
+
+void Residency::index(ChunkKey key, const ChunkResidency& r) {
+  if (r.tier != Tier::kDisk && r.pins == 0) evictable_[r.tier == Tier::kDevice ? 0 : 1].insert({r.importance, r.last_use, key});
+}
+
 void Residency::apply(const Move& move) {
   ChunkResidency* r = nullptr;
   if (move.from) {
     r = &must_find(chunks_, move.chunk);
     assert(r->tier == *move.from && "a move must start from the chunk's tier");
+    unindex(move.chunk, *r);
     account(options_, *move.from, -1, used_device_, used_host_);
+    --n_chunks_[static_cast<int>(*move.from)];
   } else {
     auto [it, inserted] = chunks_.try_emplace(move.chunk);
     assert(inserted && "an insert must name a new chunk");
@@ -198,32 +195,53 @@ void Residency::apply(const Move& move) {
   r->tier = move.to;
   if (move.to == Tier::kDisk) r->on_disk = true;
   account(options_, move.to, +1, used_device_, used_host_);
+  ++n_chunks_[static_cast<int>(move.to)];
+  index(move.chunk, *r);
 }
 
 void Residency::erase(ChunkKey key) {
   auto it = chunks_.find(key);
   if (it == chunks_.end()) return;
+  unindex(key, it->second);
   account(options_, it->second.tier, -1, used_device_, used_host_);
+  --n_chunks_[static_cast<int>(it->second.tier)];
   chunks_.erase(it);
 }
 
 void Residency::clear() {
   chunks_.clear();
+  for (auto& set : evictable_) set.clear();
+  n_chunks_ = {};
   used_device_ = 0;
   used_host_ = 0;
 }
 
-void Residency::pin(ChunkKey key) { ++must_find(chunks_, key).pins; }
+void Residency::pin(ChunkKey key) {
+  ChunkResidency& r = must_find(chunks_, key);
+  unindex(key, r);
+  ++r.pins;
+}
 
 void Residency::unpin(ChunkKey key) {
   ChunkResidency& r = must_find(chunks_, key);
   assert(r.pins > 0 && "unpin without a matching pin");
   --r.pins;
+  index(key, r);
 }
 
-void Residency::set_importance(ChunkKey key, float importance) { must_find(chunks_, key).importance = importance; }
+void Residency::set_importance(ChunkKey key, float importance) {
+  ChunkResidency& r = must_find(chunks_, key);
+  unindex(key, r);
+  r.importance = importance;
+  index(key, r);
+}
 
-void Residency::touch(ChunkKey key, uint64_t tick) { must_find(chunks_, key).last_use = tick; }
+void Residency::touch(ChunkKey key, uint64_t tick) {
+  ChunkResidency& r = must_find(chunks_, key);
+  unindex(key, r);
+  r.last_use = tick;
+  index(key, r);
+}
 
 const ChunkResidency* Residency::find(ChunkKey key) const {
   auto it = chunks_.find(key);
@@ -234,10 +252,6 @@ uint64_t Residency::used_bytes(Tier tier) const {
   return tier == Tier::kDevice ? used_device_ : tier == Tier::kHost ? used_host_ : 0;
 }
 
-int64_t Residency::n_chunks(Tier tier) const {
-  int64_t n = 0;
-  for (const auto& [key, r] : chunks_) n += r.tier == tier ? 1 : 0;
-  return n;
-}
+int64_t Residency::n_chunks(Tier tier) const { return n_chunks_[static_cast<int>(tier)]; }
 
 }  // namespace leoam

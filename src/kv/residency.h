@@ -29,8 +29,10 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "core/status.h"
@@ -108,9 +110,27 @@ class Residency {
   // Every chunk, in key order.
   const std::map<ChunkKey, ChunkResidency>& chunks() const { return chunks_; }
 
+  // A device or host chunk that may be evicted, keyed in victim order.
+  struct Evictable {
+    float importance = 0.0f;
+    uint64_t last_use = 0;
+    ChunkKey key;
+
+    auto operator<=>(const Evictable&) const = default;
+  };
+  // The unpinned chunks of the device or host tier, first victim first: what victim searches
+  // walk, so that they cost O(victims * log n), not a scan of every chunk.
+  const std::set<Evictable>& evictable(Tier tier) const { return evictable_[tier == Tier::kDevice ? 0 : 1]; }
+
  private:
+  // Keep evictable_ in step with an entry: drop it before a change, add it back after.
+  void unindex(ChunkKey key, const ChunkResidency& r);
+  void index(ChunkKey key, const ChunkResidency& r);
+
   ResidencyOptions options_;
   std::map<ChunkKey, ChunkResidency> chunks_;
+  std::array<std::set<Evictable>, 2> evictable_;  // [device, host]
+  std::array<int64_t, kNumTiers> n_chunks_{};
   uint64_t used_device_ = 0;
   uint64_t used_host_ = 0;
 };

@@ -155,7 +155,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     }
     c.device.reset();
     c.host.reset();
-    c.abstract = {};
+    std::vector<float>().swap(c.abstract);  // free it: disk chunks' abstracts live on disk
     return Status::ok();
   }
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "progress_bar.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "engine/benchmark.h"
@@ -134,13 +135,13 @@ class BenchCommand : public Command {
         return kExitUsage;
       }
       if (Status st = temp.create(); !st.is_ok()) return fail(st);
-      progress("writing synthetic model " + synthetic_ + " ...");
+      status_.show("writing synthetic model " + synthetic_ + " ...");
       if (Status st = write_synthetic_model(*spec, temp.path()); !st.is_ok()) {
         return fail(st.with_context("--synthetic " + synthetic_));
       }
       path = temp.path();
     }
-    progress("loading model ...");
+    status_.show("loading model ...");
     Result<std::unique_ptr<Model>> loaded = Model::load(path);
     temp.remove();  // the mapping keeps the data; nothing is left behind if the run is interrupted
     if (!loaded.is_ok()) return fail(loaded.status());
@@ -153,21 +154,21 @@ class BenchCommand : public Command {
       for (int t : options_.n_threads) {
         const int resolved = t > 0 ? t : ThreadPool::default_thread_count();
         if (bounds_.count(resolved) != 0) continue;
-        progress("measuring DRAM bandwidth and peak rates with " + std::to_string(resolved) + " threads ...");
+        status_.show("measuring DRAM bandwidth and peak rates with " + std::to_string(resolved) + " threads ...");
         Result<MachineBounds> b = measure_machine_bounds(resolved, MachineBoundsOptions{});
         if (!b.is_ok()) return fail(b.status());
         bounds_[resolved] = *b;
       }
     }
-    progress_done();
+    status_.clear();
     if (!json_) print_preamble();
 
     BenchmarkCallbacks callbacks;
     callbacks.on_row_start = [this](const std::string& test, int n_threads) {
-      progress("running " + test + " with " + std::to_string(n_threads) + " threads ...");
+      status_.show("running " + test + " with " + std::to_string(n_threads) + " threads ...");
     };
     callbacks.on_row_done = [this](const BenchmarkRow& row) {
-      progress_done();
+      status_.clear();
       if (!json_) print_row(row);
       if (const MachineBounds* m = bound_for(row.n_threads); m != nullptr) {
         const Bound b = compute_bound(cost_, row.kind, row.n_tokens, row.depth, *m);
@@ -175,7 +176,7 @@ class BenchCommand : public Command {
       }
     };
     Result<std::vector<BenchmarkRow>> rows = run_benchmark(model, options_, callbacks);
-    progress_done();
+    status_.clear();
     if (!rows.is_ok()) return fail(rows.status());
     if (json_) {
       std::printf("%s\n", to_json(*rows).dump(2).c_str());
@@ -354,19 +355,6 @@ class BenchCommand : public Command {
     return doc;
   }
 
-  // One transient line on stderr, redrawn in place; only on a terminal.
-  void progress(const std::string& text) {
-    if (!tty_) return;
-    std::fprintf(stderr, "\r\033[Kleoam: bench: %s", text.c_str());
-    std::fflush(stderr);
-    progress_shown_ = true;
-  }
-  void progress_done() {
-    if (!progress_shown_) return;
-    std::fprintf(stderr, "\r\033[K");
-    std::fflush(stderr);
-    progress_shown_ = false;
-  }
 
   std::string model_path_;
   std::string synthetic_;
@@ -376,8 +364,7 @@ class BenchCommand : public Command {
   ModelCost cost_;
   std::string model_name_;
   std::map<int, MachineBounds> bounds_;  // by resolved thread count
-  bool tty_ = ::isatty(STDERR_FILENO) != 0;
-  bool progress_shown_ = false;
+  StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench"};
   bool above_bound_ = false;  // a tg row beat its DRAM bound: say why under the table
 };
 

@@ -25,4 +25,18 @@ void ProgressBar::clear() {
   drawn_ = false;
 }
 
+void StatusLine::show(const std::string& text) {
+  if (!enabled_) return;
+  std::fprintf(stderr, "\r\033[K%s: %s", prefix_.c_str(), text.c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void StatusLine::clear() {
+  if (!drawn_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  drawn_ = false;
+}
+
 }  // namespace leoam::cli

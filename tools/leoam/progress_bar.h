@@ -1,8 +1,11 @@
-// A one-line progress bar on stderr for the prompt prefill, drawn only where it helps: when
-// stderr is a terminal and the work is long (a short prompt finishes before a bar is readable).
+// Progress on stderr, drawn only where it helps (stderr is a terminal): a one-line bar for the
+// prompt prefill when the work is long (a short prompt finishes before a bar is readable), and a
+// status line that says which step a benchmark is in.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 namespace leoam::cli {
 
@@ -21,6 +24,21 @@ class ProgressBar {
 
  private:
   bool enabled_;
+  bool drawn_ = false;
+};
+
+class StatusLine {
+ public:
+  // Lines read "<prefix>: <text>", e.g. prefix "leoam: bench".
+  StatusLine(bool enabled, std::string prefix) : enabled_(enabled), prefix_(std::move(prefix)) {}
+  // Draws the line over the previous one.
+  void show(const std::string& text);
+  // Erases the line if one was drawn.
+  void clear();
+
+ private:
+  bool enabled_;
+  std::string prefix_;
   bool drawn_ = false;
 };
 

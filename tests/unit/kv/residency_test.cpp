@@ -435,14 +435,19 @@ Snapshot snapshot(const Residency& r) {
   return s;
 }
 
-// Budgets, byte accounting and one tier per chunk, recounted from the chunks themselves.
+// Budgets, byte accounting, one tier per chunk and the eviction index, recounted from the
+// chunks themselves.
 void check_invariants(const Residency& r) {
   const ResidencyOptions& o = r.options();
   int64_t n[kNumTiers] = {};
+  std::set<Residency::Evictable> evictable[2];
   for (const auto& [k, c] : r.chunks()) {
     ASSERT_TRUE(c.tier == Tier::kDevice || c.tier == Tier::kHost || c.tier == Tier::kDisk);
     ++n[static_cast<int>(c.tier)];
+    if (c.tier != Tier::kDisk && c.pins == 0) evictable[c.tier == Tier::kDevice ? 0 : 1].insert({c.importance, c.last_use, k});
   }
+  EXPECT_EQ(r.evictable(Tier::kDevice), evictable[0]);
+  EXPECT_EQ(r.evictable(Tier::kHost), evictable[1]);
   EXPECT_EQ(n[0] + n[1] + n[2], r.n_chunks());
   for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) EXPECT_EQ(r.n_chunks(t), n[static_cast<int>(t)]);
   EXPECT_EQ(r.used_bytes(Tier::kDevice), static_cast<uint64_t>(n[0]) * o.device_chunk_bytes);
