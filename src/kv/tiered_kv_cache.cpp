@@ -503,6 +503,38 @@ void TieredKvCache::clear() {
   }
 }
 
+// --- the catalog the selection policies see ---------------------------------------------------
+
+int64_t TieredKvCache::n_chunks(int layer) const {
+  return (n_tokens(layer) + options_.chunk_tokens - 1) / options_.chunk_tokens;
+}
+
+Tier TieredKvCache::chunk_tier(int layer, int64_t index) const {
+  const ChunkResidency* r = residency_.find({layer, index});
+  return r != nullptr ? r->tier : Tier::kDisk;
+}
+
+Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
+  if (layer < 0 || layer >= options_.shape.n_layer || i0 < 0 || i1 > n_chunks(layer) || i0 > i1) {
+    return invalid_argument("KV abstracts: chunks [" + std::to_string(i0) + ", " + std::to_string(i1) +
+                            ") of layer " + std::to_string(layer) + " out of range");
+  }
+  const int64_t n_floats = geometry_.abstract_floats();
+  const LayerState& L = layers_[layer];
+  for (int64_t i = i0; i < i1;) {
+    if (!L.chunks[i].abstract.empty()) {  // device or host: in memory
+      std::memcpy(dst + (i - i0) * n_floats, L.chunks[i].abstract.data(), geometry_.abstract_bytes());
+      ++i;
+      continue;
+    }
+    int64_t end = i + 1;  // a run of disk chunks: one bulk read (LKA)
+    while (end < i1 && L.chunks[end].abstract.empty()) ++end;
+    LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, i, end, dst + (i - i0) * n_floats));
+    i = end;
+  }
+  return Status::ok();
+}
+
 // --- hints and inspection --------------------------------------------------------------------
 
 void TieredKvCache::set_importance(ChunkKey key, float importance) {

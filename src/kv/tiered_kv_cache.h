@@ -32,6 +32,7 @@
 #include "kv/chunk_layout.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_catalog.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_stats.h"
 #include "kv/residency.h"
@@ -54,7 +55,7 @@ struct TieredKvCacheOptions {
   FileSystem* file_system = nullptr;    // nullptr: posix_file_system()
 };
 
-class TieredKvCache final : public KvCache {
+class TieredKvCache final : public KvCache, public KvCatalog {
  public:
   // Fails on a bad shape or chunk size, a missing --kv-dir, or a device budget too small for the
   // pinned chunks (the message gives the least budget that works).
@@ -75,10 +76,18 @@ class TieredKvCache final : public KvCache {
   void clear() override;
   Status truncate(int64_t n_tokens) override;
 
+  // KvCatalog: what the selection policies see.
+  int chunk_tokens() const override { return options_.chunk_tokens; }
+  int catalog_kv_heads() const override { return options_.shape.n_kv_heads; }
+  int catalog_head_dim() const override { return options_.shape.head_dim; }
+  int64_t n_chunks(int layer) const override;
+  Tier chunk_tier(int layer, int64_t index) const override;
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) override;
+  // A hint from the selection policies: a more important chunk stays closer to compute.
+  void set_importance(ChunkKey key, float importance) override;
+
   const ChunkGeometry& geometry() const { return geometry_; }
   const Residency& residency() const { return residency_; }
-  // A hint from the selection policies: a more important chunk stays closer to compute.
-  void set_importance(ChunkKey key, float importance);
   // The in-memory abstract of a device or host chunk (nullptr for disk chunks).
   const float* abstract_of(ChunkKey key) const;
   // Statistics so far, with the resident bytes and chunks as they stand now.

@@ -14,6 +14,7 @@
 
 namespace leoam {
 
+class AttentionSelector;
 class Model;
 class KvCache;
 
@@ -24,6 +25,9 @@ struct ForwardOptions {
   KvDtype kv_dtype = KvDtype::kF16;
   // Called after each prefill chunk with (tokens done, tokens total); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
+  // Chooses the positions each decoded token attends to, per layer (sparse attention); null:
+  // every position. Not owned; must outlive the context.
+  AttentionSelector* selector = nullptr;
 };
 
 class ForwardContext {

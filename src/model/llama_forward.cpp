@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "kv/memory_kv_cache.h"
+#include "model/attention_selector.h"
 
 namespace leoam {
 
@@ -250,8 +251,13 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     }
 
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
-    const TokenRange visible{0, pos0 + n};
-    LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+    if (decode && options_.selector != nullptr) {
+      LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, options_.selector->select(il, pos0, q_.data()));
+      LEOAM_RETURN_IF_ERROR(attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+    } else {
+      const TokenRange visible{0, pos0 + n};
+      LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+    }
     if (decode) {
       const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, nullptr}};
       fused_matvecs(out_proj, pool, inline_pool);

@@ -156,6 +156,30 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
   }
 }
 
+TEST_F(KvCliTest, SparsePoliciesRunOnTheStoreAndAFullBudgetChangesNothing) {
+  CliResult full = run({"-f", prompt_, "--temp", "0", "-n", "16"});
+  ASSERT_EQ(full.status, 0) << full.err;
+  for (const char* policy : {"streaming", "quest", "leoam"}) {
+    SCOPED_TRACE(policy);
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "1"};
+    for (const std::string& a : tiny_tiers(std::string("kv-") + policy)) args.push_back(a);
+    CliResult all = run(args);
+    ASSERT_EQ(all.status, 0) << all.err;
+    EXPECT_EQ(all.out, full.out);
+
+    CliResult sparse = run({"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "0.1",
+                            "--kv-chunk", "8", "--kv-stats"});
+    ASSERT_EQ(sparse.status, 0) << sparse.err;
+    const size_t at = sparse.err.find("attention: policy " + std::string(policy) + ": attended ");
+    ASSERT_NE(at, std::string::npos) << sparse.err;
+    const double attended = std::stod(sparse.err.substr(at + std::string("attention: policy : attended ").size() +
+                                                        std::string(policy).size()));
+    // 10% of the context, or 50% in leoam's first two layers of five.
+    EXPECT_LE(attended, std::string(policy) == "leoam" ? 30.0 : 11.0) << sparse.err;
+    EXPECT_GT(attended, 5.0) << sparse.err;
+  }
+}
+
 TEST_F(KvCliTest, BadKvFlagsAndSessionsGiveOneLineErrors) {
   CliResult no_dir = run({"-p", "x", "--kv-device-mb", "1"});
   EXPECT_EQ(no_dir.status, 2);

@@ -1,6 +1,8 @@
 #include "kv_options.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -36,22 +38,19 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   cmd.add_option("--kv-chunk", o.chunk_tokens, "tokens per KV chunk")
       ->capture_default_str()
       ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
-      ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-host-codec", o.host_codec, "form of the KV on the host and disk tiers: none, int8 or int4 (lossy)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "int8", "int4"}))
       ->needs(dir)
       ->group(group);
-  cmd.add_option("--kv-sink", o.n_sink, "first tokens pinned to the device tier")
+  cmd.add_option("--kv-sink", o.n_sink, "first tokens (the sink): pinned to the device tier, and always attended")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
-      ->needs(dir)
       ->group(group);
-  cmd.add_option("--kv-recent", o.n_recent, "last tokens pinned to the device tier")
+  cmd.add_option("--kv-recent", o.n_recent, "last tokens (the recent window): pinned to the device tier, and always attended")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
-      ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-queue-depth", o.queue_depth, "disk reads in flight at once (io_uring)")
       ->capture_default_str()
@@ -65,9 +64,10 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->group(group);
 }
 
-Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Model& model, int64_t n_ctx) {
+Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Model& model, int64_t n_ctx,
+                                               bool need_chunks) {
   const ModelHparams& hp = model.hparams();
-  if (o.dir.empty()) {
+  if (o.dir.empty() && !need_chunks) {
     MemoryKvCacheOptions m;
     m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> kv, MemoryKvCache::create(m));
@@ -76,12 +76,21 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   TieredKvCacheOptions t;
   t.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
   t.chunk_tokens = o.chunk_tokens;
-  t.device_budget_bytes = mib_to_bytes(o.device_mb);
-  t.host_budget_bytes = mib_to_bytes(o.host_mb);
-  t.host_codec = *parse_kv_codec(o.host_codec);
-  t.dir = o.dir;
   t.n_sink_tokens = o.n_sink;
   t.n_recent_tokens = o.n_recent;
+  t.dir = o.dir;
+  t.device_budget_bytes = mib_to_bytes(o.device_mb);
+  t.host_budget_bytes = mib_to_bytes(o.host_mb);
+  if (o.dir.empty()) {  // chunks and abstracts, all in memory
+    const char* tmp = std::getenv("TMPDIR");
+    t.dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    const int64_t n_chunks = (n_ctx + o.chunk_tokens - 1) / o.chunk_tokens;
+    const ChunkGeometry g{hp.n_head_kv, hp.head_dim, o.chunk_tokens, KvDtype::kF16};
+    t.device_budget_bytes = std::max<uint64_t>(static_cast<uint64_t>(hp.n_layer * (n_chunks + 1)) * g.chunk_bytes(),
+                                               TieredKvCache::min_device_budget_bytes(t));
+    t.host_budget_bytes = 0;
+  }
+  t.host_codec = *parse_kv_codec(o.host_codec);
   t.file_options.queue_depth = o.queue_depth;
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));
   return std::unique_ptr<KvCache>(std::move(kv));

@@ -19,6 +19,7 @@
 #include "io/checksum.h"
 #include "io/mapped_file.h"
 #include "kv/kv_session.h"
+#include "attention_options.h"
 #include "kv_options.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
@@ -131,6 +132,7 @@ class RunCommand : public Command {
         ->type_name("FILE");
     cmd->add_flag("--verbose", verbose_, "print the settings (seed included) and load details on stderr");
     add_kv_options(*cmd, kv_options_);
+    add_attention_options(*cmd, attention_options_);
     cmd->add_option("--kv-save", kv_save_dir_,
                     "at the end, save the session (tokens, KV, sampler state) to DIR, for --kv-load")
         ->type_name("DIR")
@@ -170,9 +172,14 @@ class RunCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
-    Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, **model, n_ctx);
+    Result<std::unique_ptr<KvCache>> kv =
+        make_kv_cache(kv_options_, **model, n_ctx, policy_needs_catalog(attention_options_));
     if (!kv.is_ok()) return fail(kv.status());
     KvCache& kv_cache = **kv;  // owned by the context from here on
+    Result<std::unique_ptr<sparse::SparseAttention>> selector =
+        make_sparse_attention(attention_options_, kv_options_, **model, kv_cache);
+    if (!selector.is_ok()) return fail(selector.status());
+    fwd.selector = selector->get();
     Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(**model, fwd, std::move(*kv));
     if (!ctx.is_ok()) return fail(named(ctx.status()));
     if (!kv_options_.dir.empty()) std::fprintf(stderr, "leoam: %s\n", kv_store_summary(kv_options_, kv_cache).c_str());
@@ -232,6 +239,7 @@ class RunCommand : public Command {
       if (verbose_) std::fprintf(stderr, "leoam: saved the session to %s\n", kv_save_dir_.c_str());
     }
     if (Status st = report_kv_stats(kv_options_, kv_cache); !st.is_ok()) return fail(st);
+    if (kv_options_.print_stats && *selector != nullptr) std::fprintf(stderr, "%s", (*selector)->stats_text().c_str());
     return kExitOk;
   }
 
@@ -269,6 +277,7 @@ class RunCommand : public Command {
   std::string kv_save_dir_;
   std::string kv_load_dir_;
   KvCliOptions kv_options_;
+  AttentionCliOptions attention_options_;
   int n_ctx_ = 0;
   int n_threads_ = 0;
   bool no_bos_ = false;

@@ -211,6 +211,35 @@ TEST(TieredKvCache, PropertyBudgetsResidencyAndAbstractsHold) {
   }
 }
 
+// LKA: a policy gets every chunk's abstract, memory-resident or on disk, without any KV read.
+TEST(TieredKvCache, CatalogServesAbstractsFromMemoryAndTheDiskWithoutReadingKv) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(150).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  KvCatalog& catalog = kv;
+  ASSERT_EQ(catalog.n_chunks(1), 19);  // 150 tokens in chunks of 8
+  std::vector<std::vector<float>> want;
+  for (int64_t i = 0; i < 19; ++i) want.push_back(recomputed_abstract(kv, {1, i}));  // reads KV
+
+  const KvStats before = kv.stats();
+  const int64_t n_floats = kv.geometry().abstract_floats();
+  std::vector<float> got(static_cast<size_t>(19 * n_floats));
+  ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, got.data()).is_ok());
+  for (int64_t i = 0; i < 19; ++i) {
+    EXPECT_TRUE(abstracts_equal(kv.geometry(), got.data() + i * n_floats, want[i].data()))
+        << "chunk " << i << " on the " << tier_name(catalog.chunk_tier(1, i));
+  }
+  const KvStats after = kv.stats();
+  EXPECT_EQ(after[Tier::kDisk].hits, before[Tier::kDisk].hits) << "no chunk was read";
+  const int64_t n_disk = kv.residency().n_chunks(Tier::kDisk);
+  EXPECT_GT(n_disk, 0);
+  EXPECT_GT(after[Tier::kDisk].bytes_read, before[Tier::kDisk].bytes_read);
+  EXPECT_LE(after[Tier::kDisk].bytes_read - before[Tier::kDisk].bytes_read,
+            static_cast<uint64_t>(n_disk) * kv.disk().record_bytes());
+  EXPECT_FALSE(catalog.load_abstracts(1, 0, 20, got.data()).is_ok());
+}
+
 TEST(TieredKvCache, TruncateThenAppendMatchesTheMemoryCache) {
   TempDir dir;
   Twin twin(small_options(dir.path()));

@@ -1,0 +1,36 @@
+// KvCatalog: what a selection policy may see of a chunked KV store, per layer: the chunks, the
+// tier each lives in, and their abstracts (chunk_layout.h). Never file descriptors and never KV
+// bytes: a policy picks token ranges, and the store gathers them (KvCache::for_each_view).
+//
+// Abstracts come from where they live (LeoAM's LKA): device and host chunks from memory, disk
+// chunks from the disk tier's abstract file, read in bulk, one read per run of consecutive disk
+// chunks, without reading their KV.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "kv/residency.h"
+#include "kv/tier.h"
+
+namespace leoam {
+
+class KvCatalog {
+ public:
+  virtual ~KvCatalog() = default;
+
+  virtual int chunk_tokens() const = 0;
+  virtual int catalog_kv_heads() const = 0;
+  virtual int catalog_head_dim() const = 0;
+  // Chunks of `layer`: chunk i holds positions [i * chunk_tokens, min((i + 1) * chunk_tokens, n)).
+  virtual int64_t n_chunks(int layer) const = 0;
+  virtual Tier chunk_tier(int layer, int64_t index) const = 0;
+  // dst = the abstracts of chunks [i0, i1) of `layer`: [i1 - i0][2][n_kv_heads][head_dim] floats
+  // ([0] = min, [1] = max per channel). Fails on I/O errors and checksum mismatches.
+  [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) = 0;
+  // A hint for eviction: the policy's view of how much a chunk matters (higher stays closer to
+  // compute). Unknown chunks are ignored.
+  virtual void set_importance(ChunkKey key, float importance) = 0;
+};
+
+}  // namespace leoam

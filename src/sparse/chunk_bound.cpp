@@ -1,0 +1,140 @@
+// The chunk bound kernel (chunk_bound.h): a double-precision reference, a float scalar path and
+// an AVX2+FMA path, picked at run time (core/cpu_features.h).
+//
+// Both fast paths split each query row into its positive and negative parts, q = q+ + q-, so
+// that a channel's term is two multiply-adds without a compare:
+//
+//   max(q_c * min_c, q_c * max_c) = q+_c * max_c + q-_c * min_c     (upper)
+//   min(q_c * min_c, q_c * max_c) = q+_c * min_c + q-_c * max_c     (lower)
+//
+// One of q+_c, q-_c is zero, so each identity is exact for finite abstracts and the sum rounds
+// as a plain dot product would.
+#include "sparse/chunk_bound.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kernels/cpu/avx2_util.h"
+
+namespace leoam::sparse {
+
+namespace ref {
+
+void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abstracts, int64_t n_chunks,
+                  const BoundLayout& layout, GroupCombine combine, float* bounds, BoundSide side) {
+  const int hd = layout.head_dim;
+  const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
+  for (int64_t i = 0; i < n_chunks; ++i) {
+    const float* mn = abstracts + i * layout.chunk_stride + static_cast<int64_t>(kv_head) * hd;
+    const float* mx = mn + max_offset;
+    double combined = combine == GroupCombine::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+    for (int h = h0; h < h1; ++h) {
+      const float* qh = q + static_cast<int64_t>(h) * hd;
+      double b = 0.0;
+      for (int c = 0; c < hd; ++c) {
+        const double lo = static_cast<double>(qh[c]) * mn[c];
+        const double hi = static_cast<double>(qh[c]) * mx[c];
+        b += side == BoundSide::kUpper ? std::max(lo, hi) : std::min(lo, hi);
+      }
+      combined = combine == GroupCombine::kMax ? std::max(combined, b) : combined + b;
+    }
+    bounds[i] = static_cast<float>(combined);
+  }
+}
+
+}  // namespace ref
+
+namespace {
+
+// The positive and negative parts of query rows [h0, h1): [h1 - h0][head_dim] each. For the lower
+// bound the two are swapped, so that both sides run the same loop: bound = sum a_c * max_c + b_c * min_c.
+struct SplitQuery {
+  std::vector<float> on_max;  // q+ (upper) or q- (lower), multiplies max_c
+  std::vector<float> on_min;  // q- (upper) or q+ (lower), multiplies min_c
+};
+
+SplitQuery split_query(const float* q, int h0, int h1, int hd, BoundSide side) {
+  const size_t n = static_cast<size_t>(h1 - h0) * hd;
+  SplitQuery s{std::vector<float>(n), std::vector<float>(n)};
+  const float* src = q + static_cast<int64_t>(h0) * hd;
+  std::vector<float>& pos = side == BoundSide::kUpper ? s.on_max : s.on_min;
+  std::vector<float>& neg = side == BoundSide::kUpper ? s.on_min : s.on_max;
+  for (size_t i = 0; i < n; ++i) {
+    pos[i] = std::max(src[i], 0.0f);
+    neg[i] = std::min(src[i], 0.0f);
+  }
+  return s;
+}
+
+// a.max + b.min over hd channels: one head's bound against one chunk (a, b: the query's parts
+// that meet the maxima and the minima).
+float head_bound_scalar(const float* a, const float* b, const float* mx, const float* mn, int hd) {
+  float sum = 0.0f;
+  for (int c = 0; c < hd; ++c) sum += a[c] * mx[c] + b[c] * mn[c];
+  return sum;
+}
+
+#ifdef LEOAM_HAVE_X86
+// 16 channels a step into four accumulators (the max and the min terms of two 8-channel blocks),
+// so that four FMA chains run side by side rather than waiting on one another's latency; then an
+// 8-channel step and a scalar tail for head_dim % 8.
+LEOAM_AVX2 float head_bound_avx2(const float* a, const float* b, const float* mx, const float* mn, int hd) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps();
+  __m256 acc3 = _mm256_setzero_ps();
+  int c = 0;
+  for (; c + 16 <= hd; c += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(mx + c), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(b + c), _mm256_loadu_ps(mn + c), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c + 8), _mm256_loadu_ps(mx + c + 8), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(b + c + 8), _mm256_loadu_ps(mn + c + 8), acc3);
+  }
+  for (; c + 8 <= hd; c += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(mx + c), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(b + c), _mm256_loadu_ps(mn + c), acc1);
+  }
+  float sum = kernels::hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; c < hd; ++c) sum += a[c] * mx[c] + b[c] * mn[c];
+  return sum;
+}
+#endif
+
+// bounds[i] = the heads' bounds against chunk i, combined; head_bound is one of the above.
+template <typename HeadBound>
+void bounds_of_chunks(const SplitQuery& s, int n_heads, int kv_head, const float* abstracts, int64_t n_chunks,
+                      const BoundLayout& layout, GroupCombine combine, float* bounds, HeadBound head_bound) {
+  const int hd = layout.head_dim;
+  const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
+  for (int64_t i = 0; i < n_chunks; ++i) {
+    const float* mn = abstracts + i * layout.chunk_stride + static_cast<int64_t>(kv_head) * hd;
+    const float* mx = mn + max_offset;
+    float combined = combine == GroupCombine::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+    for (int h = 0; h < n_heads; ++h) {
+      const float sum = head_bound(s.on_max.data() + static_cast<size_t>(h) * hd,
+                                   s.on_min.data() + static_cast<size_t>(h) * hd, mx, mn, hd);
+      combined = combine == GroupCombine::kMax ? std::max(combined, sum) : combined + sum;
+    }
+    bounds[i] = combined;
+  }
+}
+
+}  // namespace
+
+void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abstracts, int64_t n_chunks,
+                  const BoundLayout& layout, GroupCombine combine, float* bounds, BoundSide side) {
+  assert(0 <= h0 && h0 < h1 && 0 <= kv_head && kv_head < layout.n_kv_heads);
+  const SplitQuery s = split_query(q, h0, h1, layout.head_dim, side);
+#ifdef LEOAM_HAVE_X86
+  if (cpu_path() >= CpuPath::kAvx2) {
+    bounds_of_chunks(s, h1 - h0, kv_head, abstracts, n_chunks, layout, combine, bounds, head_bound_avx2);
+    return;
+  }
+#endif
+  bounds_of_chunks(s, h1 - h0, kv_head, abstracts, n_chunks, layout, combine, bounds, head_bound_scalar);
+}
+
+}  // namespace leoam::sparse

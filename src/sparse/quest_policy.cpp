@@ -1,0 +1,43 @@
+// quest: Quest's query-aware chunk selection. Every query head ranks the far chunks by the upper
+// bound of its kv head's abstracts, normalized to its own best chunk; a chunk scores its best
+// rank over the heads, so a chunk that one head needs is kept even when the others prefer
+// different chunks.
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "sparse/chunk_ranking.h"
+#include "sparse/selection_policy.h"
+
+namespace leoam::sparse {
+namespace {
+
+class QuestPolicy final : public SelectionPolicy {
+ public:
+  std::string_view name() const override { return "quest"; }
+
+  Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) override {
+    LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
+    Selection s;
+    if (query.far.size() <= 0 || query.budget_tokens <= 0) return s;
+    const ChunkSpan far = chunks_overlapping(query.far, catalog.chunk_tokens());
+    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, far));
+    const int group = query.n_head / query.n_head_kv;
+    std::vector<float> bounds(static_cast<size_t>(far.size()));
+    std::vector<float> scores(bounds.size(), -std::numeric_limits<float>::infinity());
+    for (int h = 0; h < query.n_head; ++h) {
+      chunk_bounds(query.q, h, h + 1, h / group, abstracts.at(far.i0), far.size(), abstracts.layout,
+                   GroupCombine::kMax, bounds.data());
+      fold_normalized(bounds, query.scale, scores);
+    }
+    s.ranges = pick_top_chunks(scores, far, query.far, catalog.chunk_tokens(), query.budget_tokens);
+    s.n_chunks_scored = far.size();
+    return s;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<SelectionPolicy> make_quest_policy() { return std::make_unique<QuestPolicy>(); }
+
+}  // namespace leoam::sparse

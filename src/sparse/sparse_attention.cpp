@@ -1,0 +1,160 @@
+#include "sparse/sparse_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace leoam::sparse {
+namespace {
+
+// The catalog of a store without chunks (the in-memory cache): enough for the policies that
+// read no abstracts (full, streaming).
+class NoCatalog final : public KvCatalog {
+ public:
+  int chunk_tokens() const override { return 1; }
+  int catalog_kv_heads() const override { return 0; }
+  int catalog_head_dim() const override { return 0; }
+  int64_t n_chunks(int) const override { return 0; }
+  Tier chunk_tier(int, int64_t) const override { return Tier::kDevice; }
+  Status load_abstracts(int, int64_t, int64_t, float*) override {
+    return unsupported("this KV store keeps no chunk abstracts; use the tiered store (--kv-dir)");
+  }
+  void set_importance(ChunkKey, float) override {}
+};
+
+NoCatalog& no_catalog() {
+  static NoCatalog catalog;  // stateless
+  return catalog;
+}
+
+bool needs_catalog(const std::string& policy) { return policy != "full" && policy != "streaming"; }
+
+// Appends r to sorted, disjoint `out`, merging it with the last range when they touch.
+void append_merged(std::vector<TokenRange>& out, TokenRange r) {
+  if (r.end <= r.begin) return;
+  if (!out.empty() && out.back().end >= r.begin) {
+    out.back().end = std::max(out.back().end, r.end);
+  } else {
+    out.push_back(r);
+  }
+}
+
+}  // namespace
+
+SparseAttention::SparseAttention(const SparseAttentionOptions& options, KvCatalog* catalog, const AttentionShape& shape,
+                                 std::unique_ptr<SelectionPolicy> policy)
+    : options_(options),
+      catalog_(catalog),
+      shape_(shape),
+      policy_(std::move(policy)),
+      stats_(static_cast<size_t>(shape.n_layer)) {}
+
+Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAttentionOptions& options,
+                                                                 KvCatalog* catalog, const AttentionShape& shape) {
+  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> policy,
+                         make_selection_policy(options.policy, options.policy_options));
+  if (!(options.budget > 0)) return invalid_argument("attention budget must be positive (a fraction or a token count)");
+  for (const auto& [layer, budget] : options.layer_budgets) {
+    if (layer < 0 || layer >= shape.n_layer) {
+      return invalid_argument("layer budget for layer " + std::to_string(layer) + ": the model has " +
+                              std::to_string(shape.n_layer) + " layers");
+    }
+    if (!(budget > 0)) return invalid_argument("layer budgets must be positive");
+  }
+  if (options.n_sink < 0 || options.n_recent < 1) {
+    return invalid_argument("the sink must not be negative and the recent window must hold at least the query");
+  }
+  if (catalog == nullptr && needs_catalog(options.policy)) {
+    return invalid_argument("policy '" + options.policy + "' scores chunk abstracts: it needs the tiered KV store");
+  }
+  return std::unique_ptr<SparseAttention>(new SparseAttention(options, catalog, shape, std::move(policy)));
+}
+
+int64_t SparseAttention::budget_tokens(int layer, int64_t n) const {
+  const auto it = options_.layer_budgets.find(layer);
+  const double b = it != options_.layer_budgets.end() ? it->second : options_.budget;
+  return b <= 1.0 ? static_cast<int64_t>(std::ceil(b * static_cast<double>(n))) : static_cast<int64_t>(b);
+}
+
+Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q) {
+  if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
+  if (first_decode_pos_ < 0 || pos < last_pos_) first_decode_pos_ = pos;  // a new sequence
+  last_pos_ = pos;
+
+  const int64_t n = pos + 1;
+  const TokenRange sink{0, std::min<int64_t>(options_.n_sink, n)};
+  const TokenRange recent{std::max(sink.end, n - options_.n_recent), n};
+  const TokenRange far{sink.end, recent.begin};
+
+  Selection picked;
+  if (far.size() > 0) {
+    SelectionQuery query;
+    query.layer = layer;
+    query.step = pos - first_decode_pos_;
+    query.n_tokens = n;
+    query.q = q;
+    query.n_head = shape_.n_head;
+    query.n_head_kv = shape_.n_head_kv;
+    query.head_dim = shape_.head_dim;
+    query.scale = shape_.scale;
+    query.far = far;
+    query.budget_tokens = std::clamp<int64_t>(budget_tokens(layer, n) - sink.size() - recent.size(), 0, far.size());
+    if (query.budget_tokens >= far.size()) {
+      picked.ranges.push_back(far);  // the budget covers everything: nothing to choose
+    } else {
+      KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_catalog();
+      LEOAM_ASSIGN_OR_RETURN(picked, policy_->select(query, catalog));
+    }
+  }
+
+  std::vector<TokenRange> ranges;
+  append_merged(ranges, sink);
+  int64_t prev = far.begin;
+  for (const TokenRange& r : picked.ranges) {
+    if (r.begin < prev || r.end > far.end || r.begin >= r.end) {
+      return internal_error("policy '" + options_.policy + "' returned the range [" + std::to_string(r.begin) + ", " +
+                            std::to_string(r.end) + "), outside the far positions or out of order");
+    }
+    append_merged(ranges, r);
+    prev = r.end;
+  }
+  append_merged(ranges, recent);
+
+  LayerSparseStats& s = stats_[layer];
+  s.n_queries += 1;
+  s.n_visible += n;
+  for (const TokenRange& r : ranges) s.n_attended += r.size();
+  s.n_deserts += picked.desert ? 1 : 0;
+  s.n_chunks_scored += picked.n_chunks_scored;
+  return ranges;
+}
+
+std::string SparseAttention::stats_text() const {
+  LayerSparseStats total;
+  for (const LayerSparseStats& s : stats_) {
+    total.n_queries += s.n_queries;
+    total.n_attended += s.n_attended;
+    total.n_visible += s.n_visible;
+    total.n_deserts += s.n_deserts;
+    total.n_chunks_scored += s.n_chunks_scored;
+  }
+  const auto pct = [](int64_t a, int64_t b) { return b > 0 ? 100.0 * static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "attention: policy %s: attended %.1f%% of the visible tokens over %lld layer steps; deserts %.1f%% "
+                "of layer steps; %lld chunk bounds scored\n",
+                options_.policy.c_str(), pct(total.n_attended, total.n_visible),
+                static_cast<long long>(total.n_queries), pct(total.n_deserts, total.n_queries),
+                static_cast<long long>(total.n_chunks_scored));
+  std::string out = line;
+  for (size_t il = 0; il < stats_.size(); ++il) {
+    const LayerSparseStats& s = stats_[il];
+    if (s.n_queries == 0) continue;
+    std::snprintf(line, sizeof(line), "attention: layer %2zu: attended %5.1f%%, deserts %5.1f%%\n", il,
+                  pct(s.n_attended, s.n_visible), pct(s.n_deserts, s.n_queries));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace leoam::sparse

@@ -1,0 +1,83 @@
+// SparseAttention: the AttentionSelector (model/attention_selector.h) that runs a selection
+// policy per layer and decode step. For the query at position pos (it sees n = pos + 1 tokens):
+//
+//   sink   = [0, min(n_sink, n))                  always attended
+//   recent = [max(sink end, n - n_recent), n)      always attended (the query's own token last)
+//   far    = between them                          the policy picks up to the far budget
+//
+// Budget: the tokens attended in all, sink and recent included, as a fraction of n (a value in
+// (0, 1]) or a token count (a value > 1); the far budget is what is left after the sink and the
+// recent window. Layers may have their own budget (LeoAM: 50% in the first two layers). A far
+// budget that covers every far token selects them all without asking the policy.
+//
+// It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_catalog.h"
+#include "model/attention_selector.h"
+#include "sparse/selection_policy.h"
+
+namespace leoam::sparse {
+
+struct SparseAttentionOptions {
+  std::string policy = "full";
+  double budget = 0.1;                  // a fraction in (0, 1], or a token count (> 1)
+  std::map<int, double> layer_budgets;  // per-layer overrides, same units
+  int n_sink = 4;
+  int n_recent = 64;
+  PolicyOptions policy_options;
+};
+
+struct AttentionShape {
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 0.0f;  // applied to q.k
+};
+
+struct LayerSparseStats {
+  int64_t n_queries = 0;
+  int64_t n_attended = 0;  // tokens attended, summed over queries
+  int64_t n_visible = 0;   // tokens the queries could see, summed
+  int64_t n_deserts = 0;
+  int64_t n_chunks_scored = 0;
+};
+
+class SparseAttention final : public AttentionSelector {
+ public:
+  // `catalog` (the chunked store) must outlive this; it may be null for policies that need no
+  // abstracts (full, streaming). Fails for an unknown policy, a budget <= 0, a layer budget for a
+  // layer the model lacks, or a policy that needs a catalog without one.
+  static Result<std::unique_ptr<SparseAttention>> create(const SparseAttentionOptions& options, KvCatalog* catalog,
+                                                         const AttentionShape& shape);
+
+  Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q) override;
+
+  const std::vector<LayerSparseStats>& stats() const { return stats_; }
+  // "policy leoam, budget 10%: attended 9.8% of the visible tokens; deserts 12.0% of layer steps;
+  // per layer: ..." (for --kv-stats).
+  std::string stats_text() const;
+
+ private:
+  SparseAttention(const SparseAttentionOptions& options, KvCatalog* catalog, const AttentionShape& shape,
+                  std::unique_ptr<SelectionPolicy> policy);
+  int64_t budget_tokens(int layer, int64_t n) const;
+
+  SparseAttentionOptions options_;
+  KvCatalog* catalog_;
+  AttentionShape shape_;
+  std::unique_ptr<SelectionPolicy> policy_;
+  std::vector<LayerSparseStats> stats_;
+  int64_t first_decode_pos_ = -1;  // the position of the first decoded token; steps count from it
+  int64_t last_pos_ = -1;
+};
+
+}  // namespace leoam::sparse

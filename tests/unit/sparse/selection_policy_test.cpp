@@ -1,0 +1,341 @@
+// The selection policies on constructed queries and abstracts, through a FakeCatalog that holds
+// abstracts in memory and records every load_abstracts call. Most cases use chunks of 4 tokens,
+// 32 tokens (chunks 0..7) and far = [4, 28) (chunks 1..6): chunk 0 is the sink, chunk 7 the
+// recent window. A chunk of "keys k" has min = max = k, so its bounds are exactly q.k.
+#include "sparse/selection_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kv/kv_catalog.h"
+
+namespace leoam::sparse {
+namespace {
+
+struct Load {
+  int layer = 0;
+  int64_t i0 = 0;
+  int64_t i1 = 0;
+
+  bool operator==(const Load&) const = default;
+};
+
+class FakeCatalog final : public KvCatalog {
+ public:
+  FakeCatalog(int chunk_tokens, int n_kv_heads, int head_dim, int64_t n_chunks)
+      : chunk_tokens_(chunk_tokens),
+        n_kv_heads_(n_kv_heads),
+        head_dim_(head_dim),
+        n_chunks_(n_chunks),
+        abstracts_(static_cast<size_t>(n_chunks * stride()), 0.0f) {}
+
+  // Every key of the chunk's kv head is `key`.
+  void set_keys(int64_t chunk, int kv_head, const std::vector<float>& key) { set_box(chunk, kv_head, key, key); }
+  void set_box(int64_t chunk, int kv_head, const std::vector<float>& min, const std::vector<float>& max) {
+    float* a = abstracts_.data() + chunk * stride() + static_cast<int64_t>(kv_head) * head_dim_;
+    for (int c = 0; c < head_dim_; ++c) {
+      a[c] = min[static_cast<size_t>(c)];
+      a[c + static_cast<int64_t>(n_kv_heads_) * head_dim_] = max[static_cast<size_t>(c)];
+    }
+  }
+  void fail_loads_with(Status s) { fail_ = std::move(s); }
+  const std::vector<Load>& loads() const { return loads_; }
+
+  int chunk_tokens() const override { return chunk_tokens_; }
+  int catalog_kv_heads() const override { return n_kv_heads_; }
+  int catalog_head_dim() const override { return head_dim_; }
+  int64_t n_chunks(int /*layer*/) const override { return n_chunks_; }
+  Tier chunk_tier(int /*layer*/, int64_t /*index*/) const override { return Tier::kDevice; }
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) override {
+    loads_.push_back({layer, i0, i1});
+    if (!fail_.is_ok()) return fail_;
+    if (i0 < 0 || i0 > i1 || i1 > n_chunks_) return invalid_argument("fake catalog: chunks out of range");
+    std::copy(abstracts_.begin() + i0 * stride(), abstracts_.begin() + i1 * stride(), dst);
+    return Status::ok();
+  }
+  void set_importance(ChunkKey /*key*/, float /*importance*/) override {}
+
+ private:
+  int64_t stride() const { return 2 * static_cast<int64_t>(n_kv_heads_) * head_dim_; }
+
+  int chunk_tokens_;
+  int n_kv_heads_;
+  int head_dim_;
+  int64_t n_chunks_;
+  std::vector<float> abstracts_;  // [n_chunks][2][n_kv_heads][head_dim]
+  std::vector<Load> loads_;
+  Status fail_;
+};
+
+constexpr int kLayer = 3;
+
+// A query of the layout above: 32 tokens, far [4, 28), scale 1. `q` must outlive the query.
+SelectionQuery make_query(const std::vector<float>& q, int n_head, int n_head_kv, int head_dim, int64_t budget,
+                          TokenRange far = {4, 28}) {
+  SelectionQuery query;
+  query.layer = kLayer;
+  query.n_tokens = 32;
+  query.q = q.data();
+  query.n_head = n_head;
+  query.n_head_kv = n_head_kv;
+  query.head_dim = head_dim;
+  query.scale = 1.0f;
+  query.far = far;
+  query.budget_tokens = budget;
+  return query;
+}
+
+std::unique_ptr<SelectionPolicy> policy(std::string_view name, const PolicyOptions& options = {}) {
+  auto p = make_selection_policy(name, options);
+  EXPECT_TRUE(p.is_ok()) << p.status().message();
+  return std::move(p).value();
+}
+
+Selection select_ok(SelectionPolicy& p, const SelectionQuery& query, KvCatalog& catalog) {
+  auto s = p.select(query, catalog);
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? std::move(s).value() : Selection{};
+}
+
+using Ranges = std::vector<TokenRange>;
+
+TEST(SelectionPolicyFactory, MakesEachKnownPolicy) {
+  EXPECT_STREQ(selection_policy_names(), "full streaming quest leoam");
+  for (std::string_view name : {"full", "streaming", "quest", "leoam"}) EXPECT_EQ(policy(name)->name(), name);
+}
+
+TEST(SelectionPolicyFactory, UnknownNameListsTheKnownOnes) {
+  auto p = make_selection_policy("h2o", {});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status().message(), "selection policy 'h2o' is unknown; known policies: full streaming quest leoam");
+}
+
+TEST(FullPolicy, SelectsAllOfFarAndReadsNoAbstract) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const std::vector<float> q = {1, 0};
+  const Selection s = select_ok(*policy("full"), make_query(q, 1, 1, 2, 4), catalog);
+  EXPECT_EQ(s.ranges, (Ranges{{4, 28}}));
+  EXPECT_FALSE(s.desert);
+  EXPECT_EQ(s.n_chunks_scored, 0);
+  EXPECT_TRUE(select_ok(*policy("full"), make_query(q, 1, 1, 2, 4, {10, 10}), catalog).ranges.empty());
+  EXPECT_TRUE(catalog.loads().empty());
+}
+
+TEST(StreamingPolicy, StretchesTheRecentWindowOverTheBudget) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const std::vector<float> q = {1, 0};
+  const Selection s = select_ok(*policy("streaming"), make_query(q, 1, 1, 2, 5), catalog);
+  EXPECT_EQ(s.ranges, (Ranges{{23, 28}}));  // the 5 far positions nearest the recent window
+  EXPECT_FALSE(s.desert);
+  EXPECT_EQ(s.n_chunks_scored, 0);
+  EXPECT_TRUE(select_ok(*policy("streaming"), make_query(q, 1, 1, 2, 0), catalog).ranges.empty());
+  EXPECT_EQ(select_ok(*policy("streaming"), make_query(q, 1, 1, 2, 1000), catalog).ranges, (Ranges{{4, 28}}));
+  EXPECT_TRUE(catalog.loads().empty());
+}
+
+// Two query heads share one kv head. Head 0 (q = (1, 0)) sees bounds 3, 2.9, 0, 2.8, 2.7, 2.6 on
+// chunks 1..6; head 1 (q = (0, 1)) sees 1 on chunk 3 only. Normalized per head, chunk 3 is head
+// 1's best (score 0), tied with chunk 1 (head 0's best): both are kept, where ranking by the raw
+// bounds would take chunks 1 and 2 and starve head 1.
+TEST(QuestPolicy, KeepsTheChunkOneHeadNeeds) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  catalog.set_keys(0, 0, {100, 100});  // sink and recent window: not far, never scored
+  catalog.set_keys(7, 0, {100, 100});
+  catalog.set_keys(1, 0, {3, 0});
+  catalog.set_keys(2, 0, {2.9f, 0});
+  catalog.set_keys(3, 0, {0, 1});
+  catalog.set_keys(4, 0, {2.8f, 0});
+  catalog.set_keys(5, 0, {2.7f, 0});
+  catalog.set_keys(6, 0, {2.6f, 0});
+  const std::vector<float> q = {1, 0, 0, 1};
+  auto quest = policy("quest");
+  Selection s = select_ok(*quest, make_query(q, 2, 1, 2, 8), catalog);
+  EXPECT_EQ(s.ranges, (Ranges{{4, 8}, {12, 16}}));
+  EXPECT_FALSE(s.desert);
+  EXPECT_EQ(s.n_chunks_scored, 6);
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 1, 7}}));
+  // A third chunk: chunk 2 (score -0.1) joins, and the adjacent ranges merge.
+  s = select_ok(*quest, make_query(q, 2, 1, 2, 12), catalog);
+  EXPECT_EQ(s.ranges, (Ranges{{4, 16}}));
+}
+
+// far = [6, 26): chunk 1 holds 2 far tokens ([6, 8)), chunk 6 holds 2 ([24, 26)), chunks 2..5
+// hold 4. Ranked by q.k: chunk 6, 1, 3, 2, 4, 5.
+TEST(QuestPolicy, BudgetCountsFarTokensExactly) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
+  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  const std::vector<float> q = {1, 0};
+  auto quest = policy("quest");
+  auto pick = [&](int64_t budget) { return select_ok(*quest, make_query(q, 1, 1, 2, budget, {6, 26}), catalog).ranges; };
+  EXPECT_EQ(pick(8), (Ranges{{6, 8}, {12, 16}, {24, 26}}));  // 2 + 2 + 4 = 8
+  EXPECT_EQ(pick(7), (Ranges{{6, 8}, {24, 26}}));            // chunk 3 would make 8: the ranking stops
+  EXPECT_EQ(pick(12), (Ranges{{6, 16}, {24, 26}}));
+  EXPECT_EQ(pick(20), (Ranges{{6, 26}}));
+  EXPECT_EQ(pick(1), Ranges{});  // not even chunk 6's 2 tokens
+  EXPECT_EQ(catalog.loads().size(), 5u);
+  for (const Load& l : catalog.loads()) EXPECT_EQ(l, (Load{kLayer, 1, 7}));
+}
+
+TEST(QuestPolicy, TiesGoToTheLowerIndex) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {1, 0});
+  catalog.set_keys(2, 0, {2, 0});
+  catalog.set_keys(5, 0, {2, 0});
+  const std::vector<float> q = {1, 0};
+  auto quest = policy("quest");
+  auto pick = [&](int64_t budget) { return select_ok(*quest, make_query(q, 1, 1, 2, budget), catalog).ranges; };
+  EXPECT_EQ(pick(4), (Ranges{{8, 12}}));                 // chunks 2 and 5 tie: 2
+  EXPECT_EQ(pick(8), (Ranges{{8, 12}, {20, 24}}));
+  EXPECT_EQ(pick(12), (Ranges{{4, 12}, {20, 24}}));      // then chunks 1, 3, 4, 6 tie: 1
+  EXPECT_EQ(pick(16), (Ranges{{4, 16}, {20, 24}}));
+}
+
+TEST(QuestPolicy, NothingToPickReadsNoAbstract) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const std::vector<float> q = {1, 0};
+  auto quest = policy("quest");
+  EXPECT_TRUE(select_ok(*quest, make_query(q, 1, 1, 2, 0), catalog).ranges.empty());
+  EXPECT_TRUE(select_ok(*quest, make_query(q, 1, 1, 2, 8, {12, 12}), catalog).ranges.empty());
+  EXPECT_TRUE(catalog.loads().empty());
+}
+
+TEST(SelectionPolicy, PassesOnAbstractLoadErrors) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  catalog.fail_loads_with(io_error("layer 3 abstracts: short read at offset 4096"));
+  const std::vector<float> q = {1, 0};
+  for (std::string_view name : {"quest", "leoam"}) {
+    auto s = policy(name)->select(make_query(q, 1, 1, 2, 8), catalog);
+    ASSERT_FALSE(s.is_ok()) << name;
+    EXPECT_EQ(s.status().code(), StatusCode::kIoError);
+    EXPECT_EQ(s.status().message(), "layer 3 abstracts: short read at offset 4096");
+  }
+  EXPECT_EQ(catalog.loads().size(), 2u);
+}
+
+TEST(SelectionPolicy, RejectsAQueryThatDoesNotFitTheCatalog) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const std::vector<float> q = {1, 0, 0, 1};
+  for (std::string_view name : {"quest", "leoam"}) {
+    auto s = policy(name)->select(make_query(q, 1, 1, 4, 8), catalog);  // head_dim 4, catalog 2
+    ASSERT_FALSE(s.is_ok()) << name;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    auto t = policy(name)->select(make_query(q, 1, 1, 2, 8, {4, 40}), catalog);  // far past n_tokens
+    ASSERT_FALSE(t.is_ok()) << name;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(catalog.loads().empty());
+}
+
+// One kv head serves q0 = (1, 0) and q1 = (0, 1). Chunk 2's keys (2, 0) give bounds 2 and 0;
+// chunk 4's keys (1.5, 1.5) give 1.5 and 1.5; the rest are 0. Combined by max, chunk 2 leads
+// (2 > 1.5); by sum, chunk 4 does (3 > 2).
+TEST(LeoamPolicy, GroupCombineDecidesTheGqaRanking) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  catalog.set_keys(2, 0, {2, 0});
+  catalog.set_keys(4, 0, {1.5f, 1.5f});
+  const std::vector<float> q = {1, 0, 0, 1};
+  PolicyOptions options;
+  options.desert = false;
+  options.group_combine = GroupCombine::kMax;
+  const Selection by_max = select_ok(*policy("leoam", options), make_query(q, 2, 1, 2, 4), catalog);
+  EXPECT_EQ(by_max.ranges, (Ranges{{8, 12}}));
+  options.group_combine = GroupCombine::kSum;
+  const Selection by_sum = select_ok(*policy("leoam", options), make_query(q, 2, 1, 2, 4), catalog);
+  EXPECT_EQ(by_sum.ranges, (Ranges{{16, 20}}));
+  EXPECT_EQ(by_sum.n_chunks_scored, 6);  // no desert check: far chunks only
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 1, 7}, {kLayer, 1, 7}}));
+}
+
+// Two kv heads of one query head each: the ranking is per kv head, normalized to that head's
+// best, so kv head 1's best chunk (5, bound 1) ties kv head 0's (1, bound 10) and both are kept.
+TEST(LeoamPolicy, NormalizesPerKvHead) {
+  FakeCatalog catalog(4, 2, 2, 8);
+  catalog.set_keys(1, 0, {10, 0});
+  catalog.set_keys(2, 0, {9, 0});
+  catalog.set_keys(5, 1, {1, 0});
+  const std::vector<float> q = {1, 0, 1, 0};
+  PolicyOptions options;
+  options.desert = false;
+  const Selection s = select_ok(*policy("leoam", options), make_query(q, 2, 2, 2, 8), catalog);
+  EXPECT_EQ(s.ranges, (Ranges{{4, 8}, {20, 24}}));
+}
+
+// Desert fixture: q0 = (10, 0), q1 = (0, 10); sink and recent keys (1, 1), bound 10 for both
+// heads; far keys 0. Per head, m = 10, near_lower = 8 tokens * e^0 = 8 and
+// far_upper = 24 * e^-10 = 0.0011 < 0.01 * 8: a desert for both heads.
+class LeoamDesert : public ::testing::Test {
+ protected:
+  LeoamDesert() : catalog_(4, 1, 2, 8) {
+    catalog_.set_keys(0, 0, {1, 1});
+    catalog_.set_keys(7, 0, {1, 1});
+  }
+
+  Result<Selection> select(const PolicyOptions& options, int64_t budget = 4) {
+    return policy("leoam", options)->select(make_query(q_, 2, 1, 2, budget), catalog_);
+  }
+
+  FakeCatalog catalog_;
+  std::vector<float> q_ = {10, 0, 0, 10};
+};
+
+TEST_F(LeoamDesert, DetectedWhenFarKeysAreNegligible) {
+  const Selection s = select_ok(*policy("leoam"), make_query(q_, 2, 1, 2, 4), catalog_);
+  EXPECT_TRUE(s.desert);
+  EXPECT_TRUE(s.ranges.empty());
+  EXPECT_EQ(s.n_chunks_scored, 8);
+  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kLayer, 0, 8}}));  // every chunk, in one call
+}
+
+TEST_F(LeoamDesert, NotDetectedWhenOneFarChunkHasALargeBound) {
+  catalog_.set_keys(3, 0, {1, 1});  // far_upper >= 4 tokens * e^0
+  auto s = select({});
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_FALSE(s->desert);
+  EXPECT_EQ(s->ranges, (Ranges{{12, 16}}));
+  EXPECT_EQ(s->n_chunks_scored, 8);
+}
+
+TEST_F(LeoamDesert, NeedsEveryQueryHead) {
+  // Near keys (1, 0): head 1 now sees bound 0 everywhere, near_lower = 8 = far_upper / 3.
+  catalog_.set_keys(0, 0, {1, 0});
+  catalog_.set_keys(7, 0, {1, 0});
+  auto s = select({});
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_FALSE(s->desert);
+  EXPECT_EQ(s->ranges, (Ranges{{4, 8}}));  // far bounds all tie at 0
+}
+
+TEST_F(LeoamDesert, OffByOption) {
+  PolicyOptions options;
+  options.desert = false;
+  auto s = select(options);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_FALSE(s->desert);
+  EXPECT_EQ(s->ranges, (Ranges{{4, 8}}));
+  EXPECT_EQ(s->n_chunks_scored, 6);
+  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kLayer, 1, 7}}));
+}
+
+TEST_F(LeoamDesert, ThresholdIsDesertMass) {
+  // q = (4, 0), (0, 4): far_upper = 24 * e^-4 = 0.44 against near_lower = 8.
+  q_ = {4, 0, 0, 4};
+  PolicyOptions options;
+  options.desert_mass = 0.05;  // 0.44 >= 0.4
+  auto s = select(options);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_FALSE(s->desert);
+  options.desert_mass = 0.06;  // 0.44 < 0.48
+  s = select(options);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_TRUE(s->desert);
+}
+
+}  // namespace
+}  // namespace leoam::sparse

@@ -1,0 +1,130 @@
+#include "sparse/sparse_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../temp_dir.h"
+#include "kv/tiered_kv_cache.h"
+#include "model/llama_forward.h"
+#include "model/model.h"
+#include "model/synthetic_model.h"
+
+namespace leoam::sparse {
+namespace {
+
+AttentionShape shape_of(int n_layer) { return {n_layer, 4, 2, 8, 1.0f / std::sqrt(8.0f)}; }
+
+std::vector<TokenRange> select(SparseAttention& s, int layer, int64_t pos) {
+  const std::vector<float> q(4 * 8, 0.5f);
+  auto r = s.select(layer, pos, q.data());
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? *r : std::vector<TokenRange>{};
+}
+
+TEST(SparseAttention, FullAttendsToEveryPositionAndStreamingToSinkAndRecent) {
+  SparseAttentionOptions o;
+  o.n_sink = 4;
+  o.n_recent = 16;
+  o.policy = "full";
+  auto full = SparseAttention::create(o, nullptr, shape_of(2));
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  EXPECT_EQ(select(**full, 0, 99), (std::vector<TokenRange>{{0, 100}}));
+  EXPECT_EQ(select(**full, 1, 10), (std::vector<TokenRange>{{0, 11}}));
+
+  o.policy = "streaming";
+  o.budget = 20;  // tokens: exactly the sink and the recent window
+  auto streaming = SparseAttention::create(o, nullptr, shape_of(2));
+  ASSERT_TRUE(streaming.is_ok());
+  EXPECT_EQ(select(**streaming, 0, 99), (std::vector<TokenRange>{{0, 4}, {84, 100}}));
+  EXPECT_EQ(select(**streaming, 0, 15), (std::vector<TokenRange>{{0, 16}}));  // everything is near
+  const LayerSparseStats& s = (*streaming)->stats()[0];
+  EXPECT_EQ(s.n_queries, 2);
+  EXPECT_EQ(s.n_visible, 116);
+  EXPECT_EQ(s.n_attended, 36);
+}
+
+TEST(SparseAttention, RejectsBadOptions) {
+  SparseAttentionOptions o;
+  o.policy = "nope";
+  EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("leoam"), std::string::npos);
+  o.policy = "quest";
+  EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("tiered"), std::string::npos);
+  o.policy = "full";
+  o.budget = 0;
+  EXPECT_FALSE(SparseAttention::create(o, nullptr, shape_of(2)).is_ok());
+  o.budget = 0.1;
+  o.layer_budgets = {{2, 0.5}};
+  EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("layer 2"), std::string::npos);
+}
+
+// With a budget of every token, each policy attends to what full attention does: the logits of
+// every decode step are the same.
+TEST(SparseAttention, EveryPolicyAtAFullBudgetGivesTheLogitsOfFullAttention) {
+  SyntheticModelSpec spec;
+  spec.n_vocab = 300;
+  spec.n_embd = 64;
+  spec.n_layer = 2;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.n_ff = 128;
+  spec.n_ctx = 256;
+  testing_util::TempDir dir;
+  const std::string path = dir.path() + "/m.gguf";
+  ASSERT_TRUE(write_synthetic_model(spec, path).is_ok());
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+
+  std::mt19937 rng(3);
+  std::vector<int32_t> prompt(150);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % spec.n_vocab);
+  std::vector<int32_t> decode(10);
+  for (int32_t& t : decode) t = static_cast<int32_t>(rng() % spec.n_vocab);
+
+  // Decode logits with a selector (null: full attention).
+  auto run = [&](const std::string& policy) -> std::vector<std::vector<float>> {
+    TieredKvCacheOptions t;
+    t.shape = {spec.n_layer, spec.n_head_kv, 16, spec.n_ctx};
+    t.chunk_tokens = 8;
+    t.n_recent_tokens = 16;
+    t.dir = dir.path();
+    t.device_budget_bytes = uint64_t{64} << 20;
+    auto kv = TieredKvCache::create(t);
+    EXPECT_TRUE(kv.is_ok()) << kv.status().message();
+    TieredKvCache* store = kv->get();
+    std::unique_ptr<SparseAttention> selector;
+    if (!policy.empty()) {
+      SparseAttentionOptions o;
+      o.policy = policy;
+      o.budget = 1.0;
+      o.n_recent = 16;
+      auto s = SparseAttention::create(o, store, {spec.n_layer, spec.n_head, spec.n_head_kv, 16, 0.25f});
+      EXPECT_TRUE(s.is_ok()) << s.status().message();
+      selector = std::move(s).value();
+    }
+    ForwardOptions fo;
+    fo.n_threads = 1;
+    fo.selector = selector.get();
+    auto ctx = LlamaForward::create(**model, fo, std::move(kv).value());
+    EXPECT_TRUE(ctx.is_ok());
+    std::vector<float> logits;
+    EXPECT_TRUE((*ctx)->eval(prompt, false, logits).is_ok());
+    std::vector<std::vector<float>> rows;
+    for (int32_t tok : decode) {
+      const int32_t one[1] = {tok};
+      EXPECT_TRUE((*ctx)->eval(one, false, logits).is_ok());
+      rows.push_back(logits);
+    }
+    return rows;
+  };
+  const auto want = run("");
+  for (const char* policy : {"full", "streaming", "quest", "leoam"}) {
+    EXPECT_EQ(run(policy), want) << policy;
+  }
+}
+
+}  // namespace
+}  // namespace leoam::sparse

@@ -1,0 +1,83 @@
+#include "attention_options.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "model/model.h"
+
+namespace leoam::cli {
+namespace {
+
+// "0=0.5,1=0.5" -> {0: 0.5, 1: 0.5}
+Result<std::map<int, double>> parse_layer_budgets(const std::string& text) {
+  std::map<int, double> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t eq = item.find('=');
+    try {
+      size_t used_layer = 0, used_budget = 0;
+      if (eq == std::string::npos) throw std::invalid_argument("no '='");
+      const int layer = std::stoi(item.substr(0, eq), &used_layer);
+      const double budget = std::stod(item.substr(eq + 1), &used_budget);
+      if (used_layer != eq || used_budget != item.size() - eq - 1) throw std::invalid_argument("trailing text");
+      out[layer] = budget;
+    } catch (const std::exception&) {
+      return invalid_argument("--layer-budget: '" + item + "' is not LAYER=BUDGET (e.g. 0=0.5,1=0.5)");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
+  const std::string group = "Sparse attention";
+  cmd.add_option("--policy", o.policy, std::string("which KV each decoded token attends to: ") + sparse::selection_policy_names())
+      ->capture_default_str()
+      ->check(CLI::IsMember({"full", "streaming", "quest", "leoam"}))
+      ->group(group);
+  cmd.add_option("--budget", o.budget,
+                 "tokens attended per layer and step, sink and recent window included: a fraction of the context "
+                 "(<= 1) or a token count (> 1)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(group);
+  cmd.add_option("--layer-budget", o.layer_budgets,
+                 "per-layer budgets, LAYER=BUDGET,... (default for leoam: 0=0.5,1=0.5, LeoAM's first two layers)")
+      ->group(group);
+  cmd.add_option("--group-combine", o.group_combine, "leoam: how a GQA group's chunk bounds combine: max or sum")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"max", "sum"}))
+      ->group(group);
+  cmd.add_flag("--no-desert", o.no_desert, "leoam: do not skip far KV in attention deserts")->group(group);
+}
+
+bool policy_needs_catalog(const AttentionCliOptions& o) { return o.policy != "full" && o.policy != "streaming"; }
+
+Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& o,
+                                                                       const KvCliOptions& kv_options,
+                                                                       const Model& model, KvCache& kv) {
+  if (o.policy == "full") return std::unique_ptr<sparse::SparseAttention>();
+  sparse::SparseAttentionOptions s;
+  s.policy = o.policy;
+  s.budget = o.budget;
+  if (!o.layer_budgets.empty()) {
+    LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, parse_layer_budgets(o.layer_budgets));
+  } else if (o.policy == "leoam") {
+    s.layer_budgets = {{0, 0.5}, {1, 0.5}};  // LeoAM's defaults: the first two layers keep half
+  }
+  s.n_sink = kv_options.n_sink;
+  s.n_recent = kv_options.n_recent;
+  s.policy_options.group_combine = o.group_combine == "sum" ? sparse::GroupCombine::kSum : sparse::GroupCombine::kMax;
+  s.policy_options.desert = !o.no_desert;
+  const ModelHparams& hp = model.hparams();
+  sparse::AttentionShape shape;
+  shape.n_layer = hp.n_layer;
+  shape.n_head = hp.n_head;
+  shape.n_head_kv = hp.n_head_kv;
+  shape.head_dim = hp.head_dim;
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  return sparse::SparseAttention::create(s, dynamic_cast<KvCatalog*>(&kv), shape);
+}
+
+}  // namespace leoam::cli
