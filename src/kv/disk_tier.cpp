@@ -55,7 +55,7 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
 }
 
 DiskTier::~DiskTier() {
-  if (options_.keep_files) return;
+  if (options_.keep_files || !options_.visible_files) return;  // kept, or unlinked at creation
   for (int il = 0; il < options_.n_layer; ++il) {
     Layer& layer = layers_[il];
     const bool had_files = layer.chunks != nullptr;
@@ -102,6 +102,12 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& option
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
   LEOAM_RETURN_IF_ERROR(tier->fs_->create_dirs(options.dir).with_context("KV directory --kv-dir '" + options.dir + "'"));
   if (Status st = tier->open_files(/*create=*/true); !st.is_ok()) return st;
+  if (!options.keep_files && !options.visible_files) {
+    for (int il = 0; il < options.n_layer; ++il) {
+      LEOAM_RETURN_IF_ERROR(tier->fs_->remove(tier->chunk_path(il)));
+      LEOAM_RETURN_IF_ERROR(tier->fs_->remove(tier->abstract_path(il)));
+    }
+  }
   return tier;
 }
 

@@ -24,8 +24,9 @@
 // short read or an I/O error (kIoError). A failed read or write changes no recorded state: the
 // chunk is exactly as readable (or not yet written) as before.
 //
-// Files are created 0600 and removed by the destructor unless the tier was created to keep them
-// (persistence) or opened from an existing directory (open_existing).
+// Files are created 0600. Unless the tier keeps them (persistence, open_existing) they are
+// unlinked as soon as they are open, so that no file outlives the process however it ends (a
+// crash, Ctrl-C); with visible_files they stay in the directory until the destructor removes them.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,7 @@ struct DiskTierOptions {
   KvCodec codec = KvCodec::kNone;  // the stored form of the chunks
   FileOpenOptions file_options;    // direct / uring / queue depth (create and truncate are set here)
   bool keep_files = false;         // leave the files in place when destroyed
+  bool visible_files = false;      // without keep_files: unlink at the end, not at once
   FileSystem* file_system = nullptr;  // nullptr: posix_file_system()
   KvStats* stats = nullptr;           // where I/O latency and bytes are counted (may be null)
 };

@@ -87,6 +87,7 @@ Result<std::vector<Config>> plan_configs(const GatherBenchOptions& o) {
       s.n_recent_tokens = c;
       s.gather_batch_bytes = o.gather_batch_bytes;
       s.file_options.queue_depth = o.queue_depth;
+      s.visible_files = true;  // the raw reads open the chunk file by its path
       s.shape = {1, n_kv_heads, head_dim, 0};
       const ChunkGeometry g{n_kv_heads, head_dim, c, KvDtype::kF16};
       cfg.slot_bytes = align_up(encoded_chunk_bytes(g, KvCodec::kNone), kDirectIoAlignment);

@@ -86,6 +86,7 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   d.codec = options.host_codec;
   d.file_options = options.file_options;
   d.file_system = options.file_system;
+  d.visible_files = options.visible_files;
   d.stats = &cache->stats_;
   LEOAM_ASSIGN_OR_RETURN(cache->disk_, DiskTier::create(d));
   cache->stats_.disk_io_mode = cache->disk_->io_mode();

@@ -53,6 +53,9 @@ struct TieredKvCacheOptions {
   uint64_t gather_batch_bytes = uint64_t{32} << 20;  // scratch for one gather batch
   FileOpenOptions file_options;         // direct, uring, queue depth of the disk tier
   FileSystem* file_system = nullptr;    // nullptr: posix_file_system()
+  // Keep the disk tier's files visible in `dir` while the store lives (for tools that read them
+  // directly); by default they are unlinked once open, so none outlives the process.
+  bool visible_files = false;
 };
 
 class TieredKvCache final : public KvCache, public KvCatalog {

@@ -21,8 +21,8 @@ uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 10
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   const std::string group = "KV store (tiers)";
   CLI::Option* dir = cmd.add_option("--kv-dir", o.dir,
-                 "keep the KV in the tiered store, with its disk tier in DIR (created if missing; files removed at "
-                 "exit); without it the KV lives in RAM")
+                 "keep the KV in the tiered store, with its disk tier in DIR (created if missing; its files are "
+                 "unlinked once open, so none outlives the run); without it the KV lives in RAM")
       ->type_name("DIR")
       ->group(group);
   cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV (RAM on the CPU)")

@@ -300,10 +300,24 @@ TEST(TieredKvCache, RejectsADeviceBudgetBelowThePinnedChunks) {
   EXPECT_NE(TieredKvCache::create(o).status().message().find("--kv-dir"), std::string::npos);
 }
 
-TEST(TieredKvCache, FilesArePrivateAndRemovedAtTheEnd) {
+// By default the disk files are unlinked as soon as they are open: nothing is left behind however
+// the process ends, and the store works on through its open files.
+TEST(TieredKvCache, DiskFilesAreUnlinkedAtOnceAndTheStoreStillWorks) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(100).is_ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  EXPECT_GT(twin.tiered().residency().n_chunks(Tier::kDisk), 0);
+  const TokenRange all{0, 100};
+  expect_same_rows(twin, 1, {&all, 1});
+}
+
+TEST(TieredKvCache, VisibleFilesArePrivateAndRemovedAtTheEnd) {
   TempDir dir;
   {
-    Twin twin(small_options(dir.path()));
+    TieredKvCacheOptions o = small_options(dir.path());
+    o.visible_files = true;
+    Twin twin(o);
     ASSERT_TRUE(twin.append(100).is_ok());
     int n_files = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
