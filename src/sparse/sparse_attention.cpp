@@ -47,7 +47,8 @@ SparseAttention::SparseAttention(const SparseAttentionOptions& options, KvCatalo
       catalog_(catalog),
       shape_(shape),
       policy_(std::move(policy)),
-      stats_(static_cast<size_t>(shape.n_layer)) {}
+      stats_(static_cast<size_t>(shape.n_layer)),
+      picks_(static_cast<size_t>(shape.n_layer)) {}
 
 Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAttentionOptions& options,
                                                                  KvCatalog* catalog, const AttentionShape& shape) {
@@ -70,6 +71,20 @@ Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAtt
   return std::unique_ptr<SparseAttention>(new SparseAttention(options, catalog, shape, std::move(policy)));
 }
 
+void SparseAttention::hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog) {
+  const int64_t c = catalog.chunk_tokens();
+  std::vector<float>& picks = picks_[layer];
+  int64_t last = -1;
+  for (const TokenRange& r : ranges) {
+    for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
+      if (static_cast<int64_t>(picks.size()) <= i) picks.resize(static_cast<size_t>(i) + 1, 0.0f);
+      picks[i] += 1.0f;
+      catalog.set_importance({layer, i}, picks[i]);
+      last = i;
+    }
+  }
+}
+
 int64_t SparseAttention::budget_tokens(int layer, int64_t n) const {
   const auto it = options_.layer_budgets.find(layer);
   const double b = it != options_.layer_budgets.end() ? it->second : options_.budget;
@@ -78,7 +93,10 @@ int64_t SparseAttention::budget_tokens(int layer, int64_t n) const {
 
 Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
-  if (first_decode_pos_ < 0 || pos < last_pos_) first_decode_pos_ = pos;  // a new sequence
+  if (first_decode_pos_ < 0 || pos < last_pos_) {  // a new sequence
+    first_decode_pos_ = pos;
+    for (std::vector<float>& p : picks_) p.clear();
+  }
   last_pos_ = pos;
 
   const int64_t n = pos + 1;
@@ -104,6 +122,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
     } else {
       KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_catalog();
       LEOAM_ASSIGN_OR_RETURN(picked, policy_->select(query, catalog));
+      hint_importance(layer, picked.ranges, catalog);
     }
   }
 

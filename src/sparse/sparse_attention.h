@@ -10,12 +10,17 @@
 // recent window. Layers may have their own budget (LeoAM: 50% in the first two layers). A far
 // budget that covers every far token selects them all without asking the policy.
 //
-// It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored.
+// It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored. And it
+// tells the store which chunks matter: each time a policy picks a far chunk, the chunk's
+// importance (the eviction hint of KvCatalog::set_importance) becomes the number of times it has
+// been picked, so chunks that keep being chosen stay closer to compute (H2O's heavy hitters, at
+// chunk grain).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,12 +75,14 @@ class SparseAttention final : public AttentionSelector {
   SparseAttention(const SparseAttentionOptions& options, KvCatalog* catalog, const AttentionShape& shape,
                   std::unique_ptr<SelectionPolicy> policy);
   int64_t budget_tokens(int layer, int64_t n) const;
+  void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
 
   SparseAttentionOptions options_;
   KvCatalog* catalog_;
   AttentionShape shape_;
   std::unique_ptr<SelectionPolicy> policy_;
   std::vector<LayerSparseStats> stats_;
+  std::vector<std::vector<float>> picks_;  // [layer][chunk]: times a policy picked the chunk
   int64_t first_decode_pos_ = -1;  // the position of the first decoded token; steps count from it
   int64_t last_pos_ = -1;
 };

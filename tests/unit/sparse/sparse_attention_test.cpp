@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -45,6 +46,35 @@ TEST(SparseAttention, FullAttendsToEveryPositionAndStreamingToSinkAndRecent) {
   EXPECT_EQ(s.n_queries, 2);
   EXPECT_EQ(s.n_visible, 116);
   EXPECT_EQ(s.n_attended, 36);
+}
+
+// Chunks a policy keeps picking become more important to the store's eviction.
+TEST(SparseAttention, PickedChunksTellTheStoreTheyMatter) {
+  testing_util::TempDir dir;
+  TieredKvCacheOptions t;
+  t.shape = {2, 2, 8, 512};
+  t.chunk_tokens = 8;
+  t.n_recent_tokens = 16;
+  t.dir = dir.path();
+  t.device_budget_bytes = uint64_t{1} << 20;
+  auto kv = TieredKvCache::create(t);
+  ASSERT_TRUE(kv.is_ok()) << kv.status().message();
+  std::vector<float> rows(200 * 16, 0.0f);
+  for (int64_t p = 40; p < 48; ++p) std::fill_n(rows.begin() + p * 16, 16, 1.0f);  // chunk 5 aligns with q
+  for (int il = 0; il < 2; ++il) ASSERT_TRUE((*kv)->append(il, 0, 200, rows.data(), rows.data()).is_ok());
+
+  SparseAttentionOptions o;
+  o.policy = "quest";
+  o.budget = 28;  // 4 sink + 16 recent + one far chunk of 8
+  o.n_recent = 16;
+  auto s = SparseAttention::create(o, kv->get(), shape_of(2));
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(select(**s, 1, 199), (std::vector<TokenRange>{{0, 4}, {40, 48}, {184, 200}}));
+  }
+  EXPECT_EQ((*kv)->residency().find({1, 5})->importance, 3.0f);
+  EXPECT_EQ((*kv)->residency().find({1, 6})->importance, 0.0f);
+  EXPECT_EQ((*kv)->residency().find({0, 5})->importance, 0.0f);  // another layer
 }
 
 TEST(SparseAttention, RejectsBadOptions) {
