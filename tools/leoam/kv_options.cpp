@@ -105,23 +105,18 @@ std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
   return buf + tiered->disk().io_mode();
 }
 
-std::unique_ptr<KvStats> kv_stats_of(const KvCache& kv) {
-  const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
-  if (tiered == nullptr) return nullptr;
-  return std::make_unique<KvStats>(tiered->stats());
-}
-
 Status report_kv_stats(const KvCliOptions& o, const KvCache& kv) {
   if (!o.print_stats && o.stats_json_path.empty()) return Status::ok();
-  const std::unique_ptr<KvStats> stats = kv_stats_of(kv);
-  if (stats == nullptr) {
+  const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
+  if (tiered == nullptr) {
     std::fprintf(stderr, "leoam: --kv-stats: the KV is in memory (no --kv-dir): no tier traffic to report\n");
     return Status::ok();
   }
-  if (o.print_stats) std::fprintf(stderr, "%s", stats->to_text().c_str());
+  const KvStats stats = tiered->stats();
+  if (o.print_stats) std::fprintf(stderr, "%s", stats.to_text().c_str());
   if (!o.stats_json_path.empty()) {
     std::ofstream out(o.stats_json_path);
-    out << stats->to_json() << "\n";
+    out << stats.to_json() << "\n";
     if (!out) return io_error("cannot write --kv-stats-json file '" + o.stats_json_path + "': " + std::strerror(errno));
   }
   return Status::ok();

@@ -12,7 +12,6 @@
 
 #include "core/status.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_stats.h"
 
 namespace leoam {
 class Model;
@@ -46,9 +45,6 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& options, cons
 
 // One line on how the disk tier does its I/O ("leoam: KV disk tier DIR: O_DIRECT + io_uring ...").
 std::string kv_store_summary(const KvCliOptions& options, const KvCache& kv);
-
-// The stats of `kv` when it is a tiered store (nullptr otherwise).
-std::unique_ptr<KvStats> kv_stats_of(const KvCache& kv);
 
 // Prints --kv-stats to stderr and writes --kv-stats-json, as asked.
 Status report_kv_stats(const KvCliOptions& options, const KvCache& kv);
