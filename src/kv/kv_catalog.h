@@ -15,6 +15,11 @@
 
 namespace leoam {
 
+// Where a disk chunk's abstract comes from: its record in the abstract file (LKA), or its KV,
+// read in full and summarized again (the ablation without LKA; the reads count as disk reads).
+// Device and host chunks answer from memory either way.
+enum class AbstractSource { kLka, kKv };
+
 class KvCatalog {
  public:
   virtual ~KvCatalog() = default;
@@ -27,7 +32,8 @@ class KvCatalog {
   virtual Tier chunk_tier(int layer, int64_t index) const = 0;
   // dst = the abstracts of chunks [i0, i1) of `layer`: [i1 - i0][2][n_kv_heads][head_dim] floats
   // ([0] = min, [1] = max per channel). Fails on I/O errors and checksum mismatches.
-  [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) = 0;
+  [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst,
+                                              AbstractSource source) = 0;
   // A hint for eviction: the policy's view of how much a chunk matters (higher stays closer to
   // compute). Unknown chunks are ignored.
   virtual void set_importance(ChunkKey key, float importance) = 0;

@@ -515,7 +515,7 @@ Tier TieredKvCache::chunk_tier(int layer, int64_t index) const {
   return r != nullptr ? r->tier : Tier::kDisk;
 }
 
-Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
+Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source) {
   if (layer < 0 || layer >= options_.shape.n_layer || i0 < 0 || i1 > n_chunks(layer) || i0 > i1) {
     return invalid_argument("KV abstracts: chunks [" + std::to_string(i0) + ", " + std::to_string(i1) +
                             ") of layer " + std::to_string(layer) + " out of range");
@@ -528,10 +528,41 @@ Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* d
       ++i;
       continue;
     }
-    int64_t end = i + 1;  // a run of disk chunks: one bulk read (LKA)
+    int64_t end = i + 1;  // a run of disk chunks
     while (end < i1 && L.chunks[end].abstract.empty()) ++end;
-    LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, i, end, dst + (i - i0) * n_floats));
+    if (source == AbstractSource::kLka) {  // one bulk read of their records
+      LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, i, end, dst + (i - i0) * n_floats));
+    } else {
+      LEOAM_RETURN_IF_ERROR(abstracts_from_kv(layer, i, end, dst + (i - i0) * n_floats));
+    }
     i = end;
+  }
+  return Status::ok();
+}
+
+Status TieredKvCache::abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst) {
+  const KvCodec codec = options_.host_codec;
+  const size_t slot = disk_->slot_bytes();
+  const auto n_slots = static_cast<int64_t>(scratch_.size() / slot);
+  const int64_t n_floats = geometry_.abstract_floats();
+  std::vector<DiskChunkRead> reads;
+  for (int64_t b0 = i0; b0 < i1; b0 += n_slots) {  // in batches the gather scratch holds
+    const int64_t b1 = std::min(i1, b0 + n_slots);
+    reads.clear();
+    for (int64_t i = b0; i < b1; ++i) reads.push_back({i, scratch_.data() + (i - b0) * slot});
+    LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
+    stats_[Tier::kDisk].hits += static_cast<uint64_t>(b1 - b0);
+    for (int64_t i = b0; i < b1; ++i) {
+      const uint8_t* stored = reads[i - b0].dst;
+      const uint8_t* keys = stored;
+      if (codec != KvCodec::kNone) {
+        decode_chunk(geometry_, codec, stored, row_scratch_.data());
+        keys = row_scratch_.data();
+      }
+      float* a = dst + (i - i0) * n_floats;
+      reset_abstract(geometry_, a);
+      update_abstract(geometry_, keys, 0, layers_[layer].chunks[i].n_filled, a);
+    }
   }
   return Status::ok();
 }

@@ -85,7 +85,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   int catalog_head_dim() const override { return options_.shape.head_dim; }
   int64_t n_chunks(int layer) const override;
   Tier chunk_tier(int layer, int64_t index) const override;
-  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) override;
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source) override;
   // A hint from the selection policies: a more important chunk stays closer to compute.
   void set_importance(ChunkKey key, float importance) override;
 
@@ -132,6 +132,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Status carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk = nullptr);
   Status move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk);
   void recompute_abstract(Chunk& c, const uint8_t* compute_ready);
+  // The abstracts of disk chunks [i0, i1) of `layer`, recomputed from their KV, read in full in
+  // batches of the gather scratch (AbstractSource::kKv).
+  Status abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst);
   Status open_chunk(int layer, int64_t index);
   Status truncate_layer(int layer, int64_t n_tokens);
   void update_recent_pins(int layer);

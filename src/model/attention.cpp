@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fp16.h"
 #include "kernels/cpu/flash_attention.h"
 
 namespace leoam {
@@ -68,28 +69,80 @@ void merge_batch(const float* batch_out, const float* batch_lse, int64_t n_rows,
   });
 }
 
+// logits[h * n_keys + offset + t] = scale * q_h . k_t for the keys t of every segment of `kv`,
+// one query (q: [n_head][head_dim]); offset counts the keys of earlier views.
+void key_logits(const KvView& kv, const AttentionParams& params, const float* q, int64_t n_keys, int64_t offset,
+                float* logits) {
+  const int group = params.n_head / params.n_head_kv;
+  std::vector<float> row(static_cast<size_t>(params.head_dim));
+  for (const KvSegment& seg : kv.segments()) {
+    for (int64_t t = 0; t < seg.n_tokens; ++t) {
+      for (int g = 0; g < params.n_head_kv; ++g) {
+        if (seg.dtype == KvDtype::kF16) {
+          const auto* k = static_cast<const uint16_t*>(seg.k_row(t)) + static_cast<size_t>(g) * params.head_dim;
+          for (int d = 0; d < params.head_dim; ++d) row[d] = f16_to_f32(k[d]);
+        } else {
+          const auto* k = static_cast<const float*>(seg.k_row(t)) + static_cast<size_t>(g) * params.head_dim;
+          std::copy(k, k + params.head_dim, row.begin());
+        }
+        for (int h = g * group; h < (g + 1) * group; ++h) {
+          const float* qh = q + static_cast<size_t>(h) * params.head_dim;
+          float dot = 0.0f;
+          for (int d = 0; d < params.head_dim; ++d) dot += qh[d] * row[d];
+          logits[h * n_keys + offset + t] = dot * params.scale;
+        }
+      }
+    }
+    offset += seg.n_tokens;
+  }
+}
+
 // The state of one range-based attention call while the store hands over its batches: the first
 // batch goes straight to out, each later one to scratch and is then merged into out.
 class BatchedAttention {
  public:
+  // key_mass: empty, or (one query) one entry per key the walk hands over.
   BatchedAttention(const AttentionParams& params, const float* q, int64_t pos0, int64_t n_tokens, float* out,
-                   ThreadPool& pool)
+                   ThreadPool& pool, std::span<float> key_mass)
       : params_(params), q_(q), pos0_(pos0), n_tokens_(n_tokens), out_(out), pool_(pool),
-        n_rows_(n_tokens * params.n_head), lse_(static_cast<size_t>(n_rows_)) {}
+        n_rows_(n_tokens * params.n_head), lse_(static_cast<size_t>(n_rows_)), key_mass_(key_mass),
+        logits_(key_mass.size() * static_cast<size_t>(params.n_head)) {}
 
   Status add(const KvView& view) {
-    if (n_batches_++ == 0) return attend_view(view, params_, q_, pos0_, n_tokens_, out_, lse_.data(), pool_);
-    batch_out_.resize(static_cast<size_t>(n_rows_) * params_.head_dim);
-    batch_lse_.resize(static_cast<size_t>(n_rows_));
-    LEOAM_RETURN_IF_ERROR(
-        attend_view(view, params_, q_, pos0_, n_tokens_, batch_out_.data(), batch_lse_.data(), pool_));
-    merge_batch(batch_out_.data(), batch_lse_.data(), n_rows_, params_.head_dim, out_, lse_.data(), pool_);
+    if (n_batches_++ == 0) {
+      LEOAM_RETURN_IF_ERROR(attend_view(view, params_, q_, pos0_, n_tokens_, out_, lse_.data(), pool_));
+    } else {
+      batch_out_.resize(static_cast<size_t>(n_rows_) * params_.head_dim);
+      batch_lse_.resize(static_cast<size_t>(n_rows_));
+      LEOAM_RETURN_IF_ERROR(
+          attend_view(view, params_, q_, pos0_, n_tokens_, batch_out_.data(), batch_lse_.data(), pool_));
+      merge_batch(batch_out_.data(), batch_lse_.data(), n_rows_, params_.head_dim, out_, lse_.data(), pool_);
+    }
+    // The key logits only after attend_view has checked the view's geometry: key_logits reads
+    // n_head_kv * head_dim elements of every row.
+    if (!key_mass_.empty()) {
+      const int64_t n = view.n_tokens();
+      if (n_keys_ + n > static_cast<int64_t>(key_mass_.size())) {
+        return internal_error("attention: the store handed over more keys than the ranges hold");
+      }
+      key_logits(view, params_, q_, static_cast<int64_t>(key_mass_.size()), n_keys_, logits_.data());
+      n_keys_ += n;
+    }
     return Status::ok();
   }
 
-  // After the walk: a walk that handed over no batch leaves every query with no key.
-  void finish() {
+  // After the walk: a walk that handed over no batch leaves every query with no key. The key
+  // mass needs the final log-sum-exp: p = e^(logit - lse), summed over the heads.
+  Status finish() {
     if (n_batches_ == 0) std::fill(out_, out_ + n_rows_ * params_.head_dim, 0.0f);
+    if (key_mass_.empty()) return Status::ok();
+    const auto n_keys = static_cast<int64_t>(key_mass_.size());
+    if (n_keys_ != n_keys) return internal_error("attention: the store handed over fewer keys than the ranges hold");
+    std::fill(key_mass_.begin(), key_mass_.end(), 0.0f);
+    for (int h = 0; h < params_.n_head; ++h) {
+      for (int64_t t = 0; t < n_keys; ++t) key_mass_[t] += std::exp(logits_[h * n_keys + t] - lse_[h]);
+    }
+    return Status::ok();
   }
 
  private:
@@ -104,6 +157,9 @@ class BatchedAttention {
   std::vector<float> lse_;        // [n_tokens][n_head], of the batches merged so far
   std::vector<float> batch_out_;  // [n_tokens][n_head][head_dim], from the second batch on
   std::vector<float> batch_lse_;  // [n_tokens][n_head]
+  std::span<float> key_mass_;
+  std::vector<float> logits_;     // [n_head][key_mass.size()] when key_mass is wanted
+  int64_t n_keys_ = 0;            // keys handed over so far
 };
 
 }  // namespace
@@ -115,14 +171,23 @@ Status attention(const KvView& kv, const AttentionParams& params, const float* q
 }
 
 Status attention(KvCache& kv, int layer, std::span<const TokenRange> ranges, const AttentionParams& params,
-                 const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool) {
+                 const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool,
+                 std::span<float> key_mass) {
   LEOAM_RETURN_IF_ERROR(check_params(params));
   if (n_tokens <= 0) return Status::ok();
-  BatchedAttention batches(params, q, pos0, n_tokens, out, pool);
+  if (!key_mass.empty()) {
+    int64_t n_keys = 0;
+    for (const TokenRange& r : ranges) n_keys += r.size();
+    if (n_tokens != 1 || n_keys != static_cast<int64_t>(key_mass.size()) || ranges.empty() ||
+        ranges.back().end > pos0 + 1) {
+      return invalid_argument("attention: key mass needs one query that sees every position of its ranges, and "
+                              "one entry per position");
+    }
+  }
+  BatchedAttention batches(params, q, pos0, n_tokens, out, pool, key_mass);
   LEOAM_RETURN_IF_ERROR(
       kv.for_each_view(layer, ranges, [&batches](const KvView& view) { return batches.add(view); }));
-  batches.finish();
-  return Status::ok();
+  return batches.finish();
 }
 
 }  // namespace leoam

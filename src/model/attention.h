@@ -45,8 +45,12 @@ Status attention(const KvView& kv, const AttentionParams& params, const float* q
 // With a single batch (an in-memory store) out is that of attention(view, ...) bit for bit: the
 // batch is written straight to out. Scratch: [n_tokens][n_head] floats, and from a second batch
 // on [n_tokens][n_head][head_dim] + [n_tokens][n_head] more, whatever the context length.
+// key_mass (a single query only, n_tokens == 1): when not empty, it has one entry per position
+// of `ranges` (in order) and receives that position's softmax probability summed over the query
+// heads (what H2O accumulates). It costs one more q.k per attended key and head.
 // Fails on a bad range, a failed read, or a view whose geometry differs from params'.
 Status attention(KvCache& kv, int layer, std::span<const TokenRange> ranges, const AttentionParams& params,
-                 const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool);
+                 const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool,
+                 std::span<float> key_mass = {});
 
 }  // namespace leoam

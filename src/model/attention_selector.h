@@ -1,9 +1,18 @@
 // AttentionSelector: the seam through which sparse attention policies choose, per layer and decode
 // step, which positions a query attends to. The forward pass asks it once per layer when it
 // decodes one token; without a selector (or in prefill) attention covers every position.
+//
+// A selector may also watch the forward pass, for the policies that learn from it (needs()):
+//   keys             every batch of keys the store receives, prefill included (InfiniGen's
+//                    partial key cache)
+//   layer inputs     the residual stream entering each layer of a decode step, before the layer's
+//                    selection (InfiniGen speculates the next layer's query from it)
+//   attention mass   after each decode attention, how much softmax mass each attended position
+//                    got, summed over the query heads (H2O's accumulated attention)
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -11,12 +20,34 @@
 
 namespace leoam {
 
+struct SelectorNeeds {
+  bool keys = false;
+  bool layer_inputs = false;
+  bool attention_mass = false;
+};
+
 class AttentionSelector {
  public:
   virtual ~AttentionSelector() = default;
   // The positions of `layer` that the query at position `pos` attends to: sorted, disjoint ranges
   // inside [0, pos], always including pos itself. q: [n_head][head_dim], post-RoPE.
   virtual Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q) = 0;
+
+  virtual SelectorNeeds needs() const { return {}; }
+  // The post-RoPE keys appended to `layer` at positions [pos0, pos0 + n): [n][n_head_kv][head_dim].
+  [[nodiscard]] virtual Status observe_keys(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/, const float* /*k*/) {
+    return Status::ok();
+  }
+  // The residual stream entering `layer` for the decoded token at `pos`: [n_embd], before the
+  // layer's attention norm. Called before select(layer, pos, ...).
+  [[nodiscard]] virtual Status observe_layer_input(int /*layer*/, int64_t /*pos*/, const float* /*x*/) {
+    return Status::ok();
+  }
+  // After the decode attention of `layer` at `pos` over `ranges` (what select returned):
+  // mass[i] = the softmax probability of the i-th attended position (ranges in order), summed
+  // over the query heads; so the mass sums to n_head.
+  virtual void observe_attention(int /*layer*/, int64_t /*pos*/, std::span<const TokenRange> /*ranges*/,
+                                 std::span<const float> /*mass*/) {}
 };
 
 }  // namespace leoam

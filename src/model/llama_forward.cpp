@@ -228,8 +228,11 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
   });
 
+  AttentionSelector* selector = options_.selector;
+  const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
+    if (decode && needs.layer_inputs) LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, pos0, x));
     if (decode) {
       const MatvecTask qkv[] = {{&L.attn_q, xn, q_.data(), L.attn_q_bias},
                                 {&L.attn_k, xn, k_.data(), L.attn_k_bias},
@@ -251,9 +254,19 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     }
 
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
-    if (decode && options_.selector != nullptr) {
-      LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, options_.selector->select(il, pos0, q_.data()));
-      LEOAM_RETURN_IF_ERROR(attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+    if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
+    if (decode && selector != nullptr) {
+      LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, selector->select(il, pos0, q_.data()));
+      if (needs.attention_mass) {
+        int64_t n_keys = 0;
+        for (const TokenRange& r : ranges) n_keys += r.size();
+        key_mass_.resize(static_cast<size_t>(n_keys));
+        LEOAM_RETURN_IF_ERROR(
+            attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool, key_mass_));
+        selector->observe_attention(il, pos0, ranges, key_mass_);
+      } else {
+        LEOAM_RETURN_IF_ERROR(attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+      }
     } else {
       const TokenRange visible{0, pos0 + n};
       LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));

@@ -10,6 +10,9 @@
 //               h = rmsnorm(x) * ffn_norm
 //               x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
 //   logits = (rmsnorm(x) * output_norm) Wout^T                     (last row, or all rows)
+// With ForwardOptions::selector, a batch of one token (a decode step) attends to the positions the
+// selector picks per layer, and the selector watches what it asks for (SelectorNeeds): the keys
+// of every batch, each layer's input, the attention mass per attended position.
 // A prompt longer than n_batch runs in chunks of n_batch; every scratch buffer is sized for
 // n_batch tokens once, at create().
 //
@@ -78,6 +81,7 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> up_;      // [n_batch][n_ff]
   std::vector<float> cos_;     // [n_batch][n_rot/2]
   std::vector<float> sin_;     // [n_batch][n_rot/2]
+  std::vector<float> key_mass_;  // [positions attended] for a selector that watches attention mass
 };
 
 }  // namespace leoam

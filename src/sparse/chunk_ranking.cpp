@@ -43,14 +43,14 @@ Status check_query(const SelectionQuery& query, const KvCatalog& catalog) {
   return Status::ok();
 }
 
-Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span) {
+Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, AbstractSource source) {
   SpanAbstracts a;
   a.span = span;
   a.layout.n_kv_heads = catalog.catalog_kv_heads();
   a.layout.head_dim = catalog.catalog_head_dim();
   a.layout.chunk_stride = 2 * static_cast<int64_t>(a.layout.n_kv_heads) * a.layout.head_dim;
   a.data.resize(static_cast<size_t>(span.size() * a.layout.chunk_stride));
-  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, span.i0, span.i1, a.data.data()));
+  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, span.i0, span.i1, a.data.data(), source));
   return a;
 }
 
@@ -85,6 +85,37 @@ std::vector<TokenRange> pick_top_chunks(std::span<const float> scores, ChunkSpan
     }
   }
   return ranges;
+}
+
+RangePick pick_top_ranges(std::span<const float> scores, std::span<const TokenRange> units, TokenRange far,
+                          int64_t budget_tokens) {
+  auto far_part = [&](int64_t i) {
+    const int64_t begin = std::max(units[i].begin, far.begin);
+    const int64_t end = std::min(units[i].end, far.end);
+    return begin < end ? TokenRange{begin, end} : TokenRange{begin, begin};
+  };
+  std::vector<int64_t> order(scores.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+  RangePick pick;
+  int64_t used = 0;
+  for (int64_t i : order) {
+    const int64_t n = far_part(i).size();
+    if (used + n > budget_tokens) break;
+    used += n;
+    pick.picked.push_back(i);
+  }
+  std::sort(pick.picked.begin(), pick.picked.end());
+  for (int64_t i : pick.picked) {
+    const TokenRange part = far_part(i);
+    if (part.size() <= 0) continue;
+    if (!pick.ranges.empty() && pick.ranges.back().end == part.begin) {
+      pick.ranges.back().end = part.end;
+    } else {
+      pick.ranges.push_back(part);
+    }
+  }
+  return pick;
 }
 
 }  // namespace leoam::sparse

@@ -51,7 +51,7 @@ struct SpanAbstracts {
 };
 
 // One load_abstracts call over the whole span.
-Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span);
+Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, AbstractSource source);
 
 // scores[i] = max(scores[i], (bounds[i] - max_j bounds[j]) * scale): a head's bounds become log
 // attention-mass upper bounds relative to its best chunk, folded into the chunk scores by max.
@@ -63,5 +63,15 @@ void fold_normalized(std::span<const float> bounds, float scale, std::span<float
 // chunks' parts inside `far`, sorted, with adjacent parts merged.
 std::vector<TokenRange> pick_top_chunks(std::span<const float> scores, ChunkSpan span, TokenRange far,
                                         int chunk_tokens, int64_t budget_tokens);
+
+// pick_top_chunks over chunks of any size (an adaptive chunk tree's leaves, chunk_tree.h):
+// units[i] (sorted, disjoint, each overlapping far) scores scores[i]; the same ranking, budget and
+// stop rule, each unit counting only its tokens inside far.
+struct RangePick {
+  std::vector<int64_t> picked;     // indices into units, ascending
+  std::vector<TokenRange> ranges;  // their parts inside far, sorted, adjacent parts merged
+};
+RangePick pick_top_ranges(std::span<const float> scores, std::span<const TokenRange> units, TokenRange far,
+                          int64_t budget_tokens);
 
 }  // namespace leoam::sparse

@@ -1,9 +1,14 @@
-// leoam: LeoAM's GQA-aware chunk selection with attention-desert detection.
+// leoam: LeoAM's GQA-aware chunk selection over an adaptive chunk tree (IAKM), with
+// attention-desert detection.
 //
-// Ranking: per KV head, the upper bounds of its query heads combine into one bound per chunk
-// (PolicyOptions::group_combine: max, or sum, a bound on the group's summed q.k), normalized to
-// the kv head's best chunk; a chunk scores its best rank over the kv heads, and the best chunks
-// fill the budget (chunk_ranking.h).
+// Ranking, GQA-aware: each query head's upper bounds become log attention-mass bounds relative to
+// its best chunk, scale * (bound - max bound); per KV head, those of its query heads combine by
+// PolicyOptions::group_combine: max (the head that wants the chunk most) or sum (log of the
+// summed mass bounds: the group's attention mass on the chunk, which is what a shared KV head
+// serves). A chunk scores its best KV head, and the best chunks fill the budget (chunk_ranking.h).
+// Sum is the default: on stories260K (bench/RESULTS.md) it keeps perplexity closer to full
+// attention than max at every budget. The chunks are the leaves of the layer's ChunkTree
+// (chunk_tree.h) overlapping far; with PolicyOptions::adaptive off, the store's fixed chunks.
 //
 // Desert detection, from abstracts alone: for query head h, with m = its largest upper bound over
 // every chunk of [0, n_tokens),
@@ -17,17 +22,92 @@
 // desert_mass of the near keys' mass. When that holds for every query head, the step reads no
 // far KV. The check needs the abstracts of every chunk, not only the far ones: the selection
 // then counts all of them in n_chunks_scored.
+//
+// IAKM, the adaptive chunks (LeoAM: "chunks start at 64 tokens, or at 8 in the first two layers
+// and the first decode steps; a chunk whose upper bound stays high is split, down to 8, so less
+// unneeded KV is read; neighbouring chunks that stay cold are merged so fewer abstracts are
+// scored"). One ChunkTree per layer, grown to n_tokens at each select (only the edge is read),
+// rebuilt when n_tokens goes back; reset() forgets them all. With C the store's chunk:
+//
+//   min_tokens      max(8, C) rounded up to a multiple of C          (kIakmMinTokens = 8)
+//   max_tokens      the largest min * 2^k <= max(512, min)           (kIakmMaxTokens = 512)
+//   initial_tokens  layers [0, 2): min; others the smallest min * 2^k >= 64, at most max
+//                                                   (kIakmFineLayers = 2, kIakmInitialTokens = 64)
+//                   and at most the budget cap below, for the budget of the step the tree is built
+//   budget cap      the largest min * 2^k with kIakmLeavesPerBudget = 4 such leaves within the far
+//                   budget (at least min): a leaf larger than the budget could never be selected
+//
+// After each selection (a desert selects nothing), per far leaf (one overlapping far): selected
+// -> hot_steps + 1, cold_steps = 0; else cold_steps + 1, hot_steps = 0. Leaves outside far (sink,
+// recent window) keep their history. Then, applied from the last leaf back:
+//
+//   split  a selected leaf that can split, during the first kIakmEarlySteps = 2 decode steps
+//          (query.step < 2: "8 in the first decode steps"), or once hot_steps >= kIakmHotSteps = 2
+//          when the layer is skewed; at most kIakmMaxSplits = 32 a layer a step, best scores first
+//          (each split reads its store chunks' abstracts); none when the selection holds all of
+//          far (every far token is read anyway). When the budget took no leaf (the best one is
+//          larger than it; not in a desert), the best leaf splits, so that some leaf fits at last
+//   merge  two buddy far leaves both with cold_steps >= kIakmColdSteps = 4, when their parent is
+//          within the budget cap of this step (no I/O)
+//
+// Skew: per query head h, with m_h its largest upper bound over the far leaves, the share that the
+// selected leaves hold of sum over far leaves of far_tokens * exp(scale * (upper - m_h)), the
+// far mass bound of the desert check; the layer's skew is the mean over the query heads. A layer
+// is skewed when skew >= kIakmSkew = 0.5: few leaves hold most of the far attention, so cutting
+// the selected ones finer saves reading their cold halves. Selection counts the splits and merges
+// (--kv-stats reports them).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "sparse/chunk_ranking.h"
+#include "sparse/chunk_tree.h"
 #include "sparse/selection_policy.h"
 
 namespace leoam::sparse {
 namespace {
+
+constexpr int kIakmMinTokens = 8;        // LeoAM: chunks split down to 8 tokens
+constexpr int kIakmMaxTokens = 512;      // merges stop here (the store's largest chunk, kMaxChunkTokens)
+constexpr int kIakmInitialTokens = 64;   // LeoAM's initial chunk size
+constexpr int kIakmFineLayers = 2;       // LeoAM: layers 0 and 1 start at the smallest chunks
+constexpr int64_t kIakmEarlySteps = 2;   // decode steps whose selected leaves split unconditionally
+constexpr int kIakmHotSteps = 2;         // consecutive selections before a skewed layer splits a leaf
+constexpr int kIakmColdSteps = 4;        // consecutive misses before two buddies merge
+constexpr double kIakmSkew = 0.5;        // selected share of the far mass bound that makes a layer skewed
+constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds the abstract reads
+constexpr int kIakmLeavesPerBudget = 4;  // leaves start and merge no larger than a quarter of the far budget
+
+// The largest leaf size (min * 2^k, at least min) that lets kIakmLeavesPerBudget leaves fit the budget.
+int budget_leaf_cap(const ChunkTreeOptions& o, int64_t budget_tokens) {
+  int cap = o.min_tokens;
+  while (cap * 2 <= o.max_tokens && int64_t{cap} * 2 * kIakmLeavesPerBudget <= budget_tokens) cap *= 2;
+  return cap;
+}
+
+ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t budget_tokens) {
+  const int c = std::max(store_chunk_tokens, 1);
+  ChunkTreeOptions o;
+  o.min_tokens = (std::max(kIakmMinTokens, c) + c - 1) / c * c;
+  o.max_tokens = o.min_tokens;
+  while (o.max_tokens * 2 <= kIakmMaxTokens) o.max_tokens *= 2;
+  o.initial_tokens = o.min_tokens;
+  if (layer >= kIakmFineLayers) {
+    while (o.initial_tokens < kIakmInitialTokens && o.initial_tokens * 2 <= o.max_tokens) o.initial_tokens *= 2;
+  }
+  o.initial_tokens = std::min(o.initial_tokens, budget_leaf_cap(o, budget_tokens));
+  return o;
+}
+
+TokenRange intersect(TokenRange a, TokenRange b) {
+  const int64_t begin = std::max(a.begin, b.begin);
+  const int64_t end = std::min(a.end, b.end);
+  return begin < end ? TokenRange{begin, end} : TokenRange{begin, begin};
+}
 
 class LeoamPolicy final : public SelectionPolicy {
  public:
@@ -37,49 +117,227 @@ class LeoamPolicy final : public SelectionPolicy {
 
   Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) override {
     LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
+    if (query.far.size() <= 0 || query.budget_tokens <= 0) return Selection{};
+    return options_.adaptive ? select_adaptive(query, catalog) : select_flat(query, catalog);
+  }
+
+  void reset() override { trees_.clear(); }
+
+ private:
+  AbstractSource source() const { return options_.lka ? AbstractSource::kLka : AbstractSource::kKv; }
+
+  // The store's fixed chunks.
+  Result<Selection> select_flat(const SelectionQuery& query, KvCatalog& catalog) const {
     Selection s;
-    if (query.far.size() <= 0 || query.budget_tokens <= 0) return s;
     const int chunk_tokens = catalog.chunk_tokens();
     const ChunkSpan far = chunks_overlapping(query.far, chunk_tokens);
     const ChunkSpan loaded = options_.desert ? chunks_overlapping({0, query.n_tokens}, chunk_tokens) : far;
-    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, loaded));
+    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, loaded, source()));
     s.n_chunks_scored = loaded.size();
-    if (options_.desert && is_desert(query, abstracts, chunk_tokens)) {
-      s.desert = true;
-      return s;
+    if (options_.desert) {
+      std::vector<TokenRange> chunks(static_cast<size_t>(loaded.size()));
+      for (int64_t i = 0; i < loaded.size(); ++i) chunks[i] = chunk_part(loaded.i0 + i, {0, query.n_tokens}, chunk_tokens);
+      if (is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks)) {
+        s.desert = true;
+        return s;
+      }
     }
-    const int group = query.n_head / query.n_head_kv;
-    std::vector<float> bounds(static_cast<size_t>(far.size()));
-    std::vector<float> scores(bounds.size(), -std::numeric_limits<float>::infinity());
-    for (int g = 0; g < query.n_head_kv; ++g) {
-      chunk_bounds(query.q, g * group, (g + 1) * group, g, abstracts.at(far.i0), far.size(), abstracts.layout,
-                   options_.group_combine, bounds.data());
-      fold_normalized(bounds, query.scale, scores);
-    }
+    const std::vector<float> scores = score(query, abstracts.at(far.i0), far.size(), abstracts.layout);
     s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     return s;
   }
 
- private:
-  // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
-  // near window's (the header comment). `abstracts` spans every chunk of [0, n_tokens).
-  bool is_desert(const SelectionQuery& query, const SpanAbstracts& abstracts, int chunk_tokens) const {
-    const ChunkSpan all = abstracts.span;
+  // The leaves of the layer's chunk tree, which then adapts (the header comment).
+  Result<Selection> select_adaptive(const SelectionQuery& query, KvCatalog& catalog) {
+    LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query, catalog));
+    LEOAM_RETURN_IF_ERROR(tree->grow(catalog, query.layer, query.n_tokens, source()));
+    std::vector<TokenRange> leaves(static_cast<size_t>(tree->n_leaves()));
+    for (int64_t i = 0; i < tree->n_leaves(); ++i) leaves[i] = tree->leaf(i);
+    // Far leaves [l0, l1): those overlapping far.
+    const int64_t l0 = std::upper_bound(leaves.begin(), leaves.end(), query.far.begin,
+                                        [](int64_t p, const TokenRange& r) { return p < r.end; }) -
+                       leaves.begin();
+    const int64_t l1 = std::lower_bound(leaves.begin(), leaves.end(), query.far.end,
+                                        [](const TokenRange& r, int64_t p) { return r.begin < p; }) -
+                       leaves.begin();
+    const std::span<const TokenRange> far_leaves(leaves.data() + l0, static_cast<size_t>(l1 - l0));
+
+    Selection s;
+    s.n_chunks_scored = options_.desert ? tree->n_leaves() : l1 - l0;
+    std::vector<float> scores;
+    RangePick pick;
+    if (options_.desert && is_desert(query, tree->abstracts(0), tree->layout(), leaves)) {
+      s.desert = true;
+    } else {
+      scores = score(query, tree->abstracts(l0), l1 - l0, tree->layout());
+      pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens);
+      s.ranges = pick.ranges;
+    }
+    LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, s));
+    return s;
+  }
+
+  // The layer's tree, created or rebuilt when it does not fit the query or the catalog.
+  Result<ChunkTree*> tree_for(const SelectionQuery& query, const KvCatalog& catalog) {
+    if (query.layer < 0) return invalid_argument("leoam: layer " + std::to_string(query.layer) + " is negative");
+    if (trees_.size() <= static_cast<size_t>(query.layer)) trees_.resize(static_cast<size_t>(query.layer) + 1);
+    std::optional<ChunkTree>& tree = trees_[query.layer];
+    if (!tree || tree->n_tokens() > query.n_tokens || tree->store_chunk_tokens() != catalog.chunk_tokens() ||
+        tree->layout().n_kv_heads != query.n_head_kv || tree->layout().head_dim != query.head_dim) {
+      LEOAM_ASSIGN_OR_RETURN(ChunkTree t, ChunkTree::create(iakm_tree_options(query.layer, catalog.chunk_tokens(), query.budget_tokens),
+                                                            catalog.chunk_tokens(), query.n_head_kv, query.head_dim));
+      tree = std::move(t);
+    }
+    return &*tree;
+  }
+
+  // The IAKM rule (the header comment) after the selection of far leaves [l0, l1): pick.picked are
+  // indices into them, `scores` their scores (empty in a desert). Counts the changes in `s`.
+  Status adapt(const SelectionQuery& query, KvCatalog& catalog, ChunkTree& tree, int64_t l0, int64_t l1,
+               const RangePick& pick, const std::vector<float>& scores, Selection& s) {
+    const std::vector<int64_t>& picked = pick.picked;
+    std::vector<bool> selected(static_cast<size_t>(l1 - l0), false);
+    for (int64_t j : picked) selected[j] = true;
+    for (int64_t i = l0; i < l1; ++i) {
+      LeafHistory& h = tree.history(i);
+      if (selected[i - l0]) {
+        ++h.hot_steps;
+        h.cold_steps = 0;
+      } else {
+        ++h.cold_steps;
+        h.hot_steps = 0;
+      }
+    }
+
+    // A selection that holds all of far reads every far token however fine the leaves: no split pays.
+    int64_t n_picked_tokens = 0;
+    for (const TokenRange& r : pick.ranges) n_picked_tokens += r.size();
+    const bool all_far = n_picked_tokens == query.far.size();
+
+    std::vector<int64_t> splits;  // far-leaf offsets, best score first
+    const bool early = query.step < kIakmEarlySteps;
+    bool any_hot = false;
+    for (int64_t j : picked) {
+      if (all_far || !tree.can_split(l0 + j)) continue;
+      const bool hot = tree.history(l0 + j).hot_steps >= kIakmHotSteps;
+      if (early || hot) splits.push_back(j);
+      any_hot = any_hot || hot;
+    }
+    if (!early && any_hot && skew(query, tree, l0, l1, selected) < kIakmSkew) splits.clear();
+    // Nothing selected: the best leaf alone is over the budget. Split it, or no leaf would ever fit.
+    if (picked.empty() && !scores.empty()) {
+      const int64_t best = std::max_element(scores.begin(), scores.end()) - scores.begin();
+      if (tree.can_split(l0 + best)) splits.push_back(best);
+    }
+    std::stable_sort(splits.begin(), splits.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+    if (splits.size() > static_cast<size_t>(kIakmMaxSplits)) splits.resize(kIakmMaxSplits);
+
+    std::vector<int64_t> split_leaves(splits.size());
+    for (size_t k = 0; k < splits.size(); ++k) split_leaves[k] = l0 + splits[k];
+    std::sort(split_leaves.begin(), split_leaves.end(), std::greater<>());
+    const auto splitting = [&](int64_t i) {
+      return std::binary_search(split_leaves.begin(), split_leaves.end(), i, std::greater<>());
+    };
+
+    // A leaf that splits never merges (a forced split takes an unselected leaf, possibly cold).
+    std::vector<int64_t> merges;  // leaf indices i: merge i and i + 1
+    const int64_t merge_cap = budget_leaf_cap(tree.options(), query.budget_tokens);
+    for (int64_t i = l0; i + 1 < l1; ++i) {
+      if (tree.history(i).cold_steps >= kIakmColdSteps && tree.history(i + 1).cold_steps >= kIakmColdSteps &&
+          tree.can_merge(i) && 2 * tree.leaf(i).size() <= merge_cap && !splitting(i) && !splitting(i + 1)) {
+        merges.push_back(i++);
+      }
+    }
+
+    // From the last leaf back, so that each change leaves the indices before it valid.
+    auto next_split = split_leaves.begin();
+    for (auto m = merges.rbegin(); m != merges.rend() || next_split != split_leaves.end();) {
+      if (m == merges.rend() || (next_split != split_leaves.end() && *next_split > *m)) {
+        LEOAM_RETURN_IF_ERROR(tree.split(*next_split++, catalog, query.layer, source()));
+        ++s.n_splits;
+      } else {
+        tree.merge(*m++);
+        ++s.n_merges;
+      }
+    }
+    return Status::ok();
+  }
+
+  // The layer's skew (the header comment): the mean over query heads of the selected leaves'
+  // share of the far leaves' bounded mass.
+  double skew(const SelectionQuery& query, const ChunkTree& tree, int64_t l0, int64_t l1,
+              const std::vector<bool>& selected) const {
     const int group = query.n_head / query.n_head_kv;
-    std::vector<float> upper(static_cast<size_t>(all.size()));
+    std::vector<float> upper(static_cast<size_t>(l1 - l0));
+    double sum = 0.0;
+    for (int h = 0; h < query.n_head; ++h) {
+      chunk_bounds(query.q, h, h + 1, h / group, tree.abstracts(l0), l1 - l0, tree.layout(), GroupCombine::kMax,
+                   upper.data(), BoundSide::kUpper);
+      const double m = *std::max_element(upper.begin(), upper.end());
+      double total = 0.0;
+      double held = 0.0;
+      for (int64_t i = l0; i < l1; ++i) {
+        const double mass = static_cast<double>(intersect(tree.leaf(i), query.far).size()) *
+                            std::exp(query.scale * (upper[i - l0] - m));
+        total += mass;
+        if (selected[i - l0]) held += mass;
+      }
+      sum += total > 0.0 ? held / total : 0.0;
+    }
+    return sum / query.n_head;
+  }
+
+  // scores[i] for chunks i in [0, n_chunks) at `abstracts`: the GQA-combined, per-kv-head
+  // normalized bounds (the header comment).
+  std::vector<float> score(const SelectionQuery& query, const float* abstracts, int64_t n_chunks,
+                           const BoundLayout& layout) const {
+    const int group = query.n_head / query.n_head_kv;
+    const auto n = static_cast<size_t>(n_chunks);
+    std::vector<float> bounds(n);
+    std::vector<float> head(n);
+    std::vector<float> kv_head(n);
+    std::vector<float> scores(n, -std::numeric_limits<float>::infinity());
+    for (int g = 0; g < query.n_head_kv; ++g) {
+      std::fill(kv_head.begin(), kv_head.end(), -std::numeric_limits<float>::infinity());
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        chunk_bounds(query.q, h, h + 1, g, abstracts, n_chunks, layout, GroupCombine::kMax, bounds.data());
+        std::fill(head.begin(), head.end(), -std::numeric_limits<float>::infinity());
+        fold_normalized(bounds, query.scale, head);
+        for (size_t i = 0; i < n; ++i) {
+          if (options_.group_combine == GroupCombine::kMax) {
+            kv_head[i] = std::max(kv_head[i], head[i]);
+          } else {  // log(e^a + e^b), the group's summed mass bound
+            const float hi = std::max(kv_head[i], head[i]);
+            const float lo = std::min(kv_head[i], head[i]);
+            kv_head[i] = lo == -std::numeric_limits<float>::infinity() ? hi : hi + std::log1p(std::exp(lo - hi));
+          }
+        }
+      }
+      for (size_t i = 0; i < n; ++i) scores[i] = std::max(scores[i], kv_head[i]);
+    }
+    return scores;
+  }
+
+  // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
+  // near window's (the header comment). `chunks` are the positions of every chunk of
+  // [0, n_tokens), in order, their abstracts contiguous at `abstracts`.
+  bool is_desert(const SelectionQuery& query, const float* abstracts, const BoundLayout& layout,
+                 std::span<const TokenRange> chunks) const {
+    const int64_t n = static_cast<int64_t>(chunks.size());
+    const int group = query.n_head / query.n_head_kv;
+    std::vector<float> upper(static_cast<size_t>(n));
     std::vector<float> lower(upper.size());
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts.at(all.i0), all.size(), abstracts.layout,
-                   GroupCombine::kMax, upper.data(), BoundSide::kUpper);
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts.at(all.i0), all.size(), abstracts.layout,
-                   GroupCombine::kMax, lower.data(), BoundSide::kLower);
+      chunk_bounds(query.q, h, h + 1, h / group, abstracts, n, layout, GroupCombine::kMax, upper.data(),
+                   BoundSide::kUpper);
+      chunk_bounds(query.q, h, h + 1, h / group, abstracts, n, layout, GroupCombine::kMax, lower.data(),
+                   BoundSide::kLower);
       const double m = *std::max_element(upper.begin(), upper.end());
       double near_lower = 0.0;
       double far_upper = 0.0;
-      for (int64_t i = 0; i < all.size(); ++i) {
-        const int64_t index = all.i0 + i;
-        const int64_t n_far = chunk_part(index, query.far, chunk_tokens).size();
-        const int64_t n_near = chunk_part(index, {0, query.n_tokens}, chunk_tokens).size() - n_far;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t n_far = intersect(chunks[i], query.far).size();
+        const int64_t n_near = chunks[i].size() - n_far;
         near_lower += static_cast<double>(n_near) * std::exp(query.scale * (lower[i] - m));
         far_upper += static_cast<double>(n_far) * std::exp(query.scale * (upper[i] - m));
       }
@@ -89,6 +347,7 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   PolicyOptions options_;
+  std::vector<std::optional<ChunkTree>> trees_;  // [layer], adaptive only
 };
 
 }  // namespace

@@ -14,6 +14,9 @@ namespace {
 
 class QuestPolicy final : public SelectionPolicy {
  public:
+  explicit QuestPolicy(const PolicyOptions& options)
+      : source_(options.lka ? AbstractSource::kLka : AbstractSource::kKv) {}
+
   std::string_view name() const override { return "quest"; }
 
   Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) override {
@@ -21,7 +24,7 @@ class QuestPolicy final : public SelectionPolicy {
     Selection s;
     if (query.far.size() <= 0 || query.budget_tokens <= 0) return s;
     const ChunkSpan far = chunks_overlapping(query.far, catalog.chunk_tokens());
-    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, far));
+    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, far, source_));
     const int group = query.n_head / query.n_head_kv;
     std::vector<float> bounds(static_cast<size_t>(far.size()));
     std::vector<float> scores(bounds.size(), -std::numeric_limits<float>::infinity());
@@ -34,10 +37,15 @@ class QuestPolicy final : public SelectionPolicy {
     s.n_chunks_scored = far.size();
     return s;
   }
+
+ private:
+  AbstractSource source_;
 };
 
 }  // namespace
 
-std::unique_ptr<SelectionPolicy> make_quest_policy() { return std::make_unique<QuestPolicy>(); }
+std::unique_ptr<SelectionPolicy> make_quest_policy(const PolicyOptions& options) {
+  return std::make_unique<QuestPolicy>(options);
+}
 
 }  // namespace leoam::sparse

@@ -5,18 +5,50 @@
 
 namespace leoam::sparse {
 
-// Defined in full_policy.cpp, streaming_policy.cpp, quest_policy.cpp, leoam_policy.cpp.
+// Defined in full_policy.cpp, streaming_policy.cpp, h2o_policy.cpp, quest_policy.cpp,
+// infinigen_policy.cpp, leoam_policy.cpp.
 std::unique_ptr<SelectionPolicy> make_full_policy();
 std::unique_ptr<SelectionPolicy> make_streaming_policy();
-std::unique_ptr<SelectionPolicy> make_quest_policy();
+std::unique_ptr<SelectionPolicy> make_h2o_policy(bool chunked);
+std::unique_ptr<SelectionPolicy> make_quest_policy(const PolicyOptions& options);
+Result<std::unique_ptr<SelectionPolicy>> make_infinigen_policy(const PolicyOptions& options);
 std::unique_ptr<SelectionPolicy> make_leoam_policy(const PolicyOptions& options);
 
-const char* selection_policy_names() { return "full streaming quest leoam"; }
+namespace {
+
+class NoChunkCatalog final : public KvCatalog {
+ public:
+  int chunk_tokens() const override { return 1; }
+  int catalog_kv_heads() const override { return 0; }
+  int catalog_head_dim() const override { return 0; }
+  int64_t n_chunks(int) const override { return 0; }
+  Tier chunk_tier(int, int64_t) const override { return Tier::kDevice; }
+  Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource) override {
+    return unsupported("this KV store keeps no chunk abstracts; use the tiered store (--kv-dir)");
+  }
+  void set_importance(ChunkKey, float) override {}
+};
+
+}  // namespace
+
+KvCatalog& no_chunk_catalog() {
+  static NoChunkCatalog catalog;  // stateless
+  return catalog;
+}
+
+const char* selection_policy_names() { return "full streaming h2o h2o-chunked quest infinigen leoam"; }
+
+bool selection_policy_needs_catalog(std::string_view name) {
+  return name == "quest" || name == "leoam" || name == "h2o-chunked";
+}
 
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options) {
   if (name == "full") return make_full_policy();
   if (name == "streaming") return make_streaming_policy();
-  if (name == "quest") return make_quest_policy();
+  if (name == "h2o") return make_h2o_policy(false);
+  if (name == "h2o-chunked") return make_h2o_policy(true);
+  if (name == "quest") return make_quest_policy(options);
+  if (name == "infinigen") return make_infinigen_policy(options);
   if (name == "leoam") return make_leoam_policy(options);
   return invalid_argument("selection policy '" + std::string(name) + "' is unknown; known policies: " +
                           selection_policy_names());

@@ -15,20 +15,35 @@
 //              score is its best rank-normalized bound over all query heads; top chunks until the
 //              budget is filled (the ranking stops at the first chunk that does not fit, and an
 //              edge chunk partly outside far counts only its far tokens; chunk_ranking.h)
-//   leoam      the same ranking, GQA-aware (per KV head, the bounds of its query heads combined by
-//              max or sum), with attention-desert detection (no far KV when the far chunks'
-//              bounded mass is negligible next to the near window's)
+//   h2o        H2O: token-level heavy hitters by attention mass accumulated over the steps; the far
+//              tokens outside the budget are evicted for good (h2o_policy.cpp)
+//   h2o-chunked the same at the grain of the store's chunks
+//   infinigen  InfiniGen: the next layer's important tokens, speculated from this layer's input
+//              with a partial query/key projection over the top columns (infinigen_policy.cpp)
+//   leoam      GQA-aware (per KV head, the bounds of its query heads combined by max or sum)
+//              ranking of the nodes of an adaptive chunk tree (IAKM, chunk_tree.h) that splits hot
+//              chunks and merges cold ones, with attention-desert detection (no far KV when the
+//              far chunks' bounded mass is negligible next to the near window's)
+//
+// Policies that learn from the forward pass say so in needs() and get its observations
+// (model/attention_selector.h) through SparseAttention.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "kv/kv_cache.h"  // TokenRange
 #include "kv/kv_catalog.h"
+#include "model/attention_selector.h"  // SelectorNeeds
 #include "sparse/chunk_bound.h"
+
+namespace leoam {
+class Model;
+}
 
 namespace leoam::sparse {
 
@@ -50,14 +65,26 @@ struct Selection {
   bool desert = false;             // the policy judged that no far token matters
   int64_t n_chunks_scored = 0;     // chunks whose bounds were computed: the far chunks, or with
                                    // leoam's desert check every chunk of [0, n_tokens)
+  int64_t n_splits = 0;            // leoam's adaptive chunks split and merged after this selection
+  int64_t n_merges = 0;
 };
 
 struct PolicyOptions {
-  GroupCombine group_combine = GroupCombine::kMax;  // leoam: how a GQA group's bounds combine
+  GroupCombine group_combine = GroupCombine::kSum;  // leoam: how a GQA group's mass bounds combine
   bool desert = true;                               // leoam: detect attention deserts
   // A desert: for every query head, the far chunks' bounded attention mass is below this
   // fraction of the near window's lower-bounded mass.
   double desert_mass = 0.01;
+  // leoam: the adaptive chunk tree (IAKM); without it, leoam ranks the store's chunks as they are.
+  bool adaptive = true;
+  // Chunk scoring from abstracts wherever they live (LKA). Without it, a disk chunk's abstract
+  // is recomputed from its KV, read in full (KvCatalog::load_abstracts, AbstractSource::kKv):
+  // the ablation that shows what LKA saves.
+  bool lka = true;
+  // infinigen: the model whose query projections it speculates with (required for infinigen).
+  const Model* model = nullptr;
+  // infinigen: the fraction of each head's columns kept in the partial projection.
+  double partial_ratio = 0.3;
 };
 
 class SelectionPolicy {
@@ -66,10 +93,30 @@ class SelectionPolicy {
   virtual std::string_view name() const = 0;
   // Picks far ranges for one query. Fails on catalog errors (an abstract that cannot be read).
   virtual Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) = 0;
+
+  // Learning from the forward pass (model/attention_selector.h): what the policy watches, and the
+  // observations. A new sequence (a decode position that goes back) calls reset() first.
+  virtual SelectorNeeds needs() const { return {}; }
+  virtual void reset() {}
+  [[nodiscard]] virtual Status observe_keys(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/, const float* /*k*/) {
+    return Status::ok();
+  }
+  [[nodiscard]] virtual Status observe_layer_input(int /*layer*/, int64_t /*pos*/, const float* /*x*/) {
+    return Status::ok();
+  }
+  virtual void observe_attention(int /*layer*/, int64_t /*pos*/, std::span<const TokenRange> /*ranges*/,
+                                 std::span<const float> /*mass*/) {}
 };
 
-// "full streaming quest leoam"
+// "full streaming h2o h2o-chunked quest infinigen leoam"
 const char* selection_policy_names();
+// The catalog of a store without chunks (the in-memory cache): none, and no abstracts to load;
+// enough for the policies that read none (full, streaming, h2o, infinigen).
+KvCatalog& no_chunk_catalog();
+
+// Whether the policy works on the store's chunks (their abstracts or their grain): quest, leoam,
+// h2o-chunked need the tiered store's KvCatalog; the others run on any store.
+bool selection_policy_needs_catalog(std::string_view name);
 // Fails, naming the known policies, for an unknown name.
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options);
 

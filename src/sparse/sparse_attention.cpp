@@ -7,28 +7,6 @@
 namespace leoam::sparse {
 namespace {
 
-// The catalog of a store without chunks (the in-memory cache): enough for the policies that
-// read no abstracts (full, streaming).
-class NoCatalog final : public KvCatalog {
- public:
-  int chunk_tokens() const override { return 1; }
-  int catalog_kv_heads() const override { return 0; }
-  int catalog_head_dim() const override { return 0; }
-  int64_t n_chunks(int) const override { return 0; }
-  Tier chunk_tier(int, int64_t) const override { return Tier::kDevice; }
-  Status load_abstracts(int, int64_t, int64_t, float*) override {
-    return unsupported("this KV store keeps no chunk abstracts; use the tiered store (--kv-dir)");
-  }
-  void set_importance(ChunkKey, float) override {}
-};
-
-NoCatalog& no_catalog() {
-  static NoCatalog catalog;  // stateless
-  return catalog;
-}
-
-bool needs_catalog(const std::string& policy) { return policy != "full" && policy != "streaming"; }
-
 // Appends r to sorted, disjoint `out`, merging it with the last range when they touch.
 void append_merged(std::vector<TokenRange>& out, TokenRange r) {
   if (r.end <= r.begin) return;
@@ -65,7 +43,7 @@ Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAtt
   if (options.n_sink < 0 || options.n_recent < 1) {
     return invalid_argument("the sink must not be negative and the recent window must hold at least the query");
   }
-  if (catalog == nullptr && needs_catalog(options.policy)) {
+  if (catalog == nullptr && selection_policy_needs_catalog(options.policy)) {
     return invalid_argument("policy '" + options.policy + "' scores chunk abstracts: it needs the tiered KV store");
   }
   return std::unique_ptr<SparseAttention>(new SparseAttention(options, catalog, shape, std::move(policy)));
@@ -85,19 +63,32 @@ void SparseAttention::hint_importance(int layer, std::span<const TokenRange> ran
   }
 }
 
-int64_t SparseAttention::budget_tokens(int layer, int64_t n) const {
+int64_t SparseAttention::far_budget(int layer, int64_t n_far, int64_t n_near) const {
   const auto it = options_.layer_budgets.find(layer);
   const double b = it != options_.layer_budgets.end() ? it->second : options_.budget;
-  return b <= 1.0 ? static_cast<int64_t>(std::ceil(b * static_cast<double>(n))) : static_cast<int64_t>(b);
+  const int64_t tokens =
+      b <= 1.0 ? static_cast<int64_t>(std::ceil(b * static_cast<double>(n_far))) : static_cast<int64_t>(b) - n_near;
+  return std::clamp<int64_t>(tokens, 0, n_far);
+}
+
+void SparseAttention::begin_position(int64_t pos) {
+  if (first_decode_pos_ < 0 || pos < last_pos_) {  // a new sequence
+    first_decode_pos_ = pos;
+    for (std::vector<float>& p : picks_) p.clear();
+    policy_->reset();
+  }
+  last_pos_ = pos;
+}
+
+Status SparseAttention::observe_layer_input(int layer, int64_t pos, const float* x) {
+  if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
+  begin_position(pos);
+  return policy_->observe_layer_input(layer, pos, x);
 }
 
 Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
-  if (first_decode_pos_ < 0 || pos < last_pos_) {  // a new sequence
-    first_decode_pos_ = pos;
-    for (std::vector<float>& p : picks_) p.clear();
-  }
-  last_pos_ = pos;
+  begin_position(pos);
 
   const int64_t n = pos + 1;
   const TokenRange sink{0, std::min<int64_t>(options_.n_sink, n)};
@@ -116,11 +107,11 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
     query.head_dim = shape_.head_dim;
     query.scale = shape_.scale;
     query.far = far;
-    query.budget_tokens = std::clamp<int64_t>(budget_tokens(layer, n) - sink.size() - recent.size(), 0, far.size());
+    query.budget_tokens = far_budget(layer, far.size(), sink.size() + recent.size());
     if (query.budget_tokens >= far.size()) {
       picked.ranges.push_back(far);  // the budget covers everything: nothing to choose
     } else {
-      KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_catalog();
+      KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_chunk_catalog();
       LEOAM_ASSIGN_OR_RETURN(picked, policy_->select(query, catalog));
       hint_importance(layer, picked.ranges, catalog);
     }
@@ -145,6 +136,8 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
   for (const TokenRange& r : ranges) s.n_attended += r.size();
   s.n_deserts += picked.desert ? 1 : 0;
   s.n_chunks_scored += picked.n_chunks_scored;
+  s.n_splits += picked.n_splits;
+  s.n_merges += picked.n_merges;
   return ranges;
 }
 
@@ -156,16 +149,23 @@ std::string SparseAttention::stats_text() const {
     total.n_visible += s.n_visible;
     total.n_deserts += s.n_deserts;
     total.n_chunks_scored += s.n_chunks_scored;
+    total.n_splits += s.n_splits;
+    total.n_merges += s.n_merges;
   }
   const auto pct = [](int64_t a, int64_t b) { return b > 0 ? 100.0 * static_cast<double>(a) / static_cast<double>(b) : 0.0; };
   char line[256];
   std::snprintf(line, sizeof(line),
-                "attention: policy %s: attended %.1f%% of the visible tokens over %lld layer steps; deserts %.1f%% "
-                "of layer steps; %lld chunk bounds scored\n",
-                options_.policy.c_str(), pct(total.n_attended, total.n_visible),
-                static_cast<long long>(total.n_queries), pct(total.n_deserts, total.n_queries),
-                static_cast<long long>(total.n_chunks_scored));
+                "attention: policy %s: attended %lld tokens, %.1f%% of the visible ones, over %lld layer steps; "
+                "deserts %lld (%.1f%% of layer steps); %lld chunk abstracts scored\n",
+                options_.policy.c_str(), static_cast<long long>(total.n_attended), pct(total.n_attended, total.n_visible),
+                static_cast<long long>(total.n_queries), static_cast<long long>(total.n_deserts),
+                pct(total.n_deserts, total.n_queries), static_cast<long long>(total.n_chunks_scored));
   std::string out = line;
+  if (total.n_splits + total.n_merges > 0) {
+    std::snprintf(line, sizeof(line), "attention: adaptive chunks: %lld splits, %lld merges\n",
+                  static_cast<long long>(total.n_splits), static_cast<long long>(total.n_merges));
+    out += line;
+  }
   for (size_t il = 0; il < stats_.size(); ++il) {
     const LayerSparseStats& s = stats_[il];
     if (s.n_queries == 0) continue;

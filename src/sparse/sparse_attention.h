@@ -5,10 +5,12 @@
 //   recent = [max(sink end, n - n_recent), n)      always attended (the query's own token last)
 //   far    = between them                          the policy picks up to the far budget
 //
-// Budget: the tokens attended in all, sink and recent included, as a fraction of n (a value in
-// (0, 1]) or a token count (a value > 1); the far budget is what is left after the sink and the
-// recent window. Layers may have their own budget (LeoAM: 50% in the first two layers). A far
-// budget that covers every far token selects them all without asking the policy.
+// Budget: a fraction (a value in (0, 1]) of the far tokens, which the sink and the recent window
+// join, so at long contexts about that fraction of the context is attended, and at short ones the
+// policy still has a share of far to choose; or a token count (a value > 1) of the tokens
+// attended in all, sink and recent included (the far budget is what is left after them). Layers
+// may have their own budget (LeoAM: 50% in the first two layers). A far budget that covers every
+// far token selects them all without asking the policy.
 //
 // It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored. And it
 // tells the store which chunks matter: each time a policy picks a far chunk, the chunk's
@@ -54,6 +56,8 @@ struct LayerSparseStats {
   int64_t n_visible = 0;   // tokens the queries could see, summed
   int64_t n_deserts = 0;
   int64_t n_chunks_scored = 0;
+  int64_t n_splits = 0;  // leoam's adaptive chunks (IAKM)
+  int64_t n_merges = 0;
 };
 
 class SparseAttention final : public AttentionSelector {
@@ -65,6 +69,16 @@ class SparseAttention final : public AttentionSelector {
                                                          const AttentionShape& shape);
 
   Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q) override;
+  // The policy's (SelectionPolicy::needs and observe_*), passed through.
+  SelectorNeeds needs() const override { return policy_->needs(); }
+  Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {
+    return policy_->observe_keys(layer, pos0, n, k);
+  }
+  Status observe_layer_input(int layer, int64_t pos, const float* x) override;
+  void observe_attention(int layer, int64_t pos, std::span<const TokenRange> ranges,
+                         std::span<const float> mass) override {
+    policy_->observe_attention(layer, pos, ranges, mass);
+  }
 
   const std::vector<LayerSparseStats>& stats() const { return stats_; }
   // "policy leoam, budget 10%: attended 9.8% of the visible tokens; deserts 12.0% of layer steps;
@@ -74,8 +88,11 @@ class SparseAttention final : public AttentionSelector {
  private:
   SparseAttention(const SparseAttentionOptions& options, KvCatalog* catalog, const AttentionShape& shape,
                   std::unique_ptr<SelectionPolicy> policy);
-  int64_t budget_tokens(int layer, int64_t n) const;
+  // The far tokens the policy may pick, of n_far, next to n_near sink and recent tokens.
+  int64_t far_budget(int layer, int64_t n_far, int64_t n_near) const;
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
+  // Notes the decode position; a position that goes back starts a new sequence (policy reset).
+  void begin_position(int64_t pos);
 
   SparseAttentionOptions options_;
   KvCatalog* catalog_;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -71,7 +72,8 @@ TEST_F(CliTest, HelpListsEveryFlag) {
   CliResult r = run({"run", "--help"});
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.err, "");
-  for (const char* flag : {"-m,--model", "-p,--prompt", "-f,--file", "-n,--n-predict", "-c,--ctx-size", "-t,--threads",
+  for (const char* flag : {"-m,--model", "-p,--prompt", "-f,--file", "-n,--n-predict", "-c,--ctx-size", "-b,--batch-size",
+                           "-t,--threads",
                            "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed",
                            "--no-bos", "--parse-special", "--dump-logits", "--verbose"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " missing from:\n" << r.out;
@@ -231,6 +233,31 @@ TEST_P(StoriesCliTest, DumpLogitsWritesEveryPosition) {
     }
     EXPECT_EQ(n, 512u);
   }
+}
+
+// -b 1 decodes the prompt one token at a time: the same logits as one batch, up to rounding.
+TEST_P(StoriesCliTest, PromptDecodedOneTokenAtATimeGivesTheSameLogits) {
+  const std::string model = kFixtures + "/models/stories260K/" + GetParam();
+  REQUIRE_FIXTURE(model);
+  std::vector<std::vector<std::string>> dumps;
+  for (const char* batch : {"512", "1", "3"}) {
+    const std::string dump = dir_ + "/logits-b" + batch + ".txt";
+    CliResult r = run({"run", "-m", model, "-p", "Once upon a time there was a dog", "--temp", "0", "-n", "4", "-b",
+                       batch, "-t", "1", "--dump-logits", dump});
+    ASSERT_EQ(r.status, 0) << r.err;
+    dumps.push_back(CliResult::lines(read_file(dump)));
+  }
+  for (size_t d = 1; d < dumps.size(); ++d) {
+    ASSERT_EQ(dumps[d].size(), dumps[0].size());
+    for (size_t row = 0; row < dumps[0].size(); ++row) {
+      std::istringstream a(dumps[0][row]), b(dumps[d][row]);
+      double x = 0, y = 0;
+      while (a >> x && b >> y) ASSERT_NEAR(x, y, 1e-3 * (1.0 + std::fabs(x))) << "batch " << d << " row " << row;
+    }
+  }
+  CliResult bad = run({"run", "-m", model, "-p", "x", "-b", "0"});
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--batch-size"), std::string::npos) << bad.err;
 }
 
 TEST_P(StoriesCliTest, TruncatedModelIsAOneLineFailureNamingTheFile) {

@@ -34,7 +34,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   const std::string group = "Sparse attention";
   cmd.add_option("--policy", o.policy, std::string("which KV each decoded token attends to: ") + sparse::selection_policy_names())
       ->capture_default_str()
-      ->check(CLI::IsMember({"full", "streaming", "quest", "leoam"}))
+      ->check(CLI::IsMember({"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"}))
       ->group(group);
   cmd.add_option("--budget", o.budget,
                  "tokens attended per layer and step, sink and recent window included: a fraction of the context "
@@ -50,9 +50,25 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->check(CLI::IsMember({"max", "sum"}))
       ->group(group);
   cmd.add_flag("--no-desert", o.no_desert, "leoam: do not skip far KV in attention deserts")->group(group);
+  cmd.add_flag("--no-adaptive", o.no_adaptive,
+               "leoam: rank the store's fixed chunks instead of an adaptive chunk tree (IAKM)")
+      ->group(group);
+  cmd.add_flag("--no-lka", o.no_lka,
+               "leoam, quest: score disk chunks from their KV, read in full, instead of their abstracts (LKA)")
+      ->group(group);
+  cmd.add_option("--partial-ratio", o.partial_ratio,
+                 "infinigen: the fraction of each head's columns in the partial query/key projection")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0))
+      ->group(group);
 }
 
-bool policy_needs_catalog(const AttentionCliOptions& o) { return o.policy != "full" && o.policy != "streaming"; }
+bool policy_needs_catalog(const AttentionCliOptions& o) { return sparse::selection_policy_needs_catalog(o.policy); }
+
+int default_chunk_tokens(const AttentionCliOptions& o) {
+  if (o.policy == "leoam" && !o.no_adaptive) return 8;
+  return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
+}
 
 Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& o,
                                                                        const KvCliOptions& kv_options,
@@ -70,6 +86,10 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   s.n_recent = kv_options.n_recent;
   s.policy_options.group_combine = o.group_combine == "sum" ? sparse::GroupCombine::kSum : sparse::GroupCombine::kMax;
   s.policy_options.desert = !o.no_desert;
+  s.policy_options.adaptive = !o.no_adaptive;
+  s.policy_options.lka = !o.no_lka;
+  s.policy_options.model = &model;
+  s.policy_options.partial_ratio = o.partial_ratio;
   const ModelHparams& hp = model.hparams();
   sparse::AttentionShape shape;
   shape.n_layer = hp.n_layer;

@@ -35,8 +35,9 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->check(CLI::NonNegativeNumber)
       ->needs(dir)
       ->group(group);
-  cmd.add_option("--kv-chunk", o.chunk_tokens, "tokens per KV chunk")
-      ->capture_default_str()
+  cmd.add_option("--kv-chunk", o.chunk_tokens,
+                 "tokens per KV chunk (default: 8 for --policy leoam, whose adaptive chunks split down to 8; 16 for "
+                 "quest, its page size; else 64)")
       ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
       ->group(group);
   cmd.add_option("--kv-host-codec", o.host_codec, "form of the KV on the host and disk tiers: none, int8 or int4 (lossy)")

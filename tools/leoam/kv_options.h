@@ -23,7 +23,7 @@ struct KvCliOptions {
   std::string dir;
   double device_mb = 256.0;
   double host_mb = 1024.0;
-  int chunk_tokens = 64;
+  int chunk_tokens = 0;  // 0: the attention policy's (default_chunk_tokens, attention_options.h)
   std::string host_codec = "none";
   int n_sink = 4;
   int n_recent = 64;

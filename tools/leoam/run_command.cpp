@@ -105,6 +105,11 @@ class RunCommand : public Command {
     cmd->add_option("-c,--ctx-size", n_ctx_, "context size in tokens (0: the model's training context)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("-b,--batch-size", n_batch_,
+                    "prompt tokens per forward pass (1: every prompt token is decoded alone, through the sparse "
+                    "attention policy, so --dump-logits scores the policy on the prompt)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("-t,--threads", n_threads_,
                     "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
         ->capture_default_str()
@@ -170,8 +175,10 @@ class RunCommand : public Command {
     ForwardOptions fwd;
     fwd.n_ctx = n_ctx_;
     fwd.n_threads = n_threads_;
+    fwd.n_batch = n_batch_;
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
+    if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_);
     Result<std::unique_ptr<KvCache>> kv =
         make_kv_cache(kv_options_, **model, n_ctx, policy_needs_catalog(attention_options_));
     if (!kv.is_ok()) return fail(kv.status());
@@ -280,6 +287,7 @@ class RunCommand : public Command {
   AttentionCliOptions attention_options_;
   int n_ctx_ = 0;
   int n_threads_ = 0;
+  int n_batch_ = 512;
   bool no_bos_ = false;
   bool verbose_ = false;
   GenerateOptions options_;

@@ -225,7 +225,7 @@ TEST(TieredKvCache, CatalogServesAbstractsFromMemoryAndTheDiskWithoutReadingKv) 
   const KvStats before = kv.stats();
   const int64_t n_floats = kv.geometry().abstract_floats();
   std::vector<float> got(static_cast<size_t>(19 * n_floats));
-  ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, got.data()).is_ok());
+  ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, got.data(), AbstractSource::kLka).is_ok());
   for (int64_t i = 0; i < 19; ++i) {
     EXPECT_TRUE(abstracts_equal(kv.geometry(), got.data() + i * n_floats, want[i].data()))
         << "chunk " << i << " on the " << tier_name(catalog.chunk_tier(1, i));
@@ -237,7 +237,39 @@ TEST(TieredKvCache, CatalogServesAbstractsFromMemoryAndTheDiskWithoutReadingKv) 
   EXPECT_GT(after[Tier::kDisk].bytes_read, before[Tier::kDisk].bytes_read);
   EXPECT_LE(after[Tier::kDisk].bytes_read - before[Tier::kDisk].bytes_read,
             static_cast<uint64_t>(n_disk) * kv.disk().record_bytes());
-  EXPECT_FALSE(catalog.load_abstracts(1, 0, 20, got.data()).is_ok());
+  EXPECT_FALSE(catalog.load_abstracts(1, 0, 20, got.data(), AbstractSource::kLka).is_ok());
+}
+
+// Without LKA, a disk chunk's abstract is recomputed from its KV: the same abstracts, at the cost
+// of reading every disk chunk in full.
+TEST(TieredKvCache, CatalogRecomputesDiskAbstractsFromKvWithoutLka) {
+  for (const KvCodec codec : {KvCodec::kNone, KvCodec::kInt4}) {
+    TempDir dir;
+    TieredKvCacheOptions o = small_options(dir.path());
+    o.host_codec = codec;
+    Twin twin(o);
+    ASSERT_TRUE(twin.append(150).is_ok());
+    TieredKvCache& kv = twin.tiered();
+    KvCatalog& catalog = kv;
+    const int64_t n_floats = kv.geometry().abstract_floats();
+    std::vector<float> lka(static_cast<size_t>(19 * n_floats));
+    std::vector<float> from_kv(lka.size());
+    ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, lka.data(), AbstractSource::kLka).is_ok());
+    const KvStats before = kv.stats();
+    ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, from_kv.data(), AbstractSource::kKv).is_ok());
+    for (int64_t i = 0; i < 19; ++i) {
+      EXPECT_TRUE(abstracts_equal(kv.geometry(), from_kv.data() + i * n_floats, lka.data() + i * n_floats))
+          << "chunk " << i << " on the " << tier_name(catalog.chunk_tier(1, i)) << ", codec " << static_cast<int>(codec);
+    }
+    const KvStats after = kv.stats();
+    const int64_t n_disk = kv.residency().n_chunks(Tier::kDisk);
+    ASSERT_GT(n_disk, 0);
+    int64_t n_disk_layer = 0;
+    for (int64_t i = 0; i < 19; ++i) n_disk_layer += catalog.chunk_tier(1, i) == Tier::kDisk ? 1 : 0;
+    EXPECT_EQ(after[Tier::kDisk].hits - before[Tier::kDisk].hits, static_cast<uint64_t>(n_disk_layer));
+    EXPECT_GE(after[Tier::kDisk].bytes_read - before[Tier::kDisk].bytes_read,
+              static_cast<uint64_t>(n_disk_layer) * kv.disk().slot_bytes());
+  }
 }
 
 TEST(TieredKvCache, TruncateThenAppendMatchesTheMemoryCache) {

@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/fp16.h"
 #include "kv/memory_kv_cache.h"
+#include "kv/tiered_kv_cache.h"
 
 namespace leoam {
 namespace {
@@ -428,6 +430,147 @@ TEST(RangeAttention, ErrorsAreReturned) {
   const Status s = attention(store, 0, all, p, q.data(), 9, 1, out.data(), pool);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_EQ(store.n_batches(), 2);
+}
+
+// ---- key mass (what H2O accumulates) --------------------------------------------------------
+
+// The softmax probability of each position of `ranges` (in order) for the single query q at a
+// position that sees them all, summed over the query heads, in double.
+std::vector<double> naive_key_mass(const RangeKv& kv, const std::vector<TokenRange>& ranges,
+                                   const std::vector<float>& q, const AttentionParams& p) {
+  const int hd = p.head_dim, group = p.n_head / p.n_head_kv, row = kv.n_kv_heads * hd;
+  std::vector<int64_t> keys;
+  for (const TokenRange& r : ranges) {
+    for (int64_t j = r.begin; j < r.end; ++j) keys.push_back(j);
+  }
+  std::vector<double> mass(keys.size(), 0.0);
+  for (int h = 0; h < p.n_head; ++h) {
+    const float* qh = q.data() + h * hd;
+    const int kvh = h / group;
+    std::vector<double> s;
+    double mx = -HUGE_VAL;
+    for (int64_t j : keys) {
+      double d = 0;
+      for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kv.k[j * row + kvh * hd + e];
+      s.push_back(d * p.scale);
+      mx = std::max(mx, s.back());
+    }
+    double sum = 0;
+    for (double& x : s) sum += (x = std::exp(x - mx));
+    for (size_t i = 0; i < keys.size(); ++i) mass[i] += s[i] / sum;
+  }
+  return mass;
+}
+
+// Within 1e-5 relative of want, entry by entry, and summing to n_head.
+void expect_mass_close(const std::vector<float>& got, const std::vector<double>& want, int n_head,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double sum = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5 * want[i] + 1e-9) << what << ", position index " << i;
+    sum += got[i];
+  }
+  EXPECT_NEAR(sum, n_head, 1e-5 * n_head) << what;
+}
+
+struct MassCase {
+  int64_t n_kv;
+  int64_t pos0;  // the query; it sees every position of the ranges
+  std::vector<TokenRange> ranges;
+};
+
+// GQA 4/2 over the in-memory store (one view) and over batches of 1, 6 and 13 positions; the
+// output is the same with and without the key mass.
+TEST(KeyMass, MatchesTheSoftmaxSummedOverHeadsInMemoryAndInBatches) {
+  const AttentionParams p{4, 2, 16, 0.25f};
+  for (const MassCase& c : {MassCase{200, 199, {{0, 4}, {17, 30}, {64, 65}, {120, 200}}},
+                            MassCase{100, 99, {{10, 20}, {50, 60}}},  // ranges that end before the query
+                            MassCase{50, 49, {{0, 50}}}}) {
+    const RangeKv kv = make_range_kv(c.n_kv, p.n_head_kv, p.head_dim, static_cast<uint32_t>(c.n_kv + 11));
+    const std::vector<float> q = random_q(1, p, static_cast<uint32_t>(c.pos0));
+    const std::vector<double> want = naive_key_mass(kv, c.ranges, q, p);
+    ThreadPool pool(2);
+    std::vector<float> plain(q.size(), std::nanf(""));
+    ASSERT_TRUE(attention(*kv.cache, 0, c.ranges, p, q.data(), c.pos0, 1, plain.data(), pool).is_ok());
+
+    std::vector<float> out(q.size(), std::nanf("")), mass(want.size(), std::nanf(""));
+    ASSERT_TRUE(attention(*kv.cache, 0, c.ranges, p, q.data(), c.pos0, 1, out.data(), pool, mass).is_ok());
+    expect_mass_close(mass, want, p.n_head, "one view, query " + std::to_string(c.pos0));
+    EXPECT_EQ(std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)), 0);
+
+    for (int64_t batch_tokens : {1, 6, 13}) {
+      BatchedKvCache store(*kv.cache, batch_tokens);
+      std::fill(mass.begin(), mass.end(), std::nanf(""));
+      ASSERT_TRUE(attention(store, 0, c.ranges, p, q.data(), c.pos0, 1, out.data(), pool, mass).is_ok());
+      EXPECT_GT(store.n_batches(), 1);
+      expect_mass_close(mass, want, p.n_head,
+                        "batches of " + std::to_string(batch_tokens) + ", query " + std::to_string(c.pos0));
+      expect_close(out, plain, "batches with key mass vs one view");
+    }
+  }
+}
+
+// The tiered store: most chunks on disk, read back in gather batches of a few chunks.
+TEST(KeyMass, MatchesTheSoftmaxOverTheTieredStore) {
+  const AttentionParams p{4, 2, 16, 0.25f};
+  const int64_t n = 250;
+  const RangeKv kv = make_range_kv(n, p.n_head_kv, p.head_dim, 21);
+  testing_util::TempDir dir;
+  TieredKvCacheOptions t;
+  t.shape = {1, p.n_head_kv, p.head_dim, 256};
+  t.chunk_tokens = 16;
+  t.n_recent_tokens = 16;
+  t.dir = dir.path();
+  t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
+  t.host_budget_bytes = 2 * 2 * 16 * t.shape.row_elements() * 2;  // two chunks
+  t.gather_batch_bytes = 3 * 4096;
+  auto tiered = TieredKvCache::create(t);
+  ASSERT_TRUE(tiered.is_ok()) << tiered.status().message();
+  TieredKvCache& store = **tiered;
+  ASSERT_TRUE(store.append(0, 0, n, kv.k.data(), kv.v.data()).is_ok());
+
+  ThreadPool pool(2);
+  for (const std::vector<TokenRange>& ranges : {std::vector<TokenRange>{{0, 250}},
+                                                std::vector<TokenRange>{{0, 4}, {20, 37}, {90, 91}, {150, 250}}}) {
+    int n_views = 0;
+    ASSERT_TRUE(store.for_each_view(0, ranges, [&n_views](const KvView&) { ++n_views; return Status::ok(); }).is_ok());
+    EXPECT_GT(n_views, 1);  // several gather batches
+    const std::vector<float> q = random_q(1, p, static_cast<uint32_t>(ranges.size()));
+    const std::vector<double> want = naive_key_mass(kv, ranges, q, p);
+    std::vector<float> out(q.size(), std::nanf("")), mass(want.size(), std::nanf(""));
+    ASSERT_TRUE(attention(store, 0, ranges, p, q.data(), n - 1, 1, out.data(), pool, mass).is_ok());
+    expect_mass_close(mass, want, p.n_head, std::to_string(ranges.size()) + " ranges over the tiered store");
+    expect_close(out, naive_ranges(kv, ranges, q, p, n - 1, 1), "tiered output vs naive");
+  }
+}
+
+TEST(KeyMass, InvalidUseFails) {
+  const RangeKv kv = make_range_kv(10, 2, 8, 6);
+  ThreadPool pool(1);
+  const AttentionParams p{4, 2, 8, 1.0f};
+  const std::vector<float> q = random_q(2, p, 3);
+  std::vector<float> out(q.size());
+  const std::vector<TokenRange> all = {{0, 10}};
+  std::vector<float> mass(10);
+  // Two queries.
+  EXPECT_EQ(attention(*kv.cache, 0, all, p, q.data(), 8, 2, out.data(), pool, mass).code(),
+            StatusCode::kInvalidArgument);
+  // One entry too few or too many.
+  std::vector<float> short_mass(9), long_mass(11);
+  EXPECT_EQ(attention(*kv.cache, 0, all, p, q.data(), 9, 1, out.data(), pool, short_mass).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(attention(*kv.cache, 0, all, p, q.data(), 9, 1, out.data(), pool, long_mass).code(),
+            StatusCode::kInvalidArgument);
+  // A query that does not see every position of the ranges (position 9 is after it).
+  EXPECT_EQ(attention(*kv.cache, 0, all, p, q.data(), 8, 1, out.data(), pool, mass).code(),
+            StatusCode::kInvalidArgument);
+  // A view of fewer kv heads than params (the key logits must not read past its rows).
+  const RangeKv one_head = make_range_kv(10, 1, 8, 7);
+  EXPECT_EQ(attention(*one_head.cache, 0, all, p, q.data(), 9, 1, out.data(), pool, mass).code(),
+            StatusCode::kInvalidArgument);
+  // And the valid call.
+  EXPECT_TRUE(attention(*kv.cache, 0, all, p, q.data(), 9, 1, out.data(), pool, mass).is_ok());
 }
 
 }  // namespace

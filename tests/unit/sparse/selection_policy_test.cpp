@@ -51,7 +51,7 @@ class FakeCatalog final : public KvCatalog {
   int catalog_head_dim() const override { return head_dim_; }
   int64_t n_chunks(int /*layer*/) const override { return n_chunks_; }
   Tier chunk_tier(int /*layer*/, int64_t /*index*/) const override { return Tier::kDevice; }
-  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst) override {
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource /*source*/) override {
     loads_.push_back({layer, i0, i1});
     if (!fail_.is_ok()) return fail_;
     if (i0 < 0 || i0 > i1 || i1 > n_chunks_) return invalid_argument("fake catalog: chunks out of range");
@@ -105,15 +105,19 @@ Selection select_ok(SelectionPolicy& p, const SelectionQuery& query, KvCatalog& 
 using Ranges = std::vector<TokenRange>;
 
 TEST(SelectionPolicyFactory, MakesEachKnownPolicy) {
-  EXPECT_STREQ(selection_policy_names(), "full streaming quest leoam");
-  for (std::string_view name : {"full", "streaming", "quest", "leoam"}) EXPECT_EQ(policy(name)->name(), name);
+  EXPECT_STREQ(selection_policy_names(), "full streaming h2o h2o-chunked quest infinigen leoam");
+  // infinigen needs a model (infinigen_policy_test.cpp).
+  for (std::string_view name : {"full", "streaming", "h2o", "h2o-chunked", "quest", "leoam"}) {
+    EXPECT_EQ(policy(name)->name(), name);
+  }
 }
 
 TEST(SelectionPolicyFactory, UnknownNameListsTheKnownOnes) {
-  auto p = make_selection_policy("h2o", {});
+  auto p = make_selection_policy("h3o", {});
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(p.status().message(), "selection policy 'h2o' is unknown; known policies: full streaming quest leoam");
+  EXPECT_EQ(p.status().message(),
+            "selection policy 'h3o' is unknown; known policies: full streaming h2o h2o-chunked quest infinigen leoam");
 }
 
 TEST(FullPolicy, SelectsAllOfFarAndReadsNoAbstract) {
@@ -234,14 +238,19 @@ TEST(SelectionPolicy, RejectsAQueryThatDoesNotFitTheCatalog) {
 }
 
 // One kv head serves q0 = (1, 0) and q1 = (0, 1). Chunk 2's keys (2, 0) give bounds 2 and 0;
-// chunk 4's keys (1.5, 1.5) give 1.5 and 1.5; the rest are 0. Combined by max, chunk 2 leads
-// (2 > 1.5); by sum, chunk 4 does (3 > 2).
+// chunk 4's keys (1.5, 1.5) give 1.5 and 1.5; the rest are 0. Each head's bounds become log-mass
+// bounds against its own best chunk, scale * (bound - max) with make_query's scale 1: head 0
+// (best: chunk 2) gives chunk 2 0, chunk 4 -0.5, the rest -2; head 1 (best: chunk 4) gives
+// chunk 4 0, chunk 2 -1.5, the rest -1.5. By max, chunks 2 and 4 tie at 0 and the tie goes to
+// the lower index: chunk 2. By sum, log(e^a + e^b): chunk 4 log(e^-0.5 + 1) = 0.47 leads chunk 2
+// log(1 + e^-1.5) = 0.20 (the rest: log(e^-2 + e^-1.5) = -1.03).
 TEST(LeoamPolicy, GroupCombineDecidesTheGqaRanking) {
   FakeCatalog catalog(4, 1, 2, 8);
   catalog.set_keys(2, 0, {2, 0});
   catalog.set_keys(4, 0, {1.5f, 1.5f});
   const std::vector<float> q = {1, 0, 0, 1};
   PolicyOptions options;
+  options.adaptive = false;  // the store's fixed chunks
   options.desert = false;
   options.group_combine = GroupCombine::kMax;
   const Selection by_max = select_ok(*policy("leoam", options), make_query(q, 2, 1, 2, 4), catalog);
@@ -262,6 +271,7 @@ TEST(LeoamPolicy, NormalizesPerKvHead) {
   catalog.set_keys(5, 1, {1, 0});
   const std::vector<float> q = {1, 0, 1, 0};
   PolicyOptions options;
+  options.adaptive = false;  // the store's fixed chunks
   options.desert = false;
   const Selection s = select_ok(*policy("leoam", options), make_query(q, 2, 2, 2, 8), catalog);
   EXPECT_EQ(s.ranges, (Ranges{{4, 8}, {20, 24}}));
@@ -277,7 +287,9 @@ class LeoamDesert : public ::testing::Test {
     catalog_.set_keys(7, 0, {1, 1});
   }
 
-  Result<Selection> select(const PolicyOptions& options, int64_t budget = 4) {
+  // On the store's fixed chunks (options.adaptive is set false).
+  Result<Selection> select(PolicyOptions options, int64_t budget = 4) {
+    options.adaptive = false;
     return policy("leoam", options)->select(make_query(q_, 2, 1, 2, budget), catalog_);
   }
 
@@ -286,7 +298,9 @@ class LeoamDesert : public ::testing::Test {
 };
 
 TEST_F(LeoamDesert, DetectedWhenFarKeysAreNegligible) {
-  const Selection s = select_ok(*policy("leoam"), make_query(q_, 2, 1, 2, 4), catalog_);
+  PolicyOptions options;
+  options.adaptive = false;  // the store's fixed chunks
+  const Selection s = select_ok(*policy("leoam", options), make_query(q_, 2, 1, 2, 4), catalog_);
   EXPECT_TRUE(s.desert);
   EXPECT_TRUE(s.ranges.empty());
   EXPECT_EQ(s.n_chunks_scored, 8);

@@ -48,6 +48,29 @@ TEST(SparseAttention, FullAttendsToEveryPositionAndStreamingToSinkAndRecent) {
   EXPECT_EQ(s.n_attended, 36);
 }
 
+// A fractional budget is a share of the far tokens, on top of the sink and the recent window; a
+// layer budget overrides it; a token count is the total, sink and recent included.
+TEST(SparseAttention, AFractionIsAShareOfFarAndACountIsTheTotal) {
+  SparseAttentionOptions o;
+  o.n_sink = 4;
+  o.n_recent = 16;
+  o.policy = "streaming";  // its window stretches over the far budget: the ranges show the budget
+  o.budget = 0.5;
+  o.layer_budgets = {{1, 0.25}};
+  auto s = SparseAttention::create(o, nullptr, shape_of(2));
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  // pos 99: far = [4, 84), 80 tokens; half of them (40) join the recent window.
+  EXPECT_EQ(select(**s, 0, 99), (std::vector<TokenRange>{{0, 4}, {44, 100}}));
+  // pos 30: far = [4, 15), 11 tokens: ceil(5.5) = 6.
+  EXPECT_EQ(select(**s, 0, 30), (std::vector<TokenRange>{{0, 4}, {9, 31}}));
+  EXPECT_EQ(select(**s, 1, 99), (std::vector<TokenRange>{{0, 4}, {64, 100}}));  // a quarter: 20
+  o.budget = 50;  // tokens in all: 30 far
+  o.layer_budgets.clear();
+  auto count = SparseAttention::create(o, nullptr, shape_of(2));
+  ASSERT_TRUE(count.is_ok());
+  EXPECT_EQ(select(**count, 0, 99), (std::vector<TokenRange>{{0, 4}, {54, 100}}));
+}
+
 // Chunks a policy keeps picking become more important to the store's eviction.
 TEST(SparseAttention, PickedChunksTellTheStoreTheyMatter) {
   testing_util::TempDir dir;

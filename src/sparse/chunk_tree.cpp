@@ -1,0 +1,176 @@
+#include "sparse/chunk_tree.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+#include <string>
+
+namespace leoam::sparse {
+namespace {
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+// x is min * 2^k for some k >= 0.
+bool is_pow2_multiple(int64_t x, int64_t min) { return x >= min && x % min == 0 && is_pow2(x / min); }
+
+}  // namespace
+
+Result<ChunkTree> ChunkTree::create(const ChunkTreeOptions& options, int store_chunk_tokens, int n_kv_heads,
+                                    int head_dim) {
+  const std::string sizes = "chunk tree sizes min " + std::to_string(options.min_tokens) + ", initial " +
+                            std::to_string(options.initial_tokens) + ", max " +
+                            std::to_string(options.max_tokens);
+  if (store_chunk_tokens <= 0 || n_kv_heads <= 0 || head_dim <= 0) {
+    return invalid_argument("chunk tree: store chunk of " + std::to_string(store_chunk_tokens) + " tokens, " +
+                            std::to_string(n_kv_heads) + " kv heads of dim " + std::to_string(head_dim) +
+                            ": all must be positive");
+  }
+  if (options.min_tokens <= 0 || options.min_tokens % store_chunk_tokens != 0) {
+    return invalid_argument(sizes + ": min must be a positive multiple of the store's chunk of " +
+                            std::to_string(store_chunk_tokens) + " tokens");
+  }
+  if (!is_pow2_multiple(options.initial_tokens, options.min_tokens) ||
+      !is_pow2_multiple(options.max_tokens, options.min_tokens) || options.initial_tokens > options.max_tokens) {
+    return invalid_argument(sizes + ": need min <= initial <= max, each min times a power of two");
+  }
+  return ChunkTree(options, store_chunk_tokens, n_kv_heads, head_dim);
+}
+
+ChunkTree::ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, int n_kv_heads, int head_dim)
+    : options_(options), store_chunk_tokens_(store_chunk_tokens) {
+  layout_.n_kv_heads = n_kv_heads;
+  layout_.head_dim = head_dim;
+  layout_.chunk_stride = 2 * static_cast<int64_t>(n_kv_heads) * head_dim;
+}
+
+void ChunkTree::reset() {
+  n_tokens_ = 0;
+  leaves_.clear();
+  sizes_.clear();
+  history_.clear();
+  abstracts_.clear();
+}
+
+bool ChunkTree::is_full(int64_t i) const { return leaves_[i].size() == sizes_[i]; }
+
+bool ChunkTree::can_split(int64_t i) const {
+  return i >= 0 && i < n_leaves() && is_full(i) && sizes_[i] > options_.min_tokens;
+}
+
+bool ChunkTree::can_merge(int64_t i) const {
+  if (i < 0 || i + 1 >= n_leaves()) return false;
+  const int64_t s = sizes_[i];
+  return sizes_[i + 1] == s && is_full(i) && is_full(i + 1) && leaves_[i].begin % (2 * s) == 0 &&
+         2 * s <= options_.max_tokens;
+}
+
+void ChunkTree::union_store_chunks(const float* chunks, int64_t c0, TokenRange range, float* dst) const {
+  const int64_t half = layout_.chunk_stride / 2;
+  std::fill(dst, dst + half, std::numeric_limits<float>::infinity());
+  std::fill(dst + half, dst + layout_.chunk_stride, -std::numeric_limits<float>::infinity());
+  const int64_t i0 = range.begin / store_chunk_tokens_;
+  const int64_t i1 = (range.end + store_chunk_tokens_ - 1) / store_chunk_tokens_;
+  for (int64_t c = i0; c < i1; ++c) {
+    const float* a = chunks + (c - c0) * layout_.chunk_stride;
+    for (int64_t e = 0; e < half; ++e) dst[e] = std::min(dst[e], a[e]);
+    for (int64_t e = half; e < layout_.chunk_stride; ++e) dst[e] = std::max(dst[e], a[e]);
+  }
+}
+
+Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, AbstractSource source) {
+  if (n_tokens < n_tokens_) {
+    return invalid_argument("chunk tree of layer " + std::to_string(layer) + ": cannot shrink from " +
+                            std::to_string(n_tokens_) + " to " + std::to_string(n_tokens) +
+                            " tokens; reset the tree first");
+  }
+  if (n_tokens == n_tokens_) return Status::ok();
+  // The first leaf to (re)compute: the edge leaf when the old end cut it, else the first new one.
+  int64_t first = n_leaves();
+  if (first > 0 && !is_full(first - 1)) --first;
+  const int64_t p0 = first < n_leaves() ? leaves_[first].begin : n_tokens_;
+
+  // The new leaves from `first` on, in a scratch copy: the tree changes only once the read succeeded.
+  std::vector<TokenRange> leaves;
+  std::vector<int64_t> sizes;
+  int64_t p = p0;
+  if (first < n_leaves()) {
+    leaves.push_back({p, std::min(p + sizes_[first], n_tokens)});
+    sizes.push_back(sizes_[first]);
+    p += sizes_[first];
+  }
+  while (p < n_tokens) {
+    // initial_tokens, halved until aligned at p (p is a multiple of min_tokens, so this stops there).
+    int64_t s = options_.initial_tokens;
+    while (p % s != 0) s /= 2;
+    leaves.push_back({p, std::min(p + s, n_tokens)});
+    sizes.push_back(s);
+    p += s;
+  }
+
+  const int64_t c0 = p0 / store_chunk_tokens_;
+  const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
+  std::vector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
+  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, c0, c1, chunks.data(), source));
+
+  leaves_.resize(static_cast<size_t>(first));
+  sizes_.resize(static_cast<size_t>(first));
+  history_.resize(static_cast<size_t>(first + static_cast<int64_t>(leaves.size())));  // the edge keeps its history
+  abstracts_.resize(static_cast<size_t>((first + static_cast<int64_t>(leaves.size())) * layout_.chunk_stride));
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    union_store_chunks(chunks.data(), c0, leaves[j], abstracts_.data() + (first + j) * layout_.chunk_stride);
+  }
+  leaves_.insert(leaves_.end(), leaves.begin(), leaves.end());
+  sizes_.insert(sizes_.end(), sizes.begin(), sizes.end());
+  n_tokens_ = n_tokens;
+  return Status::ok();
+}
+
+Status ChunkTree::split(int64_t i, KvCatalog& catalog, int layer, AbstractSource source) {
+  if (!can_split(i)) {
+    return invalid_argument("chunk tree of layer " + std::to_string(layer) + ": leaf " + std::to_string(i) +
+                            " cannot split (it must be full-sized and larger than " +
+                            std::to_string(options_.min_tokens) + " tokens)");
+  }
+  const TokenRange whole = leaves_[i];
+  const int64_t half_tokens = sizes_[i] / 2;
+  const TokenRange lo{whole.begin, whole.begin + half_tokens};
+  const TokenRange hi{lo.end, whole.end};
+  const int64_t c0 = whole.begin / store_chunk_tokens_;
+  const int64_t c1 = whole.end / store_chunk_tokens_;
+  std::vector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
+  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, c0, c1, chunks.data(), source));
+
+  std::vector<float> two(static_cast<size_t>(2 * layout_.chunk_stride));
+  union_store_chunks(chunks.data(), c0, lo, two.data());
+  union_store_chunks(chunks.data(), c0, hi, two.data() + layout_.chunk_stride);
+  leaves_[i] = lo;
+  leaves_.insert(leaves_.begin() + i + 1, hi);
+  sizes_[i] = half_tokens;
+  sizes_.insert(sizes_.begin() + i + 1, half_tokens);
+  history_[i] = {};
+  history_.insert(history_.begin() + i + 1, LeafHistory{});
+  const auto at = abstracts_.begin() + i * layout_.chunk_stride;
+  std::copy(two.begin(), two.begin() + layout_.chunk_stride, at);
+  abstracts_.insert(at + layout_.chunk_stride, two.begin() + layout_.chunk_stride, two.end());
+  return Status::ok();
+}
+
+void ChunkTree::merge(int64_t i) {
+  // An invariant, not an input error: the policy checks can_merge first.
+  assert(can_merge(i));
+  const int64_t half = layout_.chunk_stride / 2;
+  float* a = abstracts_.data() + i * layout_.chunk_stride;
+  const float* b = a + layout_.chunk_stride;
+  for (int64_t e = 0; e < half; ++e) a[e] = std::min(a[e], b[e]);
+  for (int64_t e = half; e < layout_.chunk_stride; ++e) a[e] = std::max(a[e], b[e]);
+  const auto b_at = abstracts_.begin() + (i + 1) * layout_.chunk_stride;
+  abstracts_.erase(b_at, b_at + layout_.chunk_stride);
+  leaves_[i].end = leaves_[i + 1].end;
+  leaves_.erase(leaves_.begin() + i + 1);
+  sizes_[i] *= 2;
+  sizes_.erase(sizes_.begin() + i + 1);
+  history_[i] = {};
+  history_.erase(history_.begin() + i + 1);
+}
+
+}  // namespace leoam::sparse

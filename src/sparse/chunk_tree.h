@@ -1,0 +1,100 @@
+// ChunkTree: IAKM's adaptive chunks for one layer, a buddy tree over positions [0, n_tokens)
+// whose leaves are the chunks a policy scores and selects.
+//
+//   sizes: min_tokens * 2^k, each node aligned to its size; the last leaf may be cut short by n
+//
+//   [0 ............................ 128) [128 ............ 192) [192 ... n)
+//   [0 ........ 64) [64 ........... 128)                           ^ the growing edge
+//   [0..32) [32..64)    <- split: a hot leaf becomes its two halves (down to min_tokens)
+//                       <- merge: two cold buddies become their parent (up to max_tokens)
+//
+// Every leaf keeps the abstract of its positions ([2][n_kv_heads][head_dim]: per-channel min and
+// max of the keys, chunk_layout.h), the union of the abstracts of the store chunks it covers.
+// Leaves are unions of whole store chunks, so min_tokens is a multiple of the store's chunk.
+// A merge needs no I/O (the union of two abstracts); a split and the growth of the edge read the
+// store chunks' abstracts through KvCatalog::load_abstracts, one call each (LKA: from the disk
+// tier's abstract file for disk chunks, without their KV).
+//
+// Leaf abstracts lie contiguously in leaf order, so chunk_bounds scores every leaf in one call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_cache.h"  // TokenRange
+#include "kv/kv_catalog.h"
+#include "sparse/chunk_bound.h"
+
+namespace leoam::sparse {
+
+struct ChunkTreeOptions {
+  int min_tokens = 8;       // leaves never split below this
+  int max_tokens = 512;     // merges stop at this
+  int initial_tokens = 64;  // new leaves start at this size (min_tokens * 2^k, <= max_tokens)
+};
+
+// What the policy remembers of a leaf between steps (its split/merge rule reads and writes it).
+struct LeafHistory {
+  int hot_steps = 0;   // consecutive steps the leaf was selected
+  int cold_steps = 0;  // consecutive steps it was not
+};
+
+class ChunkTree {
+ public:
+  // Fails when the sizes are not min <= initial <= max, powers-of-two multiples of min, or min is
+  // not a multiple of store_chunk_tokens.
+  static Result<ChunkTree> create(const ChunkTreeOptions& options, int store_chunk_tokens, int n_kv_heads,
+                                  int head_dim);
+
+  // Covers [0, n_tokens) (n_tokens >= this->n_tokens(); a smaller n fails: reset the tree then).
+  // The leaf that held the old end is refreshed (its keys have grown) and may grow to its aligned
+  // size; new positions get leaves of initial_tokens, aligned, smaller only where n cuts the last.
+  // Store-chunk abstracts come from `catalog` for `layer`, one load_abstracts call.
+  [[nodiscard]] Status grow(KvCatalog& catalog, int layer, int64_t n_tokens, AbstractSource source);
+  // Forgets every leaf (a new sequence).
+  void reset();
+
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t n_leaves() const { return static_cast<int64_t>(leaves_.size()); }
+  TokenRange leaf(int64_t i) const { return leaves_[i]; }
+  LeafHistory& history(int64_t i) { return history_[i]; }
+  // The abstracts of leaves [i, n_leaves()), contiguous: chunk_bounds(..., abstracts(i), count, layout(), ...).
+  const float* abstracts(int64_t i) const { return abstracts_.data() + i * layout_.chunk_stride; }
+  const BoundLayout& layout() const { return layout_; }
+  const ChunkTreeOptions& options() const { return options_; }
+  int store_chunk_tokens() const { return store_chunk_tokens_; }
+
+  // Leaf i is full-sized (not cut by n) and larger than min_tokens.
+  bool can_split(int64_t i) const;
+  // Leaf i becomes its two halves (fresh histories); leaves after it move up by one. Reads the
+  // halves' store-chunk abstracts in one call. Fails when !can_split(i) or on a read error (the
+  // tree is then unchanged).
+  [[nodiscard]] Status split(int64_t i, KvCatalog& catalog, int layer, AbstractSource source);
+  // Leaves i and i + 1 are buddies: same full size, the pair aligned to twice it, and twice it
+  // <= max_tokens.
+  bool can_merge(int64_t i) const;
+  // Leaves i and i + 1 become their parent (the union of their abstracts, a fresh history); no I/O.
+  // Requires can_merge(i).
+  void merge(int64_t i);
+
+ private:
+  ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, int n_kv_heads, int head_dim);
+  // Leaf i spans its whole size (the last leaf may be cut short by n_tokens_).
+  bool is_full(int64_t i) const;
+  // dst = the union of the abstracts of the store chunks that `range` covers; `chunks` holds the
+  // abstracts of store chunks c0, c0 + 1, ... as load_abstracts laid them out.
+  void union_store_chunks(const float* chunks, int64_t c0, TokenRange range, float* dst) const;
+
+  ChunkTreeOptions options_;
+  int store_chunk_tokens_;
+  BoundLayout layout_;
+  int64_t n_tokens_ = 0;
+  std::vector<TokenRange> leaves_;   // in order, covering [0, n_tokens_) exactly once
+  std::vector<int64_t> sizes_;        // per leaf: its size in the tree, min_tokens * 2^k, aligned to
+                                      // it (> leaf(i).size() only for the last leaf, cut by n)
+  std::vector<LeafHistory> history_;  // per leaf
+  std::vector<float> abstracts_;      // [n_leaves][2][n_kv_heads][head_dim]
+};
+
+}  // namespace leoam::sparse

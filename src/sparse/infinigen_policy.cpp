@@ -1,0 +1,184 @@
+// infinigen: the InfiniGen baseline (Lee et al., OSDI'24), budget-based so that it compares with
+// the other policies. While layer i runs, InfiniGen speculates which tokens layer i+1 will attend
+// to: it applies a partial query projection of layer i+1 (a few columns of each head) to layer i's
+// input and scores it against a partial key cache (the same columns of every stored key).
+//
+//   observe_keys(L, p0, n, k)      the partial keys of positions [p0, p0 + n) of layer L are
+//                                  (re)written: the cache is indexed by position, so a new sequence
+//                                  overwrites it and reset() need not clear it
+//   observe_layer_input(L, pos, x) speculates the partial query of layer L + 1 from x (layer 0's
+//                                  input also speculates layer 0: nothing runs before it)
+//   select(L)                      scores the far tokens with the speculation made for L at this
+//                                  position; without one (no layer inputs observed) it falls back
+//                                  to the true query restricted to the columns, and counts that
+//
+// Scores: for query head h and far token t, s_h(t) = scale * q_partial_h . k_partial_t; each head
+// is normalized by its own max over the far tokens, and a token scores its best head (a token one
+// head needs is kept even when the others look elsewhere, as in quest). The budget_tokens best far
+// tokens are kept (ties to the lower position), as sorted, merged ranges. InfiniGen itself keeps the
+// tokens above a threshold below each head's max; a fixed budget makes it comparable here.
+//
+// Columns and partial weights: sparse/partial_projection.h. Static columns from the weights stand
+// in for InfiniGen's offline SVD skewing, so at a small ratio the speculation is weaker than the
+// paper's.
+//
+// Partial key cache memory: per layer and position, the union of the columns of each kv head's
+// query heads, in f32:
+//     bytes = sum over layers of n_positions * n_kv_sel(layer) * 4
+//     n_kv_sel = sum over kv heads of |union of its group's columns|,
+//                between 2*ceil(ratio * head_dim / 2) * n_head_kv (no GQA, or a group that agrees)
+//                and min(n_gqa * that, head_dim) * n_head_kv
+// As a fraction of an f16 KV (2 * n_head_kv * head_dim * 2 bytes a position and layer): about
+// `ratio` without GQA, up to min(n_gqa * ratio, 1) with it. Storing the union per kv head, not the
+// columns per query head, never costs more.
+//
+// Prefetching: the engine has no asynchronous layer-ahead pipeline yet, so nothing is prefetched
+// while the previous layer runs; the speculated set is simply what the store gathers at layer L.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "sparse/partial_projection.h"
+#include "sparse/selection_policy.h"
+
+namespace leoam::sparse {
+namespace {
+
+class InfinigenPolicy final : public SelectionPolicy {
+ public:
+  explicit InfinigenPolicy(PartialProjection projection)
+      : proj_(std::move(projection)),
+        keys_(static_cast<size_t>(proj_.n_layer())),
+        spec_(static_cast<size_t>(proj_.n_layer())),
+        spec_pos_(static_cast<size_t>(proj_.n_layer()), -1) {
+    for (int il = 0; il < proj_.n_layer(); ++il) spec_[il].resize(static_cast<size_t>(proj_.n_sel(il)));
+  }
+
+  std::string_view name() const override { return "infinigen"; }
+  SelectorNeeds needs() const override { return {.keys = true, .layer_inputs = true}; }
+
+  void reset() override { std::fill(spec_pos_.begin(), spec_pos_.end(), -1); }
+
+  Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {
+    if (layer < 0 || layer >= proj_.n_layer() || pos0 < 0 || n < 0) {
+      return invalid_argument("infinigen: keys for layer " + std::to_string(layer) + " at position " +
+                              std::to_string(pos0) + ": the model has " + std::to_string(proj_.n_layer()) + " layers");
+    }
+    const int64_t row = proj_.n_kv_sel(layer);
+    const int64_t stride = int64_t{proj_.n_head_kv()} * proj_.head_dim();
+    std::vector<float>& keys = keys_[layer];
+    if (static_cast<int64_t>(keys.size()) < (pos0 + n) * row) keys.resize(static_cast<size_t>((pos0 + n) * row));
+    for (int64_t t = 0; t < n; ++t) proj_.gather_key(layer, k + t * stride, keys.data() + (pos0 + t) * row);
+    return Status::ok();
+  }
+
+  Status observe_layer_input(int layer, int64_t pos, const float* x) override {
+    if (layer < 0 || layer >= proj_.n_layer() || pos < 0) {
+      return invalid_argument("infinigen: layer input for layer " + std::to_string(layer) + ": the model has " +
+                              std::to_string(proj_.n_layer()) + " layers");
+    }
+    if (layer == 0) speculate(0, pos, x);
+    if (layer + 1 < proj_.n_layer()) speculate(layer + 1, pos, x);
+    return Status::ok();
+  }
+
+  Result<Selection> select(const SelectionQuery& query, KvCatalog& /*catalog*/) override {
+    LEOAM_RETURN_IF_ERROR(check_query(query));
+    Selection s;
+    const int64_t n_far = query.far.size();
+    if (n_far <= 0 || query.budget_tokens <= 0) return s;
+    const int L = query.layer;
+    const int64_t pos = query.n_tokens - 1;
+
+    const float* q = spec_[L].data();
+    if (spec_pos_[L] != pos) {  // no speculation for this step: the true query's columns
+      proj_.gather_query(L, query.q, spec_[L].data());
+      ++n_fallbacks_;
+    }
+
+    // scores[h][t - far.begin] = scale * q_partial_h . k_partial_t, then minus the head's max.
+    const std::span<const int> q_begin = proj_.q_begin(L);
+    const std::span<const int> slot = proj_.key_slot(L);
+    const int64_t row = proj_.n_kv_sel(L);
+    const float* keys = keys_[L].data();
+    std::vector<float> best(static_cast<size_t>(n_far), -std::numeric_limits<float>::infinity());
+    std::vector<float> head(static_cast<size_t>(n_far));
+    for (int h = 0; h < query.n_head; ++h) {
+      float head_max = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < n_far; ++t) {
+        const float* k = keys + (query.far.begin + t) * row;
+        float dot = 0.0f;
+        for (int i = q_begin[h]; i < q_begin[h + 1]; ++i) dot += q[i] * k[slot[i]];
+        head[t] = query.scale * dot;
+        head_max = std::max(head_max, head[t]);
+      }
+      for (int64_t t = 0; t < n_far; ++t) best[t] = std::max(best[t], head[t] - head_max);
+    }
+
+    const int64_t n_keep = std::min(query.budget_tokens, n_far);
+    std::vector<int64_t> order(static_cast<size_t>(n_far));
+    std::iota(order.begin(), order.end(), 0);
+    const auto better = [&](int64_t a, int64_t b) { return best[a] > best[b] || (best[a] == best[b] && a < b); };
+    std::nth_element(order.begin(), order.begin() + (n_keep - 1), order.end(), better);
+    order.resize(static_cast<size_t>(n_keep));
+    std::sort(order.begin(), order.end());
+    for (int64_t t : order) {
+      const int64_t p = query.far.begin + t;
+      if (!s.ranges.empty() && s.ranges.back().end == p) {
+        s.ranges.back().end = p + 1;
+      } else {
+        s.ranges.push_back({p, p + 1});
+      }
+    }
+    s.n_chunks_scored = n_far;
+    return s;
+  }
+
+ private:
+  void speculate(int layer, int64_t pos, const float* x) {
+    proj_.project_query(layer, pos, x, spec_[layer].data());
+    spec_pos_[layer] = pos;
+  }
+
+  Status check_query(const SelectionQuery& q) const {
+    if (q.layer < 0 || q.layer >= proj_.n_layer() || q.n_head != proj_.n_head() || q.n_head_kv != proj_.n_head_kv() ||
+        q.head_dim != proj_.head_dim()) {
+      return invalid_argument("infinigen: a query of layer " + std::to_string(q.layer) + " with " +
+                              std::to_string(q.n_head) + "/" + std::to_string(q.n_head_kv) + " heads of " +
+                              std::to_string(q.head_dim) + ", but its model has " + std::to_string(proj_.n_layer()) +
+                              " layers of " + std::to_string(proj_.n_head()) + "/" +
+                              std::to_string(proj_.n_head_kv()) + " heads of " + std::to_string(proj_.head_dim()));
+    }
+    if (q.far.begin < 0 || q.far.end > q.n_tokens) {
+      return invalid_argument("infinigen: far positions outside [0, n_tokens)");
+    }
+    const int64_t n_stored = static_cast<int64_t>(keys_[q.layer].size()) / std::max(1, proj_.n_kv_sel(q.layer));
+    if (q.far.end > n_stored) {
+      return invalid_argument("infinigen: layer " + std::to_string(q.layer) + " has partial keys for " +
+                              std::to_string(n_stored) + " positions, but the query scores positions up to " +
+                              std::to_string(q.far.end) + "; the forward pass must pass every key (SelectorNeeds.keys)");
+    }
+    return Status::ok();
+  }
+
+  PartialProjection proj_;
+  std::vector<std::vector<float>> keys_;  // [layer][position][n_kv_sel(layer)] partial keys, f32
+  std::vector<std::vector<float>> spec_;  // [layer][n_sel(layer)] the speculated partial query
+  std::vector<int64_t> spec_pos_;         // [layer] the position spec_ was made for; -1: none
+  int64_t n_fallbacks_ = 0;               // selections without a speculation (true query used)
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SelectionPolicy>> make_infinigen_policy(const PolicyOptions& options) {
+  if (options.model == nullptr) {
+    return invalid_argument("infinigen: needs the model (PolicyOptions.model) to speculate queries with its weights");
+  }
+  LEOAM_ASSIGN_OR_RETURN(PartialProjection projection, PartialProjection::create(*options.model, options.partial_ratio));
+  return std::unique_ptr<SelectionPolicy>(std::make_unique<InfinigenPolicy>(std::move(projection)));
+}
+
+}  // namespace leoam::sparse

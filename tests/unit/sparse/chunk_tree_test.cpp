@@ -1,0 +1,333 @@
+// ChunkTree: its contract on constructed keys (a KeysCatalog computes store-chunk abstracts from
+// keys the test sets and records every load_abstracts call), and its invariants under random
+// grow/split/merge sequences over a real TieredKvCache whose chunks spill to disk.
+#include "sparse/chunk_tree.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../temp_dir.h"
+#include "keys_catalog.h"
+#include "kv/tiered_kv_cache.h"
+
+namespace leoam::sparse {
+namespace {
+
+using testing_util::KeysCatalog;
+using testing_util::Load;
+using Ranges = std::vector<TokenRange>;
+
+Ranges leaves_of(const ChunkTree& tree) {
+  Ranges r;
+  for (int64_t i = 0; i < tree.n_leaves(); ++i) r.push_back(tree.leaf(i));
+  return r;
+}
+
+std::vector<float> abstract_at(const ChunkTree& tree, int64_t i) {
+  const float* a = tree.abstracts(i);
+  return std::vector<float>(a, a + tree.layout().chunk_stride);
+}
+
+ChunkTree make_tree(ChunkTreeOptions o, int store_chunk, int n_kv_heads, int head_dim) {
+  auto t = ChunkTree::create(o, store_chunk, n_kv_heads, head_dim);
+  EXPECT_TRUE(t.is_ok()) << t.status().message();
+  return std::move(t).value();
+}
+
+constexpr int kLayer = 1;
+
+TEST(ChunkTree, CreateRejectsBadSizes) {
+  auto bad = [](int min, int initial, int max, int store_chunk = 8) {
+    auto t = ChunkTree::create({min, max, initial}, store_chunk, 1, 2);
+    if (t.is_ok()) return false;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    return true;
+  };
+  EXPECT_FALSE(bad(8, 64, 512));
+  EXPECT_FALSE(bad(16, 16, 16));
+  EXPECT_FALSE(bad(24, 96, 384));     // powers of two times min, min a multiple of 8
+  EXPECT_TRUE(bad(12, 48, 384));      // min not a multiple of the store chunk
+  EXPECT_TRUE(bad(0, 64, 512));
+  EXPECT_TRUE(bad(-8, 64, 512));
+  EXPECT_TRUE(bad(16, 48, 128));      // initial not min * 2^k
+  EXPECT_TRUE(bad(16, 32, 96));       // max not min * 2^k
+  EXPECT_TRUE(bad(16, 256, 128));     // initial > max
+  EXPECT_TRUE(bad(16, 8, 128));       // initial < min
+  EXPECT_TRUE(bad(8, 64, 512, 0));    // no store chunk
+  EXPECT_FALSE(ChunkTree::create({8, 512, 64}, 8, 0, 2).is_ok());
+  EXPECT_FALSE(ChunkTree::create({8, 512, 64}, 8, 1, 0).is_ok());
+}
+
+// Store chunk 8, leaves 8..128, new leaves of 32: [0, 75) is [0, 32) [32, 64) [64, 75), the last
+// cut by n; growing to 100 refreshes [64, 96) and adds [96, 100).
+TEST(ChunkTree, GrowsAlignedLeavesAndRefreshesTheEdge) {
+  KeysCatalog catalog(8, 2, 2);
+  catalog.set_keys(0, 70, {1, -1});
+  catalog.set_keys(70, 75, {2, 0});
+  ChunkTree tree = make_tree({8, 128, 32}, 8, 2, 2);
+  EXPECT_EQ(tree.n_tokens(), 0);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 75, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 64}, {64, 75}}));
+  EXPECT_EQ(tree.n_tokens(), 75);
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 0, 10}}));
+  EXPECT_EQ(abstract_at(tree, 2), (std::vector<float>{1, -1, 1, -1, 2, 0, 2, 0}));
+  EXPECT_FALSE(tree.can_split(2));  // cut by n
+  EXPECT_TRUE(tree.can_split(1));
+
+  tree.history(2).cold_steps = 3;
+  catalog.set_keys(75, 100, {-3, 5});
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 100, AbstractSource::kKv).is_ok());
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 64}, {64, 96}, {96, 100}}));
+  EXPECT_EQ(catalog.loads().back(), (Load{kLayer, 8, 13}));  // from the edge leaf's first store chunk
+  EXPECT_EQ(abstract_at(tree, 2), catalog.abstract_of(64, 96));
+  EXPECT_EQ(abstract_at(tree, 2), (std::vector<float>{-3, -1, -3, -1, 2, 5, 2, 5}));
+  EXPECT_EQ(abstract_at(tree, 3), catalog.abstract_of(96, 100));
+  EXPECT_EQ(tree.history(2).cold_steps, 3);  // the edge leaf keeps its history
+  EXPECT_EQ(tree.history(3).cold_steps, 0);
+  EXPECT_TRUE(tree.can_split(2));
+
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 100, AbstractSource::kLka).is_ok());  // nothing new: no read
+  EXPECT_EQ(catalog.loads().size(), 2u);
+  const Status shrink = tree.grow(catalog, kLayer, 90, AbstractSource::kLka);
+  EXPECT_EQ(shrink.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree.n_tokens(), 100);
+
+  tree.reset();
+  EXPECT_EQ(tree.n_leaves(), 0);
+  EXPECT_EQ(tree.n_tokens(), 0);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 40, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 40}}));
+}
+
+TEST(ChunkTree, GrowFailureLeavesTheTreeUnchanged) {
+  KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 64, {1, 1});
+  ChunkTree tree = make_tree({8, 128, 32}, 8, 1, 2);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 40, AbstractSource::kLka).is_ok());
+  const auto before = abstract_at(tree, 1);
+  catalog.fail_loads_with(io_error("layer 1 abstracts: short read"));
+  const Status st = tree.grow(catalog, kLayer, 64, AbstractSource::kLka);
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 40}}));
+  EXPECT_EQ(tree.n_tokens(), 40);
+  EXPECT_EQ(abstract_at(tree, 1), before);
+}
+
+// [0, 72) with leaves 8..64, new ones 32: [0, 32) [32, 64) [64, 72).
+TEST(ChunkTree, SplitAndMergeFollowTheBuddyRules) {
+  KeysCatalog catalog(8, 1, 2);
+  for (int64_t p = 0; p < 72; ++p) catalog.set_keys(p, p + 1, {static_cast<float>(p), static_cast<float>(-p)});
+  ChunkTree tree = make_tree({8, 64, 32}, 8, 1, 2);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 72, AbstractSource::kLka).is_ok());
+  EXPECT_FALSE(tree.can_split(2));   // cut by n
+  EXPECT_FALSE(tree.can_split(3));   // no such leaf
+  EXPECT_FALSE(tree.can_split(-1));
+  tree.history(0).hot_steps = 3;
+  tree.history(1).cold_steps = 2;
+
+  ASSERT_TRUE(tree.split(0, catalog, kLayer, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 16}, {16, 32}, {32, 64}, {64, 72}}));
+  EXPECT_EQ(catalog.loads().back(), (Load{kLayer, 0, 4}));  // the leaf's store chunks, one call
+  EXPECT_EQ(abstract_at(tree, 0), (std::vector<float>{0, -15, 15, 0}));
+  EXPECT_EQ(abstract_at(tree, 1), (std::vector<float>{16, -31, 31, -16}));
+  EXPECT_EQ(abstract_at(tree, 2), catalog.abstract_of(32, 64));  // the abstracts after it moved up
+  EXPECT_EQ(tree.history(0).hot_steps, 0);  // fresh halves
+  EXPECT_EQ(tree.history(1).hot_steps, 0);
+  EXPECT_EQ(tree.history(2).cold_steps, 2);  // [32, 64) keeps its own
+
+  ASSERT_TRUE(tree.split(0, catalog, kLayer, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.split(2, catalog, kLayer, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 8}, {8, 16}, {16, 24}, {24, 32}, {32, 64}, {64, 72}}));
+  EXPECT_FALSE(tree.can_split(0));  // min size
+  const size_t n_loads = catalog.loads().size();
+  EXPECT_EQ(tree.split(0, catalog, kLayer, AbstractSource::kLka).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog.loads().size(), n_loads);
+  EXPECT_EQ(tree.n_leaves(), 6);
+
+  EXPECT_TRUE(tree.can_merge(0));
+  EXPECT_FALSE(tree.can_merge(1));  // [8, 16) [16, 24): not aligned to 16
+  EXPECT_TRUE(tree.can_merge(2));
+  EXPECT_FALSE(tree.can_merge(3));  // [24, 32) [32, 64): sizes differ
+  EXPECT_FALSE(tree.can_merge(4));  // [32, 64) [64, 72): the second is cut by n
+  EXPECT_FALSE(tree.can_merge(5));  // no right neighbour
+  EXPECT_FALSE(tree.can_merge(-1));
+  tree.history(2).cold_steps = 9;
+  tree.merge(2);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 8}, {8, 16}, {16, 32}, {32, 64}, {64, 72}}));
+  EXPECT_EQ(abstract_at(tree, 2), (std::vector<float>{16, -31, 31, -16}));
+  EXPECT_EQ(tree.history(2).cold_steps, 0);
+  EXPECT_FALSE(tree.can_merge(1));  // [8, 16) [16, 32)
+  tree.merge(0);
+  tree.merge(0);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 64}, {64, 72}}));
+  EXPECT_EQ(abstract_at(tree, 0), (std::vector<float>{0, -31, 31, 0}));
+  EXPECT_TRUE(tree.can_merge(0));  // 64 <= max
+  tree.merge(0);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 64}, {64, 72}}));
+  EXPECT_EQ(abstract_at(tree, 0), catalog.abstract_of(0, 64));
+  EXPECT_FALSE(tree.can_merge(0));
+
+  // Grown past the cut leaf, [64, 128) is full: merging it with [0, 64) would pass max.
+  catalog.set_keys(72, 128, {0, 0});
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 128, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 64}, {64, 96}, {96, 128}}));
+  EXPECT_FALSE(tree.can_merge(0));
+  EXPECT_TRUE(tree.can_merge(1));
+  tree.merge(1);
+  EXPECT_FALSE(tree.can_merge(0));  // 128 > max 64
+  EXPECT_TRUE(tree.can_split(1));
+}
+
+TEST(ChunkTree, SplitFailureLeavesTheTreeUnchanged) {
+  KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 64, {1, 2});
+  ChunkTree tree = make_tree({8, 64, 32}, 8, 1, 2);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 64, AbstractSource::kLka).is_ok());
+  tree.history(0).hot_steps = 2;
+  catalog.fail_loads_with(io_error("layer 1 abstracts: short read"));
+  EXPECT_EQ(tree.split(0, catalog, kLayer, AbstractSource::kLka).code(), StatusCode::kIoError);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 64}}));
+  EXPECT_EQ(abstract_at(tree, 0), catalog.abstract_of(0, 32));
+  EXPECT_EQ(tree.history(0).hot_steps, 2);
+}
+
+// --- invariants under random operations, over a real store -------------------------------------
+
+struct StoreCase {
+  int store_chunk = 8;
+  ChunkTreeOptions tree;
+};
+
+class ChunkTreeProperty : public ::testing::TestWithParam<StoreCase> {};
+
+constexpr int kHeads = 2;
+constexpr int kHeadDim = 4;
+constexpr int kRow = kHeads * kHeadDim;
+
+// Checks coverage, sizes, alignment and every leaf's abstract against `keys` ([n][kRow], as stored:
+// the store is F32, so exactly the keys appended).
+void expect_invariants(const ChunkTree& tree, const std::vector<float>& keys, int64_t n, const std::string& where) {
+  const ChunkTreeOptions& o = tree.options();
+  ASSERT_EQ(tree.n_tokens(), n) << where;
+  int64_t p = 0;
+  for (int64_t i = 0; i < tree.n_leaves(); ++i) {
+    const TokenRange r = tree.leaf(i);
+    ASSERT_EQ(r.begin, p) << where << ": leaf " << i;
+    ASSERT_GT(r.end, r.begin) << where << ": leaf " << i;
+    p = r.end;
+    // The leaf's size in the tree: its own, or for a leaf cut by n the least min * 2^k above it.
+    int64_t size = o.min_tokens;
+    while (size < r.size()) size *= 2;
+    if (i + 1 < tree.n_leaves()) {
+      ASSERT_EQ(size, r.size()) << where << ": leaf " << i << " is not min * 2^k";
+    }
+    ASSERT_LE(size, o.max_tokens) << where << ": leaf " << i;
+    ASSERT_EQ(r.begin % size, 0) << where << ": leaf " << i << " [" << r.begin << ", " << r.end << ") unaligned";
+    const float* a = tree.abstracts(i);
+    for (int e = 0; e < kRow; ++e) {
+      float lo = std::numeric_limits<float>::infinity();
+      float hi = -lo;
+      for (int64_t t = r.begin; t < r.end; ++t) {
+        lo = std::min(lo, keys[t * kRow + e]);
+        hi = std::max(hi, keys[t * kRow + e]);
+      }
+      ASSERT_EQ(a[e], lo) << where << ": leaf " << i << " min of element " << e;
+      ASSERT_EQ(a[kRow + e], hi) << where << ": leaf " << i << " max of element " << e;
+    }
+  }
+  ASSERT_EQ(p, n) << where;
+}
+
+TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
+  const StoreCase c = GetParam();
+  constexpr int kStoreLayers = 2;
+  constexpr int64_t kCtx = 1024;
+  int n_disk_chunks_seen = 0;
+  int64_t n_splits = 0;
+  int64_t n_merges = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    testing_util::TempDir dir;
+    TieredKvCacheOptions so;
+    so.shape = {kStoreLayers, kHeads, kHeadDim, kCtx};
+    so.dtype = KvDtype::kF32;
+    so.chunk_tokens = c.store_chunk;
+    so.dir = dir.path();
+    so.session = "tree";
+    so.n_sink_tokens = 4;
+    so.n_recent_tokens = 8;
+    const uint64_t chunk_bytes = 2ull * c.store_chunk * kRow * sizeof(float);
+    so.device_budget_bytes = TieredKvCache::min_device_budget_bytes(so) + chunk_bytes;
+    so.host_budget_bytes = 2 * chunk_bytes;
+    auto store = TieredKvCache::create(so);
+    ASSERT_TRUE(store.is_ok()) << store.status().message();
+    TieredKvCache& kv = **store;
+    ChunkTree tree = make_tree(c.tree, c.store_chunk, kHeads, kHeadDim);
+
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    std::vector<float> keys;  // layer kLayer's keys, [n][kRow]
+    int64_t n = 0;
+    for (int op = 0; op < 120; ++op) {
+      const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
+      const uint32_t kind = rng() % 10;
+      if (kind < 3 || tree.n_leaves() == 0) {  // append 1 .. 3 store chunks' worth, then grow
+        const int64_t m = std::min<int64_t>(1 + rng() % (3 * c.store_chunk), kCtx - n);
+        for (int layer = 0; layer < kStoreLayers; ++layer) {
+          std::vector<float> k(static_cast<size_t>(m * kRow));
+          std::vector<float> v(k.size());
+          for (float& x : k) x = value(rng);
+          for (float& x : v) x = value(rng);
+          ASSERT_TRUE(kv.append(layer, n, m, k.data(), v.data()).is_ok()) << where;
+          if (layer == kLayer) keys.insert(keys.end(), k.begin(), k.end());
+        }
+        n += m;
+        for (int64_t i = 0; i < kv.n_chunks(kLayer); ++i) n_disk_chunks_seen += kv.chunk_tier(kLayer, i) == Tier::kDisk;
+        const AbstractSource source = rng() % 2 ? AbstractSource::kLka : AbstractSource::kKv;
+        ASSERT_TRUE(tree.grow(kv, kLayer, n, source).is_ok()) << where;
+      } else if (kind < 7) {  // split the first leaf that can, from a random one on
+        const int64_t i0 = rng() % tree.n_leaves();
+        for (int64_t j = 0; j < tree.n_leaves(); ++j) {
+          const int64_t i = (i0 + j) % tree.n_leaves();
+          if (!tree.can_split(i)) continue;
+          ASSERT_TRUE(tree.split(i, kv, kLayer, AbstractSource::kLka).is_ok()) << where;
+          ++n_splits;
+          break;
+        }
+      } else {  // merge the first buddies that can, from a random leaf on
+        const int64_t i0 = rng() % tree.n_leaves();
+        for (int64_t j = 0; j < tree.n_leaves(); ++j) {
+          const int64_t i = (i0 + j) % tree.n_leaves();
+          if (!tree.can_merge(i)) continue;
+          tree.merge(i);
+          ++n_merges;
+          break;
+        }
+      }
+      expect_invariants(tree, keys, n, where);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // The runs did what they are for: disk chunks' abstracts read, splits and merges exercised.
+  EXPECT_GT(n_disk_chunks_seen, 0);
+  EXPECT_GT(n_splits, 100);
+  EXPECT_GT(n_merges, 100);
+}
+
+INSTANTIATE_TEST_SUITE_P(StoreChunks, ChunkTreeProperty,
+                         ::testing::Values(StoreCase{8, {8, 64, 32}}, StoreCase{8, {8, 512, 64}},
+                                           StoreCase{16, {16, 128, 16}}, StoreCase{16, {32, 256, 64}}),
+                         [](const ::testing::TestParamInfo<StoreCase>& info) {
+                           return "chunk" + std::to_string(info.param.store_chunk) + "_min" +
+                                  std::to_string(info.param.tree.min_tokens) + "_init" +
+                                  std::to_string(info.param.tree.initial_tokens) + "_max" +
+                                  std::to_string(info.param.tree.max_tokens);
+                         });
+
+}  // namespace
+}  // namespace leoam::sparse
