@@ -109,6 +109,14 @@ TokenRange intersect(TokenRange a, TokenRange b) {
   return begin < end ? TokenRange{begin, end} : TokenRange{begin, begin};
 }
 
+// Upper bounds of every query head over a run of units (chunks or leaves): [n_head][n].
+struct HeadBounds {
+  int64_t n = 0;
+  std::vector<float> data;
+
+  const float* head(int h) const { return data.data() + h * n; }
+};
+
 class LeoamPolicy final : public SelectionPolicy {
  public:
   explicit LeoamPolicy(const PolicyOptions& options) : options_(options) {}
@@ -134,15 +142,16 @@ class LeoamPolicy final : public SelectionPolicy {
     const ChunkSpan loaded = options_.desert ? chunks_overlapping({0, query.n_tokens}, chunk_tokens) : far;
     LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, loaded, source()));
     s.n_chunks_scored = loaded.size();
+    const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout);
     if (options_.desert) {
       std::vector<TokenRange> chunks(static_cast<size_t>(loaded.size()));
       for (int64_t i = 0; i < loaded.size(); ++i) chunks[i] = chunk_part(loaded.i0 + i, {0, query.n_tokens}, chunk_tokens);
-      if (is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks)) {
+      if (is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks, upper)) {
         s.desert = true;
         return s;
       }
     }
-    const std::vector<float> scores = score(query, abstracts.at(far.i0), far.size(), abstracts.layout);
+    const std::vector<float> scores = score(query, upper, far.i0 - loaded.i0, far.i1 - loaded.i0);
     s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     return s;
   }
@@ -163,17 +172,21 @@ class LeoamPolicy final : public SelectionPolicy {
     const std::span<const TokenRange> far_leaves(leaves.data() + l0, static_cast<size_t>(l1 - l0));
 
     Selection s;
-    s.n_chunks_scored = options_.desert ? tree->n_leaves() : l1 - l0;
+    // Every leaf's upper bounds with the desert check, else the far leaves': u0 is the first.
+    const int64_t u0 = options_.desert ? 0 : l0;
+    const int64_t u1 = options_.desert ? tree->n_leaves() : l1;
+    s.n_chunks_scored = u1 - u0;
+    const HeadBounds upper = upper_bounds(query, tree->abstracts(u0), u1 - u0, tree->layout());
     std::vector<float> scores;
     RangePick pick;
-    if (options_.desert && is_desert(query, tree->abstracts(0), tree->layout(), leaves)) {
+    if (options_.desert && is_desert(query, tree->abstracts(0), tree->layout(), leaves, upper)) {
       s.desert = true;
     } else {
-      scores = score(query, tree->abstracts(l0), l1 - l0, tree->layout());
+      scores = score(query, upper, l0 - u0, l1 - u0);
       pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens);
       s.ranges = pick.ranges;
     }
-    LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, s));
+    LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0 - u0, s));
     return s;
   }
 
@@ -193,8 +206,10 @@ class LeoamPolicy final : public SelectionPolicy {
 
   // The IAKM rule (the header comment) after the selection of far leaves [l0, l1): pick.picked are
   // indices into them, `scores` their scores (empty in a desert). Counts the changes in `s`.
+  // `upper` holds the far leaves' upper bounds from its unit far0 on.
   Status adapt(const SelectionQuery& query, KvCatalog& catalog, ChunkTree& tree, int64_t l0, int64_t l1,
-               const RangePick& pick, const std::vector<float>& scores, Selection& s) {
+               const RangePick& pick, const std::vector<float>& scores, const HeadBounds& upper, int64_t far0,
+               Selection& s) {
     const std::vector<int64_t>& picked = pick.picked;
     std::vector<bool> selected(static_cast<size_t>(l1 - l0), false);
     for (int64_t j : picked) selected[j] = true;
@@ -223,7 +238,7 @@ class LeoamPolicy final : public SelectionPolicy {
       if (early || hot) splits.push_back(j);
       any_hot = any_hot || hot;
     }
-    if (!early && any_hot && skew(query, tree, l0, l1, selected) < kIakmSkew) splits.clear();
+    if (!early && any_hot && skew(query, tree, l0, l1, selected, upper, far0) < kIakmSkew) splits.clear();
     // Nothing selected: the best leaf alone is over the budget. Split it, or no leaf would ever fit.
     if (picked.empty() && !scores.empty()) {
       const int64_t best = std::max_element(scores.begin(), scores.end()) - scores.begin();
@@ -264,21 +279,18 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   // The layer's skew (the header comment): the mean over query heads of the selected leaves'
-  // share of the far leaves' bounded mass.
+  // share of the far leaves' bounded mass. Far leaf l0 + i is unit far0 + i of `upper`.
   double skew(const SelectionQuery& query, const ChunkTree& tree, int64_t l0, int64_t l1,
-              const std::vector<bool>& selected) const {
-    const int group = query.n_head / query.n_head_kv;
-    std::vector<float> upper(static_cast<size_t>(l1 - l0));
+              const std::vector<bool>& selected, const HeadBounds& upper, int64_t far0) const {
     double sum = 0.0;
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q, h, h + 1, h / group, tree.abstracts(l0), l1 - l0, tree.layout(), GroupCombine::kMax,
-                   upper.data(), BoundSide::kUpper);
-      const double m = *std::max_element(upper.begin(), upper.end());
+      const float* u = upper.head(h) + far0;
+      const double m = *std::max_element(u, u + (l1 - l0));
       double total = 0.0;
       double held = 0.0;
       for (int64_t i = l0; i < l1; ++i) {
-        const double mass = static_cast<double>(intersect(tree.leaf(i), query.far).size()) *
-                            std::exp(query.scale * (upper[i - l0] - m));
+        const double mass =
+            static_cast<double>(intersect(tree.leaf(i), query.far).size()) * std::exp(query.scale * (u[i - l0] - m));
         total += mass;
         if (selected[i - l0]) held += mass;
       }
@@ -287,22 +299,31 @@ class LeoamPolicy final : public SelectionPolicy {
     return sum / query.n_head;
   }
 
-  // scores[i] for chunks i in [0, n_chunks) at `abstracts`: the GQA-combined, per-kv-head
-  // normalized bounds (the header comment).
-  std::vector<float> score(const SelectionQuery& query, const float* abstracts, int64_t n_chunks,
-                           const BoundLayout& layout) const {
+  // Every query head's upper bounds over the n units at `abstracts`, computed once per selection
+  // and shared by the desert check, the ranking and the skew.
+  HeadBounds upper_bounds(const SelectionQuery& query, const float* abstracts, int64_t n,
+                          const BoundLayout& layout) const {
     const int group = query.n_head / query.n_head_kv;
-    const auto n = static_cast<size_t>(n_chunks);
-    std::vector<float> bounds(n);
+    HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n))};
+    for (int h = 0; h < query.n_head; ++h) {
+      chunk_bounds(query.q, h, h + 1, h / group, abstracts, n, layout, GroupCombine::kMax, b.data.data() + h * n);
+    }
+    return b;
+  }
+
+  // scores[i] for units [u0, u1) of `upper`: the GQA-combined, per-head normalized bounds (the
+  // header comment).
+  std::vector<float> score(const SelectionQuery& query, const HeadBounds& upper, int64_t u0, int64_t u1) const {
+    const int group = query.n_head / query.n_head_kv;
+    const auto n = static_cast<size_t>(u1 - u0);
     std::vector<float> head(n);
     std::vector<float> kv_head(n);
     std::vector<float> scores(n, -std::numeric_limits<float>::infinity());
     for (int g = 0; g < query.n_head_kv; ++g) {
       std::fill(kv_head.begin(), kv_head.end(), -std::numeric_limits<float>::infinity());
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        chunk_bounds(query.q, h, h + 1, g, abstracts, n_chunks, layout, GroupCombine::kMax, bounds.data());
         std::fill(head.begin(), head.end(), -std::numeric_limits<float>::infinity());
-        fold_normalized(bounds, query.scale, head);
+        fold_normalized({upper.head(h) + u0, n}, query.scale, head);
         for (size_t i = 0; i < n; ++i) {
           if (options_.group_combine == GroupCombine::kMax) {
             kv_head[i] = std::max(kv_head[i], head[i]);
@@ -320,26 +341,32 @@ class LeoamPolicy final : public SelectionPolicy {
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
   // near window's (the header comment). `chunks` are the positions of every chunk of
-  // [0, n_tokens), in order, their abstracts contiguous at `abstracts`.
+  // [0, n_tokens), in order, their abstracts contiguous at `abstracts` and their upper bounds in
+  // `upper`. Lower bounds are needed only where near tokens are: the chunks at both ends.
   bool is_desert(const SelectionQuery& query, const float* abstracts, const BoundLayout& layout,
-                 std::span<const TokenRange> chunks) const {
+                 std::span<const TokenRange> chunks, const HeadBounds& upper) const {
     const int64_t n = static_cast<int64_t>(chunks.size());
     const int group = query.n_head / query.n_head_kv;
-    std::vector<float> upper(static_cast<size_t>(n));
-    std::vector<float> lower(upper.size());
+    // Chunks [0, a) and [b, n) hold near tokens; those in [a, b) are all far.
+    int64_t a = 0;
+    while (a < n && intersect(chunks[a], query.far).size() < chunks[a].size()) ++a;
+    int64_t b = n;
+    while (b > a && intersect(chunks[b - 1], query.far).size() < chunks[b - 1].size()) --b;
+    std::vector<float> lower(static_cast<size_t>(n));
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts, n, layout, GroupCombine::kMax, upper.data(),
-                   BoundSide::kUpper);
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts, n, layout, GroupCombine::kMax, lower.data(),
+      chunk_bounds(query.q, h, h + 1, h / group, abstracts, a, layout, GroupCombine::kMax, lower.data(),
                    BoundSide::kLower);
-      const double m = *std::max_element(upper.begin(), upper.end());
+      chunk_bounds(query.q, h, h + 1, h / group, abstracts + b * layout.chunk_stride, n - b, layout,
+                   GroupCombine::kMax, lower.data() + b, BoundSide::kLower);
+      const float* u = upper.head(h);
+      const double m = *std::max_element(u, u + n);
       double near_lower = 0.0;
       double far_upper = 0.0;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t n_far = intersect(chunks[i], query.far).size();
         const int64_t n_near = chunks[i].size() - n_far;
-        near_lower += static_cast<double>(n_near) * std::exp(query.scale * (lower[i] - m));
-        far_upper += static_cast<double>(n_far) * std::exp(query.scale * (upper[i] - m));
+        if (n_near > 0) near_lower += static_cast<double>(n_near) * std::exp(query.scale * (lower[i] - m));
+        far_upper += static_cast<double>(n_far) * std::exp(query.scale * (u[i] - m));
       }
       if (!(far_upper < options_.desert_mass * near_lower)) return false;
     }
