@@ -10,7 +10,7 @@
 //                                  input also speculates layer 0: nothing runs before it)
 //   select(L)                      scores the far tokens with the speculation made for L at this
 //                                  position; without one (no layer inputs observed) it falls back
-//                                  to the true query restricted to the columns, and counts that
+//                                  to the true query restricted to the columns
 //
 // Scores: for query head h and far token t, s_h(t) = scale * q_partial_h . k_partial_t; each head
 // is normalized by its own max over the far tokens, and a token scores its best head (a token one
@@ -96,7 +96,6 @@ class InfinigenPolicy final : public SelectionPolicy {
     const float* q = spec_[L].data();
     if (spec_pos_[L] != pos) {  // no speculation for this step: the true query's columns
       proj_.gather_query(L, query.q, spec_[L].data());
-      ++n_fallbacks_;
     }
 
     // scores[h][t - far.begin] = scale * q_partial_h . k_partial_t, then minus the head's max.
@@ -168,7 +167,6 @@ class InfinigenPolicy final : public SelectionPolicy {
   std::vector<std::vector<float>> keys_;  // [layer][position][n_kv_sel(layer)] partial keys, f32
   std::vector<std::vector<float>> spec_;  // [layer][n_sel(layer)] the speculated partial query
   std::vector<int64_t> spec_pos_;         // [layer] the position spec_ was made for; -1: none
-  int64_t n_fallbacks_ = 0;               // selections without a speculation (true query used)
 };
 
 }  // namespace
