@@ -1,0 +1,166 @@
+// `leoam eval`: the sweep's JSON lines, resuming an interrupted sweep, determinism, and one-line
+// errors for bad flags, run as a user would on the real stories260K. stories260K cannot retrieve
+// a pass key, so nothing here asserts accuracy.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using leoam::testing_cli::CliResult;
+using leoam::testing_cli::read_file;
+
+const std::string kStories = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
+
+std::vector<std::string> read_lines(const std::string& path) { return CliResult::lines(read_file(path)); }
+
+class EvalCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kStories)) GTEST_SKIP() << "fixture absent: " << kStories;
+    char tmpl[] = "/tmp/leoam_eval_cli_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  // stories260K trains at 128 tokens; -c 512 lets the 256-token prompts and their answers fit.
+  CliResult eval(std::vector<std::string> args) {
+    args.insert(args.begin(), {"eval", "-m", kStories, "-c", "512", "-t", "1"});
+    return leoam::testing_cli::run_leoam(dir_, args);
+  }
+  // passkey at ctx 256, depths 0.2 and 0.8, seeds 0 and 1, full and leoam@0.5: 8 runs, through
+  // small KV tiers (0.016 + 0.004 MiB) with the disk tier in the test directory.
+  CliResult sweep(const std::string& out) {
+    return eval({"--task", "passkey", "--ctx", "256", "--depth", "0.2,0.8", "--seeds", "2", "--policy", "full,leoam",
+                 "--budget", "0.5", "--out", out, "--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.016",
+                 "--kv-host-mb", "0.004", "--kv-chunk", "8", "--kv-recent", "8"});
+  }
+
+  std::string dir_;
+};
+
+TEST_F(EvalCliTest, SweepWritesOneJsonLinePerRunAndATableRowPerPolicy) {
+  const std::string out = dir_ + "/results.jsonl";
+  CliResult r = sweep(out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 8u) << read_file(out);
+  std::set<std::string> runs;
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* field : {"task", "ctx", "depth", "seed", "policy", "budget", "needle_pos", "answers", "output",
+                              "score", "tokens_attended_pct", "disk_bytes_read", "decode_ms"}) {
+      EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
+    }
+    EXPECT_EQ(j.at("task"), "passkey");
+    EXPECT_EQ(j.at("ctx"), 256);
+    const double score = j.at("score").get<double>();
+    EXPECT_TRUE(score == 0.0 || score == 1.0) << line;
+    ASSERT_TRUE(j.at("answers").is_array());
+    EXPECT_EQ(j.at("answers").size(), 1u) << line;
+    const std::string policy = j.at("policy").get<std::string>();
+    const double attended = j.at("tokens_attended_pct").get<double>();
+    if (policy == "full") {
+      EXPECT_EQ(j.at("budget").get<double>(), 1.0);
+      EXPECT_EQ(attended, 100.0);
+    } else {
+      EXPECT_EQ(policy, "leoam");
+      EXPECT_EQ(j.at("budget").get<double>(), 0.5);
+      EXPECT_GT(attended, 0.0);
+      EXPECT_LT(attended, 100.0);
+    }
+    EXPECT_GT(j.at("disk_bytes_read").get<double>(), 0.0) << "the KV is 20x the tiers: it is read from disk";
+    runs.insert(policy + " " + j.at("depth").dump() + " " + j.at("seed").dump());
+  }
+  EXPECT_EQ(runs.size(), 8u) << "every (depth, seed, policy) once";
+  EXPECT_NE(r.out.find("| passkey | full | 4 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| passkey | leoam@0.5 | 4 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("eval: 8/8 passkey ctx 256 depth 0.8 seed 1 leoam@0.5: score "), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_empty(dir_ + "/kv")) << "each run's KV directory is removed";
+}
+
+TEST_F(EvalCliTest, ResumeSkipsFinishedRunsAndRedoesATornLastLine) {
+  const std::string out = dir_ + "/results.jsonl";
+  ASSERT_EQ(sweep(out).status, 0);
+  const std::vector<std::string> first = read_lines(out);
+  ASSERT_EQ(first.size(), 8u);
+
+  CliResult again = sweep(out);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(read_lines(out), first) << "nothing appended";
+  EXPECT_NE(again.err.find("8 skipped"), std::string::npos) << again.err;
+  EXPECT_NE(again.out.find("| passkey | full | 4 |"), std::string::npos) << "the table covers resumed lines";
+
+  // Interrupted: 5 lines and half of the sixth.
+  {
+    std::ofstream cut(out, std::ios::binary | std::ios::trunc);
+    for (size_t i = 0; i < 5; ++i) cut << first[i] << "\n";
+    cut << first[5].substr(0, first[5].size() / 2);
+  }
+  CliResult resumed = sweep(out);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("5 skipped"), std::string::npos) << resumed.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 8u) << read_file(out);
+  std::set<std::string> keys;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i < 5) {
+      EXPECT_EQ(lines[i], first[i]);
+    }
+    const nlohmann::json j = nlohmann::json::parse(lines[i]);  // throws on a torn line
+    keys.insert(j.at("policy").dump() + j.at("depth").dump() + j.at("seed").dump());
+  }
+  EXPECT_EQ(keys.size(), 8u);
+  EXPECT_NE(resumed.out.find("| passkey | leoam@0.5 | 4 |"), std::string::npos) << resumed.out;
+}
+
+TEST_F(EvalCliTest, FullAttentionOutputIsTheSameAcrossRuns) {
+  std::vector<std::string> outputs;
+  for (const std::string name : {"a.jsonl", "b.jsonl"}) {
+    const std::string out = dir_ + "/" + name;
+    CliResult r = eval({"--task", "niah_single", "--ctx", "256", "--depth", "0.5", "--seeds", "1", "--policy", "full",
+                        "--out", out});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::vector<std::string> lines = read_lines(out);
+    ASSERT_EQ(lines.size(), 1u);
+    outputs.push_back(nlohmann::json::parse(lines[0]).at("output").get<std::string>());
+  }
+  EXPECT_FALSE(outputs[0].empty());
+  EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+TEST_F(EvalCliTest, BadFlagsFailWithOneLineAndWriteNothing) {
+  const std::string out = dir_ + "/results.jsonl";
+  const std::vector<std::vector<std::string>> cases = {
+      {"--task", "nosuchtask", "--ctx", "256"},
+      {"--task", "passkey", "--ctx", "256", "--depth", "0.5,1.5"},
+      {"--task", "passkey", "--ctx", "1024"},  // -c 512
+      {"--task", "passkey", "--ctx", "256", "--policy", "full,nosuchpolicy"},
+      {"--task", "passkey", "--ctx", "256", "--haystack", dir_ + "/missing.txt"},
+  };
+  for (std::vector<std::string> args : cases) {
+    args.insert(args.end(), {"--out", out});
+    SCOPED_TRACE(args[1] + " " + args[3] + " " + args[args.size() - 3]);
+    CliResult r = eval(args);
+    EXPECT_NE(r.status, 0);
+    ASSERT_EQ(r.err_lines().size(), 1u) << r.err;
+    EXPECT_TRUE(r.err.starts_with("leoam: error: ")) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+}  // namespace
