@@ -32,7 +32,9 @@ uint64_t mix64(uint64_t x) {
 
 // Independent random streams per (task, seed): the answer stream does not depend on the context
 // length or depth, so a depth/context sweep with one seed asks for the same answer every time.
-enum class Stream : uint64_t { kAnswer = 1, kHaystack = 2 };
+// kNeedles places the needles after the first: like the answer, their depths depend only on
+// (task, seed).
+enum class Stream : uint64_t { kAnswer = 1, kHaystack = 2, kNeedles = 3 };
 
 std::mt19937_64 make_rng(std::string_view task, uint64_t seed, Stream stream) {
   return std::mt19937_64(mix64(mix64(seed ^ fnv1a64(task)) + static_cast<uint64_t>(stream)));
@@ -56,11 +58,33 @@ constexpr std::array<std::string_view, 32> kKeyWords = {
 // The text pieces of one sample, before tokenization.
 struct TaskText {
   std::string instruction;
-  std::string needle;  // starts with a space so it tokenizes as words in the middle of text
+  std::string needle;  // the first needle; starts with a space so it tokenizes as words in text
+  std::vector<std::string> other_needles;  // in order; placed by place_other_needles
+  bool others_follow = false;  // the others come after the first needle, in order (a chain)
   std::string question;
   std::vector<std::string> answers;
   int max_new_tokens = 16;
 };
+
+// n distinct indices into a list of `size`, in draw order.
+std::vector<size_t> draw_distinct(std::mt19937_64& rng, size_t n, size_t size) {
+  std::vector<size_t> out;
+  while (out.size() < n) {
+    const auto i = static_cast<size_t>(draw(rng, 0, static_cast<int64_t>(size) - 1));
+    if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+  }
+  return out;
+}
+
+// n distinct 7-digit values, in draw order.
+std::vector<std::string> draw_values(std::mt19937_64& rng, size_t n) {
+  std::vector<std::string> out;
+  while (out.size() < n) {
+    std::string v = std::to_string(draw(rng, 1000000, 9999999));
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(std::move(v));
+  }
+  return out;
+}
 
 TaskText passkey_text(std::mt19937_64& rng) {
   const std::string key = std::to_string(draw(rng, 10000, 99999));
@@ -90,6 +114,118 @@ TaskText niah_single_text(std::mt19937_64& rng) {
   t.answers = {value};
   t.max_new_tokens = 16;
   return t;
+}
+
+// RULER's multi-needle NIAH variants: 4 needles of the niah_single form. 4: RULER's default
+// num_needle_k / num_needle_v / num_needle_q for these tasks.
+constexpr size_t kNiahNeedles = 4;
+
+const char* kNiahInstruction =
+    "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the numbers afterwards.\n";
+
+std::string niah_needle(const std::string& key, const std::string& value) {
+  return " One of the special magic numbers for " + key + " is: " + value + ".";
+}
+
+// One real needle (the first) and 3 distractors with other keys and values; asks for the first.
+TaskText niah_multikey_text(std::mt19937_64& rng) {
+  const std::vector<size_t> keys = draw_distinct(rng, kNiahNeedles, kKeyWords.size());
+  const std::vector<std::string> values = draw_values(rng, kNiahNeedles);
+  const std::string key(kKeyWords[keys[0]]);
+  TaskText t;
+  t.instruction = kNiahInstruction;
+  t.needle = niah_needle(key, values[0]);
+  for (size_t i = 1; i < kNiahNeedles; ++i) t.other_needles.push_back(niah_needle(std::string(kKeyWords[keys[i]]), values[i]));
+  t.question = "\nWhat is the special magic number for " + key +
+               " mentioned in the provided text? The special magic number for " + key +
+               " mentioned in the provided text is";
+  t.answers = {values[0]};
+  t.max_new_tokens = 16;
+  return t;
+}
+
+// 4 needles for one key with 4 different values; asks for all of them.
+TaskText niah_multivalue_text(std::mt19937_64& rng) {
+  const std::string key(kKeyWords[static_cast<size_t>(draw(rng, 0, static_cast<int64_t>(kKeyWords.size()) - 1))]);
+  const std::vector<std::string> values = draw_values(rng, kNiahNeedles);
+  TaskText t;
+  t.instruction = kNiahInstruction;
+  t.needle = niah_needle(key, values[0]);
+  for (size_t i = 1; i < kNiahNeedles; ++i) t.other_needles.push_back(niah_needle(key, values[i]));
+  t.question = "\nWhat are all the special magic numbers for " + key +
+               " mentioned in the provided text? The special magic numbers for " + key +
+               " mentioned in the provided text are";
+  t.answers = values;
+  t.max_new_tokens = 48;  // 48: 4 x (7 digits + ", ") is ~36 tokens where digits are one token each
+  return t;
+}
+
+// 4 needles for 4 different keys; asks for the numbers of all 4 keys.
+TaskText niah_multiquery_text(std::mt19937_64& rng) {
+  const std::vector<size_t> keys = draw_distinct(rng, kNiahNeedles, kKeyWords.size());
+  const std::vector<std::string> values = draw_values(rng, kNiahNeedles);
+  std::string key_list;  // "apple, river, candle, and falcon"
+  for (size_t i = 0; i < kNiahNeedles; ++i) {
+    if (i > 0) key_list += i + 1 == kNiahNeedles ? ", and " : ", ";
+    key_list += kKeyWords[keys[i]];
+  }
+  TaskText t;
+  t.instruction = kNiahInstruction;
+  t.needle = niah_needle(std::string(kKeyWords[keys[0]]), values[0]);
+  for (size_t i = 1; i < kNiahNeedles; ++i) t.other_needles.push_back(niah_needle(std::string(kKeyWords[keys[i]]), values[i]));
+  t.question = "\nWhat are all the special magic numbers for " + key_list +
+               " mentioned in the provided text? The special magic numbers for " + key_list +
+               " mentioned in the provided text are";
+  t.answers = values;
+  t.max_new_tokens = 48;  // as niah_multivalue
+  return t;
+}
+
+// Variable tracking: "VAR A = 12345." then 4 hops "VAR B = VAR A." ... later in the text; asks
+// for every variable that holds the value. 4 hops: RULER's default num_hops.
+constexpr size_t kVtHops = 4;
+
+TaskText vt_text(std::mt19937_64& rng) {
+  const std::string value = std::to_string(draw(rng, 10000, 99999));
+  // 5 uppercase letters as in RULER: the filler never has two capitals in a row, so a name is found
+  // only in its needles.
+  std::vector<std::string> names;
+  while (names.size() < kVtHops + 1) {
+    std::string name;
+    for (int i = 0; i < 5; ++i) name.push_back(static_cast<char>('A' + draw(rng, 0, 25)));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  TaskText t;
+  t.instruction = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n";
+  t.needle = " VAR " + names[0] + " = " + value + ".";
+  for (size_t i = 1; i < names.size(); ++i) t.other_needles.push_back(" VAR " + names[i] + " = VAR " + names[i - 1] + ".");
+  t.others_follow = true;
+  t.question = "\nQuestion: Find all variables that are assigned the value " + value +
+               " in the text above. Answer: According to the chain(s) of variable assignment in the text "
+               "above, " + std::to_string(names.size()) + " variables are assigned the value " + value +
+               ", they are:";
+  t.answers = names;
+  t.max_new_tokens = 40;  // 40: 5 names of up to ~5 tokens each, with separators
+  return t;
+}
+
+// Where the other needles go, as haystack token boundaries in [0, n_haystack] (boundary b: after
+// haystack token b - 1). Each draws a seeded fraction f in [0, 1] (1e-6 steps, integer arithmetic
+// so it is exact everywhere): b = floor(f * n_haystack), anywhere in the haystack; or, for a chain
+// (others_follow), b = n_before + floor(f * (n_haystack - n_before)), sorted so the chain keeps its
+// order after the first needle. Needles are inserted whole at boundaries, so none can split
+// another; needles at one boundary sit side by side: the first needle, then the others in order.
+std::vector<int64_t> place_other_needles(const TaskText& text, std::mt19937_64& rng, int64_t n_haystack,
+                                         int64_t n_before) {
+  constexpr int64_t kSteps = 1000000;
+  std::vector<int64_t> at;
+  for (size_t i = 0; i < text.other_needles.size(); ++i) {
+    const int64_t f = draw(rng, 0, kSteps);
+    at.push_back(text.others_follow ? n_before + f * (n_haystack - n_before) / kSteps : f * n_haystack / kSteps);
+  }
+  if (text.others_follow) std::sort(at.begin(), at.end());
+  return at;
 }
 
 // --- haystacks ---
@@ -197,10 +333,11 @@ bool contains(std::string_view out, std::string_view answer) {
 
 }  // namespace
 
-const char* task_names() { return "passkey niah_single"; }
+const char* task_names() { return "passkey niah_single niah_multikey niah_multivalue niah_multiquery vt"; }
 
 Scoring task_scoring(std::string_view task) {
-  (void)task;  // passkey and niah_single both ask for one value; multi-value tasks will use kRecall
+  // Tasks that ask for several values score the fraction found; the others ask for one value.
+  if (task == "niah_multivalue" || task == "niah_multiquery" || task == "vt") return Scoring::kRecall;
   return Scoring::kExactMatch;
 }
 
@@ -211,6 +348,14 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
     text = passkey_text(answer_rng);
   } else if (params.task == "niah_single") {
     text = niah_single_text(answer_rng);
+  } else if (params.task == "niah_multikey") {
+    text = niah_multikey_text(answer_rng);
+  } else if (params.task == "niah_multivalue") {
+    text = niah_multivalue_text(answer_rng);
+  } else if (params.task == "niah_multiquery") {
+    text = niah_multiquery_text(answer_rng);
+  } else if (params.task == "vt") {
+    text = vt_text(answer_rng);
   } else {
     return invalid_argument("unknown eval task '" + params.task + "'; known tasks: " + task_names());
   }
@@ -226,13 +371,20 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
   const std::vector<int32_t> instruction = tokenize(text.instruction);
   const std::vector<int32_t> needle = tokenize(text.needle);
   const std::vector<int32_t> question = tokenize(text.question);
+  std::vector<std::vector<int32_t>> others;
+  int64_t n_other_tokens = 0;
+  for (const std::string& o : text.other_needles) {
+    others.push_back(tokenize(o));
+    n_other_tokens += static_cast<int64_t>(others.back().size());
+  }
   const int64_t n_prefix = (bos >= 0 ? 1 : 0) + static_cast<int64_t>(instruction.size());
-  const int64_t n_fixed = n_prefix + static_cast<int64_t>(needle.size() + question.size());
+  const int64_t n_fixed = n_prefix + static_cast<int64_t>(needle.size() + question.size()) + n_other_tokens;
   const int64_t n_haystack = params.context_tokens - n_fixed;
   if (n_haystack < 1) {
     return invalid_argument("eval task '" + params.task + "': a context of " +
                             std::to_string(params.context_tokens) + " tokens is too short; the " +
-                            (bos >= 0 ? "BOS, " : "") + "instruction, needle and question need " +
+                            (bos >= 0 ? "BOS, " : "") + "instruction, needle" +
+                            (others.empty() ? "" : "s") + " and question need " +
                             std::to_string(n_fixed) + " tokens, plus at least 1 of haystack: use " +
                             std::to_string(n_fixed + 1) + " or more");
   }
@@ -243,18 +395,37 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
                                    : text_haystack(n_haystack, haystack_rng, tokenize, params.haystack_text);
   if (!haystack.is_ok()) return haystack.status().with_context("eval task '" + params.task + "'");
 
-  // floor(depth * n): depth 0 puts the needle before haystack token 0, depth 1 after the last.
+  // floor(depth * n): depth 0 puts the (first) needle before haystack token 0, depth 1 after the
+  // last; other needles placed before it push it later by their lengths.
   const int64_t n_before = std::min(
       n_haystack, static_cast<int64_t>(std::floor(params.depth * static_cast<double>(n_haystack))));
+
+  // Every needle as (haystack boundary, order at that boundary): the first needle, then the others.
+  std::mt19937_64 needles_rng = make_rng(params.task, params.seed, Stream::kNeedles);
+  const std::vector<int64_t> other_at = place_other_needles(text, needles_rng, n_haystack, n_before);
+  struct Placed {
+    int64_t boundary;
+    size_t order;  // 0: the first needle; i + 1: others[i]
+  };
+  std::vector<Placed> placed = {{n_before, 0}};
+  for (size_t i = 0; i < others.size(); ++i) placed.push_back({other_at[i], i + 1});
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    return a.boundary != b.boundary ? a.boundary < b.boundary : a.order < b.order;
+  });
 
   Sample s;
   s.tokens.reserve(static_cast<size_t>(params.context_tokens));
   if (bos >= 0) s.tokens.push_back(bos);
   s.tokens.insert(s.tokens.end(), instruction.begin(), instruction.end());
-  s.tokens.insert(s.tokens.end(), haystack->begin(), haystack->begin() + n_before);
-  s.needle_pos = static_cast<int64_t>(s.tokens.size());
-  s.tokens.insert(s.tokens.end(), needle.begin(), needle.end());
-  s.tokens.insert(s.tokens.end(), haystack->begin() + n_before, haystack->end());
+  int64_t done = 0;  // haystack tokens written
+  for (const Placed& p : placed) {
+    s.tokens.insert(s.tokens.end(), haystack->begin() + done, haystack->begin() + p.boundary);
+    done = p.boundary;
+    if (p.order == 0) s.needle_pos = static_cast<int64_t>(s.tokens.size());
+    const std::vector<int32_t>& n = p.order == 0 ? needle : others[p.order - 1];
+    s.tokens.insert(s.tokens.end(), n.begin(), n.end());
+  }
+  s.tokens.insert(s.tokens.end(), haystack->begin() + done, haystack->end());
   s.tokens.insert(s.tokens.end(), question.begin(), question.end());
   s.needle_tokens = static_cast<int64_t>(needle.size());
   s.answers = std::move(text.answers);

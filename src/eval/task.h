@@ -6,12 +6,27 @@
 //                       ^ haystack token 0
 //                                      ^ needle_pos = instruction + floor(depth * haystack tokens)
 //
+// Multi-needle tasks put their other needles into the haystack too: "haystack tokens" counts the
+// haystack alone, and needle_pos grows by the lengths of the other needles placed before it.
+//
 // Haystacks are filler sentences (the generator's own), or real long text (e.g. a book from
 // ../shared/fixtures/text), cut at token granularity to fill the context.
 //
 // Tasks:
 //   passkey         "The pass key is 58213. Remember it." in the haystack; "What is the pass key?"
 //   niah_single     one "special magic number for <word> is <7 digits>" needle (RULER's single NIAH)
+//   niah_multikey   that needle plus 3 distractors with other words and values; asks for the first
+//   niah_multivalue 4 needles for one word with 4 values; asks for all 4 (recall)
+//   niah_multiquery 4 needles for 4 words; asks for the values of all 4 words (recall)
+//   vt              "VAR ABCDE = 12345." then 4 hops "VAR FGHIJ = VAR ABCDE." ... after it; asks
+//                   which variables hold 12345 (recall over the 5 names; RULER's variable tracking)
+//
+// The first needle (needle_pos, needle_tokens) sits at the requested depth. The others go in
+// whole at haystack token boundaries, so no needle splits another: each draws a seeded fraction f
+// in [0, 1] and goes at boundary floor(f * haystack tokens); vt's hops go at
+// floor(f * haystack tokens after the first needle) past it, in chain order. Needles at the same
+// boundary sit side by side: the first needle, then the others in order. The fractions depend
+// only on (task, seed), like the answers.
 //
 // Each text piece (instruction, needle, question, haystack) is tokenized on its own and the ids
 // concatenated, so the needle's tokens are exactly tokenize(needle text) wherever it lands. The
@@ -67,12 +82,12 @@ struct Sample {
 
 enum class Scoring { kExactMatch, kRecall };
 
-// "passkey niah_single"
+// "passkey niah_single niah_multikey niah_multivalue niah_multiquery vt"
 const char* task_names();
 Scoring task_scoring(std::string_view task);
 
 // The sample of `params` for a tokenizer; bos < 0: no BOS. Fails for an unknown task, a depth
-// outside [0, 1], or a context too short for the instruction, the needle and the question (the
+// outside [0, 1], or a context too short for the instruction, the needles and the question (the
 // message says how many tokens they need). Deterministic: the same params give the same sample.
 Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize, int32_t bos);
 

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -346,6 +348,11 @@ TEST(EvalTask, RejectsUnknownTaskBadDepthAndBadContext) {
 TEST(EvalScore, TaskScoring) {
   EXPECT_EQ(task_scoring("passkey"), Scoring::kExactMatch);
   EXPECT_EQ(task_scoring("niah_single"), Scoring::kExactMatch);
+  EXPECT_EQ(task_scoring("niah_multikey"), Scoring::kExactMatch);
+  EXPECT_EQ(task_scoring("niah_multivalue"), Scoring::kRecall);
+  EXPECT_EQ(task_scoring("niah_multiquery"), Scoring::kRecall);
+  EXPECT_EQ(task_scoring("vt"), Scoring::kRecall);
+  EXPECT_STREQ(task_names(), "passkey niah_single niah_multikey niah_multivalue niah_multiquery vt");
 }
 
 TEST(EvalScore, ExactMatch) {
@@ -380,6 +387,259 @@ TEST(EvalScore, Recall) {
   EXPECT_DOUBLE_EQ(score_output(Scoring::kRecall, a, "91234 then 123"), 1.0 / 3.0);  // a later clean one counts
   EXPECT_EQ(score_output(Scoring::kRecall, {}, "123"), 0.0);
   EXPECT_EQ(score_output(Scoring::kRecall, {"Apple"}, "an APPLE"), 1.0);
+}
+
+// --- 6. multi-needle tasks (RULER's multikey, multivalue, multiquery NIAH and variable tracking) ---
+
+const std::vector<std::string> kMultiTasks = {"niah_multikey", "niah_multivalue", "niah_multiquery", "vt"};
+
+// The tasks' instructions, as task.cpp writes them (the test pins the format).
+std::string instruction_of(const std::string& task) {
+  if (task == "vt") return "Memorize and track the chain(s) of variable assignment hidden in the following text.\n";
+  return "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+         "I will quiz you about the numbers afterwards.\n";
+}
+
+struct FoundNeedle {
+  size_t pos = 0;  // token (= byte) index in the prompt
+  size_t len = 0;
+  std::string key;    // the niah word, or the vt variable assigned
+  std::string value;  // 7 digits (niah); 5 digits or "VAR NAME" (vt)
+};
+
+// Every needle in a byte-tokenized prompt, in prompt order, found by its text alone.
+std::vector<FoundNeedle> find_needles(const std::string& prompt, const std::string& task) {
+  const std::regex re = task == "vt" ? std::regex(R"( VAR ([A-Z]{5}) = (\d{5}|VAR [A-Z]{5})\.)")
+                                     : std::regex(R"( One of the special magic numbers for ([a-z]+) is: (\d{7})\.)");
+  std::vector<FoundNeedle> out;
+  for (auto it = std::sregex_iterator(prompt.begin(), prompt.end(), re); it != std::sregex_iterator(); ++it) {
+    out.push_back({static_cast<size_t>(it->position(0)), static_cast<size_t>(it->length(0)), (*it)[1].str(),
+                   (*it)[2].str()});
+  }
+  return out;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+// Checks one byte-tokenized multi-needle sample: its length, every needle whole and apart, the
+// first needle at floor(depth * haystack tokens) of the haystack, and every answer found exactly
+// where its needle is. Returns the number of haystack tokens.
+int64_t check_multi_layout(const std::string& task, int64_t context, double depth, uint64_t seed) {
+  SCOPED_TRACE(task + " context " + std::to_string(context) + " depth " + std::to_string(depth) + " seed " +
+               std::to_string(seed));
+  const Sample s = must_make(params(task, context, depth, seed));
+  EXPECT_EQ(static_cast<int64_t>(s.tokens.size()), context);
+  const std::string prompt = bytes_of(s.tokens, 0, s.tokens.size());
+  const std::string instruction = instruction_of(task);
+  const size_t prefix = 1 + instruction.size();
+  EXPECT_EQ(s.tokens[0], kByteBos);
+  EXPECT_EQ(prompt.substr(1, instruction.size()), instruction);
+  const size_t question_at = prompt.rfind(task == "vt" ? "\nQuestion:" : "\nWhat ");
+  EXPECT_NE(question_at, std::string::npos);
+  if (question_at == std::string::npos) return 0;
+
+  const std::vector<FoundNeedle> needles = find_needles(prompt, task);
+  EXPECT_EQ(needles.size(), task == "vt" ? 5u : 4u);
+  if (needles.size() != (task == "vt" ? 5u : 4u)) return 0;
+  // Whole, inside the haystack's span, and apart (regex matches never overlap; a needle cut by
+  // another would not match at all and the count above would fail).
+  size_t first = needles.size();
+  std::string haystack;  // the body with every needle taken out
+  size_t cursor = prefix;
+  size_t hay_before_first = 0;
+  for (size_t i = 0; i < needles.size(); ++i) {
+    const FoundNeedle& n = needles[i];
+    EXPECT_GE(n.pos, prefix);
+    EXPECT_LE(n.pos + n.len, question_at);
+    if (i > 0) { EXPECT_LE(needles[i - 1].pos + needles[i - 1].len, n.pos); }
+    haystack += prompt.substr(cursor, n.pos - cursor);
+    cursor = n.pos + n.len;
+    if (static_cast<int64_t>(n.pos) == s.needle_pos) {
+      first = i;
+      hay_before_first = haystack.size();
+      EXPECT_EQ(static_cast<int64_t>(n.len), s.needle_tokens);
+    }
+  }
+  haystack += prompt.substr(cursor, question_at - cursor);
+  EXPECT_LT(first, needles.size()) << "no needle starts at needle_pos " << s.needle_pos;
+  if (first == needles.size()) return 0;
+  const auto n_haystack = static_cast<int64_t>(haystack.size());
+  // The requested depth: floor(depth * n_haystack) haystack tokens come before the first needle.
+  EXPECT_EQ(static_cast<int64_t>(hay_before_first),
+            static_cast<int64_t>(std::floor(depth * static_cast<double>(n_haystack))));
+  // The filler holds nothing a needle's answer could be found in.
+  for (size_t i = 0; i < haystack.size(); ++i) {
+    EXPECT_FALSE(haystack[i] >= '0' && haystack[i] <= '9') << haystack;
+    if (task == "vt" && i > 0) {
+      const bool two_capitals = std::isupper(static_cast<unsigned char>(haystack[i - 1])) != 0 &&
+                                std::isupper(static_cast<unsigned char>(haystack[i])) != 0;
+      EXPECT_FALSE(two_capitals) << haystack;
+    }
+  }
+
+  const std::string question = prompt.substr(question_at);
+  const FoundNeedle& f = needles[first];
+  auto needle_holding = [&](const std::string& what) {  // the needles whose text holds `what`
+    size_t n = 0;
+    for (const FoundNeedle& nd : needles) n += count_of(prompt.substr(nd.pos, nd.len), what);
+    return n;
+  };
+  if (task == "vt") {
+    // The chain in order after the first needle: A = value, B = A, C = B, ...
+    EXPECT_EQ(first, 0u);
+    EXPECT_EQ(s.answers.size(), 5u);
+    if (s.answers.size() != 5u) return n_haystack;
+    for (size_t i = 0; i < needles.size(); ++i) {
+      EXPECT_EQ(needles[i].key, s.answers[i]);
+      if (i > 0) { EXPECT_EQ(needles[i].value, "VAR " + s.answers[i - 1]); }
+    }
+    const std::string value = f.value;
+    EXPECT_EQ(value.size(), 5u);
+    EXPECT_EQ(count_of(prompt, value), 3u);  // the first needle and twice in the question
+    EXPECT_EQ(count_of(question, value), 2u);
+    EXPECT_NE(question.find(", 5 variables are assigned the value " + value + ", they are:"), std::string::npos);
+    // Each name: in its own needle, and in the next hop's (the last has no next hop).
+    for (size_t i = 0; i < 5; ++i) {
+      const size_t expected = i + 1 < 5 ? 2 : 1;
+      EXPECT_EQ(count_of(prompt, s.answers[i]), expected) << s.answers[i];
+      EXPECT_EQ(needle_holding(s.answers[i]), expected) << s.answers[i];
+    }
+    return n_haystack;
+  }
+
+  // NIAH: each answer once in the whole prompt, and that once is its needle's value.
+  std::set<std::string> keys;
+  std::set<std::string> values;
+  for (const FoundNeedle& n : needles) {
+    keys.insert(n.key);
+    values.insert(n.value);
+    EXPECT_EQ(count_of(prompt, n.value), 1u) << n.value;
+  }
+  EXPECT_EQ(values.size(), 4u);
+  for (const std::string& a : s.answers) {
+    EXPECT_EQ(count_of(prompt, a), 1u) << a;
+    EXPECT_EQ(needle_holding(a), 1u) << a;
+  }
+  EXPECT_EQ(s.answers.front(), f.value);  // the first answer is the requested-depth needle's
+  if (task == "niah_multikey") {
+    EXPECT_EQ(s.answers, std::vector<std::string>{f.value});
+    EXPECT_EQ(keys.size(), 4u) << "3 distractors with other keys";
+    EXPECT_EQ(question, "\nWhat is the special magic number for " + f.key +
+                            " mentioned in the provided text? The special magic number for " + f.key +
+                            " mentioned in the provided text is");
+  } else if (task == "niah_multivalue") {
+    EXPECT_EQ(keys, std::set<std::string>{f.key}) << "one key for all 4";
+    EXPECT_EQ(std::set<std::string>(s.answers.begin(), s.answers.end()), values);
+    EXPECT_EQ(question, "\nWhat are all the special magic numbers for " + f.key +
+                            " mentioned in the provided text? The special magic numbers for " + f.key +
+                            " mentioned in the provided text are");
+  } else {
+    EXPECT_EQ(keys.size(), 4u);
+    EXPECT_EQ(std::set<std::string>(s.answers.begin(), s.answers.end()), values);
+    // The question lists the keys in answer order.
+    std::string list;
+    for (size_t i = 0; i < s.answers.size(); ++i) {
+      for (const FoundNeedle& n : needles) {
+        if (n.value == s.answers[i]) list += (i == 0 ? "" : i + 1 == s.answers.size() ? ", and " : ", ") + n.key;
+      }
+    }
+    EXPECT_EQ(question, "\nWhat are all the special magic numbers for " + list +
+                            " mentioned in the provided text? The special magic numbers for " + list +
+                            " mentioned in the provided text are");
+  }
+  return n_haystack;
+}
+
+TEST(EvalMultiNeedle, SameSeedGivesTheSameSample) {
+  for (const std::string& task : kMultiTasks) {
+    const TaskParams p = params(task, 1500, 0.4, 42);
+    const Sample a = must_make(p);
+    const Sample b = must_make(p);
+    EXPECT_EQ(a.tokens, b.tokens) << task;
+    EXPECT_EQ(a.needle_pos, b.needle_pos) << task;
+    EXPECT_EQ(a.needle_tokens, b.needle_tokens) << task;
+    EXPECT_EQ(a.answers, b.answers) << task;
+    // Seeds change the answers and the prompt; the answers depend only on (task, seed).
+    std::set<std::vector<std::string>> answers;
+    std::set<std::vector<int32_t>> prompts;
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      const Sample s = must_make(params(task, 1500, 0.4, seed));
+      answers.insert(s.answers);
+      prompts.insert(s.tokens);
+      EXPECT_EQ(must_make(params(task, 3000, 0.9, seed)).answers, s.answers) << task;
+    }
+    EXPECT_EQ(answers.size(), 8u) << task;
+    EXPECT_EQ(prompts.size(), 8u) << task;
+  }
+  // Each task has its own answers for one seed.
+  std::set<std::vector<std::string>> per_task;
+  for (const std::string& task : kMultiTasks) per_task.insert(must_make(params(task, 1500, 0.4, 3)).answers);
+  EXPECT_EQ(per_task.size(), kMultiTasks.size());
+}
+
+TEST(EvalMultiNeedle, FirstNeedleAtTheRequestedDepthAndAnswersInTheirNeedles) {
+  for (const std::string& task : kMultiTasks) {
+    for (int64_t context : {1000, 4096}) {
+      for (double depth : {0.0, 0.25, 0.5, 0.77, 1.0}) {
+        for (uint64_t seed : {1, 2, 3}) check_multi_layout(task, context, depth, seed);
+      }
+    }
+  }
+}
+
+TEST(EvalMultiNeedle, OtherNeedlesSpreadOverTheHaystack) {
+  // niah: the other needles land both before and after the first across seeds; vt: always after.
+  for (const std::string& task : kMultiTasks) {
+    size_t before = 0;
+    size_t after = 0;
+    for (uint64_t seed = 0; seed < 16; ++seed) {
+      const Sample s = must_make(params(task, 4000, 0.5, seed));
+      for (const FoundNeedle& n : find_needles(bytes_of(s.tokens, 0, s.tokens.size()), task)) {
+        if (static_cast<int64_t>(n.pos) < s.needle_pos) ++before;
+        if (static_cast<int64_t>(n.pos) > s.needle_pos) ++after;
+      }
+    }
+    EXPECT_EQ(before + after, task == "vt" ? 64u : 48u) << task;
+    if (task == "vt") {
+      EXPECT_EQ(before, 0u);
+    } else {
+      EXPECT_GT(before, 0u) << task;
+      EXPECT_GT(after, 0u) << task;
+    }
+  }
+}
+
+TEST(EvalMultiNeedle, ShortestContextHoldsEveryNeedle) {
+  for (const std::string& task : kMultiTasks) {
+    const int64_t n_fixed = 2000 - check_multi_layout(task, 2000, 0.5, 4);
+    auto r = make_sample(params(task, n_fixed, 0.5, 4), byte_tokenize, kByteBos);
+    ASSERT_FALSE(r.is_ok()) << task;
+    EXPECT_NE(r.status().message().find("need " + std::to_string(n_fixed) + " tokens"), std::string::npos)
+        << r.status().message();
+    // One haystack token: every needle still whole, at boundary 0 or 1.
+    EXPECT_EQ(check_multi_layout(task, n_fixed + 1, 0.5, 4), 1);
+    EXPECT_EQ(check_multi_layout(task, n_fixed + 1, 1.0, 4), 1);
+  }
+}
+
+TEST(EvalMultiNeedle, ScoringAndBudget) {
+  EXPECT_EQ(must_make(params("niah_multikey", 1500, 0.5, 0)).max_new_tokens, 16);
+  EXPECT_EQ(must_make(params("niah_multivalue", 1500, 0.5, 0)).max_new_tokens, 48);
+  EXPECT_EQ(must_make(params("niah_multiquery", 1500, 0.5, 0)).max_new_tokens, 48);
+  EXPECT_EQ(must_make(params("vt", 1500, 0.5, 0)).max_new_tokens, 40);
+  for (const std::string& task : kMultiTasks) {
+    const Sample s = must_make(params(task, 1500, 0.5, 0));
+    std::string all;
+    for (const std::string& a : s.answers) all += (all.empty() ? " " : ", ") + a;
+    EXPECT_EQ(score_output(task_scoring(task), s.answers, all + "."), 1.0) << task;
+    if (task_scoring(task) == Scoring::kRecall) {
+      EXPECT_DOUBLE_EQ(score_output(Scoring::kRecall, s.answers, " " + s.answers[1]), 1.0 / s.answers.size());
+    }
+  }
 }
 
 }  // namespace
