@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -21,6 +23,7 @@ using leoam::testing_cli::CliResult;
 using leoam::testing_cli::read_file;
 
 const std::string kStories = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kBook = std::string(LEOAM_FIXTURES_DIR) + "/text/pg19_firstbook.txt";
 
 std::vector<std::string> read_lines(const std::string& path) { return CliResult::lines(read_file(path)); }
 
@@ -47,6 +50,12 @@ class EvalCliTest : public ::testing::Test {
     return eval({"--task", "passkey", "--ctx", "256", "--depth", "0.2,0.8", "--seeds", "2", "--policy", "full,leoam",
                  "--budget", "0.5", "--out", out, "--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.016",
                  "--kv-host-mb", "0.004", "--kv-chunk", "8", "--kv-recent", "8"});
+  }
+
+  // ppl over the first two 128-token windows of the book, under full and streaming@1.
+  CliResult ppl(const std::string& out) {
+    return eval({"--task", "ppl", "--text", kBook, "--ctx", "128", "--windows", "2", "--policy", "full,streaming",
+                 "--budget", "1", "--out", out});
   }
 
   std::string dir_;
@@ -154,6 +163,70 @@ TEST_F(EvalCliTest, BadFlagsFailWithOneLineAndWriteNothing) {
   for (std::vector<std::string> args : cases) {
     args.insert(args.end(), {"--out", out});
     SCOPED_TRACE(args[1] + " " + args[3] + " " + args[args.size() - 3]);
+    CliResult r = eval(args);
+    EXPECT_NE(r.status, 0);
+    ASSERT_EQ(r.err_lines().size(), 1u) << r.err;
+    EXPECT_TRUE(r.err.starts_with("leoam: error: ")) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+TEST_F(EvalCliTest, PplScoresEachWindowUnderEachPolicyAndResumes) {
+  if (!fs::exists(kBook)) GTEST_SKIP() << "fixture absent: " << kBook;
+  const std::string out = dir_ + "/ppl.jsonl";
+  CliResult r = ppl(out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 4u) << read_file(out);
+  std::map<std::string, double> nll;  // "policy window" -> nll_sum
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* field : {"task", "ctx", "depth", "seed", "policy", "budget", "nll_sum", "n_tokens", "n_bytes",
+                              "ppl", "bits_per_byte", "tokens_attended_pct", "disk_bytes_read", "decode_ms"}) {
+      EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
+    }
+    EXPECT_EQ(j.at("task"), "ppl");
+    EXPECT_EQ(j.at("ctx"), 128);
+    EXPECT_EQ(j.at("depth").get<double>(), 0.0);
+    EXPECT_EQ(j.at("budget").get<double>(), 1.0);
+    EXPECT_EQ(j.at("n_tokens"), 127) << "every position but the last predicts the next token";
+    EXPECT_GT(j.at("n_bytes").get<int64_t>(), 127) << line;
+    const double nll_sum = j.at("nll_sum").get<double>();
+    const double perplexity = j.at("ppl").get<double>();
+    EXPECT_GT(perplexity, 1.0) << line;
+    EXPECT_NEAR(perplexity, std::exp(nll_sum / 127.0), 1e-9 * perplexity);
+    EXPECT_GT(j.at("bits_per_byte").get<double>(), 0.0) << line;
+    nll[j.at("policy").get<std::string>() + " " + j.at("seed").dump()] = nll_sum;
+  }
+  ASSERT_EQ(nll.size(), 4u) << "every (policy, window) once";
+  for (const std::string window : {"0", "1"}) {
+    const double full = nll.at("full " + window);
+    EXPECT_NEAR(nll.at("streaming " + window), full, 1e-6 * std::abs(full)) << "budget 1 is full attention";
+  }
+  EXPECT_NE(nll.at("full 0"), nll.at("full 1")) << "the windows are different text";
+  EXPECT_NE(r.out.find("| ppl | full | 2 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| ppl | streaming@1 | 2 |"), std::string::npos) << r.out;
+
+  CliResult again = ppl(out);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(read_lines(out), lines) << "nothing appended";
+  EXPECT_NE(again.err.find("4 skipped"), std::string::npos) << again.err;
+  EXPECT_NE(again.out.find("| ppl | streaming@1 | 2 |"), std::string::npos) << "the table covers resumed lines";
+}
+
+TEST_F(EvalCliTest, PplBadFlagsFailWithOneLineAndWriteNothing) {
+  const std::string out = dir_ + "/ppl.jsonl";
+  const std::string tiny = dir_ + "/tiny.txt";
+  std::ofstream(tiny) << "Once upon a time.";
+  const std::vector<std::vector<std::string>> cases = {
+      {"--task", "ppl", "--ctx", "128"},                               // no --text
+      {"--task", "passkey", "--ctx", "256", "--text", tiny},           // --text with another task
+      {"--task", "ppl", "--ctx", "128", "--text", tiny},               // less than one window
+  };
+  for (std::vector<std::string> args : cases) {
+    args.insert(args.end(), {"--out", out});
+    SCOPED_TRACE(args[1] + " " + (args.size() > 6 ? args[5] : ""));
     CliResult r = eval(args);
     EXPECT_NE(r.status, 0);
     ASSERT_EQ(r.err_lines().size(), 1u) << r.err;

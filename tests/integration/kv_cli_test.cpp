@@ -165,11 +165,13 @@ TEST_F(KvCliTest, SparsePoliciesRunOnTheStoreAndAFullBudgetChangesNothing) {
   ASSERT_EQ(full.status, 0) << full.err;
   for (const std::string policy : {"streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"}) {
     SCOPED_TRACE(policy);
-    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "1"};
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "1",
+                                     "--kv-stats"};
     for (const std::string& a : tiny_tiers("kv-all-" + policy)) args.push_back(a);
     CliResult all = run(args);
     ASSERT_EQ(all.status, 0) << all.err;
     EXPECT_EQ(all.out, full.out);
+    EXPECT_NE(all.err.find("100.0% of the visible ones"), std::string::npos) << all.err;
 
     args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "0.1",
             "--kv-stats", "--kv-stats-json", dir_ + "/stats-" + policy + ".json"};

@@ -1,5 +1,6 @@
 #include "attention_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -43,7 +44,8 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->check(CLI::PositiveNumber)
       ->group(group);
   cmd.add_option("--layer-budget", o.layer_budgets,
-                 "per-layer budgets, LAYER=BUDGET,... (default for leoam: 0=0.5,1=0.5, LeoAM's first two layers)")
+                 "per-layer budgets, LAYER=BUDGET,... (default for leoam with a fractional --budget: at least 0.5 "
+                 "in layers 0 and 1, LeoAM's first two layers)")
       ->group(group);
   cmd.add_option("--group-combine", o.group_combine, "leoam: how a GQA group's chunk bounds combine: max or sum")
       ->capture_default_str()
@@ -79,8 +81,10 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   s.budget = o.budget;
   if (!o.layer_budgets.empty()) {
     LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, parse_layer_budgets(o.layer_budgets));
-  } else if (o.policy == "leoam") {
-    s.layer_budgets = {{0, 0.5}, {1, 0.5}};  // LeoAM's defaults: the first two layers keep half
+  } else if (o.policy == "leoam" && o.budget <= 1.0) {
+    // LeoAM's defaults: the first two layers keep half, or the global budget when it is larger.
+    const double first = std::max(o.budget, 0.5);
+    s.layer_budgets = {{0, first}, {1, first}};
   }
   s.n_sink = kv_options.n_sink;
   s.n_recent = kv_options.n_recent;

@@ -13,10 +13,20 @@
 // Every flag is checked and every sample built before --out is touched, so a bad flag appends
 // nothing. stdout carries only the closing markdown table (one row per policy and budget, over
 // every line of --out for the task); progress and errors go to stderr.
+//
+// `--task ppl` is perplexity rather than retrieval: --text is cut into consecutive windows of
+// --ctx tokens (BOS first where the vocab has one), and each window is decoded one token at a
+// time under each (policy, budget), so every position goes through the selector, summing the
+// negative log-likelihood of the window's next token. Its lines, keyed with depth 0 and the
+// window index as seed:
+//   {"task":"ppl","ctx","depth","seed","policy","budget","nll_sum","n_tokens","n_bytes","ppl",
+//    "bits_per_byte","tokens_attended_pct","disk_bytes_read","decode_ms"}
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -47,6 +57,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+
+// Perplexity over a text: not one of eval::task_names(), this command handles it.
+constexpr const char* kPplTask = "ppl";
 
 std::vector<std::string> split_words(const std::string& text) {
   std::vector<std::string> out;
@@ -154,16 +167,18 @@ class EvalCommand : public Command {
         ->required()
         ->check(readable_file())
         ->type_name("FILE");
-    cmd->add_option("--task", task_, std::string("the task: ") + eval::task_names())->required();
+    cmd->add_option("--task", task_,
+                    std::string("the task: ") + eval::task_names() + ", or ppl (the perplexity of --text)")
+        ->required();
     cmd->add_option("--ctx", ctxs_, "context lengths in tokens (the whole prompt, BOS included), comma-separated")
         ->required()
         ->delimiter(',')
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-    cmd->add_option("--depth", depths_, "needle depths in [0, 1], comma-separated")
+    cmd->add_option("--depth", depths_, "needle depths in [0, 1], comma-separated (ignored for --task ppl)")
         ->capture_default_str()
         ->delimiter(',')
         ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--seeds", n_seeds_, "samples per context and depth (seeds 0 .. N-1)")
+    cmd->add_option("--seeds", n_seeds_, "samples per context and depth (seeds 0 .. N-1; ignored for --task ppl)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--out", out_path_, "append one JSON line per run to FILE; the runs it holds are skipped")
@@ -172,6 +187,13 @@ class EvalCommand : public Command {
     cmd->add_option("--haystack", haystack_path_, "cut the haystack from this text file (default: filler sentences)")
         ->check(readable_file())
         ->type_name("FILE");
+    cmd->add_option("--text", text_path_,
+                    "--task ppl: the text to score, cut into consecutive windows of --ctx tokens (BOS included)")
+        ->check(readable_file())
+        ->type_name("FILE");
+    cmd->add_option("--windows", n_windows_, "--task ppl: score at most N windows of each --ctx (0: every whole one)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("-c,--ctx-size", n_ctx_, "context size in tokens (0: the model's training context); every --ctx "
                                              "plus the answer tokens must fit")
         ->capture_default_str()
@@ -212,10 +234,27 @@ class EvalCommand : public Command {
 
   int execute() override {
     // Checks that need no model.
+    const bool ppl = task_ == kPplTask;
     const std::vector<std::string> tasks = split_words(eval::task_names());
-    if (std::find(tasks.begin(), tasks.end(), task_) == tasks.end()) {
-      print_error("--task '" + task_ + "' is not a task; tasks: " + eval::task_names());
+    if (!ppl && std::find(tasks.begin(), tasks.end(), task_) == tasks.end()) {
+      print_error("--task '" + task_ + "' is not a task; tasks: " + eval::task_names() + " ppl");
       return kExitUsage;
+    }
+    if (ppl && text_path_.empty()) {
+      print_error("--task ppl needs --text FILE, the text to score");
+      return kExitUsage;
+    }
+    if (!ppl && (!text_path_.empty() || n_windows_ != 0)) {
+      print_error("--text and --windows apply to --task ppl only, not to --task " + task_);
+      return kExitUsage;
+    }
+    if (ppl && !haystack_path_.empty()) {
+      print_error("--haystack applies to the retrieval tasks, not to --task ppl (which scores --text)");
+      return kExitUsage;
+    }
+    if (ppl) {  // one sample per window: --depth and --seeds do not apply
+      depths_ = {0.0};
+      n_seeds_ = 1;
     }
     if (ctxs_.empty() || depths_.empty() || policies_.empty() || budgets_.empty()) {
       print_error("--ctx, --depth, --policy and --budget each need at least one value");
@@ -249,11 +288,24 @@ class EvalCommand : public Command {
     const std::vector<int32_t> probe = tok.tokenize("a", /*add_bos=*/true, /*parse_special=*/false);
     const int32_t bos = tok.bos_id() >= 0 && !probe.empty() && probe.front() == tok.bos_id() ? tok.bos_id() : -1;
     std::vector<SampleSpec> samples;
+    std::vector<int32_t> text_tokens;  // --task ppl: --text, without BOS
+    if (ppl) {
+      Result<std::string> text = read_text_file(text_path_);
+      if (!text.is_ok()) {
+        print_error("--text: " + text.status().message());
+        return kExitUsage;
+      }
+      text_tokens = tok.tokenize(*text, /*add_bos=*/false, /*parse_special=*/false);
+    }
     for (const int64_t ctx : ctxs_) {
       if (ctx > n_ctx_limit) {
         print_error("--ctx " + std::to_string(ctx) + " is larger than the context of " + std::to_string(n_ctx_limit) +
                     " tokens (" + (n_ctx_ > 0 ? "-c" : "the model's training context; raise it with -c") + ")");
         return kExitUsage;
+      }
+      if (ppl) {
+        if (!add_windows(text_tokens, ctx, bos, samples)) return kExitUsage;
+        continue;
       }
       for (const double depth : depths_) {
         for (int seed = 0; seed < n_seeds_; ++seed) {
@@ -340,7 +392,8 @@ class EvalCommand : public Command {
           break;
         }
         done.insert(key);
-        const std::string result = std::string(what) + ": score " + format_number((*line)["score"].get<double>());
+        const std::string result = std::string(what) + (ppl ? ": perplexity " + format_number((*line)["ppl"].get<double>())
+                                                            : ": score " + format_number((*line)["score"].get<double>()));
         if (on_terminal) {
           status.show(result);
         } else {
@@ -355,11 +408,51 @@ class EvalCommand : public Command {
       exit_code = fail(io_error("error writing --out file '" + out_path_ + "'"));
     }
     if (exit_code != kExitOk) return exit_code;
-    print_table(lines);
+    if (ppl) {
+      print_ppl_table(lines);
+    } else {
+      print_table(lines);
+    }
     return kExitOk;
   }
 
  private:
+  // --task ppl: appends the windows of `ctx` tokens cut from `text` (BOS first when bos >= 0), at
+  // most --windows of them, each a sample with depth 0 and its index as seed. False, said, when
+  // the text has no whole window.
+  bool add_windows(const std::vector<int32_t>& text, int64_t ctx, int32_t bos, std::vector<SampleSpec>& samples) const {
+    if (ctx < 2) {
+      print_error("--task ppl: --ctx " + std::to_string(ctx) + " leaves no next token to score; use --ctx 2 or more");
+      return false;
+    }
+    const int64_t n_text_per_window = bos >= 0 ? ctx - 1 : ctx;  // [BOS] + text tokens
+    int64_t n_windows = static_cast<int64_t>(text.size()) / n_text_per_window;
+    if (n_windows == 0) {
+      print_error("--text '" + text_path_ + "' has " + std::to_string(text.size()) +
+                  " tokens, fewer than one window of --ctx " + std::to_string(ctx) + " (" +
+                  std::to_string(n_text_per_window) + " text tokens); use a longer text or a smaller --ctx");
+      return false;
+    }
+    if (n_windows_ > 0) n_windows = std::min<int64_t>(n_windows, n_windows_);
+    for (int64_t w = 0; w < n_windows; ++w) {
+      SampleSpec spec;
+      spec.ctx = ctx;
+      spec.depth = 0.0;
+      spec.seed = static_cast<uint64_t>(w);
+      std::vector<int32_t>& tokens = spec.sample.tokens;
+      tokens.reserve(static_cast<size_t>(ctx));
+      if (bos >= 0) tokens.push_back(bos);
+      // A loop, not insert(): GCC 12 reports a false -Wstringop-overflow on the range insert.
+      for (int64_t i = w * n_text_per_window; i < (w + 1) * n_text_per_window; ++i) {
+        tokens.push_back(text[static_cast<size_t>(i)]);
+      }
+      spec.sample.max_new_tokens = 0;
+      samples.push_back(std::move(spec));
+    }
+    return true;
+  }
+
+
   // One greedy generation of `spec`'s sample under `run`'s policy: its result line.
   Result<Json> run_one(const Model& model, const Tokenizer& tok, const SampleSpec& spec, const PolicyRun& run,
                        int run_index) const {
@@ -396,6 +489,10 @@ class EvalCommand : public Command {
     fwd.n_batch = n_batch_;
     fwd.selector = selector.get();
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(kv)));
+    const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv_cache);
+    if (task_ == kPplTask) {
+      return score_window(*ctx, tok, spec, run, selector.get(), tiered);
+    }
 
     GenerateOptions options;
     options.n_predict = sample.max_new_tokens;
@@ -406,7 +503,6 @@ class EvalCommand : public Command {
     LEOAM_ASSIGN_OR_RETURN(GenerateStats stats, generate_from_tokens(*ctx, tok, sample.tokens,
                                                                      /*strip_leading_space=*/false, options, callbacks));
 
-    const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv_cache);
     Json j;
     j["task"] = task_;
     j["ctx"] = spec.ctx;
@@ -422,6 +518,87 @@ class EvalCommand : public Command {
     j["disk_bytes_read"] = tiered != nullptr ? tiered->stats()[Tier::kDisk].bytes_read : uint64_t{0};
     j["decode_ms"] = stats.decode_ms;
     return j;
+  }
+
+  // --task ppl: decodes the window one token at a time (every position through the selector) and
+  // sums the negative log-likelihood of each next token, from the first position on: its line.
+  Result<Json> score_window(ForwardContext& ctx, const Tokenizer& tok, const SampleSpec& spec, const PolicyRun& run,
+                            const sparse::SparseAttention* selector, const TieredKvCache* tiered) const {
+    const std::vector<int32_t>& tokens = spec.sample.tokens;
+    const int32_t n_vocab = ctx.n_vocab();
+    std::vector<float> logits;  // [n_vocab]: the last evaluated position's
+    double nll_sum = 0.0;
+    int64_t n_bytes = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    // The last token predicts nothing in the window: it is never evaluated.
+    for (size_t p = 0; p + 1 < tokens.size(); ++p) {
+      LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(&tokens[p], 1), /*all_logits=*/false, logits));
+      // log-softmax in double: nll = logsumexp(logits) - logits[next]
+      double max_logit = logits[0];
+      for (int32_t v = 1; v < n_vocab; ++v) max_logit = std::max(max_logit, static_cast<double>(logits[v]));
+      double sum_exp = 0.0;
+      for (int32_t v = 0; v < n_vocab; ++v) sum_exp += std::exp(static_cast<double>(logits[v]) - max_logit);
+      const int32_t next = tokens[p + 1];
+      nll_sum += max_logit + std::log(sum_exp) - static_cast<double>(logits[next]);
+      n_bytes += static_cast<int64_t>(tok.token_to_piece(next).size());
+    }
+    const double decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t n_tokens = static_cast<int64_t>(tokens.size()) - 1;
+    Json j;
+    j["task"] = task_;
+    j["ctx"] = spec.ctx;
+    j["depth"] = spec.depth;
+    j["seed"] = spec.seed;
+    j["policy"] = run.policy;
+    j["budget"] = run.budget;
+    j["nll_sum"] = nll_sum;
+    j["n_tokens"] = n_tokens;
+    j["n_bytes"] = n_bytes;
+    j["ppl"] = std::exp(nll_sum / static_cast<double>(n_tokens));
+    j["bits_per_byte"] = n_bytes > 0 ? nll_sum / std::log(2.0) / static_cast<double>(n_bytes) : 0.0;
+    j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
+    j["disk_bytes_read"] = tiered != nullptr ? tiered->stats()[Tier::kDisk].bytes_read : uint64_t{0};
+    j["decode_ms"] = decode_ms;
+    return j;
+  }
+
+  // --task ppl's markdown table over every ppl line of --out: one row per (policy, budget), in the
+  // order they first appear; perplexity and bits per byte pool every window's tokens and bytes.
+  void print_ppl_table(const std::vector<Json>& lines) const {
+    struct Row {
+      std::string label;
+      int n = 0;
+      double nll_sum = 0.0;
+      double n_tokens = 0.0;
+      double n_bytes = 0.0;
+      double attended_sum = 0.0;
+    };
+    std::vector<Row> rows;
+    for (const Json& j : lines) {
+      if (j.value("task", "") != task_) continue;
+      const std::string label = policy_label(j.value("policy", ""), j.value("budget", 1.0));
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.label == label; });
+      if (it == rows.end()) it = rows.insert(rows.end(), Row{label});
+      ++it->n;
+      it->nll_sum += j.value("nll_sum", 0.0);
+      it->n_tokens += j.value("n_tokens", 0.0);
+      it->n_bytes += j.value("n_bytes", 0.0);
+      it->attended_sum += j.value("tokens_attended_pct", 100.0);
+    }
+    const auto perplexity = [](const Row& r) { return r.n_tokens > 0 ? std::exp(r.nll_sum / r.n_tokens) : 0.0; };
+    const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.label == "full"; });
+    std::printf("| task | policy | windows | perplexity | bits per byte | vs full | tokens attended |\n");
+    std::printf("|------|--------|--------:|-----------:|--------------:|--------:|----------------:|\n");
+    for (const Row& r : rows) {
+      const double bpb = r.n_bytes > 0 ? r.nll_sum / std::log(2.0) / r.n_bytes : 0.0;
+      char vs_full[32] = "-";
+      if (full != rows.end() && perplexity(*full) > 0.0) {
+        std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100.0 * (perplexity(r) / perplexity(*full) - 1.0));
+      }
+      std::printf("| %s | %s | %d | %.4f | %.4f | %s | %.1f%% |\n", task_.c_str(), r.label.c_str(), r.n, perplexity(r),
+                  bpb, vs_full, r.attended_sum / r.n);
+    }
+    std::fflush(stdout);
   }
 
   // The markdown table over every line of --out for the task: one row per (policy, budget), in
@@ -466,6 +643,8 @@ class EvalCommand : public Command {
   std::vector<double> budgets_ = {0.1};
   std::string out_path_;
   std::string haystack_path_;
+  std::string text_path_;  // --task ppl
+  int64_t n_windows_ = 0;  // --task ppl: 0 for every whole window
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;
   int n_ctx_ = 0;
