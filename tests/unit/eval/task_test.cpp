@@ -11,10 +11,11 @@
 #include <fstream>
 #include <limits>
 #include <memory>
-#include <regex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eval/task.h"
@@ -407,14 +408,57 @@ struct FoundNeedle {
   std::string value;  // 7 digits (niah); 5 digits or "VAR NAME" (vt)
 };
 
-// Every needle in a byte-tokenized prompt, in prompt order, found by its text alone.
+// A run of `n` characters of `text` from `at` that all satisfy `is` (n = 0: one or more); its end,
+// or npos when there is none.
+template <typename Pred>
+size_t run_of(const std::string& text, size_t at, size_t n, Pred is) {
+  size_t end = at;
+  while (end < text.size() && is(static_cast<unsigned char>(text[end])) && (n == 0 || end - at < n)) ++end;
+  return (end > at && (n == 0 || end - at == n)) ? end : std::string::npos;
+}
+
+// `what` at `at`: the position after it, or npos.
+size_t literal(const std::string& text, size_t at, std::string_view what) {
+  return at != std::string::npos && text.compare(at, what.size(), what) == 0 ? at + what.size() : std::string::npos;
+}
+
+// The needle starting at `at`, if one does: " VAR NAME = (5 digits | VAR NAME)." for vt, else
+// " One of the special magic numbers for WORD is: 7 digits.".
+std::optional<FoundNeedle> needle_at(const std::string& prompt, size_t at, bool vt) {
+  const auto upper = [](unsigned char c) { return c >= 'A' && c <= 'Z'; };
+  const auto lower = [](unsigned char c) { return c >= 'a' && c <= 'z'; };
+  const auto digit = [](unsigned char c) { return c >= '0' && c <= '9'; };
+  FoundNeedle n;
+  n.pos = at;
+  size_t p = literal(prompt, at, vt ? " VAR " : " One of the special magic numbers for ");
+  if (p == std::string::npos) return std::nullopt;
+  const size_t key_end = vt ? run_of(prompt, p, 5, upper) : run_of(prompt, p, 0, lower);
+  if (key_end == std::string::npos) return std::nullopt;
+  n.key = prompt.substr(p, key_end - p);
+  p = literal(prompt, key_end, vt ? " = " : " is: ");
+  if (p == std::string::npos) return std::nullopt;
+  size_t value_end = run_of(prompt, p, vt ? 5 : 7, digit);
+  if (vt && value_end == std::string::npos) {  // or VAR NAME
+    const size_t name = literal(prompt, p, "VAR ");
+    value_end = name == std::string::npos ? name : run_of(prompt, name, 5, upper);
+  }
+  if (value_end == std::string::npos || literal(prompt, value_end, ".") == std::string::npos) return std::nullopt;
+  n.value = prompt.substr(p, value_end - p);
+  n.len = value_end + 1 - at;
+  return n;
+}
+
+// Every needle in a byte-tokenized prompt, in prompt order, found by its text alone (no two
+// overlap: the search goes on after each needle found).
 std::vector<FoundNeedle> find_needles(const std::string& prompt, const std::string& task) {
-  const std::regex re = task == "vt" ? std::regex(R"( VAR ([A-Z]{5}) = (\d{5}|VAR [A-Z]{5})\.)")
-                                     : std::regex(R"( One of the special magic numbers for ([a-z]+) is: (\d{7})\.)");
   std::vector<FoundNeedle> out;
-  for (auto it = std::sregex_iterator(prompt.begin(), prompt.end(), re); it != std::sregex_iterator(); ++it) {
-    out.push_back({static_cast<size_t>(it->position(0)), static_cast<size_t>(it->length(0)), (*it)[1].str(),
-                   (*it)[2].str()});
+  for (size_t at = 0; at < prompt.size();) {
+    if (const std::optional<FoundNeedle> n = needle_at(prompt, at, task == "vt")) {
+      out.push_back(*n);
+      at += n->len;
+    } else {
+      ++at;
+    }
   }
   return out;
 }
@@ -445,7 +489,7 @@ int64_t check_multi_layout(const std::string& task, int64_t context, double dept
   const std::vector<FoundNeedle> needles = find_needles(prompt, task);
   EXPECT_EQ(needles.size(), task == "vt" ? 5u : 4u);
   if (needles.size() != (task == "vt" ? 5u : 4u)) return 0;
-  // Whole, inside the haystack's span, and apart (regex matches never overlap; a needle cut by
+  // Whole, inside the haystack's span, and apart (found needles never overlap; a needle cut by
   // another would not match at all and the count above would fail).
   size_t first = needles.size();
   std::string haystack;  // the body with every needle taken out
