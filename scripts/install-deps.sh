@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev       # microbenchmarks
   python3 python3-numpy  # the independent numpy reference of the forward pass
+  python3-matplotlib     # eval plots
 )
 if [[ "${1:-}" == "--with-fuzz" ]]; then
   packages+=(clang libclang-rt-dev)

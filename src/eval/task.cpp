@@ -99,6 +99,15 @@ TaskText passkey_text(std::mt19937_64& rng) {
   return t;
 }
 
+// The question of the single-answer NIAH tasks. RULER's answer prefix is "The special magic
+// number for KEY mentioned in the provided text is"; this one repeats the needle's own words
+// ("... for KEY is:"), so a model that retrieves by matching the text before the answer (an
+// induction head, as small models have) can find the needle.
+std::string niah_question(const std::string& key) {
+  return "\nWhat is the special magic number for " + key +
+         " mentioned in the provided text? The special magic number for " + key + " is:";
+}
+
 TaskText niah_single_text(std::mt19937_64& rng) {
   const std::string word(kKeyWords[static_cast<size_t>(draw(rng, 0, static_cast<int64_t>(kKeyWords.size()) - 1))]);
   const std::string value = std::to_string(draw(rng, 1000000, 9999999));
@@ -108,9 +117,7 @@ TaskText niah_single_text(std::mt19937_64& rng) {
       "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
       "I will quiz you about the numbers afterwards.\n";
   t.needle = " One of the special magic numbers for " + word + " is: " + value + ".";
-  t.question = "\nWhat is the special magic number for " + word +
-               " mentioned in the provided text? The special magic number for " + word +
-               " mentioned in the provided text is";
+  t.question = niah_question(word);
   t.answers = {value};
   t.max_new_tokens = 16;
   return t;
@@ -137,9 +144,7 @@ TaskText niah_multikey_text(std::mt19937_64& rng) {
   t.instruction = kNiahInstruction;
   t.needle = niah_needle(key, values[0]);
   for (size_t i = 1; i < kNiahNeedles; ++i) t.other_needles.push_back(niah_needle(std::string(kKeyWords[keys[i]]), values[i]));
-  t.question = "\nWhat is the special magic number for " + key +
-               " mentioned in the provided text? The special magic number for " + key +
-               " mentioned in the provided text is";
+  t.question = niah_question(key);
   t.answers = {values[0]};
   t.max_new_tokens = 16;
   return t;

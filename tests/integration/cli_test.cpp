@@ -327,4 +327,38 @@ TEST_F(CliTest, FromLlama2cConvertsTheCheckpoint) {
   EXPECT_NE(r.out.find(kGreedyFromBos), std::string::npos) << r.out;
 }
 
+TEST_F(CliTest, PackConvertsATensorBundle) {
+  std::vector<float> values(2 * 32);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i) - 4.0f;
+  write_file("w.f32", std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  const std::string manifest = write_file("bundle.json", R"({
+    "format": "leoam-tensor-bundle", "version": 1, "data": "w.f32",
+    "metadata": [{"key": "general.architecture", "type": "str", "value": "llama"},
+                 {"key": "llama.block_count", "type": "u32", "value": 4}],
+    "tensors": [{"name": "token_embd.weight", "shape": [2, 32], "offset": 0, "type": "f16"},
+                {"name": "output_norm.weight", "shape": [32], "offset": 128}]
+  })");
+  const std::string out = dir_ + "/packed.gguf";
+  CliResult c = run({"gguf", "pack", manifest, "-o", out});
+  ASSERT_EQ(c.status, 0) << c.err;
+  CliResult info = run({"gguf", "info", out});
+  ASSERT_EQ(info.status, 0) << info.err;
+  for (const char* s : {"llama.block_count", "token_embd.weight", "F16", "output_norm.weight"}) {
+    EXPECT_NE(info.out.find(s), std::string::npos) << s << " missing from:\n" << info.out;
+  }
+
+  const std::string bad = write_file("bad.json", R"({"format": "leoam-tensor-bundle", "version": )");
+  const std::string bad_out = dir_ + "/bad.gguf";
+  CliResult b = run({"gguf", "pack", bad, "-o", bad_out});
+  EXPECT_EQ(b.status, 1);
+  expect_one_line_error(b);
+  EXPECT_NE(b.err.find(bad + ": invalid JSON"), std::string::npos) << b.err;
+  EXPECT_FALSE(fs::exists(bad_out));
+
+  CliResult missing = run({"gguf", "pack", dir_ + "/none.json", "-o", bad_out});
+  EXPECT_EQ(missing.status, 2);
+  expect_one_line_error(missing);
+  EXPECT_NE(missing.err.find("none.json"), std::string::npos) << missing.err;
+}
+
 }  // namespace

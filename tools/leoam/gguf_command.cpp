@@ -1,6 +1,7 @@
 // `leoam gguf info FILE`: describe a GGUF file (header, metadata, tensors).
 // `leoam gguf synth --preset NAME[:TYPE] -o FILE`: write a random-weight model of a named shape.
 // `leoam gguf from-llama2c MODEL.bin TOKENIZER.bin -o FILE`: convert a llama2.c checkpoint.
+// `leoam gguf pack MANIFEST.json -o FILE`: convert a tensor bundle (see gguf/tensor_bundle.h).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "gguf/gguf_info.h"
 #include "gguf/gguf_writer.h"
 #include "gguf/llama2c_import.h"
+#include "gguf/tensor_bundle.h"
 #include "model/synthetic_model.h"
 
 namespace leoam::cli {
@@ -38,12 +40,19 @@ class GgufCommand : public Command {
     import_->add_option("TOKENIZER", tokenizer_, "llama2.c tokenizer (e.g. tok512.bin)")
         ->required()->check(readable_file())->type_name("");
     import_->add_option("-o,--output", output_, "the GGUF file to write")->required();
+
+    pack_ = cmd->add_subcommand(
+        "pack", "convert a tensor bundle (JSON manifest + raw float32 data, as tools/train writes) to GGUF");
+    pack_->add_option("MANIFEST", manifest_, "the bundle's JSON manifest (its \"data\" path is relative to the manifest's directory)")
+        ->required()->check(readable_file())->type_name("");
+    pack_->add_option("-o,--output", output_, "the GGUF file to write")->required();
     return cmd;
   }
 
   int execute() override {
     if (info_->parsed()) return run_info();
     if (synth_->parsed()) return run_synth();
+    if (pack_->parsed()) return run_pack();
     return run_import();
   }
 
@@ -78,15 +87,24 @@ class GgufCommand : public Command {
     return st.is_ok() ? kExitOk : fail(st);
   }
 
+  int run_pack() {
+    GgufWriter writer;
+    Status st = import_tensor_bundle(manifest_, writer);
+    if (st.is_ok()) st = writer.write(output_);
+    return st.is_ok() ? kExitOk : fail(st);
+  }
+
   CLI::App* info_ = nullptr;
   CLI::App* synth_ = nullptr;
   CLI::App* import_ = nullptr;
+  CLI::App* pack_ = nullptr;
   std::string path_;
   std::string preset_ = "tiny";
   uint64_t seed_ = 42;
   std::string output_;
   std::string checkpoint_;
   std::string tokenizer_;
+  std::string manifest_;
 };
 
 }  // namespace

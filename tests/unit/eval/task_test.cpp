@@ -219,8 +219,7 @@ TEST(EvalTask, NiahSingleNeedleAndQuestionNameTheSameKey) {
   ASSERT_EQ(needle.substr(needle.size() - tail.size()), tail);
   const std::string key = needle.substr(head.size(), needle.size() - head.size() - tail.size());
   const std::string question = "\nWhat is the special magic number for " + key +
-                               " mentioned in the provided text? The special magic number for " + key +
-                               " mentioned in the provided text is";
+                               " mentioned in the provided text? The special magic number for " + key + " is:";
   EXPECT_EQ(bytes_of(s.tokens, s.tokens.size() - question.size(), s.tokens.size()), question);
   EXPECT_EQ(s.max_new_tokens, 16);
 }
@@ -573,8 +572,7 @@ int64_t check_multi_layout(const std::string& task, int64_t context, double dept
     EXPECT_EQ(s.answers, std::vector<std::string>{f.value});
     EXPECT_EQ(keys.size(), 4u) << "3 distractors with other keys";
     EXPECT_EQ(question, "\nWhat is the special magic number for " + f.key +
-                            " mentioned in the provided text? The special magic number for " + f.key +
-                            " mentioned in the provided text is");
+                            " mentioned in the provided text? The special magic number for " + f.key + " is:");
   } else if (task == "niah_multivalue") {
     EXPECT_EQ(keys, std::set<std::string>{f.key}) << "one key for all 4";
     EXPECT_EQ(std::set<std::string>(s.answers.begin(), s.answers.end()), values);
