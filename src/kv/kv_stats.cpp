@@ -14,21 +14,6 @@ constexpr Tier kTiers[kNumTiers] = {Tier::kDevice, Tier::kHost, Tier::kDisk};
 
 double bucket_upper_us(int b) { return std::ldexp(1.0, b + 1); }
 
-// "512 B", "12.3 MiB".
-std::string human_bytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u + 1 < static_cast<int>(std::size(kUnits))) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
-  return buf;
-}
-
 std::string format_us(double us) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f us", us);
@@ -58,6 +43,20 @@ nlohmann::ordered_json latency_json(const LatencyHistogram& h) {
 }
 
 }  // namespace
+
+std::string human_bytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u + 1 < static_cast<int>(std::size(kUnits))) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  return buf;
+}
 
 void LatencyHistogram::record_us(double us) {
   if (!(us > 0.0)) us = 0.0;  // a clock that stepped back, or NaN: count it as instant

@@ -23,6 +23,9 @@
 
 namespace leoam {
 
+// "512 B", "12.3 MiB": a byte count in binary units, as the stats print them.
+std::string human_bytes(uint64_t bytes);
+
 struct TierStats {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;

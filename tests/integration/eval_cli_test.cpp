@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -71,7 +73,7 @@ TEST_F(EvalCliTest, SweepWritesOneJsonLinePerRunAndATableRowPerPolicy) {
   for (const std::string& line : lines) {
     const nlohmann::json j = nlohmann::json::parse(line);
     for (const char* field : {"task", "ctx", "depth", "seed", "policy", "budget", "needle_pos", "answers", "output",
-                              "score", "tokens_attended_pct", "disk_bytes_read", "decode_ms"}) {
+                              "score", "tokens_attended_pct", "bytes_read", "n_generated", "decode_ms"}) {
       EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
     }
     EXPECT_EQ(j.at("task"), "passkey");
@@ -91,7 +93,7 @@ TEST_F(EvalCliTest, SweepWritesOneJsonLinePerRunAndATableRowPerPolicy) {
       EXPECT_GT(attended, 0.0);
       EXPECT_LT(attended, 100.0);
     }
-    EXPECT_GT(j.at("disk_bytes_read").get<double>(), 0.0) << "the KV is 20x the tiers: it is read from disk";
+    EXPECT_GT(j.at("bytes_read").at("disk").get<double>(), 0.0) << "the KV is 20x the tiers: it is read from disk";
     runs.insert(policy + " " + j.at("depth").dump() + " " + j.at("seed").dump());
   }
   EXPECT_EQ(runs.size(), 8u) << "every (depth, seed, policy) once";
@@ -99,6 +101,89 @@ TEST_F(EvalCliTest, SweepWritesOneJsonLinePerRunAndATableRowPerPolicy) {
   EXPECT_NE(r.out.find("| passkey | leoam@0.5 | 4 |"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("eval: 8/8 passkey ctx 256 depth 0.8 seed 1 leoam@0.5: score "), std::string::npos) << r.err;
   EXPECT_TRUE(fs::is_empty(dir_ + "/kv")) << "each run's KV directory is removed";
+}
+
+// --show's "12.3 MiB", as eval_command.cpp prints it.
+std::string human_bytes(uint64_t n_bytes) {
+  if (n_bytes < 1024) return std::to_string(n_bytes) + " B";
+  const char* const units[] = {"KiB", "MiB", "GiB"};
+  double v = static_cast<double>(n_bytes) / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 2) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+  return buf;
+}
+
+TEST_F(EvalCliTest, ShowPrintsABlockPerRunWithItsLineAndTheTierBytes) {
+  const std::string out = dir_ + "/results.jsonl";
+  // The KV (256 positions x 640 B = 160 KiB) is 8x the tiers (0.016 + 0.004 MiB): mostly on disk.
+  CliResult r = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.5", "--first-seed", "7", "--policy",
+                      "full,leoam", "--budget", "0.5", "--out", out, "--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.016", "--kv-host-mb",
+                      "0.004", "--kv-chunk", "8", "--kv-recent", "8", "--show"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 2u) << read_file(out);
+  const std::vector<std::string> shown = CliResult::lines(r.out);
+  size_t at = 0;  // the next line of stdout to match
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string policy = j.at("policy").get<std::string>();
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(j.at("seed"), 7) << "--first-seed 7";
+    const nlohmann::json& bytes = j.at("bytes_read");
+    const uint64_t device = bytes.at("device").get<uint64_t>();
+    const uint64_t host = bytes.at("host").get<uint64_t>();
+    const uint64_t disk = bytes.at("disk").get<uint64_t>();
+    EXPECT_EQ(bytes.size(), 3u) << line;
+    const int64_t n_generated = j.at("n_generated").get<int64_t>();
+    if (policy == "full") {
+      ASSERT_GE(n_generated, 2) << "at least one decode step, which attends to every position";
+      const uint64_t kv_bytes = 256 * 640;
+      const auto tier_bytes = static_cast<uint64_t>((0.016 + 0.004) * 1024 * 1024);
+      EXPECT_GE(device + host + disk, kv_bytes) << line;
+      EXPECT_GE(disk, kv_bytes - tier_bytes) << "what the tiers cannot hold is read from disk: " << line;
+      EXPECT_GT(device, 0u) << "the sink and recent chunks are pinned to the device: " << line;
+    } else {
+      EXPECT_GT(disk, 0u) << line;
+    }
+
+    // The block: a header, then one line per field, in this order.
+    const std::string header =
+        "== passkey ctx 256 depth 0.5 seed 7: " + std::string(policy == "full" ? "full" : "leoam@0.5");
+    auto block_start = std::find(shown.begin() + static_cast<std::ptrdiff_t>(at), shown.end(), header);
+    ASSERT_NE(block_start, shown.end()) << header << " not in:\n" << r.out;
+    EXPECT_EQ(std::count(shown.begin(), shown.end(), header), 1) << r.out;
+    at = static_cast<size_t>(block_start - shown.begin()) + 1;
+    ASSERT_GE(shown.size(), at + 6) << r.out;
+    EXPECT_EQ(shown[at], "expected:   " + j.at("answers").at(0).dump());
+    EXPECT_EQ(shown[at + 1], "output:     " + j.at("output").dump()) << "escaped, on one line";
+    EXPECT_EQ(shown[at + 2], "score:      " + std::string(j.at("score").get<double>() == 1.0 ? "1" : "0"));
+    EXPECT_TRUE(shown[at + 3].starts_with("attended:   ") && shown[at + 3].ends_with("% of tokens")) << shown[at + 3];
+    EXPECT_EQ(shown[at + 4], "bytes read: device " + human_bytes(device) + ", host " + human_bytes(host) + ", disk " +
+                                 human_bytes(disk));
+    char decode[96];
+    const double decode_ms = j.at("decode_ms").get<double>();
+    std::snprintf(decode, sizeof(decode), "decode:     %.2f ms/token, %.1f ms total (%lld tokens)",
+                  decode_ms / static_cast<double>(n_generated), decode_ms, static_cast<long long>(n_generated));
+    EXPECT_EQ(shown[at + 5], decode);
+    at += 6;
+  }
+  // The table closes stdout, after the blocks.
+  const size_t table = r.out.find("| task | policy |");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  EXPECT_GT(table, r.out.rfind("decode:     ")) << r.out;
+  EXPECT_NE(r.out.find("| passkey | leoam@0.5 | 1 |"), std::string::npos) << r.out;
+
+  // Without --kv-dir the KV is in RAM: the line has no bytes_read, and the block says so.
+  CliResult memory = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.5", "--policy", "full", "--out",
+                           dir_ + "/memory.jsonl", "--show"});
+  ASSERT_EQ(memory.status, 0) << memory.err;
+  EXPECT_NE(memory.out.find("\nbytes read: - (the KV is in RAM"), std::string::npos) << memory.out;
+  EXPECT_FALSE(nlohmann::json::parse(read_lines(dir_ + "/memory.jsonl").at(0)).contains("bytes_read"));
 }
 
 TEST_F(EvalCliTest, ResumeSkipsFinishedRunsAndRedoesATornLastLine) {
@@ -145,7 +230,9 @@ TEST_F(EvalCliTest, FullAttentionOutputIsTheSameAcrossRuns) {
     ASSERT_EQ(r.status, 0) << r.err;
     const std::vector<std::string> lines = read_lines(out);
     ASSERT_EQ(lines.size(), 1u);
-    outputs.push_back(nlohmann::json::parse(lines[0]).at("output").get<std::string>());
+    const nlohmann::json j = nlohmann::json::parse(lines[0]);
+    EXPECT_FALSE(j.contains("bytes_read")) << "no --kv-dir: the KV is in RAM, no tier traffic";
+    outputs.push_back(j.at("output").get<std::string>());
   }
   EXPECT_FALSE(outputs[0].empty());
   EXPECT_EQ(outputs[0], outputs[1]);
@@ -183,7 +270,7 @@ TEST_F(EvalCliTest, PplScoresEachWindowUnderEachPolicyAndResumes) {
   for (const std::string& line : lines) {
     const nlohmann::json j = nlohmann::json::parse(line);
     for (const char* field : {"task", "ctx", "depth", "seed", "policy", "budget", "nll_sum", "n_tokens", "n_bytes",
-                              "ppl", "bits_per_byte", "tokens_attended_pct", "disk_bytes_read", "decode_ms"}) {
+                              "ppl", "bits_per_byte", "tokens_attended_pct", "decode_ms"}) {
       EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
     }
     EXPECT_EQ(j.at("task"), "ppl");

@@ -45,7 +45,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->group(group);
   cmd.add_option("--layer-budget", o.layer_budgets,
                  "per-layer budgets, LAYER=BUDGET,... (default for leoam with a fractional --budget: at least 0.5 "
-                 "in layers 0 and 1, LeoAM's first two layers)")
+                 "in the first n_layer/16 layers, rounded: LeoAM's first two of 32)")
       ->group(group);
   cmd.add_option("--group-combine", o.group_combine, "leoam: how a GQA group's chunk bounds combine: max or sum")
       ->capture_default_str()
@@ -82,9 +82,13 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   if (!o.layer_budgets.empty()) {
     LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, parse_layer_budgets(o.layer_budgets));
   } else if (o.policy == "leoam" && o.budget <= 1.0) {
-    // LeoAM's defaults: the first two layers keep half, or the global budget when it is larger.
+    // LeoAM's defaults: the first two of Llama-2-7B's 32 layers keep half, or the global budget
+    // when it is larger. The same share of depth elsewhere: n_layer / 16 layers, rounded (none
+    // in a model of 7 layers or fewer, whose early layers are not the flat-attention layers the
+    // rule is for).
     const double first = std::max(o.budget, 0.5);
-    s.layer_budgets = {{0, first}, {1, first}};
+    const int n_dense = static_cast<int>(std::lround(model.hparams().n_layer / 16.0));
+    for (int layer = 0; layer < n_dense; ++layer) s.layer_budgets[layer] = first;
   }
   s.n_sink = kv_options.n_sink;
   s.n_recent = kv_options.n_recent;

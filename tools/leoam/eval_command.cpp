@@ -6,13 +6,19 @@
 // fresh context with a fresh KV store, and the output is scored. Each result is one JSON line
 // appended to --out and flushed as soon as it exists:
 //   {"task","ctx","depth","seed","policy","budget","needle_pos","answers","output","score",
-//    "tokens_attended_pct","disk_bytes_read","decode_ms"}
+//    "tokens_attended_pct","bytes_read","n_generated","decode_ms"}
 // so an interrupted sweep resumes: the runs --out already holds are skipped, and a torn last line
 // (an interrupted write) is cut off and run again.
 //
+// bytes_read is {"device": N, "host": N, "disk": N}: the bytes the run (prefill and decode) read
+// out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h).
+// It is there only with --kv-dir: without it the KV lives in RAM, where nothing counts its
+// reads, so the line has no bytes_read (an in-memory count would not compare with the tiers').
+//
 // Every flag is checked and every sample built before --out is touched, so a bad flag appends
-// nothing. stdout carries only the closing markdown table (one row per policy and budget, over
-// every line of --out for the task); progress and errors go to stderr.
+// nothing. stdout carries the closing markdown table (one row per policy and budget, over every
+// line of --out for the task), and with --show a block per run before it (show_block); progress
+// and errors go to stderr.
 //
 // `--task ppl` is perplexity rather than retrieval: --text is cut into consecutive windows of
 // --ctx tokens (BOS first where the vocab has one), and each window is decoded one token at a
@@ -20,7 +26,8 @@
 // negative log-likelihood of the window's next token. Its lines, keyed with depth 0 and the
 // window index as seed:
 //   {"task":"ppl","ctx","depth","seed","policy","budget","nll_sum","n_tokens","n_bytes","ppl",
-//    "bits_per_byte","tokens_attended_pct","disk_bytes_read","decode_ms"}
+//    "bits_per_byte","tokens_attended_pct","bytes_read","decode_ms"}
+// where decode_ms covers the n_tokens single-token evals.
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +50,7 @@
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "eval/task.h"
+#include "kv/kv_stats.h"
 #include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
 #include "model/forward_context.h"
@@ -159,6 +167,71 @@ double attended_pct(const sparse::SparseAttention& selector) {
   return n_visible > 0 ? 100.0 * static_cast<double>(n_attended) / static_cast<double>(n_visible) : 100.0;
 }
 
+// A line's "bytes_read": what the run read out of each tier, as `run --kv-stats` counts it.
+Json bytes_read_json(const TieredKvCache& kv) {
+  const KvStats stats = kv.stats();
+  Json j;
+  j["device"] = stats[Tier::kDevice].bytes_read;
+  j["host"] = stats[Tier::kHost].bytes_read;
+  j["disk"] = stats[Tier::kDisk].bytes_read;
+  return j;
+}
+
+// A JSON string literal: quoted, with newlines and control bytes escaped, so any text fits on
+// one line (invalid UTF-8 becomes U+FFFD).
+std::string quoted(const std::string& text) {
+  return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// --show: the block printed for one run, from its result line. A retrieval run:
+//   == passkey ctx 256 depth 0.2 seed 0: leoam@0.5
+//   expected:   "51853"
+//   output:     "Tim and Sue.\nThey"
+//   score:      0
+//   attended:   56.2% of tokens
+//   bytes read: device 1.1 MiB, host 96.0 KiB, disk 5.3 MiB
+//   decode:     1.52 ms/token, 12.2 ms total (8 tokens)
+// and a blank line. A ppl run has "perplexity:" and "bits/byte:" in place of expected, output
+// and score. Without --kv-dir the bytes read line says the KV is in RAM.
+std::string show_block(const Json& j) {
+  const bool ppl = j.value("task", "") == kPplTask;
+  char buf[256];
+  std::string out;
+  std::snprintf(buf, sizeof(buf), "== %s ctx %lld depth %g seed %llu: %s\n", j.value("task", "").c_str(),
+                static_cast<long long>(j.value("ctx", int64_t{0})), j.value("depth", 0.0),
+                static_cast<unsigned long long>(j.value("seed", uint64_t{0})),
+                policy_label(j.value("policy", ""), j.value("budget", 1.0)).c_str());
+  out += buf;
+  if (ppl) {
+    out += "perplexity: " + format_number(j.value("ppl", 0.0)) + "\n";
+    out += "bits/byte:  " + format_number(j.value("bits_per_byte", 0.0)) + "\n";
+  } else {
+    std::string answers;
+    for (const Json& a : j.value("answers", Json::array())) {
+      answers += (answers.empty() ? "" : ", ") + quoted(a.get<std::string>());
+    }
+    out += "expected:   " + answers + "\n";
+    out += "output:     " + quoted(j.value("output", "")) + "\n";
+    out += "score:      " + format_number(j.value("score", 0.0)) + "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "attended:   %.1f%% of tokens\n", j.value("tokens_attended_pct", 100.0));
+  out += buf;
+  if (j.contains("bytes_read")) {
+    const Json& b = j.at("bytes_read");
+    out += "bytes read: device " + human_bytes(b.value("device", uint64_t{0})) + ", host " +
+           human_bytes(b.value("host", uint64_t{0})) + ", disk " + human_bytes(b.value("disk", uint64_t{0})) + "\n";
+  } else {
+    out += "bytes read: - (the KV is in RAM; --kv-dir puts it in the tiered store)\n";
+  }
+  const double decode_ms = j.value("decode_ms", 0.0);
+  const int64_t n_decoded = ppl ? j.value("n_tokens", int64_t{0}) : j.value("n_generated", int64_t{0});
+  std::snprintf(buf, sizeof(buf), "decode:     %.2f ms/token, %.1f ms total (%lld tokens)\n\n",
+                n_decoded > 0 ? decode_ms / static_cast<double>(n_decoded) : 0.0, decode_ms,
+                static_cast<long long>(n_decoded));
+  out += buf;
+  return out;
+}
+
 class EvalCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
@@ -178,12 +251,24 @@ class EvalCommand : public Command {
         ->capture_default_str()
         ->delimiter(',')
         ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--seeds", n_seeds_, "samples per context and depth (seeds 0 .. N-1; ignored for --task ppl)")
+    cmd->add_option("--seeds", n_seeds_,
+                    "samples per context and depth (seeds 0 .. N-1, or from --first-seed; ignored for --task ppl)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
-    cmd->add_option("--out", out_path_, "append one JSON line per run to FILE; the runs it holds are skipped")
+    cmd->add_option("--first-seed", first_seed_,
+                    "the first sample seed: the samples use seeds S .. S + --seeds - 1 (ignored for --task ppl)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    cmd->add_option("--out", out_path_,
+                    "append one JSON line per run to FILE; the runs it holds are skipped. With --kv-dir a line has "
+                    "bytes_read {device, host, disk}: the bytes read out of each KV tier during the run, as "
+                    "`run --kv-stats` counts them; without --kv-dir the KV is in RAM and bytes_read is left out")
         ->required()
         ->type_name("FILE");
+    cmd->add_flag("--show", show_,
+                  "after each run, print to stdout policy@budget, the expected answer, the output (escaped, one "
+                  "line), the score, the tokens attended, the bytes read per KV tier (--kv-dir only) and the "
+                  "decode latency; the table still closes");
     cmd->add_option("--haystack", haystack_path_, "cut the haystack from this text file (default: filler sentences)")
         ->check(readable_file())
         ->type_name("FILE");
@@ -252,9 +337,10 @@ class EvalCommand : public Command {
       print_error("--haystack applies to the retrieval tasks, not to --task ppl (which scores --text)");
       return kExitUsage;
     }
-    if (ppl) {  // one sample per window: --depth and --seeds do not apply
+    if (ppl) {  // one sample per window: --depth, --seeds and --first-seed do not apply
       depths_ = {0.0};
       n_seeds_ = 1;
+      first_seed_ = 0;
     }
     if (ctxs_.empty() || depths_.empty() || policies_.empty() || budgets_.empty()) {
       print_error("--ctx, --depth, --policy and --budget each need at least one value");
@@ -308,7 +394,7 @@ class EvalCommand : public Command {
         continue;
       }
       for (const double depth : depths_) {
-        for (int seed = 0; seed < n_seeds_; ++seed) {
+        for (int seed = first_seed_; seed < first_seed_ + n_seeds_; ++seed) {
           eval::TaskParams params;
           params.task = task_;
           params.context_tokens = ctx;
@@ -392,6 +478,12 @@ class EvalCommand : public Command {
           break;
         }
         done.insert(key);
+        if (show_) {
+          status.clear();
+          const std::string block = show_block(*line);
+          std::fwrite(block.data(), 1, block.size(), stdout);
+          std::fflush(stdout);
+        }
         const std::string result = std::string(what) + (ppl ? ": perplexity " + format_number((*line)["ppl"].get<double>())
                                                             : ": score " + format_number((*line)["score"].get<double>()));
         if (on_terminal) {
@@ -515,7 +607,8 @@ class EvalCommand : public Command {
     j["output"] = output;
     j["score"] = eval::score_output(eval::task_scoring(task_), sample.answers, output);
     j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
-    j["disk_bytes_read"] = tiered != nullptr ? tiered->stats()[Tier::kDisk].bytes_read : uint64_t{0};
+    if (tiered != nullptr && !kv_options.dir.empty()) j["bytes_read"] = bytes_read_json(*tiered);
+    j["n_generated"] = stats.n_generated;
     j["decode_ms"] = stats.decode_ms;
     return j;
   }
@@ -557,7 +650,7 @@ class EvalCommand : public Command {
     j["ppl"] = std::exp(nll_sum / static_cast<double>(n_tokens));
     j["bits_per_byte"] = n_bytes > 0 ? nll_sum / std::log(2.0) / static_cast<double>(n_bytes) : 0.0;
     j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
-    j["disk_bytes_read"] = tiered != nullptr ? tiered->stats()[Tier::kDisk].bytes_read : uint64_t{0};
+    if (tiered != nullptr && !kv_options_.dir.empty()) j["bytes_read"] = bytes_read_json(*tiered);
     j["decode_ms"] = decode_ms;
     return j;
   }
@@ -639,12 +732,14 @@ class EvalCommand : public Command {
   std::vector<int64_t> ctxs_;
   std::vector<double> depths_ = {0.1, 0.5, 0.9};
   int n_seeds_ = 1;
+  int first_seed_ = 0;
   std::vector<std::string> policies_ = {"full", "leoam"};
   std::vector<double> budgets_ = {0.1};
   std::string out_path_;
   std::string haystack_path_;
   std::string text_path_;  // --task ppl
   int64_t n_windows_ = 0;  // --task ppl: 0 for every whole window
+  bool show_ = false;
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;
   int n_ctx_ = 0;
