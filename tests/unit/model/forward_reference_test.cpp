@@ -4,6 +4,7 @@
 // round K and V as the engine's F16 cache does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -177,6 +178,37 @@ TEST_P(ForwardVsReference, AllPositionsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, ForwardVsReference, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The project's own trained model (models/leoam-byte-4l): a byte vocabulary, head size 64 with
+// only 8 rotated dims, GQA, and the large query/key weights of its constructed retrieval heads,
+// on a prompt where the induction head has a needle to find.
+TEST(ForwardVsReferenceTrained, LeoamByte4l) {
+  std::string why;
+  if (!testing_util::reference_available(&why)) GTEST_SKIP() << "numpy reference unavailable: " << why;
+  const std::string path = std::string(LEOAM_SOURCE_DIR) + "/models/leoam-byte-4l/leoam-byte-4l.gguf";
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const std::string text = "The pass key is 40271. Remember it. In the beginning God created the heaven. The pass key is 402";
+  std::vector<int32_t> tokens = {256};  // BOS, then one token per byte
+  for (const unsigned char c : text) tokens.push_back(c);
+
+  ForwardOptions opts;
+  opts.n_threads = 2;
+  auto ctx = ForwardContext::create(**model, opts);
+  ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
+  std::vector<float> logits;
+  ASSERT_TRUE((*ctx)->eval(tokens, /*all_logits=*/true, logits).is_ok());
+  std::string error;
+  const std::vector<float> ref = testing_util::run_reference(path, tokens, /*kv_f16=*/true, &error);
+  ASSERT_EQ(ref.size(), logits.size()) << error;
+  const double err = rel_l2(logits, ref);
+  std::printf("[ measured ] leoam-byte-4l F16 KV: rel L2 error %.3g\n", err);
+  EXPECT_LE(err, 1e-4);
+  // Both copy the pass key's next digit from 90 bytes back.
+  const size_t n_vocab = logits.size() / tokens.size();
+  const auto last = logits.end() - static_cast<std::ptrdiff_t>(n_vocab);
+  EXPECT_EQ(std::max_element(last, logits.end()) - last, '7');
+}
 
 }  // namespace
 }  // namespace leoam
