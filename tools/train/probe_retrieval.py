@@ -26,6 +26,16 @@ INSTRUCTION = (b"There is important info hidden inside a lot of irrelevant text.
                b"I will quiz you about the important information there.\n")
 
 
+def load_trainer(out_dir):
+    """The Trainer of a train.py output directory, with its checkpoint loaded."""
+    summary = json.load(open(os.path.join(out_dir, "train_summary.json")))
+    targs = argparse.Namespace(ctx=summary["config"]["ctx_train"], max_ctx=summary["circuit"]["max_ctx"], seed=0,
+                               lr=0.0, texts=summary["texts"], out=out_dir)
+    trainer = Trainer(targs)
+    trainer.load()
+    return trainer
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
@@ -34,11 +44,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    summary = json.load(open(os.path.join(args.dir, "train_summary.json")))
-    targs = argparse.Namespace(ctx=summary["config"]["ctx_train"], max_ctx=summary["circuit"]["max_ctx"], seed=0,
-                               lr=0.0, texts=summary["texts"], out=args.dir)
-    trainer = Trainer(targs)
-    trainer.load()
+    trainer = load_trainer(args.dir)
     model, embed = trainer.model, trainer.embedding().detach()
     haystack = trainer.corpus.test[0]  # held-out KJV
     rng = np.random.default_rng(7)
