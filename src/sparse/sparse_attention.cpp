@@ -141,7 +141,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
   return ranges;
 }
 
-std::string SparseAttention::stats_text() const {
+LayerSparseStats SparseAttention::total() const {
   LayerSparseStats total;
   for (const LayerSparseStats& s : stats_) {
     total.n_queries += s.n_queries;
@@ -152,6 +152,11 @@ std::string SparseAttention::stats_text() const {
     total.n_splits += s.n_splits;
     total.n_merges += s.n_merges;
   }
+  return total;
+}
+
+std::string SparseAttention::stats_text() const {
+  const LayerSparseStats total = this->total();
   const auto pct = [](int64_t a, int64_t b) { return b > 0 ? 100.0 * static_cast<double>(a) / static_cast<double>(b) : 0.0; };
   char line[256];
   std::snprintf(line, sizeof(line),

@@ -81,6 +81,8 @@ class SparseAttention final : public AttentionSelector {
   }
 
   const std::vector<LayerSparseStats>& stats() const { return stats_; }
+  // The per-layer stats summed over the layers.
+  LayerSparseStats total() const;
   // "policy leoam, budget 10%: attended 9.8% of the visible tokens; deserts 12.0% of layer steps;
   // per layer: ..." (for --kv-stats).
   std::string stats_text() const;

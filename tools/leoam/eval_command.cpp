@@ -159,12 +159,8 @@ std::string key_of(const Json& j) {
 
 // Tokens attended as a percentage of those visible, over every layer and query the selector saw.
 double attended_pct(const sparse::SparseAttention& selector) {
-  int64_t n_attended = 0, n_visible = 0;
-  for (const sparse::LayerSparseStats& s : selector.stats()) {
-    n_attended += s.n_attended;
-    n_visible += s.n_visible;
-  }
-  return n_visible > 0 ? 100.0 * static_cast<double>(n_attended) / static_cast<double>(n_visible) : 100.0;
+  const sparse::LayerSparseStats t = selector.total();
+  return t.n_visible > 0 ? 100.0 * static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible) : 100.0;
 }
 
 // A line's "bytes_read": what the run read out of each tier, as `run --kv-stats` counts it.
