@@ -235,7 +235,11 @@ TEST_P(StoriesCliTest, DumpLogitsWritesEveryPosition) {
   }
 }
 
-// -b 1 decodes the prompt one token at a time: the same logits as one batch, up to rounding.
+// -b 1 decodes the prompt one token at a time: the same logits as one batch, up to rounding and
+// to the 8-bit activations of the AVX2/AVX-512 decode matvecs, which a batch may not use (a
+// batch's F32 SGEMM matched the numpy reference to 2e-6 where one token at a time differed by
+// 1.35e-3 on a logit of -0.21): 4e-3 * (1 + |x|) leaves room for that quantization and none for
+// a real error.
 TEST_P(StoriesCliTest, PromptDecodedOneTokenAtATimeGivesTheSameLogits) {
   const std::string model = kFixtures + "/models/stories260K/" + GetParam();
   REQUIRE_FIXTURE(model);
@@ -252,7 +256,7 @@ TEST_P(StoriesCliTest, PromptDecodedOneTokenAtATimeGivesTheSameLogits) {
     for (size_t row = 0; row < dumps[0].size(); ++row) {
       std::istringstream a(dumps[0][row]), b(dumps[d][row]);
       double x = 0, y = 0;
-      while (a >> x && b >> y) ASSERT_NEAR(x, y, 1e-3 * (1.0 + std::fabs(x))) << "batch " << d << " row " << row;
+      while (a >> x && b >> y) ASSERT_NEAR(x, y, 4e-3 * (1.0 + std::fabs(x))) << "batch " << d << " row " << row;
     }
   }
   CliResult bad = run({"run", "-m", model, "-p", "x", "-b", "0"});
