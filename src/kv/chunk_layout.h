@@ -12,13 +12,21 @@
 // Rows past the chunk's fill (a chunk still being appended) are zero. A chunk's rows are a
 // KvSegment with k = data, v = data + k_bytes(), row_stride_bytes = row_bytes().
 //
-// The abstract of a chunk (LeoAM's LKA), per KV head and channel, the minimum and maximum of the
-// stored (already rounded to dtype) post-RoPE keys of the filled rows, as f32:
+// The abstract of a chunk (LeoAM's LKA): a box, the per-channel minimum and maximum of the
+// stored (already rounded to dtype) post-RoPE keys of the filled rows, as f32, then the key sign
+// sketch, one bit per key channel of every row, in the 32-bit slots that follow the box:
 //
-//   float abstract[2][n_kv_heads][head_dim]    [0] = min, [1] = max
+//   float    box[2][n_kv_heads][head_dim]                 [0] = min, [1] = max   (box_floats())
+//   uint32_t signs[C][n_kv_heads][sign_words_per_head]    bit c % 32 of word c / 32: the sign
+//                                                         bit of channel c of that row's key
 //
-// An empty chunk's abstract is min = +inf, max = -inf. Because the extremes are taken over the
-// stored keys, sum_c max(q_c * min_c, q_c * max_c) bounds q.k for every stored key of the chunk.
+// The sign words are bit patterns, not floats: they are read and written with memcpy
+// (abstract_signs). An empty chunk's abstract is min = +inf, max = -inf, every sign 0 (so are the
+// signs of rows past the fill). Because the extremes are taken over the stored keys,
+// sum_c max(q_c * min_c, q_c * max_c) bounds q.k for every stored key of the chunk. The signs
+// halve each channel's interval for each row (k_c <= 0 when the bit is set, k_c >= 0 when not),
+// so that a row's bound against the box cut to its signs is far tighter on dense keys
+// (sparse/chunk_bound.h), for one bit a channel: 1/16 of the row's f16 K.
 #pragma once
 
 #include <cstddef>
@@ -43,18 +51,27 @@ struct ChunkGeometry {
   size_t row_bytes() const { return static_cast<size_t>(row_elements()) * kv_dtype_size(dtype); }
   size_t k_bytes() const { return row_bytes() * static_cast<size_t>(chunk_tokens); }
   size_t chunk_bytes() const { return 2 * k_bytes(); }
-  int64_t abstract_floats() const { return 2 * row_elements(); }
+  int64_t box_floats() const { return 2 * row_elements(); }
+  int sign_words_per_head() const { return (head_dim + 31) / 32; }
+  int64_t sign_words_per_row() const { return static_cast<int64_t>(n_kv_heads) * sign_words_per_head(); }
+  int64_t sign_words() const { return sign_words_per_row() * chunk_tokens; }
+  // The whole abstract, box and signs, in 4-byte slots.
+  int64_t abstract_floats() const { return box_floats() + sign_words(); }
   size_t abstract_bytes() const { return static_cast<size_t>(abstract_floats()) * sizeof(float); }
 };
 
-// abstract = the empty abstract (min +inf, max -inf).
+// abstract = the empty abstract (min +inf, max -inf, no sign set).
 void reset_abstract(const ChunkGeometry& g, float* abstract);
 
-// Widens `abstract` to cover rows [t0, t1) of the K half of `chunk` (the layout above),
-// 0 <= t0 <= t1 <= C. Updating [0, a) then [a, b) gives the same abstract as [0, b).
+// Widens `abstract`'s box to cover rows [t0, t1) of the K half of `chunk` (the layout above),
+// 0 <= t0 <= t1 <= C, and sets those rows' signs. Updating [0, a) then [a, b) gives the same
+// abstract as [0, b).
 void update_abstract(const ChunkGeometry& g, const void* chunk, int64_t t0, int64_t t1, float* abstract);
 
 // True when a and b are equal element for element (both empty counts as equal).
 bool abstracts_equal(const ChunkGeometry& g, const float* a, const float* b);
+
+// dst = the sign words of `abstract`: [C][n_kv_heads][sign_words_per_head].
+void abstract_signs(const ChunkGeometry& g, const float* abstract, uint32_t* dst);
 
 }  // namespace leoam

@@ -10,7 +10,7 @@
 namespace leoam {
 namespace {
 
-constexpr uint32_t kRecordMagic = 0x31414b4c;  // "LKA1" read as little-endian bytes
+constexpr uint32_t kRecordMagic = 0x32414b4c;  // "LKA2" read as little-endian bytes (LKA1: no sign sketch)
 constexpr size_t kRecordHeaderBytes = 40;
 
 struct RecordHeader {

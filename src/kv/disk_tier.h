@@ -11,10 +11,10 @@
 //   <dir>/<session>-L003.lka   abstract records, packed for bulk reading (buffered I/O: records
 //   +----------+----------+--  are small and read many at a time)
 //   | record 0 | record 1 |     record i = chunk i: a 40-byte header, then its abstract
-//   +----------+----------+--   (float[2][n_kv_heads][head_dim], chunk_layout.h)
+//   +----------+----------+--   (the box and the key sign sketch, chunk_layout.h)
 //
 //   record header (little-endian):
-//     u32 magic "LKA1" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
+//     u32 magic "LKA2" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
 //     u64 chunk checksum (XXH3 of the slot's stored bytes, encoded_chunk_bytes long)
 //     u64 record checksum (XXH3 of header and abstract, with this field zero)
 //

@@ -30,10 +30,15 @@ class KvCatalog {
   // Chunks of `layer`: chunk i holds positions [i * chunk_tokens, min((i + 1) * chunk_tokens, n)).
   virtual int64_t n_chunks(int layer) const = 0;
   virtual Tier chunk_tier(int layer, int64_t index) const = 0;
-  // dst = the abstracts of chunks [i0, i1) of `layer`: [i1 - i0][2][n_kv_heads][head_dim] floats
-  // ([0] = min, [1] = max per channel). Fails on I/O errors and checksum mismatches.
-  [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst,
-                                              AbstractSource source) = 0;
+  // dst = the boxes of the abstracts of chunks [i0, i1) of `layer`:
+  // [i1 - i0][2][n_kv_heads][head_dim] floats ([0] = min, [1] = max per channel). signs, when not
+  // null (only asked of a catalog that has_key_signs()), = their key sign sketch:
+  // [i1 - i0][chunk_tokens][n_kv_heads][(head_dim + 31) / 32] words (chunk_layout.h), read with
+  // the boxes. Fails on I/O errors and checksum mismatches.
+  [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
+                                              uint32_t* signs = nullptr) = 0;
+  // Whether the abstracts carry the key sign sketch.
+  virtual bool has_key_signs() const { return false; }
   // A hint for eviction: the policy's view of how much a chunk matters (higher stays closer to
   // compute). Unknown chunks are ignored.
   virtual void set_importance(ChunkKey key, float importance) = 0;

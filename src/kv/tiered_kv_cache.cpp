@@ -515,26 +515,36 @@ Tier TieredKvCache::chunk_tier(int layer, int64_t index) const {
   return r != nullptr ? r->tier : Tier::kDisk;
 }
 
-Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source) {
+Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
+                                     uint32_t* signs) {
   if (layer < 0 || layer >= options_.shape.n_layer || i0 < 0 || i1 > n_chunks(layer) || i0 > i1) {
     return invalid_argument("KV abstracts: chunks [" + std::to_string(i0) + ", " + std::to_string(i1) +
                             ") of layer " + std::to_string(layer) + " out of range");
   }
+  const int64_t n_box = geometry_.box_floats();
   const int64_t n_floats = geometry_.abstract_floats();
+  // One whole abstract (box, then signs) into the caller's two arrays.
+  const auto deliver = [&](int64_t i, const float* abstract) {
+    std::memcpy(dst + (i - i0) * n_box, abstract, static_cast<size_t>(n_box) * sizeof(float));
+    if (signs != nullptr) abstract_signs(geometry_, abstract, signs + (i - i0) * geometry_.sign_words());
+  };
   const LayerState& L = layers_[layer];
+  std::vector<float> run;  // whole abstracts of a run of disk chunks
   for (int64_t i = i0; i < i1;) {
     if (!L.chunks[i].abstract.empty()) {  // device or host: in memory
-      std::memcpy(dst + (i - i0) * n_floats, L.chunks[i].abstract.data(), geometry_.abstract_bytes());
+      deliver(i, L.chunks[i].abstract.data());
       ++i;
       continue;
     }
     int64_t end = i + 1;  // a run of disk chunks
     while (end < i1 && L.chunks[end].abstract.empty()) ++end;
+    run.resize(static_cast<size_t>((end - i) * n_floats));
     if (source == AbstractSource::kLka) {  // one bulk read of their records
-      LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, i, end, dst + (i - i0) * n_floats));
+      LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, i, end, run.data()));
     } else {
-      LEOAM_RETURN_IF_ERROR(abstracts_from_kv(layer, i, end, dst + (i - i0) * n_floats));
+      LEOAM_RETURN_IF_ERROR(abstracts_from_kv(layer, i, end, run.data()));
     }
+    for (int64_t j = i; j < end; ++j) deliver(j, run.data() + (j - i) * n_floats);
     i = end;
   }
   return Status::ok();

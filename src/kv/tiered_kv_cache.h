@@ -85,7 +85,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   int catalog_head_dim() const override { return options_.shape.head_dim; }
   int64_t n_chunks(int layer) const override;
   Tier chunk_tier(int layer, int64_t index) const override;
-  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source) override;
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
+                        uint32_t* signs = nullptr) override;
+  bool has_key_signs() const override { return true; }
   // A hint from the selection policies: a more important chunk stays closer to compute.
   void set_importance(ChunkKey key, float importance) override;
 

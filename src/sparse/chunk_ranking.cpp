@@ -43,14 +43,21 @@ Status check_query(const SelectionQuery& query, const KvCatalog& catalog) {
   return Status::ok();
 }
 
-Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, AbstractSource source) {
+Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, AbstractSource source,
+                                bool key_signs) {
   SpanAbstracts a;
   a.span = span;
   a.layout.n_kv_heads = catalog.catalog_kv_heads();
   a.layout.head_dim = catalog.catalog_head_dim();
   a.layout.chunk_stride = 2 * static_cast<int64_t>(a.layout.n_kv_heads) * a.layout.head_dim;
   a.data.resize(static_cast<size_t>(span.size() * a.layout.chunk_stride));
-  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, span.i0, span.i1, a.data.data(), source));
+  a.chunk_tokens = catalog.chunk_tokens();
+  if (key_signs) {
+    const int64_t words_per_row = static_cast<int64_t>(a.layout.n_kv_heads) * ((a.layout.head_dim + 31) / 32);
+    a.sign_words.resize(static_cast<size_t>(span.size() * a.chunk_tokens * words_per_row));
+  }
+  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, span.i0, span.i1, a.data.data(), source,
+                                               key_signs ? a.sign_words.data() : nullptr));
   return a;
 }
 

@@ -18,6 +18,7 @@
 #include "kv/kv_catalog.h"
 #include "sparse/chunk_bound.h"
 #include "sparse/selection_policy.h"
+#include "sparse/sign_bound.h"
 
 namespace leoam::sparse {
 
@@ -45,13 +46,23 @@ struct SpanAbstracts {
   ChunkSpan span;
   BoundLayout layout;
   std::vector<float> data;  // [span.size()][2][n_kv_heads][head_dim]
+  int chunk_tokens = 0;
+  std::vector<uint32_t> sign_words;  // with key signs: [span positions][n_kv_heads][(head_dim + 31) / 32]
 
   // The abstracts of chunk `index` onwards (span.i0 <= index < span.i1).
   const float* at(int64_t index) const { return data.data() + (index - span.i0) * layout.chunk_stride; }
+  // Where sign_bounds finds the key signs (words null without them).
+  SignSketch signs() const {
+    const int words_per_head = (layout.head_dim + 31) / 32;
+    return SignSketch{sign_words.empty() ? nullptr : sign_words.data(), span.i0 * chunk_tokens,
+                      static_cast<int64_t>(layout.n_kv_heads) * words_per_head, words_per_head};
+  }
 };
 
-// One load_abstracts call over the whole span.
-Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, AbstractSource source);
+// One load_abstracts call over the whole span; with key_signs (the catalog must has_key_signs())
+// the key sign sketch too.
+Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, AbstractSource source,
+                                bool key_signs = false);
 
 // scores[i] = max(scores[i], (bounds[i] - max_j bounds[j]) * scale): a head's bounds become log
 // attention-mass upper bounds relative to its best chunk, folded into the chunk scores by max.

@@ -41,6 +41,13 @@ ChunkTree::ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, in
   layout_.n_kv_heads = n_kv_heads;
   layout_.head_dim = head_dim;
   layout_.chunk_stride = 2 * static_cast<int64_t>(n_kv_heads) * head_dim;
+  sign_words_per_head_ = (head_dim + 31) / 32;
+}
+
+SignSketch ChunkTree::key_signs() const {
+  if (!options_.key_signs) return {};
+  return SignSketch{signs_.data(), 0, static_cast<int64_t>(layout_.n_kv_heads) * sign_words_per_head_,
+                    sign_words_per_head_};
 }
 
 void ChunkTree::reset() {
@@ -49,6 +56,8 @@ void ChunkTree::reset() {
   sizes_.clear();
   history_.clear();
   abstracts_.clear();
+  signs_.clear();
+  blocks_.clear();
 }
 
 bool ChunkTree::is_full(int64_t i) const { return leaves_[i].size() == sizes_[i]; }
@@ -107,10 +116,26 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
     p += s;
   }
 
-  const int64_t c0 = p0 / store_chunk_tokens_;
+  // With key signs, from the block that holds p0 on (a block is a multiple of the store's chunk).
+  const int64_t b0 = p0 / options_.initial_tokens;
+  const int64_t b1 = (n_tokens + options_.initial_tokens - 1) / options_.initial_tokens;
+  const int64_t c0 = (options_.key_signs ? b0 * options_.initial_tokens : p0) / store_chunk_tokens_;
   const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
   std::vector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
-  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, c0, c1, chunks.data(), source));
+  // The signs of chunks [c0, c1) land at their positions, in a scratch copy too.
+  const int64_t words_per_chunk = store_chunk_tokens_ * static_cast<int64_t>(layout_.n_kv_heads) * sign_words_per_head_;
+  std::vector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
+  LEOAM_RETURN_IF_ERROR(
+      catalog.load_abstracts(layer, c0, c1, chunks.data(), source, options_.key_signs ? signs.data() : nullptr));
+  if (options_.key_signs) {
+    signs_.resize(static_cast<size_t>(c0 * words_per_chunk));
+    signs_.insert(signs_.end(), signs.begin(), signs.end());
+    blocks_.resize(static_cast<size_t>(b1 * layout_.chunk_stride));
+    for (int64_t b = b0; b < b1; ++b) {
+      const TokenRange block{b * options_.initial_tokens, std::min((b + 1) * options_.initial_tokens, n_tokens)};
+      union_store_chunks(chunks.data(), c0, block, blocks_.data() + b * layout_.chunk_stride);
+    }
+  }
 
   leaves_.resize(static_cast<size_t>(first));
   sizes_.resize(static_cast<size_t>(first));

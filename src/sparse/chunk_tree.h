@@ -16,6 +16,12 @@
 // tier's abstract file for disk chunks, without their KV).
 //
 // Leaf abstracts lie contiguously in leaf order, so chunk_bounds scores every leaf in one call.
+// With ChunkTreeOptions::key_signs the tree also keeps the key sign sketch of every position
+// (kv/chunk_layout.h), read with the abstracts as the edge grows, and the boxes of the fixed
+// blocks of initial_tokens (aligned) that the leaves start as: the rows' signs against the
+// tighter of those boxes give the sign-refined bounds of sign_bound.h. A merge widens the
+// leaf's box, which would loosen the bound of every row in it; the block boxes keep it as tight
+// as it was before the merge.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,7 @@
 #include "kv/kv_cache.h"  // TokenRange
 #include "kv/kv_catalog.h"
 #include "sparse/chunk_bound.h"
+#include "sparse/sign_bound.h"
 
 namespace leoam::sparse {
 
@@ -32,6 +39,7 @@ struct ChunkTreeOptions {
   int min_tokens = 8;       // leaves never split below this
   int max_tokens = 512;     // merges stop at this
   int initial_tokens = 64;  // new leaves start at this size (min_tokens * 2^k, <= max_tokens)
+  bool key_signs = false;   // keep the key sign sketch (the catalog must have_key_signs())
 };
 
 // What the policy remembers of a leaf between steps (its split/merge rule reads and writes it).
@@ -62,6 +70,11 @@ class ChunkTree {
   // The abstracts of leaves [i, n_leaves()), contiguous: chunk_bounds(..., abstracts(i), count, layout(), ...).
   const float* abstracts(int64_t i) const { return abstracts_.data() + i * layout_.chunk_stride; }
   const BoundLayout& layout() const { return layout_; }
+  // The key sign sketch of positions [0, n_tokens()), when kept (key_signs; words null otherwise).
+  SignSketch key_signs() const;
+  // With key_signs: the box of block b, positions [b * initial_tokens, (b + 1) * initial_tokens)
+  // cut by n_tokens() ([2][n_kv_heads][head_dim], as leaf abstracts).
+  const float* block_box(int64_t b) const { return blocks_.data() + b * layout_.chunk_stride; }
   const ChunkTreeOptions& options() const { return options_; }
   int store_chunk_tokens() const { return store_chunk_tokens_; }
 
@@ -95,6 +108,9 @@ class ChunkTree {
                                       // it (> leaf(i).size() only for the last leaf, cut by n)
   std::vector<LeafHistory> history_;  // per leaf
   std::vector<float> abstracts_;      // [n_leaves][2][n_kv_heads][head_dim]
+  int sign_words_per_head_ = 0;
+  std::vector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head_]
+  std::vector<float> blocks_;         // key_signs: [blocks][2][n_kv_heads][head_dim]
 };
 
 }  // namespace leoam::sparse

@@ -1,14 +1,34 @@
 // leoam: LeoAM's GQA-aware chunk selection over an adaptive chunk tree (IAKM), with
 // attention-desert detection.
 //
-// Ranking, GQA-aware: each query head's upper bounds become log attention-mass bounds relative to
-// its best chunk, scale * (bound - max bound); per KV head, those of its query heads combine by
+// Bounds: a unit's (leaf's or chunk's) upper bound on q.k for each query head is sign-refined
+// (sign_bound.h): the largest over its rows of the box bound cut to the row's key signs, each row
+// against the tightest box the tree knows for it (chunk_tree.h: a merged leaf's rows keep their
+// blocks' boxes), where the catalog keeps the abstracts' key sign sketch (PolicyOptions::
+// key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys the box alone
+// cannot tell the chunks apart (bench/RESULTS.md, issue 6), the signs can. The lower bounds of
+// the desert check stay box bounds.
+//
+// Ranking, GQA-aware: each query head's upper bounds become log bounds on its attention mass
+// share per token: with m = the head's largest bound over every unit of [0, n_tokens), near ones
+// included, and total = sum over those units of size * exp(scale * (bound - m)) (the head's whole
+// bounded mass, in units of its best token),
+//
+//   share(unit) = scale * (bound - m) - ln(total)
+//
+// A head whose mass could lie anywhere (a flat head, or one that reads its near window) spreads
+// its share thin; one that points at a few far tokens (a retrieval head) gives them nearly all of
+// it, so they outrank the flat heads' best, which a normalization to each head's best alone
+// would tie with them. Per KV head, its query heads' shares combine by
 // PolicyOptions::group_combine: max (the head that wants the chunk most) or sum (log of the
-// summed mass bounds: the group's attention mass on the chunk, which is what a shared KV head
-// serves). A chunk scores its best KV head, and the best chunks fill the budget (chunk_ranking.h).
-// Sum is the default: on stories260K (bench/RESULTS.md) it keeps perplexity closer to full
-// attention than max at every budget. The chunks are the leaves of the layer's ChunkTree
-// (chunk_tree.h) overlapping far; with PolicyOptions::adaptive off, the store's fixed chunks.
+// summed shares: the group's attention mass on the chunk, which is what a shared KV head serves).
+// A chunk scores its best KV head, and the best chunks fill the budget (chunk_ranking.h): a
+// ranking by share per token, so that the budget buys the most mass. Sum is the default: on
+// stories260K (bench/RESULTS.md) it keeps perplexity closer to full attention than max. The
+// chunks are the leaves of the layer's ChunkTree (chunk_tree.h) overlapping far; with
+// PolicyOptions::adaptive off, the store's fixed chunks. Every unit is scored, near ones too
+// (their abstracts are in memory: the sink and the recent window stay on the device), and
+// n_chunks_scored counts them all.
 //
 // Desert detection, from abstracts alone: for query head h, with m = its largest upper bound over
 // every chunk of [0, n_tokens),
@@ -20,8 +40,7 @@
 // softmax mass from above and near_lower the near mass from below, both times exp(-scale * m) /
 // the denominator, so far_upper < desert_mass * near_lower proves that far keys hold less than
 // desert_mass of the near keys' mass. When that holds for every query head, the step reads no
-// far KV. The check needs the abstracts of every chunk, not only the far ones: the selection
-// then counts all of them in n_chunks_scored.
+// far KV.
 //
 // IAKM, the adaptive chunks (LeoAM: "chunks start at 64 tokens, or at 8 in the first two layers
 // and the first decode steps; a chunk whose upper bound stays high is split, down to 8, so less
@@ -67,6 +86,7 @@
 #include "sparse/chunk_ranking.h"
 #include "sparse/chunk_tree.h"
 #include "sparse/selection_policy.h"
+#include "sparse/sign_bound.h"
 
 namespace leoam::sparse {
 namespace {
@@ -133,25 +153,31 @@ class LeoamPolicy final : public SelectionPolicy {
 
  private:
   AbstractSource source() const { return options_.lka ? AbstractSource::kLka : AbstractSource::kKv; }
+  // Whether to score with the key sign sketch: asked for, and the catalog has it.
+  bool key_signs(const KvCatalog& catalog) const { return options_.key_signs && catalog.has_key_signs(); }
 
   // The store's fixed chunks.
   Result<Selection> select_flat(const SelectionQuery& query, KvCatalog& catalog) const {
     Selection s;
     const int chunk_tokens = catalog.chunk_tokens();
     const ChunkSpan far = chunks_overlapping(query.far, chunk_tokens);
-    const ChunkSpan loaded = options_.desert ? chunks_overlapping({0, query.n_tokens}, chunk_tokens) : far;
-    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, loaded, source()));
+    const ChunkSpan loaded = chunks_overlapping({0, query.n_tokens}, chunk_tokens);
+    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts,
+                           load_span(catalog, query.layer, loaded, source(), key_signs(catalog)));
     s.n_chunks_scored = loaded.size();
-    const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout);
-    if (options_.desert) {
-      std::vector<TokenRange> chunks(static_cast<size_t>(loaded.size()));
-      for (int64_t i = 0; i < loaded.size(); ++i) chunks[i] = chunk_part(loaded.i0 + i, {0, query.n_tokens}, chunk_tokens);
-      if (is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks, upper)) {
-        s.desert = true;
-        return s;
-      }
+    std::vector<TokenRange> chunks(static_cast<size_t>(loaded.size()));
+    for (int64_t i = 0; i < loaded.size(); ++i) chunks[i] = chunk_part(loaded.i0 + i, {0, query.n_tokens}, chunk_tokens);
+    std::vector<SignUnit> refined;  // each chunk against its own box
+    if (abstracts.signs().words != nullptr) {
+      for (int64_t i = 0; i < loaded.size(); ++i) refined.push_back({chunks[i], abstracts.at(loaded.i0 + i)});
     }
-    const std::vector<float> scores = score(query, upper, far.i0 - loaded.i0, far.i1 - loaded.i0);
+    const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout,
+                                          {refined, {}, abstracts.signs()});
+    if (options_.desert && is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks, upper)) {
+      s.desert = true;
+      return s;
+    }
+    const std::vector<float> scores = score(query, upper, chunks, far.i0 - loaded.i0, far.i1 - loaded.i0);
     s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     return s;
   }
@@ -172,21 +198,20 @@ class LeoamPolicy final : public SelectionPolicy {
     const std::span<const TokenRange> far_leaves(leaves.data() + l0, static_cast<size_t>(l1 - l0));
 
     Selection s;
-    // Every leaf's upper bounds with the desert check, else the far leaves': u0 is the first.
-    const int64_t u0 = options_.desert ? 0 : l0;
-    const int64_t u1 = options_.desert ? tree->n_leaves() : l1;
-    s.n_chunks_scored = u1 - u0;
-    const HeadBounds upper = upper_bounds(query, tree->abstracts(u0), u1 - u0, tree->layout());
+    // Every leaf's upper bounds: the near ones weigh in the far ones' mass shares and the desert check.
+    s.n_chunks_scored = tree->n_leaves();
+    const HeadBounds upper =
+        upper_bounds(query, tree->abstracts(0), tree->n_leaves(), tree->layout(), refined_units(*tree, leaves));
     std::vector<float> scores;
     RangePick pick;
     if (options_.desert && is_desert(query, tree->abstracts(0), tree->layout(), leaves, upper)) {
       s.desert = true;
     } else {
-      scores = score(query, upper, l0 - u0, l1 - u0);
+      scores = score(query, upper, leaves, l0, l1);
       pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens);
       s.ranges = pick.ranges;
     }
-    LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0 - u0, s));
+    LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0, s));
     return s;
   }
 
@@ -196,9 +221,11 @@ class LeoamPolicy final : public SelectionPolicy {
     if (trees_.size() <= static_cast<size_t>(query.layer)) trees_.resize(static_cast<size_t>(query.layer) + 1);
     std::optional<ChunkTree>& tree = trees_[query.layer];
     if (!tree || tree->n_tokens() > query.n_tokens || tree->store_chunk_tokens() != catalog.chunk_tokens() ||
-        tree->layout().n_kv_heads != query.n_head_kv || tree->layout().head_dim != query.head_dim) {
-      LEOAM_ASSIGN_OR_RETURN(ChunkTree t, ChunkTree::create(iakm_tree_options(query.layer, catalog.chunk_tokens(), query.budget_tokens),
-                                                            catalog.chunk_tokens(), query.n_head_kv, query.head_dim));
+        tree->layout().n_kv_heads != query.n_head_kv || tree->layout().head_dim != query.head_dim ||
+        tree->options().key_signs != key_signs(catalog)) {
+      ChunkTreeOptions o = iakm_tree_options(query.layer, catalog.chunk_tokens(), query.budget_tokens);
+      o.key_signs = key_signs(catalog);
+      LEOAM_ASSIGN_OR_RETURN(ChunkTree t, ChunkTree::create(o, catalog.chunk_tokens(), query.n_head_kv, query.head_dim));
       tree = std::move(t);
     }
     return &*tree;
@@ -299,42 +326,92 @@ class LeoamPolicy final : public SelectionPolicy {
     return sum / query.n_head;
   }
 
-  // Every query head's upper bounds over the n units at `abstracts`, computed once per selection
-  // and shared by the desert check, the ranking and the skew.
-  HeadBounds upper_bounds(const SelectionQuery& query, const float* abstracts, int64_t n,
-                          const BoundLayout& layout) const {
+  // What sign-refined bounds are computed over: units[u] bounds unit owner[u] (a leaf or a chunk;
+  // owner empty: unit u is unit u). No units: box bounds.
+  struct RefinedUnits {
+    std::vector<SignUnit> units;
+    std::vector<int64_t> owner;
+    SignSketch signs;
+  };
+
+  // A tree's leaves as sign units (the ChunkTree header): a leaf split below the block size
+  // against its own box, a larger one block by block against the block boxes.
+  static RefinedUnits refined_units(const ChunkTree& tree, std::span<const TokenRange> leaves) {
+    RefinedUnits r;
+    r.signs = tree.key_signs();
+    if (r.signs.words == nullptr) return r;
+    const int64_t block = tree.options().initial_tokens;
+    for (int64_t i = 0; i < static_cast<int64_t>(leaves.size()); ++i) {
+      const TokenRange leaf = leaves[i];
+      if (leaf.begin / block == (leaf.end - 1) / block && leaf.size() < block) {
+        r.units.push_back({leaf, tree.abstracts(i)});
+        r.owner.push_back(i);
+        continue;
+      }
+      for (int64_t b = leaf.begin / block; b * block < leaf.end; ++b) {
+        r.units.push_back({intersect(leaf, {b * block, (b + 1) * block}), tree.block_box(b)});
+        r.owner.push_back(i);
+      }
+    }
+    return r;
+  }
+
+  // Every query head's upper bounds over n units (leaves or chunks, their boxes contiguous at
+  // `boxes`), computed once per selection and shared by the desert check, the ranking and the
+  // skew: sign-refined (sign_bound.h) over `refined` where it has units, else box bounds.
+  HeadBounds upper_bounds(const SelectionQuery& query, const float* boxes, int64_t n, const BoundLayout& layout,
+                          const RefinedUnits& refined) const {
     const int group = query.n_head / query.n_head_kv;
     HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n))};
+    std::vector<float> unit_bounds(refined.units.size());
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts, n, layout, GroupCombine::kMax, b.data.data() + h * n);
+      float* out = b.data.data() + h * n;
+      if (refined.units.empty()) {
+        chunk_bounds(query.q, h, h + 1, h / group, boxes, n, layout, GroupCombine::kMax, out);
+        continue;
+      }
+      sign_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, refined.units, layout,
+                  refined.signs, unit_bounds.data());
+      if (refined.owner.empty()) {
+        std::copy(unit_bounds.begin(), unit_bounds.end(), out);
+        continue;
+      }
+      std::fill(out, out + n, -std::numeric_limits<float>::infinity());
+      for (size_t u = 0; u < unit_bounds.size(); ++u) out[refined.owner[u]] = std::max(out[refined.owner[u]], unit_bounds[u]);
     }
     return b;
   }
 
-  // scores[i] for units [u0, u1) of `upper`: the GQA-combined, per-head normalized bounds (the
-  // header comment).
-  std::vector<float> score(const SelectionQuery& query, const HeadBounds& upper, int64_t u0, int64_t u1) const {
+  // scores[i] for the far units [f0, f1) of `units` (all of [0, n_tokens), their upper bounds in
+  // `upper`): the log of each query head's bounded mass share, GQA-combined (the header comment).
+  std::vector<float> score(const SelectionQuery& query, const HeadBounds& upper, std::span<const TokenRange> units,
+                           int64_t f0, int64_t f1) const {
     const int group = query.n_head / query.n_head_kv;
-    const auto n = static_cast<size_t>(u1 - u0);
-    std::vector<float> head(n);
-    std::vector<float> kv_head(n);
-    std::vector<float> scores(n, -std::numeric_limits<float>::infinity());
+    const auto n = static_cast<int64_t>(units.size());
+    constexpr float kNone = -std::numeric_limits<float>::infinity();
+    std::vector<float> head(static_cast<size_t>(f1 - f0));
+    std::vector<float> kv_head(static_cast<size_t>(f1 - f0));
+    std::vector<float> scores(static_cast<size_t>(f1 - f0), kNone);
     for (int g = 0; g < query.n_head_kv; ++g) {
-      std::fill(kv_head.begin(), kv_head.end(), -std::numeric_limits<float>::infinity());
+      std::fill(kv_head.begin(), kv_head.end(), kNone);
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        std::fill(head.begin(), head.end(), -std::numeric_limits<float>::infinity());
-        fold_normalized({upper.head(h) + u0, n}, query.scale, head);
-        for (size_t i = 0; i < n; ++i) {
+        const float* u = upper.head(h);
+        const double m = *std::max_element(u, u + n);
+        double total = 0.0;  // the head's bounded mass over every unit, times e^(-scale * m)
+        for (int64_t i = 0; i < n; ++i) total += static_cast<double>(units[i].size()) * std::exp(query.scale * (u[i] - m));
+        const double log_total = std::log(total);
+        for (int64_t i = f0; i < f1; ++i) head[i - f0] = static_cast<float>(query.scale * (u[i] - m) - log_total);
+        for (size_t i = 0; i < head.size(); ++i) {
           if (options_.group_combine == GroupCombine::kMax) {
             kv_head[i] = std::max(kv_head[i], head[i]);
-          } else {  // log(e^a + e^b), the group's summed mass bound
+          } else {  // log(e^a + e^b), the group's summed mass share
             const float hi = std::max(kv_head[i], head[i]);
             const float lo = std::min(kv_head[i], head[i]);
-            kv_head[i] = lo == -std::numeric_limits<float>::infinity() ? hi : hi + std::log1p(std::exp(lo - hi));
+            kv_head[i] = lo == kNone ? hi : hi + std::log1p(std::exp(lo - hi));
           }
         }
       }
-      for (size_t i = 0; i < n; ++i) scores[i] = std::max(scores[i], kv_head[i]);
+      for (size_t i = 0; i < scores.size(); ++i) scores[i] = std::max(scores[i], kv_head[i]);
     }
     return scores;
   }

@@ -23,7 +23,7 @@ class NoChunkCatalog final : public KvCatalog {
   int catalog_head_dim() const override { return 0; }
   int64_t n_chunks(int) const override { return 0; }
   Tier chunk_tier(int, int64_t) const override { return Tier::kDevice; }
-  Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource) override {
+  Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource, uint32_t*) override {
     return unsupported("this KV store keeps no chunk abstracts; use the tiered store (--kv-dir)");
   }
   void set_importance(ChunkKey, float) override {}

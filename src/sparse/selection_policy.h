@@ -21,7 +21,8 @@
 //   infinigen  InfiniGen: the next layer's important tokens, speculated from this layer's input
 //              with a partial query/key projection over the top columns (infinigen_policy.cpp)
 //   leoam      GQA-aware (per KV head, the bounds of its query heads combined by max or sum)
-//              ranking of the nodes of an adaptive chunk tree (IAKM, chunk_tree.h) that splits hot
+//              ranking, by sign-refined bounds (sign_bound.h; the box alone where the catalog has
+//              no key signs), of the nodes of an adaptive chunk tree (IAKM, chunk_tree.h) that splits hot
 //              chunks and merges cold ones, with attention-desert detection (no far KV when the
 //              far chunks' bounded mass is negligible next to the near window's)
 //
@@ -63,8 +64,8 @@ struct SelectionQuery {
 struct Selection {
   std::vector<TokenRange> ranges;  // sorted, disjoint, inside query.far
   bool desert = false;             // the policy judged that no far token matters
-  int64_t n_chunks_scored = 0;     // chunks whose bounds were computed: the far chunks, or with
-                                   // leoam's desert check every chunk of [0, n_tokens)
+  int64_t n_chunks_scored = 0;     // chunks whose bounds were computed: quest the far chunks, leoam
+                                   // every chunk (or leaf) of [0, n_tokens)
   int64_t n_splits = 0;            // leoam's adaptive chunks split and merged after this selection
   int64_t n_merges = 0;
 };
@@ -81,6 +82,9 @@ struct PolicyOptions {
   // is recomputed from its KV, read in full (KvCatalog::load_abstracts, AbstractSource::kKv):
   // the ablation that shows what LKA saves.
   bool lka = true;
+  // leoam: tighten the chunk bounds with the abstracts' key sign sketch (sign_bound.h), where the
+  // catalog has one; without it, the min/max box alone (as Quest scores).
+  bool key_signs = true;
   // infinigen: the model whose query projections it speculates with (required for infinigen).
   const Model* model = nullptr;
   // infinigen: the fraction of each head's columns kept in the partial projection.

@@ -55,6 +55,9 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   cmd.add_flag("--no-adaptive", o.no_adaptive,
                "leoam: rank the store's fixed chunks instead of an adaptive chunk tree (IAKM)")
       ->group(group);
+  cmd.add_flag("--no-key-signs", o.no_key_signs,
+               "leoam: rank chunks by their min/max box alone, without the key sign sketch of the abstracts")
+      ->group(group);
   cmd.add_flag("--no-lka", o.no_lka,
                "leoam, quest: score disk chunks from their KV, read in full, instead of their abstracts (LKA)")
       ->group(group);
@@ -96,6 +99,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   s.policy_options.desert = !o.no_desert;
   s.policy_options.adaptive = !o.no_adaptive;
   s.policy_options.lka = !o.no_lka;
+  s.policy_options.key_signs = !o.no_key_signs;
   s.policy_options.model = &model;
   s.policy_options.partial_ratio = o.partial_ratio;
   const ModelHparams& hp = model.hparams();

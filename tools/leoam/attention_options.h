@@ -1,5 +1,5 @@
 // The sparse attention flags of the subcommands that run a model: --policy, --budget,
-// --layer-budget, --group-combine, --no-desert, --no-adaptive, --no-lka, --partial-ratio. The sink and recent window are --kv-sink and
+// --layer-budget, --group-combine, --no-desert, --no-adaptive, --no-key-signs, --no-lka, --partial-ratio. The sink and recent window are --kv-sink and
 // --kv-recent (kv_options.h): what the store pins on the device is what every query attends to.
 #pragma once
 
@@ -27,6 +27,7 @@ struct AttentionCliOptions {
   bool no_desert = false;
   bool no_adaptive = false;
   bool no_lka = false;
+  bool no_key_signs = false;
   double partial_ratio = 0.3;
 };
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "../cpu_path_test.h"
+
 namespace leoam::kernels {
 namespace {
 
@@ -52,13 +54,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b, double 
 }
 
 // Each test runs once per path: the dispatched functions then take that path.
-class Ops : public ::testing::TestWithParam<CpuPath> {
- protected:
-  void SetUp() override {
-    if (set_cpu_path_cap(GetParam()) != GetParam()) GTEST_SKIP() << "this CPU lacks the path";
-  }
-  void TearDown() override { set_cpu_path_cap(CpuPath::kAvx512); }
-};
+class Ops : public testing_util::CpuPathTest {};
 
 TEST_P(Ops, RmsnormMatchesReference) {
   for (int64_t n : kLengths) {
@@ -259,10 +255,7 @@ TEST_P(Ops, AddMatchesReferenceExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, Ops, ::testing::Values(CpuPath::kScalar, CpuPath::kAvx2),
-                         [](const ::testing::TestParamInfo<CpuPath>& info) {
-                           return info.param == CpuPath::kScalar ? std::string("scalar") : std::string("avx2");
-                         });
+INSTANTIATE_TEST_SUITE_P(Paths, Ops, testing_util::kCpuPaths, testing_util::cpu_path_name);
 
 }  // namespace
 }  // namespace leoam::kernels

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -54,20 +55,25 @@ float stored_key(const ChunkGeometry& g, const std::vector<uint8_t>& chunk, int6
   return f16_to_f32(h);
 }
 
+// The abstract from its definition (chunk_layout.h): the box, then each row's sign words.
 std::vector<float> brute_force_abstract(const ChunkGeometry& g, const std::vector<uint8_t>& chunk, int64_t t0,
                                         int64_t t1) {
   const int64_t n = g.row_elements();
-  std::vector<float> a(2 * n);
+  std::vector<float> a(static_cast<size_t>(g.abstract_floats()), 0.0f);
+  std::vector<uint32_t> signs(static_cast<size_t>(g.sign_words()), 0u);
   for (int64_t e = 0; e < n; ++e) {
     float lo = std::numeric_limits<float>::infinity(), hi = -lo;
     for (int64_t t = t0; t < t1; ++t) {
       const float k = stored_key(g, chunk, t, e);
       if (k < lo) lo = k;
       if (k > hi) hi = k;
+      const int64_t c = e % g.head_dim;
+      if (std::signbit(k)) signs[t * g.sign_words_per_row() + (e / g.head_dim) * g.sign_words_per_head() + c / 32] |= 1u << (c % 32);
     }
     a[e] = lo;
     a[n + e] = hi;
   }
+  std::memcpy(a.data() + g.box_floats(), signs.data(), signs.size() * sizeof(uint32_t));
   return a;
 }
 
@@ -87,8 +93,15 @@ TEST_P(ChunkLayoutTest, GeometrySizes) {
   EXPECT_EQ(g.row_bytes(), 24 * elem);
   EXPECT_EQ(g.k_bytes(), 16 * 24 * elem);
   EXPECT_EQ(g.chunk_bytes(), 2 * 16 * 24 * elem);
-  EXPECT_EQ(g.abstract_floats(), 48);
-  EXPECT_EQ(g.abstract_bytes(), 48 * sizeof(float));
+  EXPECT_EQ(g.box_floats(), 48);
+  EXPECT_EQ(g.sign_words_per_head(), 1);
+  EXPECT_EQ(g.sign_words(), 16 * 3);
+  EXPECT_EQ(g.abstract_floats(), 48 + 16 * 3);
+  EXPECT_EQ(g.abstract_bytes(), (48 + 16 * 3) * sizeof(float));
+  ChunkGeometry wide = g;
+  wide.head_dim = 33;  // a second word a head, one bit of it used
+  EXPECT_EQ(wide.sign_words_per_head(), 2);
+  EXPECT_EQ(wide.sign_words(), 16 * 3 * 2);
 }
 
 TEST_P(ChunkLayoutTest, EmptyAbstractIsPlusInfMinusInf) {
@@ -115,7 +128,7 @@ TEST_P(ChunkLayoutTest, MatchesBruteForceForFullAndPartialRanges) {
     const auto want = brute_force_abstract(g, chunk, r[0], r[1]);
     EXPECT_TRUE(abstracts_equal(g, got.data(), want.data())) << "rows [" << r[0] << ", " << r[1] << ")";
     // The V rows are 100x larger: a K abstract never reaches them.
-    for (float x : got) EXPECT_LT(std::fabs(x), 40.0f);
+    for (int64_t e = 0; e < g.box_floats(); ++e) EXPECT_LT(std::fabs(got[e]), 40.0f);
   }
 }
 
@@ -175,6 +188,42 @@ TEST_P(ChunkLayoutTest, AbstractBoundsEveryQueryKeyDotProduct) {
       }
     }
   }
+}
+
+TEST_P(ChunkLayoutTest, SignsAreTheStoredKeysSignBits) {
+  ChunkGeometry g = geometry(GetParam());
+  std::vector<uint8_t> chunk(g.chunk_bytes(), 0);
+  // Row 2: channel 0 of head 1 is -0 (a sign bit on a zero), channel 5 of head 2 is -3, channel 7
+  // of head 0 is -1e-9 (f16 rounds it to -0: still signed). Every other key is +0 or positive.
+  const auto set = [&](int64_t t, int64_t e, float x) {
+    if (g.dtype == KvDtype::kF32) {
+      std::memcpy(chunk.data() + t * g.row_bytes() + e * 4, &x, 4);
+    } else {
+      const uint16_t h = f32_to_f16(x);
+      std::memcpy(chunk.data() + t * g.row_bytes() + e * 2, &h, 2);
+    }
+  };
+  set(2, 8 + 0, -0.0f);
+  set(2, 16 + 5, -3.0f);
+  set(2, 7, -1e-9f);
+  set(3, 4, 2.0f);
+  const auto a = abstract_of(g, chunk, 0, 4);
+  std::vector<uint32_t> signs(static_cast<size_t>(g.sign_words()));
+  abstract_signs(g, a.data(), signs.data());
+  const int64_t row2 = 2 * g.sign_words_per_row();
+  EXPECT_EQ(signs[row2 + 0], 1u << 7);
+  EXPECT_EQ(signs[row2 + 1], 1u << 0);
+  EXPECT_EQ(signs[row2 + 2], 1u << 5);
+  for (size_t w = 0; w < signs.size(); ++w) {
+    if (w < static_cast<size_t>(row2) || w >= static_cast<size_t>(row2 + 3)) {
+      EXPECT_EQ(signs[w], 0u) << w;
+    }
+  }
+  // Rows past the fill keep no sign, and a reset clears them all.
+  std::vector<float> again = a;
+  reset_abstract(g, again.data());
+  abstract_signs(g, again.data(), signs.data());
+  EXPECT_TRUE(std::all_of(signs.begin(), signs.end(), [](uint32_t w) { return w == 0; }));
 }
 
 TEST_P(ChunkLayoutTest, AbstractsEqualSeesOneDifferentElement) {

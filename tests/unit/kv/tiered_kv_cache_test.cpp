@@ -126,6 +126,14 @@ std::vector<float> recomputed_abstract(TieredKvCache& kv, ChunkKey key) {
   return a;
 }
 
+// A whole abstract (chunk_layout.h) from the box and the sign words the catalog gives apart.
+std::vector<float> joined_abstract(const ChunkGeometry& g, const float* box, const uint32_t* signs) {
+  std::vector<float> a(static_cast<size_t>(g.abstract_floats()));
+  std::memcpy(a.data(), box, static_cast<size_t>(g.box_floats()) * sizeof(float));
+  std::memcpy(a.data() + g.box_floats(), signs, static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
+  return a;
+}
+
 TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
   TempDir dir;
   Twin twin(small_options(dir.path()));
@@ -223,13 +231,20 @@ TEST(TieredKvCache, CatalogServesAbstractsFromMemoryAndTheDiskWithoutReadingKv) 
   for (int64_t i = 0; i < 19; ++i) want.push_back(recomputed_abstract(kv, {1, i}));  // reads KV
 
   const KvStats before = kv.stats();
-  const int64_t n_floats = kv.geometry().abstract_floats();
-  std::vector<float> got(static_cast<size_t>(19 * n_floats));
-  ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, got.data(), AbstractSource::kLka).is_ok());
+  const ChunkGeometry& g = kv.geometry();
+  ASSERT_TRUE(catalog.has_key_signs());
+  std::vector<float> got(static_cast<size_t>(19 * g.box_floats()));
+  std::vector<uint32_t> signs(static_cast<size_t>(19 * g.sign_words()));
+  ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, got.data(), AbstractSource::kLka, signs.data()).is_ok());
   for (int64_t i = 0; i < 19; ++i) {
-    EXPECT_TRUE(abstracts_equal(kv.geometry(), got.data() + i * n_floats, want[i].data()))
+    EXPECT_TRUE(abstracts_equal(g, joined_abstract(g, got.data() + i * g.box_floats(), signs.data() + i * g.sign_words()).data(),
+                                want[i].data()))
         << "chunk " << i << " on the " << tier_name(catalog.chunk_tier(1, i));
   }
+  // Without a place for the signs, the boxes alone, the same.
+  std::vector<float> boxes(got.size());
+  ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, boxes.data(), AbstractSource::kLka).is_ok());
+  EXPECT_EQ(boxes, got);
   const KvStats after = kv.stats();
   EXPECT_EQ(after[Tier::kDisk].hits, before[Tier::kDisk].hits) << "no chunk was read";
   const int64_t n_disk = kv.residency().n_chunks(Tier::kDisk);
@@ -251,14 +266,17 @@ TEST(TieredKvCache, CatalogRecomputesDiskAbstractsFromKvWithoutLka) {
     ASSERT_TRUE(twin.append(150).is_ok());
     TieredKvCache& kv = twin.tiered();
     KvCatalog& catalog = kv;
-    const int64_t n_floats = kv.geometry().abstract_floats();
-    std::vector<float> lka(static_cast<size_t>(19 * n_floats));
+    const ChunkGeometry& g = kv.geometry();
+    std::vector<float> lka(static_cast<size_t>(19 * g.box_floats()));
     std::vector<float> from_kv(lka.size());
-    ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, lka.data(), AbstractSource::kLka).is_ok());
+    std::vector<uint32_t> lka_signs(static_cast<size_t>(19 * g.sign_words()));
+    std::vector<uint32_t> kv_signs(lka_signs.size());
+    ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, lka.data(), AbstractSource::kLka, lka_signs.data()).is_ok());
     const KvStats before = kv.stats();
-    ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, from_kv.data(), AbstractSource::kKv).is_ok());
+    ASSERT_TRUE(catalog.load_abstracts(1, 0, 19, from_kv.data(), AbstractSource::kKv, kv_signs.data()).is_ok());
     for (int64_t i = 0; i < 19; ++i) {
-      EXPECT_TRUE(abstracts_equal(kv.geometry(), from_kv.data() + i * n_floats, lka.data() + i * n_floats))
+      EXPECT_TRUE(abstracts_equal(g, joined_abstract(g, from_kv.data() + i * g.box_floats(), kv_signs.data() + i * g.sign_words()).data(),
+                                  joined_abstract(g, lka.data() + i * g.box_floats(), lka_signs.data() + i * g.sign_words()).data()))
           << "chunk " << i << " on the " << tier_name(catalog.chunk_tier(1, i)) << ", codec " << static_cast<int>(codec);
     }
     const KvStats after = kv.stats();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu_path_test.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kv/chunk_layout.h"
@@ -61,16 +62,8 @@ double magnitude(const float* q, int h0, int h1, int kv_head, const float* abstr
   return m;
 }
 
-const char* path_name(CpuPath p) { return p == CpuPath::kScalar ? "scalar" : "avx2"; }
-
 // Each test runs once per path: the dispatched chunk_bounds then takes that path.
-class ChunkBound : public ::testing::TestWithParam<CpuPath> {
- protected:
-  void SetUp() override {
-    if (set_cpu_path_cap(GetParam()) != GetParam()) GTEST_SKIP() << "this CPU lacks the path";
-  }
-  void TearDown() override { set_cpu_path_cap(CpuPath::kAvx512); }
-};
+class ChunkBound : public testing_util::CpuPathTest {};
 
 TEST_P(ChunkBound, HandComputedBounds) {
   // One head, head_dim 2, one chunk: q = (1, -2), min = (-1, 0), max = (3, 1).
@@ -217,8 +210,7 @@ TEST_P(ChunkBound, BoundsEveryStoredKey) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, ChunkBound, ::testing::Values(CpuPath::kScalar, CpuPath::kAvx2),
-                         [](const ::testing::TestParamInfo<CpuPath>& info) { return path_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Paths, ChunkBound, testing_util::kCpuPaths, testing_util::cpu_path_name);
 
 }  // namespace
 }  // namespace leoam::sparse

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <string>
@@ -211,7 +212,8 @@ constexpr int kHeadDim = 4;
 constexpr int kRow = kHeads * kHeadDim;
 
 // Checks coverage, sizes, alignment and every leaf's abstract against `keys` ([n][kRow], as stored:
-// the store is F32, so exactly the keys appended).
+// the store is F32, so exactly the keys appended); with key signs, every position's sign bits and
+// every block's box too.
 void expect_invariants(const ChunkTree& tree, const std::vector<float>& keys, int64_t n, const std::string& where) {
   const ChunkTreeOptions& o = tree.options();
   ASSERT_EQ(tree.n_tokens(), n) << where;
@@ -242,6 +244,29 @@ void expect_invariants(const ChunkTree& tree, const std::vector<float>& keys, in
     }
   }
   ASSERT_EQ(p, n) << where;
+  if (!o.key_signs) return;
+  const SignSketch s = tree.key_signs();
+  ASSERT_NE(s.words, nullptr) << where;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int h = 0; h < kHeads; ++h) {
+      uint32_t want = 0;
+      for (int c = 0; c < kHeadDim; ++c) want |= (std::signbit(keys[t * kRow + h * kHeadDim + c]) ? 1u : 0u) << c;
+      ASSERT_EQ(s.words[(t - s.pos0) * s.words_per_row + h * s.words_per_head], want) << where << ": position " << t;
+    }
+  }
+  for (int64_t b = 0; b * o.initial_tokens < n; ++b) {
+    const float* box = tree.block_box(b);
+    for (int e = 0; e < kRow; ++e) {
+      float lo = std::numeric_limits<float>::infinity();
+      float hi = -lo;
+      for (int64_t t = b * o.initial_tokens; t < std::min(n, (b + 1) * o.initial_tokens); ++t) {
+        lo = std::min(lo, keys[t * kRow + e]);
+        hi = std::max(hi, keys[t * kRow + e]);
+      }
+      ASSERT_EQ(box[e], lo) << where << ": block " << b << " min of element " << e;
+      ASSERT_EQ(box[kRow + e], hi) << where << ": block " << b << " max of element " << e;
+    }
+  }
 }
 
 TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
@@ -267,7 +292,9 @@ TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
     auto store = TieredKvCache::create(so);
     ASSERT_TRUE(store.is_ok()) << store.status().message();
     TieredKvCache& kv = **store;
-    ChunkTree tree = make_tree(c.tree, c.store_chunk, kHeads, kHeadDim);
+    ChunkTreeOptions to = c.tree;
+    to.key_signs = seed % 2 == 0;  // the store has them: half the runs keep them
+    ChunkTree tree = make_tree(to, c.store_chunk, kHeads, kHeadDim);
 
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> value(-2.0f, 2.0f);
@@ -328,6 +355,60 @@ INSTANTIATE_TEST_SUITE_P(StoreChunks, ChunkTreeProperty,
                                   std::to_string(info.param.tree.initial_tokens) + "_max" +
                                   std::to_string(info.param.tree.max_tokens);
                          });
+
+}  // namespace
+}  // namespace leoam::sparse
+
+namespace leoam::sparse {
+namespace {
+
+// The word of position p, kv head h, of a tree's key sign sketch (head_dim <= 32: one word).
+uint32_t sign_word(const ChunkTree& tree, int64_t p, int h) {
+  const SignSketch s = tree.key_signs();
+  return s.words[(p - s.pos0) * s.words_per_row + h * s.words_per_head];
+}
+
+// With key signs: every position's sign bits, and boxes of the initial-size blocks that a merge
+// leaves as they were and the edge refreshes.
+TEST(ChunkTree, KeepsKeySignsAndBlockBoxes) {
+  KeysCatalog catalog(8, 2, 2);
+  catalog.with_key_signs();
+  catalog.set_keys(0, 40, {1, -1});
+  catalog.set_keys(40, 50, {-2, 3});
+  ChunkTreeOptions o{8, 64, 16};
+  o.key_signs = true;
+  ChunkTree tree = make_tree(o, 8, 2, 2);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 50, AbstractSource::kLka).is_ok());
+  ASSERT_NE(tree.key_signs().words, nullptr);
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(sign_word(tree, 0, h), 0b10u);   // (1, -1): channel 1 <= 0
+    EXPECT_EQ(sign_word(tree, 39, h), 0b10u);
+    EXPECT_EQ(sign_word(tree, 40, h), 0b01u);  // (-2, 3)
+    EXPECT_EQ(sign_word(tree, 49, h), 0b01u);
+  }
+  const auto box = [&](int64_t b) {
+    const float* a = tree.block_box(b);
+    return std::vector<float>(a, a + tree.layout().chunk_stride);
+  };
+  EXPECT_EQ(box(1), catalog.abstract_of(16, 32));
+  EXPECT_EQ(box(2), catalog.abstract_of(32, 48));
+  EXPECT_EQ(box(3), catalog.abstract_of(48, 50));
+  // Merging [0, 16) and [16, 32) widens the leaf, not the blocks.
+  ASSERT_TRUE(tree.can_merge(0));
+  tree.merge(0);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 48}, {48, 50}}));
+  EXPECT_EQ(box(0), catalog.abstract_of(0, 16));
+  // The edge grows: block 3 and the signs of [50, 60) are read.
+  catalog.set_keys(50, 60, {5, 5});
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 60, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(box(3), catalog.abstract_of(48, 60));
+  EXPECT_EQ(sign_word(tree, 59, 1), 0u);
+  EXPECT_EQ(sign_word(tree, 49, 1), 0b01u);
+  // Without key signs the tree keeps none.
+  ChunkTree plain = make_tree({8, 64, 16}, 8, 2, 2);
+  ASSERT_TRUE(plain.grow(catalog, kLayer, 60, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(plain.key_signs().words, nullptr);
+}
 
 }  // namespace
 }  // namespace leoam::sparse

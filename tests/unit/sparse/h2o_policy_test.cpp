@@ -35,7 +35,7 @@ class ChunkOnlyCatalog final : public KvCatalog {
   int catalog_head_dim() const override { return 2; }
   int64_t n_chunks(int /*layer*/) const override { return n_chunks_; }
   Tier chunk_tier(int /*layer*/, int64_t /*index*/) const override { return Tier::kDevice; }
-  Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource) override {
+  Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource, uint32_t*) override {
     ADD_FAILURE() << "h2o read abstracts";
     return internal_error("h2o read abstracts");
   }

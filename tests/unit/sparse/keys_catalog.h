@@ -1,9 +1,11 @@
 // KeysCatalog: a KvCatalog over keys held in memory, for the tests of what reads abstracts (the
 // chunk tree, leoam's adaptive policy): store chunk i's abstract is the min/max of its positions'
-// keys, every load_abstracts call is recorded, and loads can be made to fail.
+// keys (and, once with_key_signs(), their sign bits, kv/chunk_layout.h), every load_abstracts
+// call is recorded, and loads can be made to fail.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <ostream>
@@ -56,6 +58,7 @@ class KeysCatalog final : public KvCatalog {
     return a;
   }
   void fail_loads_with(Status s) { fail_ = std::move(s); }
+  void with_key_signs() { key_signs_ = true; }
   const std::vector<Load>& loads() const { return loads_; }
 
   int chunk_tokens() const override { return chunk_tokens_; }
@@ -63,13 +66,29 @@ class KeysCatalog final : public KvCatalog {
   int catalog_head_dim() const override { return head_dim_; }
   int64_t n_chunks(int /*layer*/) const override { return (n_tokens() + chunk_tokens_ - 1) / chunk_tokens_; }
   Tier chunk_tier(int /*layer*/, int64_t /*index*/) const override { return Tier::kDevice; }
-  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource /*source*/) override {
+  bool has_key_signs() const override { return key_signs_; }
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource /*source*/,
+                        uint32_t* signs) override {
     loads_.push_back({layer, i0, i1});
     if (!fail_.is_ok()) return fail_;
     if (i0 < 0 || i0 > i1 || i1 > n_chunks(layer)) return invalid_argument("keys catalog: chunks out of range");
     for (int64_t i = i0; i < i1; ++i) {
       const auto a = abstract_of(i * chunk_tokens_, std::min((i + 1) * chunk_tokens_, n_tokens()));
       std::copy(a.begin(), a.end(), dst + (i - i0) * static_cast<int64_t>(a.size()));
+    }
+    if (signs == nullptr) return Status::ok();
+    // [chunk][row][kv head][word]: bit c of a row's words set where its key's channel c is <= 0.
+    const int words = (head_dim_ + 31) / 32;
+    const int64_t row = static_cast<int64_t>(n_kv_heads_) * head_dim_;
+    std::fill(signs, signs + (i1 - i0) * chunk_tokens_ * n_kv_heads_ * words, 0u);
+    for (int64_t p = i0 * chunk_tokens_; p < std::min(i1 * chunk_tokens_, n_tokens()); ++p) {
+      for (int h = 0; h < n_kv_heads_; ++h) {
+        for (int c = 0; c < head_dim_; ++c) {
+          if (std::signbit(keys_[p * row + h * head_dim_ + c])) {
+            signs[((p - i0 * chunk_tokens_) * n_kv_heads_ + h) * words + c / 32] |= uint32_t{1} << (c % 32);
+          }
+        }
+      }
     }
     return Status::ok();
   }
@@ -82,6 +101,7 @@ class KeysCatalog final : public KvCatalog {
   std::vector<float> keys_;  // [n_tokens][n_kv_heads][head_dim]
   std::vector<Load> loads_;
   Status fail_;
+  bool key_signs_ = false;
 };
 
 }  // namespace leoam::testing_util

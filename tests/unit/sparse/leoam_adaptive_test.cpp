@@ -287,7 +287,7 @@ TEST_F(LeoamAdaptiveDesert, OffByOption) {
   const Selection s = select(2, {64, 448});
   EXPECT_FALSE(s.desert);
   EXPECT_EQ(s.ranges, (Ranges{{64, 320}}));  // the far leaves tie at bound 0: the lowest 4
-  EXPECT_EQ(s.n_chunks_scored, 6);           // far leaves only
+  EXPECT_EQ(s.n_chunks_scored, 8);           // every leaf still: the near ones weigh in the mass shares
 }
 
 // The keys of LaterStepsSplitAfterTwoHotSteps (hot [192, 208)), past the early steps. The tree is
@@ -351,6 +351,35 @@ TEST(LeoamAdaptive, ABudgetOfAllFarSelectsAllOfFar) {
   for (const TokenRange& r : short_one.ranges) n += r.size();
   EXPECT_LT(n, far.size());
   EXPECT_GT(n, 0);
+}
+
+// Key signs against boxes that look alike. Layer 0 (leaves of 8), 256 tokens, far [4, 192), a
+// budget of one leaf, q = (1, 1). The decoy [64, 72) holds keys (1, -1) and (-1, 1), the needle
+// [128, 136) keys (1, 1) and (-1, -1): both boxes are [-1, 1] x [-1, 1], box bound 2, and the
+// decoy wins the tie by its lower index. The signs bound the decoy's rows at 1 + 0 and 0 + 1 and
+// the needle's (1, 1) row at 2, its true q.k: with them the needle is picked.
+TEST(LeoamAdaptive, KeySignsTellApartChunksWhoseBoxesAreAlike) {
+  KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 256, {0, 0});
+  for (int64_t p = 64; p < 72; p += 2) {
+    catalog.set_keys(p, p + 1, {1, -1});
+    catalog.set_keys(p + 1, p + 2, {-1, 1});
+  }
+  for (int64_t p = 128; p < 136; p += 2) {
+    catalog.set_keys(p, p + 1, {1, 1});
+    catalog.set_keys(p + 1, p + 2, {-1, -1});
+  }
+  const std::vector<float> q = {1, 1};
+  const SelectionQuery query = make_query(0, 0, 256, {4, 192}, 8, q);
+  EXPECT_EQ(step(*leoam(), query, catalog).ranges, (Ranges{{64, 72}}));  // no signs in the catalog: boxes
+  catalog.with_key_signs();
+  EXPECT_EQ(step(*leoam(), query, catalog).ranges, (Ranges{{128, 136}}));
+  PolicyOptions no_signs;
+  no_signs.key_signs = false;
+  EXPECT_EQ(step(*leoam(no_signs), query, catalog).ranges, (Ranges{{64, 72}}));
+  PolicyOptions flat;  // the store's chunks, not the tree: the same
+  flat.adaptive = false;
+  EXPECT_EQ(select_ok(*leoam(flat), query, catalog).ranges, (Ranges{{128, 136}}));
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ class FakeCatalog final : public KvCatalog {
   int catalog_head_dim() const override { return head_dim_; }
   int64_t n_chunks(int /*layer*/) const override { return n_chunks_; }
   Tier chunk_tier(int /*layer*/, int64_t /*index*/) const override { return Tier::kDevice; }
-  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource /*source*/) override {
+  Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource /*source*/,
+                        uint32_t* /*signs: has_key_signs() is false*/) override {
     loads_.push_back({layer, i0, i1});
     if (!fail_.is_ok()) return fail_;
     if (i0 < 0 || i0 > i1 || i1 > n_chunks_) return invalid_argument("fake catalog: chunks out of range");
@@ -238,12 +239,12 @@ TEST(SelectionPolicy, RejectsAQueryThatDoesNotFitTheCatalog) {
 }
 
 // One kv head serves q0 = (1, 0) and q1 = (0, 1). Chunk 2's keys (2, 0) give bounds 2 and 0;
-// chunk 4's keys (1.5, 1.5) give 1.5 and 1.5; the rest are 0. Each head's bounds become log-mass
-// bounds against its own best chunk, scale * (bound - max) with make_query's scale 1: head 0
-// (best: chunk 2) gives chunk 2 0, chunk 4 -0.5, the rest -2; head 1 (best: chunk 4) gives
-// chunk 4 0, chunk 2 -1.5, the rest -1.5. By max, chunks 2 and 4 tie at 0 and the tie goes to
-// the lower index: chunk 2. By sum, log(e^a + e^b): chunk 4 log(e^-0.5 + 1) = 0.47 leads chunk 2
-// log(1 + e^-1.5) = 0.20 (the rest: log(e^-2 + e^-1.5) = -1.03).
+// chunk 4's keys (1.5, 1.5) give 1.5 and 1.5; the rest (chunks 0..7, near ones too) are 0. Each
+// head's bounds become log mass shares per token, scale * (bound - max) - ln(total), total the
+// head's bounded mass over all 8 chunks of 4 tokens, with make_query's scale 1: head 0 (total
+// 4 (1 + e^-0.5 + 6 e^-2), ln 2.27) gives chunk 2 -2.27, chunk 4 -2.77, the rest -4.27; head 1
+// (total 4 (1 + 7 e^-1.5), ln 2.33) gives chunk 4 -2.33, the rest -3.83. By max, chunk 2 (-2.27)
+// leads chunk 4 (-2.33). By sum, log(e^a + e^b): chunk 4 (-1.83) leads chunk 2 (-2.08).
 TEST(LeoamPolicy, GroupCombineDecidesTheGqaRanking) {
   FakeCatalog catalog(4, 1, 2, 8);
   catalog.set_keys(2, 0, {2, 0});
@@ -258,12 +259,14 @@ TEST(LeoamPolicy, GroupCombineDecidesTheGqaRanking) {
   options.group_combine = GroupCombine::kSum;
   const Selection by_sum = select_ok(*policy("leoam", options), make_query(q, 2, 1, 2, 4), catalog);
   EXPECT_EQ(by_sum.ranges, (Ranges{{16, 20}}));
-  EXPECT_EQ(by_sum.n_chunks_scored, 6);  // no desert check: far chunks only
-  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 1, 7}, {kLayer, 1, 7}}));
+  EXPECT_EQ(by_sum.n_chunks_scored, 8);  // every chunk, with or without the desert check
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 0, 8}, {kLayer, 0, 8}}));
 }
 
-// Two kv heads of one query head each: the ranking is per kv head, normalized to that head's
-// best, so kv head 1's best chunk (5, bound 1) ties kv head 0's (1, bound 10) and both are kept.
+// Two kv heads of one query head each, ranked by each head's mass shares per token: kv head 0's
+// best chunk (1, bound 10) takes 1 / (4 (1 + e^-1 + 6 e^-10)) = 0.183 of its mass a token, and
+// kv head 1's best (5, bound 1) 1 / (4 (1 + 7 e^-1)) = 0.070, which edges out kv head 0's second
+// (2, bound 9: 0.067). The budget of two chunks keeps chunks 1 and 5.
 TEST(LeoamPolicy, NormalizesPerKvHead) {
   FakeCatalog catalog(4, 2, 2, 8);
   catalog.set_keys(1, 0, {10, 0});
@@ -333,8 +336,8 @@ TEST_F(LeoamDesert, OffByOption) {
   ASSERT_TRUE(s.is_ok());
   EXPECT_FALSE(s->desert);
   EXPECT_EQ(s->ranges, (Ranges{{4, 8}}));
-  EXPECT_EQ(s->n_chunks_scored, 6);
-  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kLayer, 1, 7}}));
+  EXPECT_EQ(s->n_chunks_scored, 8);  // still every chunk: the near ones weigh in the mass shares
+  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kLayer, 0, 8}}));
 }
 
 TEST_F(LeoamDesert, ThresholdIsDesertMass) {

@@ -1,0 +1,60 @@
+// The sign-refined chunk bound: the upper bound of chunk_bound.h, tightened with the key sign
+// sketch of the abstracts (kv/chunk_layout.h: one bit a channel of every row, set where the
+// stored key is <= 0). Within a box [min_c, max_c] that holds a row's key, the row's sign bit
+// cuts channel c's interval to
+//
+//   bit set:    [min_c, min(0, max_c)]          bit clear:  [max(0, min_c), max_c]
+//
+// and a unit (a run of rows inside the box) is bounded by its largest row bound:
+//
+//   bound(q, unit) = max over rows t of  sum_c max(q_c * lo_tc, q_c * hi_tc)  >=  q.k_t
+//
+// Each row's sum bounds its own q.k, so the maximum bounds every key of the unit, and it never
+// exceeds the box bound (each cut interval lies inside the box). On dense keys, whose channels
+// spread over the whole box in every chunk, min/max boxes of different chunks look alike; the
+// rows' signs still tell them apart (bench/RESULTS.md, issue 6: the needle's chunk goes from a
+// rank of 33-88 of 254 by box to first).
+//
+// Per channel a row's term is one of two values fixed by the box and q: P_c (bit clear) and
+// N_c (bit set), so the row's bound is sum_c P_c + sum over set bits of (N_c - P_c): a masked
+// sum over the row's bits, hd values a row.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kv/kv_cache.h"  // TokenRange
+#include "sparse/chunk_bound.h"
+
+namespace leoam::sparse {
+
+// Where the rows' sign words are: position p's words for kv head h at
+// words + (p - pos0) * words_per_row + h * words_per_head ((head_dim + 31) / 32 words a head).
+struct SignSketch {
+  const uint32_t* words = nullptr;
+  int64_t pos0 = 0;
+  int64_t words_per_row = 0;
+  int words_per_head = 0;
+};
+
+// A run of rows and the box that holds their keys: [2][n_kv_heads][head_dim] floats ([0] = min,
+// [1] = max), as chunk_bound.h lays out one chunk's abstract.
+struct SignUnit {
+  TokenRange rows;  // non-empty, inside what the sketch covers
+  const float* box = nullptr;
+};
+
+// bounds[i] for units[i]: the sign-refined upper bound of query row q (head_dim floats) against
+// kv head `kv_head` of the unit's rows and box (layout.chunk_stride is not used). The dispatched
+// path sums in float (AVX2+FMA where the CPU has it and head_dim % 8 == 0, else scalar).
+void sign_bounds(const float* q, int kv_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSketch& signs, float* bounds);
+
+namespace ref {
+// Plain loops in double, each row's interval cut from its bits: what the dispatched version is
+// tested against.
+void sign_bounds(const float* q, int kv_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSketch& signs, float* bounds);
+}  // namespace ref
+
+}  // namespace leoam::sparse
