@@ -26,7 +26,7 @@
 // sum_c max(q_c * min_c, q_c * max_c) bounds q.k for every stored key of the chunk. The signs
 // halve each channel's interval for each row (k_c <= 0 when the bit is set, k_c >= 0 when not),
 // so that a row's bound against the box cut to its signs is far tighter on dense keys
-// (sparse/chunk_bound.h), for one bit a channel: 1/16 of the row's f16 K.
+// (sparse/sign_bound.h), for one bit a channel: 1/16 of the row's f16 K.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +41,9 @@ inline constexpr int kDefaultChunkTokens = 64;
 inline constexpr int kMinChunkTokens = 8;
 inline constexpr int kMaxChunkTokens = 512;
 
+// 32-bit words of the key sign sketch per kv head of a row (one bit a channel).
+inline int sign_words_per_head(int head_dim) { return (head_dim + 31) / 32; }
+
 struct ChunkGeometry {
   int n_kv_heads = 0;
   int head_dim = 0;
@@ -52,7 +55,7 @@ struct ChunkGeometry {
   size_t k_bytes() const { return row_bytes() * static_cast<size_t>(chunk_tokens); }
   size_t chunk_bytes() const { return 2 * k_bytes(); }
   int64_t box_floats() const { return 2 * row_elements(); }
-  int sign_words_per_head() const { return (head_dim + 31) / 32; }
+  int sign_words_per_head() const { return leoam::sign_words_per_head(head_dim); }
   int64_t sign_words_per_row() const { return static_cast<int64_t>(n_kv_heads) * sign_words_per_head(); }
   int64_t sign_words() const { return sign_words_per_row() * chunk_tokens; }
   // The whole abstract, box and signs, in 4-byte slots.

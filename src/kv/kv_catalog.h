@@ -33,7 +33,7 @@ class KvCatalog {
   // dst = the boxes of the abstracts of chunks [i0, i1) of `layer`:
   // [i1 - i0][2][n_kv_heads][head_dim] floats ([0] = min, [1] = max per channel). signs, when not
   // null (only asked of a catalog that has_key_signs()), = their key sign sketch:
-  // [i1 - i0][chunk_tokens][n_kv_heads][(head_dim + 31) / 32] words (chunk_layout.h), read with
+  // [i1 - i0][chunk_tokens][n_kv_heads][sign_words_per_head(head_dim)] words (chunk_layout.h), read with
   // the boxes. Fails on I/O errors and checksum mismatches.
   [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
                                               uint32_t* signs = nullptr) = 0;

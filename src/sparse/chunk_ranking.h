@@ -47,15 +47,14 @@ struct SpanAbstracts {
   BoundLayout layout;
   std::vector<float> data;  // [span.size()][2][n_kv_heads][head_dim]
   int chunk_tokens = 0;
-  std::vector<uint32_t> sign_words;  // with key signs: [span positions][n_kv_heads][(head_dim + 31) / 32]
+  std::vector<uint32_t> sign_words;  // with key signs: [span positions][n_kv_heads][sign_words_per_head]
 
   // The abstracts of chunk `index` onwards (span.i0 <= index < span.i1).
   const float* at(int64_t index) const { return data.data() + (index - span.i0) * layout.chunk_stride; }
   // Where sign_bounds finds the key signs (words null without them).
   SignSketch signs() const {
-    const int words_per_head = (layout.head_dim + 31) / 32;
-    return SignSketch{sign_words.empty() ? nullptr : sign_words.data(), span.i0 * chunk_tokens,
-                      static_cast<int64_t>(layout.n_kv_heads) * words_per_head, words_per_head};
+    return SignSketch::of(sign_words.empty() ? nullptr : sign_words.data(), span.i0 * chunk_tokens, layout.n_kv_heads,
+                          layout.head_dim);
   }
 };
 

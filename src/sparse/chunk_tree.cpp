@@ -41,13 +41,11 @@ ChunkTree::ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, in
   layout_.n_kv_heads = n_kv_heads;
   layout_.head_dim = head_dim;
   layout_.chunk_stride = 2 * static_cast<int64_t>(n_kv_heads) * head_dim;
-  sign_words_per_head_ = (head_dim + 31) / 32;
 }
 
 SignSketch ChunkTree::key_signs() const {
   if (!options_.key_signs) return {};
-  return SignSketch{signs_.data(), 0, static_cast<int64_t>(layout_.n_kv_heads) * sign_words_per_head_,
-                    sign_words_per_head_};
+  return SignSketch::of(signs_.data(), 0, layout_.n_kv_heads, layout_.head_dim);
 }
 
 void ChunkTree::reset() {
@@ -123,7 +121,8 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
   std::vector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
   // The signs of chunks [c0, c1) land at their positions, in a scratch copy too.
-  const int64_t words_per_chunk = store_chunk_tokens_ * static_cast<int64_t>(layout_.n_kv_heads) * sign_words_per_head_;
+  const int64_t words_per_chunk =
+      store_chunk_tokens_ * static_cast<int64_t>(layout_.n_kv_heads) * sign_words_per_head(layout_.head_dim);
   std::vector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
   LEOAM_RETURN_IF_ERROR(
       catalog.load_abstracts(layer, c0, c1, chunks.data(), source, options_.key_signs ? signs.data() : nullptr));

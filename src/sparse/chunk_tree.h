@@ -108,8 +108,7 @@ class ChunkTree {
                                       // it (> leaf(i).size() only for the last leaf, cut by n)
   std::vector<LeafHistory> history_;  // per leaf
   std::vector<float> abstracts_;      // [n_leaves][2][n_kv_heads][head_dim]
-  int sign_words_per_head_ = 0;
-  std::vector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head_]
+  std::vector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
   std::vector<float> blocks_;         // key_signs: [blocks][2][n_kv_heads][head_dim]
 };
 

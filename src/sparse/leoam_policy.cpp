@@ -167,12 +167,12 @@ class LeoamPolicy final : public SelectionPolicy {
     s.n_chunks_scored = loaded.size();
     std::vector<TokenRange> chunks(static_cast<size_t>(loaded.size()));
     for (int64_t i = 0; i < loaded.size(); ++i) chunks[i] = chunk_part(loaded.i0 + i, {0, query.n_tokens}, chunk_tokens);
-    std::vector<SignUnit> refined;  // each chunk against its own box
-    if (abstracts.signs().words != nullptr) {
-      for (int64_t i = 0; i < loaded.size(); ++i) refined.push_back({chunks[i], abstracts.at(loaded.i0 + i)});
+    RefinedUnits refined{{}, {}, abstracts.signs()};  // each chunk against its own box
+    for (int64_t i = 0; refined.signs.words != nullptr && i < loaded.size(); ++i) {
+      refined.units.push_back({chunks[i], abstracts.at(loaded.i0 + i)});
+      refined.owner.push_back(i);
     }
-    const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout,
-                                          {refined, {}, abstracts.signs()});
+    const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout, refined);
     if (options_.desert && is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks, upper)) {
       s.desert = true;
       return s;
@@ -326,8 +326,8 @@ class LeoamPolicy final : public SelectionPolicy {
     return sum / query.n_head;
   }
 
-  // What sign-refined bounds are computed over: units[u] bounds unit owner[u] (a leaf or a chunk;
-  // owner empty: unit u is unit u). No units: box bounds.
+  // What sign-refined bounds are computed over: units[u] bounds unit owner[u] (a leaf or a
+  // chunk). No units: box bounds.
   struct RefinedUnits {
     std::vector<SignUnit> units;
     std::vector<int64_t> owner;
@@ -372,10 +372,6 @@ class LeoamPolicy final : public SelectionPolicy {
       }
       sign_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, refined.units, layout,
                   refined.signs, unit_bounds.data());
-      if (refined.owner.empty()) {
-        std::copy(unit_bounds.begin(), unit_bounds.end(), out);
-        continue;
-      }
       std::fill(out, out + n, -std::numeric_limits<float>::infinity());
       for (size_t u = 0; u < unit_bounds.size(); ++u) out[refined.owner[u]] = std::max(out[refined.owner[u]], unit_bounds[u]);
     }

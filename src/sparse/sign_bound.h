@@ -12,8 +12,8 @@
 // Each row's sum bounds its own q.k, so the maximum bounds every key of the unit, and it never
 // exceeds the box bound (each cut interval lies inside the box). On dense keys, whose channels
 // spread over the whole box in every chunk, min/max boxes of different chunks look alike; the
-// rows' signs still tell them apart (bench/RESULTS.md, issue 6: the needle's chunk goes from a
-// rank of 33-88 of 254 by box to first).
+// rows' signs still tell them apart (bench/RESULTS.md, issue 6: the needle's 8-token page goes
+// from a rank of 59-176 of 512 by box to first).
 //
 // Per channel a row's term is one of two values fixed by the box and q: P_c (bit clear) and
 // N_c (bit set), so the row's bound is sum_c P_c + sum over set bits of (N_c - P_c): a masked
@@ -23,18 +23,25 @@
 #include <cstdint>
 #include <span>
 
+#include "kv/chunk_layout.h"  // sign_words_per_head
 #include "kv/kv_cache.h"  // TokenRange
 #include "sparse/chunk_bound.h"
 
 namespace leoam::sparse {
 
 // Where the rows' sign words are: position p's words for kv head h at
-// words + (p - pos0) * words_per_row + h * words_per_head ((head_dim + 31) / 32 words a head).
+// words + (p - pos0) * words_per_row + h * words_per_head (sign_words_per_head(head_dim) a head).
 struct SignSketch {
   const uint32_t* words = nullptr;
   int64_t pos0 = 0;
   int64_t words_per_row = 0;
   int words_per_head = 0;
+
+  // The sketch of rows from pos0 on, n_kv_heads heads of head_dim channels, at `words`.
+  static SignSketch of(const uint32_t* words, int64_t pos0, int n_kv_heads, int head_dim) {
+    const int per_head = sign_words_per_head(head_dim);
+    return {words, pos0, static_cast<int64_t>(n_kv_heads) * per_head, per_head};
+  }
 };
 
 // A run of rows and the box that holds their keys: [2][n_kv_heads][head_dim] floats ([0] = min,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/chunk_layout.h"  // sign_words_per_head
 #include "kv/kv_catalog.h"
 
 namespace leoam::testing_util {
@@ -78,7 +79,7 @@ class KeysCatalog final : public KvCatalog {
     }
     if (signs == nullptr) return Status::ok();
     // [chunk][row][kv head][word]: bit c of a row's words set where its key's channel c is <= 0.
-    const int words = (head_dim_ + 31) / 32;
+    const int words = sign_words_per_head(head_dim_);
     const int64_t row = static_cast<int64_t>(n_kv_heads_) * head_dim_;
     std::fill(signs, signs + (i1 - i0) * chunk_tokens_ * n_kv_heads_ * words, 0u);
     for (int64_t p = i0 * chunk_tokens_; p < std::min(i1 * chunk_tokens_, n_tokens()); ++p) {
