@@ -77,6 +77,7 @@ TEST_F(BenchCliTest, JsonHasEveryFieldAndTheSyntheticModelIsDeleted) {
   EXPECT_GT(model.at("weight_bytes_per_token").get<double>(), 0);
   EXPECT_GT(model.at("kv_bytes_per_position").get<double>(), 0);
   EXPECT_TRUE(doc.at("cpu_path").is_string());
+  EXPECT_TRUE(doc.at("blas_core").is_string());
 
   const nlohmann::json& machine = doc.at("machine");
   ASSERT_EQ(machine.size(), 1u);

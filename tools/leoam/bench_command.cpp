@@ -22,6 +22,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "engine/benchmark.h"
+#include "kernels/cpu/blas_core.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
 
@@ -210,8 +211,9 @@ class BenchCommand : public Command {
 
   void print_preamble() const {
     const std::string path_name(cpu_path_name());
-    std::printf("model: %s, %s, %s params; kernel path %s\n", model_name_.c_str(), size_text().c_str(),
-                params_text().c_str(), path_name.c_str());
+    const std::string blas(kernels::blas_core());
+    std::printf("model: %s, %s, %s params; kernel path %s, OpenBLAS core %s\n", model_name_.c_str(),
+                size_text().c_str(), params_text().c_str(), path_name.c_str(), blas.c_str());
     const std::string weights = format_bytes(static_cast<double>(cost_.weight_bytes_per_token));
     const std::string macs_q = format_count(cost_.layer_macs_quantized + cost_.output_macs_quantized);
     const std::string macs_f = format_count(cost_.layer_macs_float + cost_.output_macs_float);
@@ -295,6 +297,7 @@ class BenchCommand : public Command {
         {"kv_bytes_per_position", cost_.kv_bytes_per_position},
     };
     doc["cpu_path"] = std::string(cpu_path_name());
+    doc["blas_core"] = std::string(kernels::blas_core());
     Json machine = Json::array();
     for (const auto& [t, b] : bounds_) {
       machine.push_back({

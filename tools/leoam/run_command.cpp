@@ -18,6 +18,7 @@
 #include "core/cpu_features.h"
 #include "io/checksum.h"
 #include "io/mapped_file.h"
+#include "kernels/cpu/blas_core.h"
 #include "kv/kv_session.h"
 #include "attention_options.h"
 #include "kv_options.h"
@@ -261,7 +262,9 @@ class RunCommand : public Command {
     std::fprintf(stderr, "leoam: model %s: n_vocab %d, context %lld tokens, %d threads\n", model_path_.c_str(),
                  ctx.n_vocab(), static_cast<long long>(ctx.n_ctx()), ctx.n_threads());
     const std::string_view path = cpu_path_name();
-    std::fprintf(stderr, "leoam: kernel path: %.*s\n", static_cast<int>(path.size()), path.data());
+    const std::string_view blas = kernels::blas_core();
+    std::fprintf(stderr, "leoam: kernel path: %.*s, OpenBLAS core (prefill): %.*s\n", static_cast<int>(path.size()),
+                 path.data(), static_cast<int>(blas.size()), blas.data());
     std::fprintf(stderr,
                  "leoam: sampling: seed %llu, temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, "
                  "repeat-last-n %d; n-predict %d\n",

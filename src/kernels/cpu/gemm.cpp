@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/quant.h"
 
 #include "kernels/cpu/avx2_util.h"
@@ -163,7 +164,9 @@ constexpr double kBlasMinMacs = 1 << 20;
 // is only changed when a different count is wanted (a change may start or stop its threads).
 std::atomic<int> g_blas_threads{0};
 
+// Called before every BLAS call: the first one also checks OpenBLAS's core (blas_core.h).
 void set_blas_threads(int n_threads) {
+  blas_core();
   if (g_blas_threads.exchange(n_threads) != n_threads) openblas_set_num_threads(n_threads);
 }
 
