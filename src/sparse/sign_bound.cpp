@@ -1,5 +1,12 @@
 // The sign-refined bound kernel (sign_bound.h): a double reference, a float scalar path and an
 // AVX2+FMA path, picked at run time (core/cpu_features.h).
+//
+// The AVX2 path puts a row's channels in the lanes: per 8 channels a byte of sign bits picks the
+// lanes of d to add, and each row ends in a horizontal sum. Tried and dropped (2026-12-01, 2-core
+// Xeon VM with AVX-512, bench/sign_bound_bench.cpp): an AVX-512 path with 16 rows in the lanes,
+// per channel a vptestmd and a masked add, or per nibble a lookup in a 16-entry table with one
+// vpermps. Both ran at the AVX2 path's rate: the rows' words of one kv head are strided, and the
+// gather that collects them for 16 rows stalls each block (gathers are slow on this CPU).
 #include "sparse/sign_bound.h"
 
 #include <algorithm>
@@ -18,13 +25,19 @@ const uint32_t* row_words(const SignSketch& s, int64_t pos, int kv_head) {
   return s.words + (pos - s.pos0) * s.words_per_row + static_cast<int64_t>(kv_head) * s.words_per_head;
 }
 
-// The two terms of each channel for one box (the header comment): returns sum_c P_c, the bound
-// of a row with no bit set, and stores d[c] = N_c - P_c, added where bit c is set.
-float channel_terms(const float* q, const float* mn, const float* mx, int hd, float* d) {
+// The two terms of each channel for one box (the header comment), from the query's positive and
+// negative parts qp = max(q, 0), qn = min(q, 0) (one of them is 0 in each channel, so that each
+// term is exact without a compare, as in chunk_bound.cpp):
+//
+//   P_c = qp_c * max_c + qn_c * max(0, min_c)        N_c = qp_c * min(0, max_c) + qn_c * min_c
+//
+// Returns sum_c P_c, the bound of a row with no bit set, and stores d[c] = N_c - P_c, added
+// where bit c is set.
+float channel_terms_scalar(const float* qp, const float* qn, const float* mn, const float* mx, int hd, float* d) {
   float base = 0.0f;
   for (int c = 0; c < hd; ++c) {
-    const float pos = q[c] >= 0.0f ? q[c] * mx[c] : q[c] * std::max(0.0f, mn[c]);
-    const float neg = q[c] >= 0.0f ? q[c] * std::min(0.0f, mx[c]) : q[c] * mn[c];
+    const float pos = qp[c] * mx[c] + qn[c] * std::max(0.0f, mn[c]);
+    const float neg = qp[c] * std::min(0.0f, mx[c]) + qn[c] * mn[c];
     base += pos;
     d[c] = neg - pos;
   }
@@ -44,6 +57,26 @@ float unit_bound_scalar(float base, const float* d, const SignSketch& signs, Tok
 }
 
 #ifdef LEOAM_HAVE_X86
+// channel_terms_scalar 8 channels a step (both vector paths: a unit of 8 rows costs as much here
+// as in its rows), then a scalar tail.
+LEOAM_AVX2 float channel_terms_avx2(const float* qp, const float* qn, const float* mn, const float* mx, int hd,
+                                    float* d) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 base = zero;
+  int c = 0;
+  for (; c + 8 <= hd; c += 8) {
+    const __m256 p = _mm256_loadu_ps(qp + c);
+    const __m256 n = _mm256_loadu_ps(qn + c);
+    const __m256 lo = _mm256_loadu_ps(mn + c);
+    const __m256 hi = _mm256_loadu_ps(mx + c);
+    const __m256 pos = _mm256_fmadd_ps(p, hi, _mm256_mul_ps(n, _mm256_max_ps(zero, lo)));
+    const __m256 neg = _mm256_fmadd_ps(p, _mm256_min_ps(zero, hi), _mm256_mul_ps(n, lo));
+    base = _mm256_add_ps(base, pos);
+    _mm256_storeu_ps(d + c, _mm256_sub_ps(neg, pos));
+  }
+  return kernels::hsum(base) + channel_terms_scalar(qp + c, qn + c, mn + c, mx + c, hd - c, d + c);
+}
+
 // kByteMasks[b]: lane j all ones where bit j of b is set, so that one load turns a byte of sign
 // bits into the mask that picks 8 channels' d.
 struct ByteMasks {
@@ -82,17 +115,23 @@ LEOAM_AVX2 float unit_bound_avx2(float base, const float* d, const SignSketch& s
   }
   return best;
 }
+
 #endif
 
-template <typename UnitBound>
+template <typename Terms, typename UnitBound>
 void bounds_of_units(const float* q, int kv_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                     const SignSketch& signs, float* bounds, UnitBound unit_bound) {
+                     const SignSketch& signs, float* bounds, Terms terms, UnitBound unit_bound) {
   const int hd = layout.head_dim;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
+  std::vector<float> qp(static_cast<size_t>(hd)), qn(static_cast<size_t>(hd));
+  for (int c = 0; c < hd; ++c) {
+    qp[c] = std::max(q[c], 0.0f);
+    qn[c] = std::min(q[c], 0.0f);
+  }
   std::vector<float> d(static_cast<size_t>(hd));
   for (size_t i = 0; i < units.size(); ++i) {
     const float* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
-    const float base = channel_terms(q, mn, mn + max_offset, hd, d.data());
+    const float base = terms(qp.data(), qn.data(), mn, mn + max_offset, hd, d.data());
     bounds[i] = unit_bound(base, d.data(), signs, units[i].rows, kv_head, hd);
   }
 }
@@ -129,11 +168,11 @@ void sign_bounds(const float* q, int kv_head, std::span<const SignUnit> units, c
                  const SignSketch& signs, float* bounds) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_units(q, kv_head, units, layout, signs, bounds, unit_bound_avx2);
+    bounds_of_units(q, kv_head, units, layout, signs, bounds, channel_terms_avx2, unit_bound_avx2);
     return;
   }
 #endif
-  bounds_of_units(q, kv_head, units, layout, signs, bounds, unit_bound_scalar);
+  bounds_of_units(q, kv_head, units, layout, signs, bounds, channel_terms_scalar, unit_bound_scalar);
 }
 
 }  // namespace leoam::sparse

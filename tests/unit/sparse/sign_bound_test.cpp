@@ -65,6 +65,18 @@ struct Chunks {
   BoundLayout layout() const { return {g.n_kv_heads, g.head_dim, g.box_floats()}; }
   SignSketch sketch() const { return {signs.data(), 0, g.sign_words_per_row(), g.sign_words_per_head()}; }
   const float* box(int i) const { return boxes.data() + i * g.box_floats(); }
+  // The box of chunks [i0, i1): every channel's smallest min and largest max.
+  std::vector<float> union_box(int i0, int i1) const {
+    const int64_t half = g.box_floats() / 2;
+    std::vector<float> u(box(i0), box(i0) + g.box_floats());
+    for (int i = i0 + 1; i < i1; ++i) {
+      for (int64_t e = 0; e < half; ++e) {
+        u[e] = std::min(u[e], box(i)[e]);
+        u[half + e] = std::max(u[half + e], box(i)[half + e]);
+      }
+    }
+    return u;
+  }
   double dot(const float* q, int64_t pos, int kv) const {
     const float* k = keys.data() + pos * g.row_elements() + static_cast<int64_t>(kv) * g.head_dim;
     double s = 0.0;
@@ -104,6 +116,10 @@ TEST_P(SignBound, MatchesReference) {
     for (int i = 0; i < 9; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box(i)});
     units.push_back({{13, 14}, c.box(1)});
     units.push_back({{3, 5}, c.box(0)});
+    // Long runs across chunks, against the box of all 9 chunks.
+    const std::vector<float> all = c.union_box(0, 9);
+    units.push_back({{2, 69}, all.data()});
+    units.push_back({{8, 24}, all.data()});
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> q(static_cast<size_t>(head_dim));
     for (float& x : q) x = dist(rng);
