@@ -43,10 +43,13 @@ void BM_chunk_bounds(benchmark::State& state) {
   std::vector<float> bounds(kChunks);
   if (kVariant == Variant::kScalar) set_cpu_path_cap(CpuPath::kScalar);
   for (auto _ : state) {
-    if (kVariant == Variant::kRef) {
-      ref::chunk_bounds(q.data(), 0, kGroup, 0, abstracts.data(), kChunks, layout, GroupCombine::kMax, bounds.data());
-    } else {
-      chunk_bounds(q.data(), 0, kGroup, 0, abstracts.data(), kChunks, layout, GroupCombine::kMax, bounds.data());
+    for (int h = 0; h < kGroup; ++h) {
+      const float* qh = q.data() + h * kHeadDim;
+      if (kVariant == Variant::kRef) {
+        ref::chunk_bounds(qh, 0, abstracts.data(), kChunks, layout, bounds.data());
+      } else {
+        chunk_bounds(qh, 0, abstracts.data(), kChunks, layout, bounds.data());
+      }
     }
     benchmark::ClobberMemory();
   }

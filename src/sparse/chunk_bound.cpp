@@ -23,25 +23,20 @@ namespace leoam::sparse {
 
 namespace ref {
 
-void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abstracts, int64_t n_chunks,
-                  const BoundLayout& layout, GroupCombine combine, float* bounds, BoundSide side) {
+void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n_chunks, const BoundLayout& layout,
+                  float* bounds, BoundSide side) {
   const int hd = layout.head_dim;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   for (int64_t i = 0; i < n_chunks; ++i) {
     const float* mn = abstracts + i * layout.chunk_stride + static_cast<int64_t>(kv_head) * hd;
     const float* mx = mn + max_offset;
-    double combined = combine == GroupCombine::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
-    for (int h = h0; h < h1; ++h) {
-      const float* qh = q + static_cast<int64_t>(h) * hd;
-      double b = 0.0;
-      for (int c = 0; c < hd; ++c) {
-        const double lo = static_cast<double>(qh[c]) * mn[c];
-        const double hi = static_cast<double>(qh[c]) * mx[c];
-        b += side == BoundSide::kUpper ? std::max(lo, hi) : std::min(lo, hi);
-      }
-      combined = combine == GroupCombine::kMax ? std::max(combined, b) : combined + b;
+    double b = 0.0;
+    for (int c = 0; c < hd; ++c) {
+      const double lo = static_cast<double>(q[c]) * mn[c];
+      const double hi = static_cast<double>(q[c]) * mx[c];
+      b += side == BoundSide::kUpper ? std::max(lo, hi) : std::min(lo, hi);
     }
-    bounds[i] = static_cast<float>(combined);
+    bounds[i] = static_cast<float>(b);
   }
 }
 
@@ -49,22 +44,21 @@ void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abst
 
 namespace {
 
-// The positive and negative parts of query rows [h0, h1): [h1 - h0][head_dim] each. For the lower
-// bound the two are swapped, so that both sides run the same loop: bound = sum a_c * max_c + b_c * min_c.
+// The positive and negative parts of the query row, head_dim floats each. For the lower bound the
+// two are swapped, so that both sides run the same loop: bound = sum a_c * max_c + b_c * min_c.
 struct SplitQuery {
   std::vector<float> on_max;  // q+ (upper) or q- (lower), multiplies max_c
   std::vector<float> on_min;  // q- (upper) or q+ (lower), multiplies min_c
 };
 
-SplitQuery split_query(const float* q, int h0, int h1, int hd, BoundSide side) {
-  const size_t n = static_cast<size_t>(h1 - h0) * hd;
+SplitQuery split_query(const float* q, int hd, BoundSide side) {
+  const auto n = static_cast<size_t>(hd);
   SplitQuery s{std::vector<float>(n), std::vector<float>(n)};
-  const float* src = q + static_cast<int64_t>(h0) * hd;
   std::vector<float>& pos = side == BoundSide::kUpper ? s.on_max : s.on_min;
   std::vector<float>& neg = side == BoundSide::kUpper ? s.on_min : s.on_max;
   for (size_t i = 0; i < n; ++i) {
-    pos[i] = std::max(src[i], 0.0f);
-    neg[i] = std::min(src[i], 0.0f);
+    pos[i] = std::max(q[i], 0.0f);
+    neg[i] = std::min(q[i], 0.0f);
   }
   return s;
 }
@@ -103,38 +97,31 @@ LEOAM_AVX2 float head_bound_avx2(const float* a, const float* b, const float* mx
 }
 #endif
 
-// bounds[i] = the heads' bounds against chunk i, combined; head_bound is one of the above.
+// bounds[i] = the row's bound against chunk i; head_bound is one of the above.
 template <typename HeadBound>
-void bounds_of_chunks(const SplitQuery& s, int n_heads, int kv_head, const float* abstracts, int64_t n_chunks,
-                      const BoundLayout& layout, GroupCombine combine, float* bounds, HeadBound head_bound) {
+void bounds_of_chunks(const SplitQuery& s, int kv_head, const float* abstracts, int64_t n_chunks,
+                      const BoundLayout& layout, float* bounds, HeadBound head_bound) {
   const int hd = layout.head_dim;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   for (int64_t i = 0; i < n_chunks; ++i) {
     const float* mn = abstracts + i * layout.chunk_stride + static_cast<int64_t>(kv_head) * hd;
-    const float* mx = mn + max_offset;
-    float combined = combine == GroupCombine::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
-    for (int h = 0; h < n_heads; ++h) {
-      const float sum = head_bound(s.on_max.data() + static_cast<size_t>(h) * hd,
-                                   s.on_min.data() + static_cast<size_t>(h) * hd, mx, mn, hd);
-      combined = combine == GroupCombine::kMax ? std::max(combined, sum) : combined + sum;
-    }
-    bounds[i] = combined;
+    bounds[i] = head_bound(s.on_max.data(), s.on_min.data(), mn + max_offset, mn, hd);
   }
 }
 
 }  // namespace
 
-void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abstracts, int64_t n_chunks,
-                  const BoundLayout& layout, GroupCombine combine, float* bounds, BoundSide side) {
-  assert(0 <= h0 && h0 < h1 && 0 <= kv_head && kv_head < layout.n_kv_heads);
-  const SplitQuery s = split_query(q, h0, h1, layout.head_dim, side);
+void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n_chunks, const BoundLayout& layout,
+                  float* bounds, BoundSide side) {
+  assert(0 <= kv_head && kv_head < layout.n_kv_heads);
+  const SplitQuery s = split_query(q, layout.head_dim, side);
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx2) {
-    bounds_of_chunks(s, h1 - h0, kv_head, abstracts, n_chunks, layout, combine, bounds, head_bound_avx2);
+    bounds_of_chunks(s, kv_head, abstracts, n_chunks, layout, bounds, head_bound_avx2);
     return;
   }
 #endif
-  bounds_of_chunks(s, h1 - h0, kv_head, abstracts, n_chunks, layout, combine, bounds, head_bound_scalar);
+  bounds_of_chunks(s, kv_head, abstracts, n_chunks, layout, bounds, head_bound_scalar);
 }
 
 }  // namespace leoam::sparse

@@ -21,23 +21,19 @@ struct BoundLayout {
   int64_t chunk_stride = 0;  // floats from one chunk's abstract to the next: 2 * n_kv_heads * head_dim
 };
 
-// How the bounds of the query heads of one GQA group combine into the kv head's bound.
-enum class GroupCombine : uint8_t { kMax, kSum };
-
 enum class BoundSide : uint8_t { kUpper, kLower };
 
-// bounds[i] for chunks i in [0, n_chunks): the bound of query heads [h0, h1) (q rows of
-// head_dim floats, q: [n_head][head_dim]) against kv head `kv_head` of chunk i, combined over
-// the heads by `combine`. side = kLower gives the lower bound instead (same combining).
+// bounds[i] for chunks i in [0, n_chunks): the bound of query row q (head_dim floats) against kv
+// head `kv_head` of chunk i. side = kLower gives the lower bound instead.
 // Chunks must be non-empty: the empty abstract (min +inf, max -inf) bounds nothing, and its
 // bound is unspecified (it may be NaN). The dispatched path sums in float (AVX2+FMA or scalar).
-void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abstracts, int64_t n_chunks,
-                  const BoundLayout& layout, GroupCombine combine, float* bounds, BoundSide side = BoundSide::kUpper);
+void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n_chunks, const BoundLayout& layout,
+                  float* bounds, BoundSide side = BoundSide::kUpper);
 
 namespace ref {
 // Plain loops in double: what the dispatched version is tested against.
-void chunk_bounds(const float* q, int h0, int h1, int kv_head, const float* abstracts, int64_t n_chunks,
-                  const BoundLayout& layout, GroupCombine combine, float* bounds, BoundSide side = BoundSide::kUpper);
+void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n_chunks, const BoundLayout& layout,
+                  float* bounds, BoundSide side = BoundSide::kUpper);
 }  // namespace ref
 
 }  // namespace leoam::sparse

@@ -367,7 +367,7 @@ class LeoamPolicy final : public SelectionPolicy {
     for (int h = 0; h < query.n_head; ++h) {
       float* out = b.data.data() + h * n;
       if (refined.units.empty()) {
-        chunk_bounds(query.q, h, h + 1, h / group, boxes, n, layout, GroupCombine::kMax, out);
+        chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes, n, layout, out);
         continue;
       }
       sign_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, refined.units, layout,
@@ -427,10 +427,10 @@ class LeoamPolicy final : public SelectionPolicy {
     while (b > a && intersect(chunks[b - 1], query.far).size() < chunks[b - 1].size()) --b;
     std::vector<float> lower(static_cast<size_t>(n));
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts, a, layout, GroupCombine::kMax, lower.data(),
+      const float* qh = query.q + static_cast<int64_t>(h) * query.head_dim;
+      chunk_bounds(qh, h / group, abstracts, a, layout, lower.data(), BoundSide::kLower);
+      chunk_bounds(qh, h / group, abstracts + b * layout.chunk_stride, n - b, layout, lower.data() + b,
                    BoundSide::kLower);
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts + b * layout.chunk_stride, n - b, layout,
-                   GroupCombine::kMax, lower.data() + b, BoundSide::kLower);
       const float* u = upper.head(h);
       const double m = *std::max_element(u, u + n);
       double near_lower = 0.0;

@@ -29,8 +29,8 @@ class QuestPolicy final : public SelectionPolicy {
     std::vector<float> bounds(static_cast<size_t>(far.size()));
     std::vector<float> scores(bounds.size(), -std::numeric_limits<float>::infinity());
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q, h, h + 1, h / group, abstracts.at(far.i0), far.size(), abstracts.layout,
-                   GroupCombine::kMax, bounds.data());
+      chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, abstracts.at(far.i0), far.size(),
+                   abstracts.layout, bounds.data());
       fold_normalized(bounds, query.scale, scores);
     }
     s.ranges = pick_top_chunks(scores, far, query.far, catalog.chunk_tokens(), query.budget_tokens);

@@ -70,6 +70,10 @@ struct Selection {
   int64_t n_merges = 0;
 };
 
+// How leoam combines the mass bounds of the query heads of one GQA group: the largest, or the
+// summed mass (leoam_policy.cpp).
+enum class GroupCombine : uint8_t { kMax, kSum };
+
 struct PolicyOptions {
   GroupCombine group_combine = GroupCombine::kSum;  // leoam: how a GQA group's mass bounds combine
   bool desert = true;                               // leoam: detect attention deserts
