@@ -651,6 +651,22 @@ class EvalCommand : public Command {
     return j;
   }
 
+  // The task's lines of --out grouped by policy@budget, in the order the labels first appear:
+  // add(row, line) folds each line into its row (a Row starts with its label and counts lines in n).
+  template <typename Row, typename Add>
+  std::vector<Row> rows_by_label(const std::vector<Json>& lines, Add add) const {
+    std::vector<Row> rows;
+    for (const Json& j : lines) {
+      if (j.value("task", "") != task_) continue;
+      const std::string label = policy_label(j.value("policy", ""), j.value("budget", 1.0));
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.label == label; });
+      if (it == rows.end()) it = rows.insert(rows.end(), Row{label});
+      ++it->n;
+      add(*it, j);
+    }
+    return rows;
+  }
+
   // --task ppl's markdown table over every ppl line of --out: one row per (policy, budget), in the
   // order they first appear; perplexity and bits per byte pool every window's tokens and bytes.
   void print_ppl_table(const std::vector<Json>& lines) const {
@@ -662,18 +678,12 @@ class EvalCommand : public Command {
       double n_bytes = 0.0;
       double attended_sum = 0.0;
     };
-    std::vector<Row> rows;
-    for (const Json& j : lines) {
-      if (j.value("task", "") != task_) continue;
-      const std::string label = policy_label(j.value("policy", ""), j.value("budget", 1.0));
-      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.label == label; });
-      if (it == rows.end()) it = rows.insert(rows.end(), Row{label});
-      ++it->n;
-      it->nll_sum += j.value("nll_sum", 0.0);
-      it->n_tokens += j.value("n_tokens", 0.0);
-      it->n_bytes += j.value("n_bytes", 0.0);
-      it->attended_sum += j.value("tokens_attended_pct", 100.0);
-    }
+    const std::vector<Row> rows = rows_by_label<Row>(lines, [](Row& r, const Json& j) {
+      r.nll_sum += j.value("nll_sum", 0.0);
+      r.n_tokens += j.value("n_tokens", 0.0);
+      r.n_bytes += j.value("n_bytes", 0.0);
+      r.attended_sum += j.value("tokens_attended_pct", 100.0);
+    });
     const auto perplexity = [](const Row& r) { return r.n_tokens > 0 ? std::exp(r.nll_sum / r.n_tokens) : 0.0; };
     const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.label == "full"; });
     std::printf("| task | policy | windows | perplexity | bits per byte | vs full | tokens attended |\n");
@@ -699,16 +709,10 @@ class EvalCommand : public Command {
       double score_sum = 0.0;
       double attended_sum = 0.0;
     };
-    std::vector<Row> rows;
-    for (const Json& j : lines) {
-      if (j.value("task", "") != task_) continue;
-      const std::string label = policy_label(j.value("policy", ""), j.value("budget", 1.0));
-      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.label == label; });
-      if (it == rows.end()) it = rows.insert(rows.end(), Row{label});
-      ++it->n;
-      it->score_sum += j.value("score", 0.0);
-      it->attended_sum += j.value("tokens_attended_pct", 100.0);
-    }
+    const std::vector<Row> rows = rows_by_label<Row>(lines, [](Row& r, const Json& j) {
+      r.score_sum += j.value("score", 0.0);
+      r.attended_sum += j.value("tokens_attended_pct", 100.0);
+    });
     std::printf("| task | policy | samples | score | tokens attended |\n");
     std::printf("|------|--------|--------:|------:|----------------:|\n");
     for (const Row& r : rows) {
