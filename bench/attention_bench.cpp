@@ -14,8 +14,8 @@
 //   prefill attention, 2 threads: 1K prompt 78-91 GFLOP/s, 512 tokens after 3.5K: 85-87
 // Decode is bound by arithmetic, not memory (see flash_attention.cpp).
 // 2026-12-01, 2-core Xeon VM shared with other work: decode in cache (1 thread) 10.7 -> 13.0 GB/s
-// with the vector softmax fold and 64-key tiles (since back at 32: ~7% less); from DRAM within
-// noise of before.
+// with the vector softmax fold and 64-key tiles (32: ~7% less); from DRAM within noise of
+// before.
 //
 //   build/b/bench/bench_attention --benchmark_min_time=0.5
 //   (medians: add --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)

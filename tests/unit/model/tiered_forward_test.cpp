@@ -1,5 +1,6 @@
 // The forward pass over the tiered KV store (most KV on disk, read back in many small gather
-// batches merged by log-sum-exp) gives the logits of the in-memory cache, within float rounding.
+// batches merged by log-sum-exp) gives the logits of the in-memory cache, within float rounding
+// (decode with Q8_0 weights: within its 8-bit activation rounding, see TieredCase).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -23,6 +24,17 @@ struct TieredCase {
   const char* name;
   GgmlType type;
   uint64_t gather_batch_bytes;  // small: attention reads the KV in many batches
+  // Bound on the decode logits' relative L2 error. Decode with Q8_0 weights rounds every matvec
+  // input to 8 bits per block of 32 (kernels/cpu/q8_activation.h), and the two caches' attention
+  // outputs differ by float rounding (~1e-7: other tile and batch boundaries, batches merged by
+  // log-sum-exp), so an input that close to a rounding boundary moves by a whole step, max/127.
+  // With 64-key decode tiles, element 16 of layer 1's FFN input at position 310 is 47.5000002
+  // steps in the memory cache and 47.4999763 in the tiered one, and the logits differ by 8.7e-3.
+  // The caches' distances in steps, summed over a decode step's inputs, predict such a flip
+  // once in 5-10 steps; over prompt seeds 1-12, 7 seeds flipped with 32-key tiles and 9 with 64,
+  // the worst step 1.2e-2. Bound 3e-2, as for decode against prefill in forward_context_test.cpp.
+  // F32 weights stay in f32: 1e-5.
+  double decode_rel_l2;
 };
 void PrintTo(const TieredCase& c, std::ostream* os) { *os << c.name; }
 
@@ -76,7 +88,7 @@ TEST_P(TieredForward, LogitsMatchTheMemoryCacheInPrefillAndDecode) {
     const int32_t next[1] = {static_cast<int32_t>(rng() % spec.n_vocab)};
     ASSERT_TRUE((*memory_ctx)->eval(next, false, want).is_ok());
     ASSERT_TRUE((*tiered_ctx)->eval(next, false, got).is_ok());
-    EXPECT_LT(rel_l2(got, want), 1e-5) << "decode step " << step;
+    EXPECT_LT(rel_l2(got, want), GetParam().decode_rel_l2) << "decode step " << step;
   }
   const KvStats stats = store->stats();
   EXPECT_GT(stats[Tier::kDisk].hits, 0u);
@@ -84,9 +96,9 @@ TEST_P(TieredForward, LogitsMatchTheMemoryCacheInPrefillAndDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, TieredForward,
-                         ::testing::Values(TieredCase{"f32_one_batch", GgmlType::kF32, uint64_t{32} << 20},
-                                           TieredCase{"f32_small_batches", GgmlType::kF32, 3 * 4096},
-                                           TieredCase{"q8_0_small_batches", GgmlType::kQ8_0, 3 * 4096}),
+                         ::testing::Values(TieredCase{"f32_one_batch", GgmlType::kF32, uint64_t{32} << 20, 1e-5},
+                                           TieredCase{"f32_small_batches", GgmlType::kF32, 3 * 4096, 1e-5},
+                                           TieredCase{"q8_0_small_batches", GgmlType::kQ8_0, 3 * 4096, 3e-2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
