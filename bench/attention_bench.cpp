@@ -16,6 +16,10 @@
 // 2026-12-01, 2-core Xeon VM shared with other work: decode in cache (1 thread) 10.7 -> 13.0 GB/s
 // with the vector softmax fold and 64-key tiles (32: ~7% less); from DRAM within noise of
 // before.
+// 2026-12-01, same VM, 32-key tiles, AVX2 (isa 1) against AVX-512 (isa 2), medians of 6
+// alternating rounds x 3, GB/s of 1e9 bytes: in cache 8.2 -> 10.6 (1 thread), 14.9 -> 18.1 (2);
+// DRAM, 2 threads: 32K 9.6 -> 10.8, 128K 9.4 -> 10.7 (DRAM read 17.7); prefill 1K 76 -> 105
+// GFLOP/s, 512 after 3.5K 75 -> 107.
 //
 //   build/b/bench/bench_attention --benchmark_min_time=0.5
 //   (medians: add --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
@@ -89,20 +93,24 @@ void decode_over_layers(benchmark::State& state, int64_t n_kv, size_t ring_bytes
   state.counters["layers"] = static_cast<double>(n_layers);
 }
 
-// range(0): n_kv, range(1): threads, range(2): 1 = AVX2 path, 0 = scalar.
+// The "isa" argument of the benchmarks: 0 scalar, 1 AVX2, 2 AVX-512 (AVX2 where the CPU lacks it).
+AttentionIsa isa_arg(int64_t arg) {
+  return arg == 2 ? AttentionIsa::kAvx512 : arg == 1 ? AttentionIsa::kAvx2 : AttentionIsa::kScalar;
+}
+
+// range(0): n_kv, range(1): threads, range(2): isa.
 void BM_decode_attention(benchmark::State& state) {
-  decode_over_layers(state, state.range(0), kRingBytes, static_cast<int>(state.range(1)),
-                     state.range(2) ? AttentionIsa::kAvx2 : AttentionIsa::kScalar);
+  decode_over_layers(state, state.range(0), kRingBytes, static_cast<int>(state.range(1)), isa_arg(state.range(2)));
 }
 
 // The arithmetic bound of decode: the same over one layer of 256 positions (1 MiB of K+V), which
-// stays in cache from one iteration to the next. range(0): threads.
+// stays in cache from one iteration to the next. range(0): threads, range(1): isa.
 void BM_decode_attention_in_cache(benchmark::State& state) {
-  decode_over_layers(state, 256, 0, static_cast<int>(state.range(0)), AttentionIsa::kAvx2);
+  decode_over_layers(state, 256, 0, static_cast<int>(state.range(0)), isa_arg(state.range(1)));
 }
 
 // The same over a smaller query batch: prefill attention of n_tokens new positions after
-// n_kv - n_tokens earlier ones. range(0): n_kv, range(1): n_tokens, range(2): threads.
+// n_kv - n_tokens earlier ones. range(0): n_kv, range(1): n_tokens, range(2): threads, range(3): isa.
 // GFLOP/s counts 4 * head_dim flops per (query head, visible key).
 void BM_prefill_attention(benchmark::State& state) {
   const int64_t n_kv = state.range(0), n_tokens = state.range(1);
@@ -113,7 +121,7 @@ void BM_prefill_attention(benchmark::State& state) {
   std::vector<float> out(q.size());
   const FlashAttentionParams p{kHeads, kKvHeads, kHeadDim, 0.088f, n_kv - n_tokens, n_tokens};
   for (auto _ : state) {
-    flash_attention(runs, p, q.data(), out.data(), pool);
+    flash_attention(runs, p, q.data(), out.data(), pool, FlashAttentionOptions{isa_arg(state.range(3)), 0});
     benchmark::ClobberMemory();
   }
   double pairs = 0;  // (query, visible key) pairs
@@ -160,21 +168,20 @@ void BM_dram_read(benchmark::State& state) {
 
 BENCHMARK(BM_dram_read)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_decode_attention)
-    ->ArgNames({"n_kv", "threads", "avx2"})
+    ->ArgNames({"n_kv", "threads", "isa"})
     ->Args({4096, 1, 0})
-    ->Args({4096, 1, 1})
-    ->Args({4096, 2, 1})
-    ->Args({32768, 1, 1})
-    ->Args({32768, 2, 1})
-    ->Args({131072, 1, 1})
-    ->Args({131072, 2, 1})
+    ->ArgsProduct({{4096, 32768, 131072}, {1, 2}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_decode_attention_in_cache)->ArgName("threads")->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_decode_attention_in_cache)
+    ->ArgNames({"threads", "isa"})
+    ->ArgsProduct({{1, 2}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_prefill_attention)
-    ->ArgNames({"n_kv", "tokens", "threads"})
-    ->Args({1024, 1024, 2})
-    ->Args({4096, 512, 2})
+    ->ArgNames({"n_kv", "tokens", "threads", "isa"})
+    ->ArgsProduct({{1024}, {1024}, {2}, {1, 2}})
+    ->ArgsProduct({{4096}, {512}, {2}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -34,6 +34,7 @@
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/avx2_util.h"
 
 namespace leoam::kernels {
@@ -61,24 +62,7 @@ constexpr int64_t kMinSplitKeys = 512;
 
 // ---- tile kernels, one set per ISA ---------------------------------------------------------
 
-struct TileKernels {
-  // dst[h * head_stride + j * hd + d] = f32 of element h * hd + d of the f16 row at
-  // src + j * stride_bytes, for j < n, h < n_heads, d < hd: rows are read in order, whole.
-  void (*load_f16)(const void* src, size_t stride_bytes, int64_t n, int n_heads, int hd, float* dst,
-                   size_t head_stride);
-  // s[i * ld + j] = q[i] . k[j] for i < nq, j < nk; q: [nq][hd].
-  void (*scores)(const float* q, int nq, const float* const* k, int nk, int hd, float* s, int ld);
-  // The same reading f16 rows directly (decode: few query rows, so converting each K element as
-  // it is used costs less than a converted tile's extra store and reload).
-  void (*scores_f16)(const float* q, int nq, const uint16_t* const* k, int nk, int hd, float* s, int ld);
-  // Folds the scores s[0, n) (n > 0) of one query row into its online-softmax state (max m,
-  // sum l, acc[hd]): m_new = max(m, max_j s[j]), s[j] = e^(s[j] - m_new), l and acc rescaled by
-  // e^(m - m_new), l += sum_j s[j].
-  void (*fold_scores)(float* s, int n, float& m, float& l, float* acc, int hd);
-  // acc[i][d] += sum_j p[i * ld + j] v[j][d] for i < nq, j < nk.
-  void (*accumulate)(const float* p, int ld, int nq, const float* const* v, int nk, int hd, float* acc);
-  void (*accumulate_f16)(const float* p, int ld, int nq, const uint16_t* const* v, int nk, int hd, float* acc);
-};
+using detail::TileKernels;
 
 void load_f16_scalar(const void* src, size_t stride_bytes, int64_t n, int n_heads, int hd, float* dst,
                      size_t head_stride) {
@@ -326,10 +310,13 @@ constexpr TileKernels kAvx2Kernels{load_f16_avx2,           scores_avx2,        
                                    fold_scores_avx2,        accumulate_avx2<float>, accumulate_avx2<uint16_t>};
 #endif
 
+// The widest path the request, the CPU and head_dim allow: AVX-512 wants head_dim % 16 == 0,
+// AVX2 head_dim % 8 == 0.
 const TileKernels& pick_kernels(AttentionIsa isa, int head_dim) {
 #ifdef LEOAM_HAVE_X86
-  const bool cpu_avx2 = cpu_path() >= CpuPath::kAvx2;
-  if (isa != AttentionIsa::kScalar && cpu_avx2 && head_dim % 8 == 0) return kAvx2Kernels;
+  const bool want_avx512 = isa == AttentionIsa::kAuto || isa == AttentionIsa::kAvx512;
+  if (want_avx512 && cpu_path() >= CpuPath::kAvx512 && head_dim % 16 == 0) return *detail::attention_tiles_avx512();
+  if (isa != AttentionIsa::kScalar && cpu_path() >= CpuPath::kAvx2 && head_dim % 8 == 0) return kAvx2Kernels;
 #endif
   return kScalarKernels;
 }

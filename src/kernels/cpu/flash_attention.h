@@ -16,7 +16,7 @@
 //       m = max_s m_s,  l = sum_s l_s e^(m_s - m),  out = sum_s acc_s e^(m_s - m) / l
 //
 // Query head h reads kv head h / (n_head / n_head_kv); a query at position p sees keys <= p.
-// The K/V elements are f32 or f16 (converted per tile, with F16C on the AVX2 path).
+// The K/V elements are f32 or f16 (converted per tile, with F16C on the AVX2 and AVX-512 paths).
 #pragma once
 
 #include <cstddef>
@@ -48,10 +48,12 @@ struct FlashAttentionParams {
   int64_t n_tokens = 0;  // queries
 };
 
-enum class AttentionIsa : uint8_t { kAuto, kScalar, kAvx2 };
+// kAuto: the widest the CPU (cpu_path()) and head_dim allow. A path the CPU or head_dim rules
+// out falls back to the next narrower one: AVX-512 needs head_dim % 16 == 0, AVX2 % 8 == 0.
+enum class AttentionIsa : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
 
 struct FlashAttentionOptions {
-  AttentionIsa isa = AttentionIsa::kAuto;  // kAvx2 falls back to scalar where the CPU lacks it
+  AttentionIsa isa = AttentionIsa::kAuto;
   // Ranges the KV is cut into for decode; 0: one per thread when the KV is long enough. Tests
   // force other counts.
   int n_kv_splits = 0;

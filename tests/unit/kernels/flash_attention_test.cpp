@@ -1,9 +1,11 @@
 // flash_attention (tiled prefill and split-KV decode) against ref::attention, a materialized
 // softmax in double, on random data: causal masks, GQA groups of 1 and 4, F16 and F32 KV split
-// into padded segments, key counts off the 64-key tile, forced KV splits, 1-3 threads, both ISA
-// paths. Tolerance: 2e-5 absolute on outputs of order 1 (weighted means of N(0,1) values), i.e.
-// ~1e-5 relative; the AVX2 exp alone is within 2e-7. The log-sum-exp output (lse) to 1e-5
-// relative (absolute below 1), and -inf exactly where a query sees no key.
+// into padded segments, key counts off the 64-key tile, forced KV splits, 1-3 threads, every ISA
+// path the CPU has (AVX-512 skipped with a message where it lacks it), GQA groups 1-8 and 16 and
+// head dims 16-128, which the vector paths' register blocks cut differently. Tolerance: 2e-5
+// absolute on outputs of order 1 (weighted means of N(0,1) values), i.e. ~1e-5 relative; the
+// vector exp alone is within 2e-7. The log-sum-exp output (lse) to 1e-5 relative (absolute
+// below 1), and -inf exactly where a query sees no key.
 #include "kernels/cpu/flash_attention.h"
 
 #include <gtest/gtest.h>
@@ -124,6 +126,10 @@ class FlashAttentionTest : public ::testing::TestWithParam<std::tuple<AttentionI
     if (std::get<0>(GetParam()) == AttentionIsa::kAvx2 && cpu_path() < CpuPath::kAvx2) {
       GTEST_SKIP() << "this CPU (or LEOAM_CPU_PATH) has no AVX2 path";
     }
+    if (std::get<0>(GetParam()) == AttentionIsa::kAvx512 && cpu_path() < CpuPath::kAvx512) {
+      GTEST_SKIP() << "this CPU (or LEOAM_CPU_PATH) has no AVX-512 path (F, BW, VL, DQ): the AVX-512 "
+                      "attention kernels are not tested";
+    }
   }
   AttentionIsa isa() const { return std::get<0>(GetParam()); }
   bool f16() const { return std::get<1>(GetParam()); }
@@ -167,16 +173,44 @@ TEST_P(FlashAttentionTest, QueriesBeforeTheFirstKeySeeNothing) {
 }
 
 TEST_P(FlashAttentionTest, HeadDimOffTheVectorWidth) {
-  // 12 dims: the AVX2 path hands over to the scalar kernels.
+  // 12 dims: the AVX2 path hands over to the scalar kernels; 24 (and 40): AVX-512 to AVX2.
   check({100, 2, 1, 12, 0, 100, {50}}, f16(), isa(), {0});
   check({100, 2, 1, 12, 99, 1, {50}}, f16(), isa(), {0, 3});
+  check({100, 4, 1, 24, 99, 1, {50}}, f16(), isa(), {0, 3});
+  check({130, 8, 2, 40, 0, 130, {}}, f16(), isa(), {0});
+}
+
+TEST_P(FlashAttentionTest, DecodeEveryGroupAndHeadDim) {
+  // One token, 2 kv heads, groups 1-8 (f16 K/V read in place: the 1-3 row tails and the 4- and
+  // 8-row blocks) and 16 (converted tiles); head dims that cut into different numbers of column
+  // passes and a 5-vector one; 203 keys: ragged in-place and converted tiles, three runs.
+  for (int group : {1, 2, 3, 4, 5, 7, 8, 16}) {
+    for (int hd : {16, 48, 64, 80, 128}) check({203, 2 * group, 2, hd, 202, 1, {37, 100}}, f16(), isa(), {0, 1, 3});
+  }
+}
+
+TEST_P(FlashAttentionTest, DecodeSeveralTokensOfAGroup) {
+  // 2 tokens x group 4 = 8 rows per kv head (in place), 3 x 4 = 12 (converted), with a causal
+  // edge inside the last tile.
+  check({300, 8, 2, 128, 298, 2, {150}}, f16(), isa(), {0, 1, 2});
+  check({300, 8, 2, 64, 297, 3, {}}, f16(), isa(), {0, 4});
+}
+
+TEST_P(FlashAttentionTest, PrefillWideHeads) {
+  // 64-row items (16 tokens x group 4, 8 x 8) over 64-key tiles at head dims 64 and 128.
+  check({200, 8, 2, 128, 0, 200, {90}}, f16(), isa(), {0});
+  check({150, 16, 2, 64, 50, 100, {20, 131}}, f16(), isa(), {0});
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, FlashAttentionTest,
-                         ::testing::Combine(::testing::Values(AttentionIsa::kScalar, AttentionIsa::kAvx2),
+                         ::testing::Combine(::testing::Values(AttentionIsa::kScalar, AttentionIsa::kAvx2,
+                                                              AttentionIsa::kAvx512),
                                             ::testing::Bool()),
                          [](const auto& info) {
-                           return std::string(std::get<0>(info.param) == AttentionIsa::kScalar ? "Scalar" : "Avx2") +
+                           const AttentionIsa isa = std::get<0>(info.param);
+                           return std::string(isa == AttentionIsa::kScalar ? "Scalar"
+                                              : isa == AttentionIsa::kAvx2 ? "Avx2"
+                                                                           : "Avx512") +
                                   (std::get<1>(info.param) ? "F16" : "F32");
                          });
 
