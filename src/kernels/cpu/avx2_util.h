@@ -1,17 +1,31 @@
 // The AVX2 building blocks the CPU kernels share: the target attribute that lets one function use
 // AVX2, FMA and F16C in a binary built for any x86-64 (callers check cpu_path() first), a
-// horizontal sum, and a vectorized exp.
+// prefetch of the next rows, a horizontal sum, and a vectorized exp.
 #pragma once
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include <cstddef>
 #include <limits>
 
 #define LEOAM_HAVE_X86 1
 #define LEOAM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace leoam::kernels {
+
+// Prefetches the cache lines of [p, p + kBytes) (one hint per 64 bytes; a region that a line
+// boundary splits leaves its last line to the next call). The Q4_0 and Q8_0 dot kernels call it
+// with p in the group of rows after their own: a group of 4 rows is 4 short streams (2304 bytes
+// each for Q4_0 at 4096 columns, 4352 for Q8_0) that end before the hardware prefetchers ramp
+// up, while the rows of a matrix are contiguous, so the next group is where the next loads go. A
+// hint past the matrix end is harmless. Measured from DRAM, 1.1 B model decode or a 32768 x 4096
+// matrix: Q4_0 on Zen 3, 1 thread, 7 -> 13 GB/s; Q8_0 on Zen 3 no gain, on a Sapphire Rapids
+// class Xeon VM (2026-12-01) 1.1 B Q8_0 decode on 2 threads 8.4-9.0 -> 12.9-14.8 tok/s.
+template <size_t kBytes>
+inline void prefetch_bytes(const void* p) {
+  for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
 
 // The sum of the 8 lanes.
 LEOAM_AVX2 inline float hsum(__m256 v) {

@@ -8,8 +8,8 @@
 // accumulation of scaled block sums differs from ref::dot_row_q8.
 //
 // Rows: the Q4_0 and Q8_0 kernels take up to 4 rows per pass, so each activation block (and its
-// scale) is loaded once per 4 rows. The Q4_0 kernel also prefetches the next group of rows
-// (prefetch_bytes).
+// scale) is loaded once per 4 rows. Both also prefetch the next group of rows (prefetch_bytes,
+// avx2_util.h).
 #include <cstring>
 
 #include "kernels/cpu/q8_activation.h"
@@ -37,18 +37,6 @@ LEOAM_AVX2 inline float hmax_ps(__m256 v) {
 }
 
 LEOAM_AVX2 inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }
-
-// Prefetches the cache lines of [p, p + kBytes) (one hint per 64 bytes; a region that a line
-// boundary splits leaves its last line to the next call). The Q4_0 kernel calls it with p in the
-// group of rows after its own: a group of 4 rows is 4 short streams (2304 bytes each for Q4_0 at
-// 4096 columns) that end before the hardware prefetchers ramp up, while the rows of a matrix are
-// contiguous, so the next group is where the next loads go. A hint past the matrix end is harmless.
-// Measured on Zen 3 (32768 x 4096 Q4_0 from DRAM, 1 thread): 7 -> 13 GB/s. The same hint in the
-// Q8_0 kernel (17 KiB ahead) did not help, so it has none.
-template <size_t kBytes>
-inline void prefetch_bytes(const void* p) {
-  for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
-}
 
 // ---- activation quantization ----
 
@@ -238,6 +226,7 @@ LEOAM_AVX2 void dot_q8_0_rows(const uint8_t* rows, size_t row_bytes, const Block
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(rows + r * row_bytes)[b];
+      prefetch_bytes<sizeof(BlockQ8_0)>(reinterpret_cast<const uint8_t*>(&w) + kRows * row_bytes);
       const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
       const __m256i p =
           _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq)), ones);

@@ -1,5 +1,6 @@
 // AVX-512 VNNI integer dot for Q8_0: vpdpbusd over two 32-element blocks per 512-bit vector, up
-// to 4 rows per pass. Everything else on the AVX-512 path (the activation quantizers, Q4_0, the
+// to 4 rows per pass, prefetching the next group of rows as the AVX2 kernels do (avx2_util.h).
+// Everything else on the AVX-512 path (the activation quantizers, Q4_0, the
 // K-quant dots, and Q8_0 on a CPU with AVX-512 but no VNNI) is the AVX2 table: those kernels run
 // unchanged there. Compiled everywhere, tested only where the CPU has it (q8_test.cpp says when
 // it is skipped).
@@ -28,7 +29,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include <immintrin.h>
+#include "kernels/cpu/avx2_util.h"  // prefetch_bytes
 #define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
 namespace leoam::kernels::detail {
@@ -79,6 +80,7 @@ LEOAM_AVX512 void dot_q8_0_rows(const uint8_t* rows, size_t row_bytes, const Blo
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const BlockQ8_0* w = reinterpret_cast<const BlockQ8_0*>(rows + r * row_bytes) + b;
+      prefetch_bytes<2 * sizeof(BlockQ8_0)>(reinterpret_cast<const uint8_t*>(w) + kRows * row_bytes);
       const __m512i wq = load_2x256(w[0].qs, w[1].qs);
       const __m512i u = _mm512_xor_si512(wq, _mm512_set1_epi8(static_cast<char>(0x80)));  // w + 128
       const __m512i isum = _mm512_sub_epi32(dot_u8s8(u, xq), xsum128);
