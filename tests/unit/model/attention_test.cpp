@@ -274,6 +274,25 @@ RangeKv make_range_kv(int64_t n, int n_kv_heads, int head_dim, uint32_t seed) {
   return kv;
 }
 
+// The softmax probabilities, in double, of query row qh (head_dim floats, against kv head kvh)
+// over the keys at positions `keys` (non-empty).
+std::vector<double> naive_softmax(const RangeKv& kv, const std::vector<int64_t>& keys, const float* qh, int kvh,
+                                  const AttentionParams& p) {
+  const int hd = p.head_dim, row = kv.n_kv_heads * hd;
+  std::vector<double> s;
+  double mx = -HUGE_VAL;
+  for (int64_t j : keys) {
+    double d = 0;
+    for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kv.k[j * row + kvh * hd + e];
+    s.push_back(d * p.scale);
+    mx = std::max(mx, s.back());
+  }
+  double sum = 0;
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  for (double& x : s) x /= sum;
+  return s;
+}
+
 // Plain softmax attention in double over the positions of `ranges` up to each query's own;
 // zeros for a query that sees none.
 std::vector<float> naive_ranges(const RangeKv& kv, const std::vector<TokenRange>& ranges, const std::vector<float>& q,
@@ -289,20 +308,11 @@ std::vector<float> naive_ranges(const RangeKv& kv, const std::vector<TokenRange>
         for (int64_t j = r.begin; j < r.end && j <= pos0 + t; ++j) keys.push_back(j);
       }
       if (keys.empty()) continue;
-      std::vector<double> s;
-      double mx = -HUGE_VAL;
-      for (int64_t j : keys) {
-        double d = 0;
-        for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kv.k[j * row + kvh * hd + e];
-        s.push_back(d * p.scale);
-        mx = std::max(mx, s.back());
-      }
-      double sum = 0;
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      const std::vector<double> prob = naive_softmax(kv, keys, qh, kvh, p);
       for (int e = 0; e < hd; ++e) {
         double acc = 0;
-        for (size_t i = 0; i < keys.size(); ++i) acc += s[i] * kv.v[keys[i] * row + kvh * hd + e];
-        out[(t * p.n_head + h) * hd + e] = static_cast<float>(acc / sum);
+        for (size_t i = 0; i < keys.size(); ++i) acc += prob[i] * kv.v[keys[i] * row + kvh * hd + e];
+        out[(t * p.n_head + h) * hd + e] = static_cast<float>(acc);
       }
     }
   }
@@ -438,26 +448,15 @@ TEST(RangeAttention, ErrorsAreReturned) {
 // position that sees them all, summed over the query heads, in double.
 std::vector<double> naive_key_mass(const RangeKv& kv, const std::vector<TokenRange>& ranges,
                                    const std::vector<float>& q, const AttentionParams& p) {
-  const int hd = p.head_dim, group = p.n_head / p.n_head_kv, row = kv.n_kv_heads * hd;
+  const int group = p.n_head / p.n_head_kv;
   std::vector<int64_t> keys;
   for (const TokenRange& r : ranges) {
     for (int64_t j = r.begin; j < r.end; ++j) keys.push_back(j);
   }
   std::vector<double> mass(keys.size(), 0.0);
   for (int h = 0; h < p.n_head; ++h) {
-    const float* qh = q.data() + h * hd;
-    const int kvh = h / group;
-    std::vector<double> s;
-    double mx = -HUGE_VAL;
-    for (int64_t j : keys) {
-      double d = 0;
-      for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kv.k[j * row + kvh * hd + e];
-      s.push_back(d * p.scale);
-      mx = std::max(mx, s.back());
-    }
-    double sum = 0;
-    for (double& x : s) sum += (x = std::exp(x - mx));
-    for (size_t i = 0; i < keys.size(); ++i) mass[i] += s[i] / sum;
+    const std::vector<double> prob = naive_softmax(kv, keys, q.data() + h * p.head_dim, h / group, p);
+    for (size_t i = 0; i < keys.size(); ++i) mass[i] += prob[i];
   }
   return mass;
 }
