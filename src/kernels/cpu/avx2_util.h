@@ -21,7 +21,8 @@ namespace leoam::kernels {
 // up, while the rows of a matrix are contiguous, so the next group is where the next loads go. A
 // hint past the matrix end is harmless. Measured from DRAM, 1.1 B model decode or a 32768 x 4096
 // matrix: Q4_0 on Zen 3, 1 thread, 7 -> 13 GB/s; Q8_0 on Zen 3 no gain, on a Sapphire Rapids
-// class Xeon VM (2026-12-01) 1.1 B Q8_0 decode on 2 threads 8.4-9.0 -> 12.9-14.8 tok/s.
+// class Xeon VM (2026-12-01) 1.1 B Q8_0 decode on 2 threads 8.4-9.3 -> 12.9-16.8 tok/s (AVX2
+// and AVX-512 Q8_0 kernels).
 template <size_t kBytes>
 inline void prefetch_bytes(const void* p) {
   for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
