@@ -19,6 +19,7 @@
 #include "kernels/cpu/matvec.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -111,6 +112,25 @@ void BM_dot_q8(benchmark::State& state, GgmlType type, CpuPath path) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(rows.size()));
 }
 
+// The same dot over one row group of 8 rows of 4096 (row_groups.h).
+void BM_dot_q8_groups(benchmark::State& state, GgmlType type, CpuPath path) {
+  PathScope scope(state, path);
+  if (!scope.ok()) return;
+  constexpr int64_t n = 4096;
+  const std::vector<uint8_t> rows = quantized(type, random_floats(n * kRowGroup, 1), n);
+  std::vector<uint8_t> grouped(rows.size());
+  group_rows(type, rows.data(), ggml_row_size(type, n), kRowGroup, grouped.data());
+  const std::vector<float> x = random_floats(n, 2);
+  std::vector<uint8_t> xq(activation_bytes(type, n));
+  quantize_activation(type, x.data(), n, xq.data());
+  float out[kRowGroup];
+  for (auto _ : state) {
+    dot_groups_q8(type, grouped.data(), ggml_row_size(type, n), 1, xq.data(), n, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(rows.size()));
+}
+
 void BM_quantize_activation(benchmark::State& state, GgmlType type, CpuPath path) {
   PathScope scope(state, path);
   if (!scope.ok()) return;
@@ -124,19 +144,29 @@ void BM_quantize_activation(benchmark::State& state, GgmlType type, CpuPath path
   state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
 }
 
-// matvec (decode) of n_rows x n_cols; state.range(0): threads, (1): rows, (2): cols.
-void BM_matvec(benchmark::State& state, GgmlType type) {
+// matvec (decode) of n_rows x n_cols; state.range(0): threads, (1): rows, (2): cols; the matrix
+// row-major or in row groups (row_groups.h).
+void BM_matvec(benchmark::State& state, GgmlType type, bool groups = false) {
   const int64_t n_rows = state.range(1), n_cols = state.range(2);
-  const std::vector<uint8_t> w_bytes = quantized(type, random_floats(n_rows * n_cols, 3), n_cols);
+  std::vector<uint8_t> w_bytes = quantized(type, random_floats(n_rows * n_cols, 3), n_cols);
   const std::vector<float> x = random_floats(static_cast<size_t>(n_cols), 4);
   std::vector<float> y(static_cast<size_t>(n_rows));
   ThreadPool pool(static_cast<int>(state.range(0)));
-  const MatrixView w{type, w_bytes.data(), n_cols, n_rows, ggml_row_size(type, n_cols)};
+  MatrixView w{type, w_bytes.data(), n_cols, n_rows, ggml_row_size(type, n_cols)};
+  std::vector<uint8_t> grouped;
+  if (groups) {
+    grouped.resize(w_bytes.size());
+    group_rows(type, w_bytes.data(), w.row_bytes, n_rows, grouped.data());
+    w_bytes = {};
+    w.data = grouped.data();
+    w.row_groups = true;
+  }
+  const auto n_bytes = static_cast<int64_t>(w.row_bytes) * n_rows;
   for (auto _ : state) {
     matvec(w, x.data(), y.data(), pool);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w_bytes.size()));
+  state.SetBytesProcessed(state.iterations() * n_bytes);
 }
 
 #if defined(__x86_64__)
@@ -178,6 +208,8 @@ LEOAM_BENCH_ALL_PATHS(BM_dot_q8, Q4_0);
 LEOAM_BENCH_ALL_PATHS(BM_dot_q8, Q8_0);
 LEOAM_BENCH_ALL_PATHS(BM_dot_q8, Q4_K);
 LEOAM_BENCH_ALL_PATHS(BM_dot_q8, Q6_K);
+LEOAM_BENCH_ALL_PATHS(BM_dot_q8_groups, Q4_0);
+LEOAM_BENCH_ALL_PATHS(BM_dot_q8_groups, Q8_0);
 LEOAM_BENCH_ALL_PATHS(BM_quantize_activation, Q8_0);
 LEOAM_BENCH_ALL_PATHS(BM_quantize_activation, Q4_K);
 
@@ -195,6 +227,8 @@ LEOAM_BENCH_TYPE(BM_matvec, F16)->Apply(matvec_args);
 LEOAM_BENCH_TYPE(BM_matvec, BF16)->Apply(matvec_args);
 LEOAM_BENCH_TYPE(BM_matvec, Q8_0)->Apply(matvec_args);
 LEOAM_BENCH_TYPE(BM_matvec, Q4_0)->Apply(matvec_args);
+BENCHMARK_CAPTURE(BM_matvec, Q8_0_groups, GgmlType::kQ8_0, true)->Apply(matvec_args);
+BENCHMARK_CAPTURE(BM_matvec, Q4_0_groups, GgmlType::kQ4_0, true)->Apply(matvec_args);
 LEOAM_BENCH_TYPE(BM_matvec, Q4_K)->Apply(matvec_args);
 LEOAM_BENCH_TYPE(BM_matvec, Q6_K)->Apply(matvec_args);
 
@@ -208,6 +242,8 @@ void matvec_dram_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_matvec, Q8_0_dram, GgmlType::kQ8_0)->Apply(matvec_dram_args);
 BENCHMARK_CAPTURE(BM_matvec, Q4_0_dram, GgmlType::kQ4_0)->Apply(matvec_dram_args);
+BENCHMARK_CAPTURE(BM_matvec, Q8_0_dram_groups, GgmlType::kQ8_0, true)->Apply(matvec_dram_args);
+BENCHMARK_CAPTURE(BM_matvec, Q4_0_dram_groups, GgmlType::kQ4_0, true)->Apply(matvec_dram_args);
 
 LEOAM_BENCH_TYPE(BM_dot_row, F32);
 LEOAM_BENCH_TYPE(BM_dot_row, F16);

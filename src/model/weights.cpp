@@ -1,14 +1,34 @@
 #include "model/weights.h"
 
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "core/ggml_type.h"
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace leoam {
 
 namespace {
+
+// LEOAM_ROW_GROUPS=0 keeps every matrix as the file stores it (for comparing the two layouts).
+bool row_groups_enabled() {
+  const char* v = std::getenv("LEOAM_ROW_GROUPS");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+// A copy of m in the row-group layout, owned by `weights`, when its type has one.
+void group_matrix(kernels::MatrixView& m, ModelWeights& weights) {
+  if (!kernels::has_row_groups(m.type) || m.n_rows < kernels::kRowGroup || m.row_groups) return;
+  const size_t n_bytes = m.row_bytes * static_cast<size_t>(m.n_rows);
+  std::unique_ptr<uint8_t[]> grouped(new uint8_t[n_bytes]);
+  kernels::group_rows(m.type, m.data, m.row_bytes, m.n_rows, grouped.get());
+  m.data = grouped.get();
+  m.row_groups = true;
+  weights.grouped.push_back(std::move(grouped));
+}
 
 std::string shape_string(const std::vector<int64_t>& ne) {
   std::string s = "[";
@@ -143,6 +163,17 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     w.output_tied = true;
   }
   LEOAM_RETURN_IF_ERROR(m.vector("rope_freqs.weight", hp.rope.n_rot / 2, true, w, &w.rope_freqs));
+  // The matrices only matvec and gemm read go to the row-group layout; token_embd (rows looked
+  // up one at a time) and an output tied to it stay as stored.
+  if (row_groups_enabled()) {
+    for (LayerWeights& L : w.layers) {
+      for (kernels::MatrixView* mv :
+           {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
+        group_matrix(*mv, w);
+      }
+    }
+    if (!w.output_tied) group_matrix(w.output, w);
+  }
   return w;
 }
 

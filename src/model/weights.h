@@ -1,5 +1,8 @@
 // The weight tensors of a llama/qwen2 model, as views into the GGUF file's read-only mapping.
-// Matrices keep their stored type (the matmul kernels read them as they are); 1-D vectors
+// Matrices keep their stored type (the matmul kernels read them as they are); the Q4_0 and Q8_0
+// projection matrices are copied once at load into the row-group layout (kernels/cpu/
+// row_groups.h, storage owned here; the mapped pages are then not read again), which decode
+// reads 1.5-2x faster; LEOAM_ROW_GROUPS=0 in the environment keeps them as stored. 1-D vectors
 // (norms, biases, RoPE frequency factors) are handed out as f32: F32 ones point into the mapping,
 // others are converted once at load into storage owned here.
 //
@@ -55,6 +58,8 @@ struct ModelWeights {
 
   // f32 copies of the 1-D tensors not stored as F32; the pointers above may point into them.
   std::vector<std::unique_ptr<float[]>> converted;
+  // The row-group copies of the matrices above that have one.
+  std::vector<std::unique_ptr<uint8_t[]>> grouped;
 };
 
 // Finds, checks and maps every tensor of the model described by `hp`. Sets hp.n_vocab from

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 #include "model/model.h"
 
 namespace leoam::sparse {
@@ -32,9 +33,9 @@ std::vector<Unit> rotation_units(const RopeParams& rope, int head_dim) {
 std::vector<double> scaled_row_norms2(const kernels::MatrixView& w, const float* norm) {
   std::vector<double> out(static_cast<size_t>(w.n_rows));
   std::vector<float> row(static_cast<size_t>(w.n_cols));
+  std::vector<uint8_t> scratch(w.row_bytes);
   for (int64_t r = 0; r < w.n_rows; ++r) {
-    kernels::dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_bytes,
-                            row.data(), w.n_cols);
+    kernels::dequantize_row(w.type, kernels::matrix_row(w, r, scratch.data()), row.data(), w.n_cols);
     double s = 0.0;
     for (int64_t c = 0; c < w.n_cols; ++c) {
       const double v = static_cast<double>(row[c]) * norm[c];
@@ -146,10 +147,11 @@ void PartialProjection::project_query(int layer, int64_t pos, const float* x, fl
   // The selected rows into an otherwise zero query, rotated whole: pairs are kept or dropped
   // together, so the dropped ones stay zero and the kept ones rotate exactly as in the full query.
   std::vector<float> q(static_cast<size_t>(n_head_) * head_dim_, 0.0f);
+  std::vector<uint8_t> scratch(L.attn_q.row_bytes);
   for (int h = 0; h < n_head_; ++h) {
     for (int i = lc.q_begin[h]; i < lc.q_begin[h + 1]; ++i) {
       const int64_t r = int64_t{h} * head_dim_ + lc.q_cols[i];
-      const auto* row = static_cast<const uint8_t*>(L.attn_q.data) + static_cast<size_t>(r) * L.attn_q.row_bytes;
+      const void* row = kernels::matrix_row(L.attn_q, r, scratch.data());
       q[r] = kernels::dot_row(L.attn_q.type, row, xn.data(), hp.n_embd) +
              (L.attn_q_bias != nullptr ? L.attn_q_bias[r] : 0.0f);
     }

@@ -1,12 +1,13 @@
 // The AVX2 building blocks the CPU kernels share: the target attribute that lets one function use
 // AVX2, FMA and F16C in a binary built for any x86-64 (callers check cpu_path() first), a
-// prefetch of the next rows, a horizontal sum, and a vectorized exp.
+// prefetch of the next rows, a 4-byte broadcast, a horizontal sum, and a vectorized exp.
 #pragma once
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstring>
 #include <limits>
 
 #define LEOAM_HAVE_X86 1
@@ -26,6 +27,13 @@ namespace leoam::kernels {
 template <size_t kBytes>
 inline void prefetch_bytes(const void* p) {
   for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
+
+// The 4 bytes at p in every 32-bit lane.
+LEOAM_AVX2 inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
 }
 
 // The sum of the 8 lanes.

@@ -2,12 +2,14 @@
 #include "kernels/cpu/dot_q8.h"
 
 #include <cassert>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/q8_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace leoam::kernels {
 namespace {
@@ -107,8 +109,27 @@ void dot_rows_q6_k_ref(const void* rows, size_t row_bytes, int n_rows, const voi
   });
 }
 
-constexpr detail::Q8Kernels kScalarKernels = {ref::quantize_q8a32,  ref::quantize_q8k,  dot_rows_q4_0_ref,
-                                              dot_rows_q8_0_ref, dot_rows_q4_k_ref, dot_rows_q6_k_ref};
+// Each row of each group taken out to GGUF's layout, then ref::dot_row_q8.
+template <GgmlType kType>
+void dot_groups_ref(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq, int64_t n, float* out) {
+  std::vector<uint8_t> row(row_bytes);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const auto* group = static_cast<const uint8_t*>(groups) + static_cast<size_t>(g) * kRowGroup * row_bytes;
+    for (int64_t i = 0; i < kRowGroup; ++i) {
+      ungroup_row(kType, group, row_bytes, kRowGroup, i, row.data());
+      out[g * kRowGroup + i] = ref::dot_row_q8(kType, row.data(), xq, n);
+    }
+  }
+}
+
+constexpr detail::Q8Kernels kScalarKernels = {ref::quantize_q8a32,
+                                              ref::quantize_q8k,
+                                              dot_rows_q4_0_ref,
+                                              dot_rows_q8_0_ref,
+                                              dot_rows_q4_k_ref,
+                                              dot_rows_q6_k_ref,
+                                              dot_groups_ref<GgmlType::kQ4_0>,
+                                              dot_groups_ref<GgmlType::kQ8_0>};
 
 detail::DotRowsQ8Fn select_dot(const detail::Q8Kernels& k, GgmlType type) {
   switch (type) {
@@ -162,6 +183,13 @@ void dot_rows_q8(GgmlType type, const void* rows, size_t row_bytes, int64_t n_ro
     const int64_t m = n_rows - r < 4 ? n_rows - r : 4;
     fn(base + static_cast<size_t>(r) * row_bytes, row_bytes, static_cast<int>(m), xq, n, out + r);
   }
+}
+
+void dot_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t n_groups, const void* xq, int64_t n,
+                   float* out) {
+  assert(n % ggml_block_size(type) == 0 && has_row_groups(type));
+  const detail::Q8Kernels& k = detail::q8_kernels();
+  (type == GgmlType::kQ4_0 ? k.dot_groups_q4_0 : k.dot_groups_q8_0)(groups, row_bytes, n_groups, xq, n, out);
 }
 
 namespace ref {

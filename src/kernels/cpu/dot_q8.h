@@ -25,6 +25,12 @@ float dot_row_q8(GgmlType type, const void* row, const void* xq, int64_t n);
 void dot_rows_q8(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const void* xq, int64_t n,
                  float* out);
 
+// out[8 g + i] = the dot of row i of row group g with xq, for the n_groups groups at `groups`
+// (row_groups.h: Q4_0 or Q8_0, group g at groups + g * 8 * row_bytes). One accumulator lane per
+// row: the paths differ from dot_rows_q8 only in the f32 accumulation order.
+void dot_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t n_groups, const void* xq, int64_t n,
+                   float* out);
+
 namespace ref {
 // Exact integer sum per block, then sum_b d_w[b] * d_x[b] * isum[b] in double.
 float dot_row_q8(GgmlType type, const void* row, const void* xq, int64_t n);

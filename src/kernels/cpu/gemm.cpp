@@ -37,6 +37,7 @@
 #include "core/cpu_features.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 
 #include "kernels/cpu/avx2_util.h"
 
@@ -130,16 +131,17 @@ void tile_times_tokens(const float* const* rows, int64_t n_tile_rows, int64_t r0
 
 void matmul_rows_batched(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t begin,
                          int64_t end) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
   // Grows to kTileRows * n_cols floats per thread and is reused across calls.
   thread_local std::vector<float> tile;
+  thread_local std::vector<uint8_t> row_scratch;
   const bool is_f32 = w.type == GgmlType::kF32;
   if (!is_f32) tile.resize(static_cast<size_t>(kTileRows * w.n_cols));
+  if (w.row_groups) row_scratch.resize(w.row_bytes);
   const float* rows[kTileRows];
   for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
     const int64_t n_tile_rows = std::min(kTileRows, end - r0);
     for (int64_t i = 0; i < n_tile_rows; ++i) {
-      const void* src = base + static_cast<size_t>(r0 + i) * w.row_bytes;
+      const void* src = matrix_row(w, r0 + i, row_scratch.data());
       if (is_f32) {
         rows[i] = static_cast<const float*>(src);
       } else {
@@ -189,9 +191,10 @@ void sgemm_rows(const float* w_f32, int64_t ld, int64_t n, int64_t r0, const flo
 }
 
 void decode_rows(const MatrixView& w, int64_t r0, int64_t n, float* dst) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
+  thread_local std::vector<uint8_t> row_scratch;
+  if (w.row_groups) row_scratch.resize(w.row_bytes);
   for (int64_t i = 0; i < n; ++i) {
-    dequantize_row(w.type, base + static_cast<size_t>(r0 + i) * w.row_bytes, dst + i * w.n_cols, w.n_cols);
+    dequantize_row(w.type, matrix_row(w, r0 + i, row_scratch.data()), dst + i * w.n_cols, w.n_cols);
   }
 }
 

@@ -2,10 +2,12 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cassert>
+#include <vector>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matvec.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace leoam::kernels {
 
@@ -21,11 +23,10 @@ void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
 
 namespace ref {
 void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
+  std::vector<uint8_t> scratch(w.row_bytes);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t r = 0; r < w.n_rows; ++r) {
-      y[t * w.n_rows + r] = ref::dot_row(w.type, base + static_cast<size_t>(r) * w.row_bytes, x + t * w.n_cols,
-                                         w.n_cols);
+      y[t * w.n_rows + r] = ref::dot_row(w.type, matrix_row(w, r, scratch.data()), x + t * w.n_cols, w.n_cols);
     }
   }
 }

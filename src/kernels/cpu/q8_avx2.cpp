@@ -15,6 +15,7 @@
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/q8_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/cpu/avx2_util.h"
@@ -236,6 +237,71 @@ LEOAM_AVX2 void dot_q8_0_rows(const uint8_t* rows, size_t row_bytes, const Block
   for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r]);
 }
 
+// ---- Row groups (row_groups.h): one int32 lane per row ----
+//
+// A 256-bit load of a group's block holds quant-byte chunk j (4 bytes) of all 8 rows; the
+// activation's 4 matching bytes are broadcast, so each lane's pair sums belong to one row and the
+// 8 scales of a block convert with one vcvtph2ps. Q4_0: sum_j u_j x_j in int16 over the 4 chunks
+// of both nibbles (8 pair sums of at most 2 * 15 * 127 each: 30480), one vpmaddwd, then the -8 x
+// term through the activation sum s: acc - 8 sum_b d_w s_b. Q8_0: |w| x sign(x, w) per chunk
+// (pair sums up to 32512, so each goes to int32 at once). Each block prefetches the same block of
+// the next group.
+
+LEOAM_AVX2 void dot_groups_q4_0_avx2(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                                     int64_t n, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const auto* x = static_cast<const BlockQ8A32*>(xq);
+  const int64_t n_blocks = n / kQK4_0;
+  const size_t group_bytes = kRowGroup * row_bytes;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* blk = static_cast<const uint8_t*>(groups) + static_cast<size_t>(g) * group_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    __m256 corr = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, blk += kRowGroup * sizeof(BlockQ4_0)) {
+      prefetch_bytes<kRowGroup * sizeof(BlockQ4_0)>(blk + group_bytes);
+      const int8_t* xb = x[b].qs;
+      __m256i s = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * j));
+        const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), bcast4(xb + 4 * j));
+        const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bcast4(xb + 16 + 4 * j));
+        s = _mm256_add_epi16(s, _mm256_add_epi16(lo, hi));
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), _mm256_mul_ps(dw, _mm256_set1_ps(x[b].d)),
+                            acc);
+      corr = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[b].s), corr);
+    }
+    _mm256_storeu_ps(out + g * kRowGroup, _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), corr, acc));
+  }
+}
+
+LEOAM_AVX2 void dot_groups_q8_0_avx2(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                                     int64_t n, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const auto* x = static_cast<const BlockQ8A32*>(xq);
+  const int64_t n_blocks = n / kQK8_0;
+  const size_t group_bytes = kRowGroup * row_bytes;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* blk = static_cast<const uint8_t*>(groups) + static_cast<size_t>(g) * group_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, blk += kRowGroup * sizeof(BlockQ8_0)) {
+      prefetch_bytes<kRowGroup * sizeof(BlockQ8_0)>(blk + group_bytes);
+      const int8_t* xb = x[b].qs;
+      __m256i s = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * j));
+        const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(xb + 4 * j), w));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x[b].d)), acc);
+    }
+    _mm256_storeu_ps(out + g * kRowGroup, acc);
+  }
+}
+
 // ---- Q4_K x Q8K ----
 
 // The 8 6-bit scales (sc) and mins (m) of a Q4_K block, unpacked 4 at a time in 32-bit words
@@ -387,8 +453,9 @@ void dot_q6_k_avx2(const void* rows, size_t row_bytes, int n_rows, const void* x
   }
 }
 
-constexpr Q8Kernels kAvx2Kernels = {quantize_q8a32_avx2, quantize_q8k_avx2, dot_q4_0_avx2,
-                                    dot_q8_0_avx2,       dot_q4_k_avx2,     dot_q6_k_avx2};
+constexpr Q8Kernels kAvx2Kernels = {quantize_q8a32_avx2,  quantize_q8k_avx2, dot_q4_0_avx2,
+                                    dot_q8_0_avx2,        dot_q4_k_avx2,     dot_q6_k_avx2,
+                                    dot_groups_q4_0_avx2, dot_groups_q8_0_avx2};
 
 }  // namespace
 

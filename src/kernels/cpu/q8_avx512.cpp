@@ -1,8 +1,8 @@
-// AVX-512 VNNI integer dot for Q8_0: vpdpbusd over two 32-element blocks per 512-bit vector, up
-// to 4 rows per pass, prefetching the next group of rows as the AVX2 kernels do (avx2_util.h).
-// Everything else on the AVX-512 path (the activation quantizers, Q4_0, the
-// K-quant dots, and Q8_0 on a CPU with AVX-512 but no VNNI) is the AVX2 table: those kernels run
-// unchanged there. Compiled everywhere, tested only where the CPU has it (q8_test.cpp says when
+// AVX-512 VNNI integer dots: Q8_0 rows with vpdpbusd over two 32-element blocks per 512-bit
+// vector, up to 4 rows per pass, prefetching the next group of rows as the AVX2 kernels do
+// (avx2_util.h); and Q4_0 / Q8_0 row groups (row_groups.h) with 256-bit vpdpbusd. Everything else
+// on the AVX-512 path (the activation quantizers, Q4_0 rows, the K-quant dots, and all of these
+// on a CPU with AVX-512 but no VNNI) is the AVX2 table: those kernels run unchanged there. Compiled everywhere, tested only where the CPU has it (q8_test.cpp says when
 // it is skipped).
 //
 // Measured 2026-12-01 on the first AVX-512 machine this project had (2-core Xeon VM, Sapphire
@@ -18,10 +18,13 @@
 // (unsigned) and 128 * sum(x) is subtracted in int32 (the activation's sums come from one
 // vpdpbusd with ones, shared by all rows): exact, with no saturation anywhere (vpdpbusd sums in
 // 32 bits).
+#include <cstring>
+
 #include "core/cpu_features.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/q8_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as uninitialized.
@@ -29,7 +32,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include "kernels/cpu/avx2_util.h"  // prefetch_bytes
+#include "kernels/cpu/avx2_util.h"  // prefetch_bytes, bcast4
 #define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
 namespace leoam::kernels::detail {
@@ -114,9 +117,73 @@ void dot_q8_0_avx512(const void* rows, size_t row_bytes, int n_rows, const void*
   }
 }
 
+// ---- Row groups (row_groups.h): 256-bit vpdpbusd, one int32 lane per row ----
+//
+// As the AVX2 group kernels (q8_avx2.cpp), with vpdpbusd for vpmaddubsw + vpmaddwd, kept to 256
+// bits (512-bit instructions close port 1's vector unit on Intel cores). Q4_0: the high nibbles
+// are taken in place (q & 0xF0 = 16 u), which saves a shift per chunk, and the lane sum is
+// shifted back by 4 (exact: 16 divides it); the -8 x term through the activation sum s. Q8_0:
+// w + 128 (unsigned) x x, and -128 sum_b d_w s_b after the loop.
+
+LEOAM_AVX512 void dot_groups_q4_0_vnni(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                                       int64_t n, float* out) {
+  const auto* x = static_cast<const BlockQ8A32*>(xq);
+  const int64_t n_blocks = n / kQK4_0;
+  const size_t group_bytes = kRowGroup * row_bytes;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* blk = static_cast<const uint8_t*>(groups) + static_cast<size_t>(g) * group_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    __m256 corr = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, blk += kRowGroup * sizeof(BlockQ4_0)) {
+      prefetch_bytes<kRowGroup * sizeof(BlockQ4_0)>(blk + group_bytes);
+      const int8_t* xb = x[b].qs;
+      __m256i lo = _mm256_setzero_si256();
+      __m256i hi16 = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * j));
+        lo = _mm256_dpbusd_epi32(lo, _mm256_and_si256(q, _mm256_set1_epi8(0x0F)), bcast4(xb + 4 * j));
+        hi16 = _mm256_dpbusd_epi32(hi16, _mm256_and_si256(q, _mm256_set1_epi8(static_cast<char>(0xF0))),
+                                   bcast4(xb + 16 + 4 * j));
+      }
+      const __m256i s = _mm256_add_epi32(lo, _mm256_srai_epi32(hi16, 4));
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x[b].d)), acc);
+      corr = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[b].s), corr);
+    }
+    _mm256_storeu_ps(out + g * kRowGroup, _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), corr, acc));
+  }
+}
+
+LEOAM_AVX512 void dot_groups_q8_0_vnni(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                                       int64_t n, float* out) {
+  const auto* x = static_cast<const BlockQ8A32*>(xq);
+  const int64_t n_blocks = n / kQK8_0;
+  const size_t group_bytes = kRowGroup * row_bytes;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* blk = static_cast<const uint8_t*>(groups) + static_cast<size_t>(g) * group_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    __m256 corr = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, blk += kRowGroup * sizeof(BlockQ8_0)) {
+      prefetch_bytes<kRowGroup * sizeof(BlockQ8_0)>(blk + group_bytes);
+      const int8_t* xb = x[b].qs;
+      __m256i s = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * j));
+        s = _mm256_dpbusd_epi32(s, _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80))), bcast4(xb + 4 * j));
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x[b].d)), acc);
+      corr = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[b].s), corr);
+    }
+    _mm256_storeu_ps(out + g * kRowGroup, _mm256_fnmadd_ps(_mm256_set1_ps(128.0f), corr, acc));
+  }
+}
+
 Q8Kernels make_vnni_table() {
   Q8Kernels k = *q8_kernels_avx2();
   k.dot_q8_0 = dot_q8_0_avx512;
+  k.dot_groups_q4_0 = dot_groups_q4_0_vnni;
+  k.dot_groups_q8_0 = dot_groups_q8_0_vnni;
   return k;
 }
 

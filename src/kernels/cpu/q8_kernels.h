@@ -11,6 +11,10 @@ namespace leoam::kernels::detail {
 // n_rows in [1, 4]; n elements, a multiple of the block size.
 using DotRowsQ8Fn = void (*)(const void* rows, size_t row_bytes, int n_rows, const void* xq, int64_t n,
                              float* out);
+// out[8 g + i] = dot of row i of group g (row_groups.h; group g at groups + g * 8 * row_bytes)
+// with xq, for g in [0, n_groups).
+using DotGroupsQ8Fn = void (*)(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq, int64_t n,
+                               float* out);
 // Encodes x[0..n) into activation blocks at dst.
 using QuantizeActivationFn = void (*)(const float* x, int64_t n, void* dst);
 
@@ -21,6 +25,8 @@ struct Q8Kernels {
   DotRowsQ8Fn dot_q8_0;
   DotRowsQ8Fn dot_q4_k;
   DotRowsQ8Fn dot_q6_k;
+  DotGroupsQ8Fn dot_groups_q4_0;
+  DotGroupsQ8Fn dot_groups_q8_0;
 };
 
 // The tables of each instruction set; nullptr where the build has no such path (not x86).

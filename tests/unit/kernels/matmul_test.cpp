@@ -14,6 +14,7 @@
 #include "kernels/cpu/dot_q8.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 #include "random_matrix.h"
 
 namespace leoam::kernels {
@@ -68,6 +69,63 @@ TEST_P(MatmulTest, MatchesReference) {
     }
   }
 }
+
+// The same matrix in the row-group layout (row_groups.h), whole and as the view of its rows 8..
+// that a decode region takes: decode (1 token) within the reference's bound, and prefill exactly
+// equal to the row-major matrix's (gemm decodes the same rows).
+class RowGroupsMatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(RowGroupsMatmulTest, MatchRowMajor) {
+  const GgmlType type = GetParam();
+  const int64_t bs = ggml_block_size(type);
+  std::mt19937 rng(static_cast<uint32_t>(type) + 29);
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  for (const Shape& s : {Shape{8, 3 * bs}, Shape{21, 5 * bs}, Shape{64, 2 * bs}}) {
+    const RandomMatrix m(type, s.n_rows, s.n_cols, rng);
+    std::vector<uint8_t> grouped(m.bytes.size());
+    group_rows(type, m.bytes.data(), m.view.row_bytes, s.n_rows, grouped.data());
+    for (const int64_t r0 : {int64_t{0}, int64_t{8}}) {
+      if (r0 >= s.n_rows) continue;
+      MatrixView plain = m.view;
+      plain.data = m.bytes.data() + r0 * plain.row_bytes;
+      plain.n_rows = s.n_rows - r0;
+      MatrixView view = plain;
+      view.data = grouped.data() + r0 * view.row_bytes;
+      view.row_groups = true;
+      for (int64_t n_tokens : {1, 3}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
+        std::vector<float> want(static_cast<size_t>(n_tokens * plain.n_rows));
+        std::vector<float> y(want.size());
+        for (ThreadPool& pool : pools) {
+          SCOPED_TRACE("rows " + std::to_string(s.n_rows) + " from " + std::to_string(r0) + " tokens " +
+                       std::to_string(n_tokens) + " threads " + std::to_string(pool.n_threads()));
+          matmul(plain, x.data(), n_tokens, want.data(), pool);
+          matmul(view, x.data(), n_tokens, y.data(), pool);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < plain.n_rows; ++r) {
+              const size_t i = static_cast<size_t>(t * plain.n_rows + r);
+              if (n_tokens == 1) {
+                ASSERT_NEAR(y[i], want[i], m.tolerance(x.data(), t, r0 + r)) << "row " << r;
+              } else {
+                ASSERT_EQ(y[i], want[i]) << "token " << t << " row " << r;
+              }
+            }
+          }
+        }
+        std::vector<float> y_ref(want.size());
+        ref::matmul(view, x.data(), n_tokens, y_ref.data());
+        std::vector<float> y_plain_ref(want.size());
+        ref::matmul(plain, x.data(), n_tokens, y_plain_ref.data());
+        ASSERT_EQ(y_ref, y_plain_ref) << "ref::matmul reads the groups as rows";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RowGroupsMatmulTest, ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) {
+                           return ggml_type_name(static_cast<uint32_t>(info.param));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,

@@ -21,6 +21,7 @@
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace leoam::kernels {
 namespace {
@@ -172,6 +173,16 @@ TEST(Q8Activation, EveryPathEqualsReferenceBitwise) {
   });
 }
 
+// The bound a path's dot of `row` with the activation (decoded: xd) is held to:
+// 1e-5 * sum_i |w_i x_i| + 1e-6.
+double dot_tolerance(GgmlType type, const uint8_t* row, const std::vector<float>& xd, int64_t n) {
+  std::vector<float> w(static_cast<size_t>(n));
+  ref::dequantize_row(type, row, w.data(), n);
+  double magnitude = 0.0;
+  for (int64_t i = 0; i < n; ++i) magnitude += std::fabs(static_cast<double>(w[i]) * xd[i]);
+  return 1e-5 * magnitude + 1e-6;
+}
+
 TEST(DotQ8, EveryPathMatchesReference) {
   std::mt19937 rng(11);
   for_each_path([&](CpuPath) {
@@ -187,15 +198,39 @@ TEST(DotQ8, EveryPathMatchesReference) {
         const std::vector<float> xd = dequantize_activation(type, xq, n);
         std::vector<float> y(kRows, -1.0f);
         dot_rows_q8(type, rows.data(), row_bytes, kRows, xq.data(), n, y.data());
-        std::vector<float> w(static_cast<size_t>(n));
         for (int64_t r = 0; r < kRows; ++r) {
           const uint8_t* row = rows.data() + r * row_bytes;
-          ref::dequantize_row(type, row, w.data(), n);
-          double magnitude = 0.0;
-          for (int64_t i = 0; i < n; ++i) magnitude += std::fabs(static_cast<double>(w[i]) * xd[i]);
           const float want = ref::dot_row_q8(type, row, xq.data(), n);
-          ASSERT_NEAR(y[r], want, 1e-5 * magnitude + 1e-6) << "row " << r;
+          ASSERT_NEAR(y[r], want, dot_tolerance(type, row, xd, n)) << "row " << r;
           ASSERT_EQ(y[r], dot_row_q8(type, row, xq.data(), n)) << "row " << r << ": multi-row pass differs";
+        }
+      }
+    }
+  });
+}
+
+// Row groups (row_groups.h) of Q4_0 and Q8_0: every path against ref::dot_row_q8 of the rows as
+// GGUF stores them, over 3 groups in one call (each group's prefetch reaches into the next).
+TEST(DotQ8, RowGroupsEveryPathMatchesReference) {
+  std::mt19937 rng(13);
+  for_each_path([&](CpuPath) {
+    for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+      for (int64_t n : test_lengths(type)) {
+        SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n));
+        constexpr int64_t kGroups = 3, kRows = kGroups * kRowGroup;
+        const std::vector<uint8_t> rows = random_rows(type, n, kRows, rng);
+        const size_t row_bytes = ggml_row_size(type, n);
+        std::vector<uint8_t> grouped(rows.size());
+        group_rows(type, rows.data(), row_bytes, kRows, grouped.data());
+        const std::vector<float> x = random_floats(n, rng);
+        std::vector<uint8_t> xq(activation_bytes(type, n));
+        ref::quantize_activation(type, x.data(), n, xq.data());
+        const std::vector<float> xd = dequantize_activation(type, xq, n);
+        std::vector<float> y(kRows, -1.0f);
+        dot_groups_q8(type, grouped.data(), row_bytes, kGroups, xq.data(), n, y.data());
+        for (int64_t r = 0; r < kRows; ++r) {
+          const uint8_t* row = rows.data() + r * row_bytes;
+          ASSERT_NEAR(y[r], ref::dot_row_q8(type, row, xq.data(), n), dot_tolerance(type, row, xd, n)) << "row " << r;
         }
       }
     }

@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/cpu/row_groups.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
 
@@ -247,6 +249,37 @@ TEST(ModelLoad, NormsStoredAsF16AreConverted) {
   ASSERT_NE(bias, nullptr);
   EXPECT_EQ(bias[0], 0.5f);
   EXPECT_EQ(bias[255], 0.5f);
+}
+
+// Q4_0 and Q8_0 projection matrices are copied into the row-group layout at load (the rows read
+// back through matrix_row are the file's); the embedding stays in the mapping, and
+// LEOAM_ROW_GROUPS=0 keeps every matrix there.
+TEST(ModelLoad, QuantizedMatricesGoToRowGroups) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(type)));
+    SyntheticModelSpec spec = spec256();
+    spec.weight_type = type;
+    const InMemoryModel m = make(spec);
+    for (const bool enabled : {true, false}) {
+      if (!enabled) setenv("LEOAM_ROW_GROUPS", "0", 1);
+      auto model = m.load();
+      unsetenv("LEOAM_ROW_GROUPS");
+      ASSERT_TRUE(model.is_ok()) << model.status().message();
+      const ModelWeights& w = (*model)->weights();
+      const bool grouped = enabled && kernels::has_row_groups(type);
+      EXPECT_FALSE(w.token_embd.row_groups);
+      const GgufTensorInfo* t = (*model)->gguf().find_tensor("blk.1.ffn_down.weight");
+      ASSERT_NE(t, nullptr);
+      const kernels::MatrixView& down = w.layers[1].ffn_down;
+      EXPECT_EQ(down.row_groups, grouped);
+      EXPECT_EQ(down.data == t->data, !grouped);
+      std::vector<uint8_t> scratch(down.row_bytes);
+      for (int64_t r = 0; r < down.n_rows; ++r) {
+        const auto* want = static_cast<const uint8_t*>(t->data) + r * down.row_bytes;
+        ASSERT_EQ(std::memcmp(kernels::matrix_row(down, r, scratch.data()), want, down.row_bytes), 0) << "row " << r;
+      }
+    }
+  }
 }
 
 TEST(ModelLoad, MissingFileNamesIt) {
