@@ -116,7 +116,7 @@ void dot_groups_ref(const void* groups, size_t row_bytes, int64_t n_groups, cons
   for (int64_t g = 0; g < n_groups; ++g) {
     const auto* group = static_cast<const uint8_t*>(groups) + static_cast<size_t>(g) * kRowGroup * row_bytes;
     for (int64_t i = 0; i < kRowGroup; ++i) {
-      ungroup_row(kType, group, row_bytes, kRowGroup, i, row.data());
+      ungroup_rows(kType, group, row_bytes, kRowGroup, i, 1, row.data());
       out[g * kRowGroup + i] = ref::dot_row_q8(kType, row.data(), xq, n);
     }
   }

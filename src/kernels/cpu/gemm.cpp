@@ -190,11 +190,17 @@ void sgemm_rows(const float* w_f32, int64_t ld, int64_t n, int64_t r0, const flo
               0.0f, y + r0, static_cast<blasint>(n_rows));
 }
 
+// Rows in row groups are first put back row-major, the panel's groups read once each.
 void decode_rows(const MatrixView& w, int64_t r0, int64_t n, float* dst) {
-  thread_local std::vector<uint8_t> row_scratch;
-  if (w.row_groups) row_scratch.resize(w.row_bytes);
+  thread_local std::vector<uint8_t> rows;
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes;
+  if (w.row_groups) {
+    rows.resize(static_cast<size_t>(n) * w.row_bytes);
+    ungroup_rows(w.type, w.data, w.row_bytes, w.n_rows, r0, n, rows.data());
+    src = rows.data();
+  }
   for (int64_t i = 0; i < n; ++i) {
-    dequantize_row(w.type, matrix_row(w, r0 + i, row_scratch.data()), dst + i * w.n_cols, w.n_cols);
+    dequantize_row(w.type, src + static_cast<size_t>(i) * w.row_bytes, dst + i * w.n_cols, w.n_cols);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/cpu/row_groups.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -39,33 +40,43 @@ void group_rows(GgmlType type, const void* src, size_t row_bytes, int64_t n_rows
               static_cast<size_t>(n_rows - n_grouped) * row_bytes);
 }
 
-void ungroup_row(GgmlType type, const void* data, size_t row_bytes, int64_t n_rows, int64_t r, void* out) {
-  assert(has_row_groups(type) && r >= 0 && r < n_rows);
+void ungroup_rows(GgmlType type, const void* data, size_t row_bytes, int64_t n_rows, int64_t r0, int64_t n,
+                  void* out) {
+  assert(has_row_groups(type) && r0 >= 0 && n >= 0 && r0 + n <= n_rows);
   const auto* base = static_cast<const uint8_t*>(data);
   auto* o = static_cast<uint8_t*>(out);
-  if (r >= n_rows / kRowGroup * kRowGroup) {
-    std::memcpy(o, base + static_cast<size_t>(r) * row_bytes, row_bytes);
-    return;
-  }
+  const int64_t n_grouped = n_rows / kRowGroup * kRowGroup;
   const size_t block_bytes = ggml_row_size(type, ggml_block_size(type));
   const size_t n_chunks = (block_bytes - kScaleBytes) / kChunk;
   const size_t n_blocks = row_bytes / block_bytes;
-  const int64_t g = r / kRowGroup * kRowGroup, i = r - g;
-  const uint8_t* group = base + static_cast<size_t>(g) * row_bytes;
-  for (size_t b = 0; b < n_blocks; ++b) {
-    const uint8_t* blk = group + b * kRowGroup * block_bytes;
-    uint8_t* ob = o + b * block_bytes;
-    std::memcpy(ob, blk + i * kScaleBytes, kScaleBytes);
-    for (size_t j = 0; j < n_chunks; ++j) {
-      std::memcpy(ob + kScaleBytes + j * kChunk, blk + kRowGroup * kScaleBytes + (j * kRowGroup + i) * kChunk, kChunk);
+  int64_t r = r0;
+  // Group by group, block by block, so that each group is read once, in address order.
+  while (r < r0 + n && r < n_grouped) {
+    const int64_t g = r / kRowGroup * kRowGroup;
+    const int64_t i1 = std::min(g + kRowGroup, r0 + n) - g;
+    const uint8_t* group = base + static_cast<size_t>(g) * row_bytes;
+    for (size_t b = 0; b < n_blocks; ++b) {
+      const uint8_t* blk = group + b * kRowGroup * block_bytes;
+      for (int64_t i = r - g; i < i1; ++i) {
+        uint8_t* ob = o + static_cast<size_t>(g + i - r0) * row_bytes + b * block_bytes;
+        std::memcpy(ob, blk + i * kScaleBytes, kScaleBytes);
+        for (size_t j = 0; j < n_chunks; ++j) {
+          std::memcpy(ob + kScaleBytes + j * kChunk, blk + kRowGroup * kScaleBytes + (j * kRowGroup + i) * kChunk,
+                      kChunk);
+        }
+      }
     }
+    r = g + i1;
   }
+  // The tail rows are stored row-major.
+  std::memcpy(o + static_cast<size_t>(r - r0) * row_bytes, base + static_cast<size_t>(r) * row_bytes,
+              static_cast<size_t>(r0 + n - r) * row_bytes);
 }
 
 const void* matrix_row(const MatrixView& w, int64_t r, void* scratch) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (!w.row_groups || r >= w.n_rows / kRowGroup * kRowGroup) return base + static_cast<size_t>(r) * w.row_bytes;
-  ungroup_row(w.type, w.data, w.row_bytes, w.n_rows, r, scratch);
+  ungroup_rows(w.type, w.data, w.row_bytes, w.n_rows, r, 1, scratch);
   return scratch;
 }
 

@@ -28,11 +28,12 @@ bool has_row_groups(GgmlType type);
 // size; src and dst do not overlap).
 void group_rows(GgmlType type, const void* src, size_t row_bytes, int64_t n_rows, void* dst);
 
-// Row r of a matrix in the row-group layout, written row-major (row_bytes) to out.
-void ungroup_row(GgmlType type, const void* data, size_t row_bytes, int64_t n_rows, int64_t r, void* out);
+// Rows [r0, r0 + n) of a matrix in the row-group layout, written row-major (n * row_bytes) to out.
+void ungroup_rows(GgmlType type, const void* data, size_t row_bytes, int64_t n_rows, int64_t r0, int64_t n,
+                  void* out);
 
 // Row r of w in GGUF's layout: a pointer into w when it is row-major (or r is a tail row),
-// else `scratch` (w.row_bytes long) filled by ungroup_row.
+// else `scratch` (w.row_bytes long) filled by ungroup_rows.
 const void* matrix_row(const MatrixView& w, int64_t r, void* scratch);
 
 }  // namespace leoam::kernels

@@ -72,7 +72,8 @@ TEST_P(MatmulTest, MatchesReference) {
 
 // The same matrix in the row-group layout (row_groups.h), whole and as the view of its rows 8..
 // that a decode region takes: decode (1 token) within the reference's bound, and prefill exactly
-// equal to the row-major matrix's (gemm decodes the same rows).
+// equal to the row-major matrix's (gemm decodes the same rows; 72 x 128 blocks x 5 tokens is
+// above kBlasMinMacs, so both the tiled and the BLAS panels are covered).
 class RowGroupsMatmulTest : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(RowGroupsMatmulTest, MatchRowMajor) {
@@ -80,7 +81,7 @@ TEST_P(RowGroupsMatmulTest, MatchRowMajor) {
   const int64_t bs = ggml_block_size(type);
   std::mt19937 rng(static_cast<uint32_t>(type) + 29);
   ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
-  for (const Shape& s : {Shape{8, 3 * bs}, Shape{21, 5 * bs}, Shape{64, 2 * bs}}) {
+  for (const Shape& s : {Shape{8, 3 * bs}, Shape{21, 5 * bs}, Shape{64, 2 * bs}, Shape{72, 128 * bs}}) {
     const RandomMatrix m(type, s.n_rows, s.n_cols, rng);
     std::vector<uint8_t> grouped(m.bytes.size());
     group_rows(type, m.bytes.data(), m.view.row_bytes, s.n_rows, grouped.data());
@@ -92,7 +93,7 @@ TEST_P(RowGroupsMatmulTest, MatchRowMajor) {
       MatrixView view = plain;
       view.data = grouped.data() + r0 * view.row_bytes;
       view.row_groups = true;
-      for (int64_t n_tokens : {1, 3}) {
+      for (int64_t n_tokens : {1, 5}) {
         const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
         std::vector<float> want(static_cast<size_t>(n_tokens * plain.n_rows));
         std::vector<float> y(want.size());

@@ -1,5 +1,5 @@
-// The row-group layout (row_groups.h): its byte positions, the round trip back to GGUF's rows, and
-// matrix_row on grouped, row-major and tail rows.
+// The row-group layout (row_groups.h): its byte positions, the round trip back to GGUF's rows (one
+// at a time and in ranges), and matrix_row on grouped, row-major and tail rows.
 #include "kernels/cpu/row_groups.h"
 
 #include <gtest/gtest.h>
@@ -73,12 +73,21 @@ TEST(RowGroups, RoundTripAndMatrixRow) {
       const int64_t n_grouped = n_rows / 8 * 8;
       for (int64_t r = 0; r < n_rows; ++r) {
         const uint8_t* want = rows.data() + r * row_bytes;
-        ungroup_row(type, grouped.data(), row_bytes, n_rows, r, out.data());
-        ASSERT_EQ(std::memcmp(out.data(), want, row_bytes), 0) << "ungroup_row " << r;
+        ungroup_rows(type, grouped.data(), row_bytes, n_rows, r, 1, out.data());
+        ASSERT_EQ(std::memcmp(out.data(), want, row_bytes), 0) << "ungroup_rows " << r;
         const void* got = matrix_row(view, r, scratch.data());
         ASSERT_EQ(std::memcmp(got, want, row_bytes), 0) << "matrix_row " << r;
         EXPECT_EQ(got == scratch.data(), r < n_grouped) << "row " << r;
         EXPECT_EQ(matrix_row(plain, r, scratch.data()), want);
+      }
+      // Every range of rows at once, across group boundaries and into the tail.
+      std::vector<uint8_t> range(rows.size());
+      for (int64_t r0 = 0; r0 < n_rows; ++r0) {
+        for (int64_t n = 0; r0 + n <= n_rows; ++n) {
+          ungroup_rows(type, grouped.data(), row_bytes, n_rows, r0, n, range.data());
+          ASSERT_EQ(std::memcmp(range.data(), rows.data() + r0 * row_bytes, n * row_bytes), 0)
+              << "rows " << r0 << " + " << n;
+        }
       }
     }
   }
