@@ -36,9 +36,9 @@
 
 namespace leoam {
 
-// 64: LeoAM's initial chunk size; 8..512 is what the store accepts.
+// 64: LeoAM's initial chunk size; 2..512 is what the store accepts.
 inline constexpr int kDefaultChunkTokens = 64;
-inline constexpr int kMinChunkTokens = 8;
+inline constexpr int kMinChunkTokens = 2;
 inline constexpr int kMaxChunkTokens = 512;
 
 // 32-bit words of the key sign sketch per kv head of a row (one bit a channel).

@@ -48,7 +48,7 @@
 // scored"). One ChunkTree per layer, grown to n_tokens at each select (only the edge is read),
 // rebuilt when n_tokens goes back; reset() forgets them all. With C the store's chunk:
 //
-//   min_tokens      max(8, C) rounded up to a multiple of C          (kIakmMinTokens = 8)
+//   min_tokens      C (LeoAM's 8 by default, finer for small budgets: the CLI's default_chunk_tokens)
 //   max_tokens      the largest min * 2^k <= max(512, min)           (kIakmMaxTokens = 512)
 //   initial_tokens  layers [0, 2): min; others the smallest min * 2^k >= 64, at most max
 //                                                   (kIakmFineLayers = 2, kIakmInitialTokens = 64)
@@ -91,7 +91,6 @@
 namespace leoam::sparse {
 namespace {
 
-constexpr int kIakmMinTokens = 8;        // LeoAM: chunks split down to 8 tokens
 constexpr int kIakmMaxTokens = 512;      // merges stop here (the store's largest chunk, kMaxChunkTokens)
 constexpr int kIakmInitialTokens = 64;   // LeoAM's initial chunk size
 constexpr int kIakmFineLayers = 2;       // LeoAM: layers 0 and 1 start at the smallest chunks
@@ -112,7 +111,7 @@ int budget_leaf_cap(const ChunkTreeOptions& o, int64_t budget_tokens) {
 ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t budget_tokens) {
   const int c = std::max(store_chunk_tokens, 1);
   ChunkTreeOptions o;
-  o.min_tokens = (std::max(kIakmMinTokens, c) + c - 1) / c * c;
+  o.min_tokens = c;
   o.max_tokens = o.min_tokens;
   while (o.max_tokens * 2 <= kIakmMaxTokens) o.max_tokens *= 2;
   o.initial_tokens = o.min_tokens;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_runner.h"
@@ -82,6 +83,24 @@ class KvCliTest : public ::testing::Test {
   std::string dir_;
   std::string prompt_;
 };
+
+// leoam's default store chunk (its smallest leaf) is 8 tokens, or 4 or 2 when the far budget holds
+// fewer than 16 chunks of 8 or 4. -c 1536 with a sink of 4 and a window of 64: 1468 far tokens.
+TEST_F(KvCliTest, LeoamChunksGetFinerForSmallBudgets) {
+  const std::pair<std::string, int> cases[] = {{"0.1", 8}, {"0.05", 4}, {"0.02", 2}, {"100", 4}, {"200", 8}};
+  for (const auto& [budget, chunk] : cases) {
+    CliResult r = run({"-p", "Once upon a time", "-n", "2", "--temp", "0", "--policy", "leoam", "--budget", budget,
+                       "--kv-dir", dir_ + "/kv-" + budget});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("chunks of " + std::to_string(chunk) + " tokens"), std::string::npos)
+        << "budget " << budget << ": " << r.err;
+  }
+  // An explicit --kv-chunk wins.
+  CliResult r = run({"-p", "Once upon a time", "-n", "2", "--temp", "0", "--policy", "leoam", "--budget", "0.02",
+                     "--kv-dir", dir_ + "/kv-explicit", "--kv-chunk", "16"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("chunks of 16 tokens"), std::string::npos) << r.err;
+}
 
 TEST_F(KvCliTest, KvTwentyTimesTheBudgetsRunsFromDiskAndMatchesTheMemoryRun) {
   CliResult memory = run({"-f", prompt_, "--temp", "0", "-n", "24", "--dump-logits", dir_ + "/memory.txt"});

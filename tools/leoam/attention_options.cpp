@@ -70,9 +70,16 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
 
 bool policy_needs_catalog(const AttentionCliOptions& o) { return sparse::selection_policy_needs_catalog(o.policy); }
 
-int default_chunk_tokens(const AttentionCliOptions& o) {
-  if (o.policy == "leoam" && !o.no_adaptive) return 8;
-  return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
+int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
+  if (o.policy != "leoam" || o.no_adaptive) return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
+  constexpr int kLeoamChunk = 8;       // LeoAM: chunks split down to 8 tokens
+  constexpr int kChunksPerBudget = 16;
+  constexpr int kFinestChunk = 2;
+  const int64_t far = std::max<int64_t>(0, n_ctx - kv_options.n_sink - kv_options.n_recent);
+  const double budget_tokens = o.budget <= 1.0 ? o.budget * static_cast<double>(far) : o.budget;
+  int chunk = kLeoamChunk;
+  while (chunk > kFinestChunk && chunk * kChunksPerBudget > budget_tokens) chunk /= 2;
+  return chunk;
 }
 
 Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& o,

@@ -549,7 +549,9 @@ class EvalCommand : public Command {
     attention.policy = run.policy;
     attention.budget = run.budget;
     KvCliOptions kv_options = kv_options_;
-    if (kv_options.chunk_tokens == 0) kv_options.chunk_tokens = default_chunk_tokens(attention);
+    // The prompt and every answer token fit: checked when the sample was built.
+    const int64_t n_ctx = spec.ctx + sample.max_new_tokens;
+    if (kv_options.chunk_tokens == 0) kv_options.chunk_tokens = default_chunk_tokens(attention, kv_options, n_ctx);
     // A subdirectory per run: no run sees another's files, and none is left behind.
     if (!kv_options.dir.empty()) kv_options.dir = (fs::path(kv_options_.dir) / ("run-" + std::to_string(run_index))).string();
     struct RemoveDir {
@@ -564,8 +566,6 @@ class EvalCommand : public Command {
       fs::remove_all(kv_options.dir, ec);
     }
 
-    // The prompt and every answer token fit: checked when the sample was built.
-    const int64_t n_ctx = spec.ctx + sample.max_new_tokens;
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
                            make_kv_cache(kv_options, model, n_ctx, policy_needs_catalog(attention)));
     KvCache& kv_cache = *kv;  // owned by the context from here on

@@ -36,8 +36,9 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-chunk", o.chunk_tokens,
-                 "tokens per KV chunk (default: 8 for --policy leoam, whose adaptive chunks split down to 8; 16 for "
-                 "quest, its page size; else 64)")
+                 "tokens per KV chunk (default: for --policy leoam, whose adaptive chunks split down to one store "
+                 "chunk, 8, or 4 or 2 when the far budget holds fewer than 16 chunks of 8 or 4; 16 for quest, its "
+                 "page size; else 64)")
       ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
       ->group(group);
   cmd.add_option("--kv-host-codec", o.host_codec, "form of the KV on the host and disk tiers: none, int8 or int4 (lossy)")

@@ -179,7 +179,7 @@ class RunCommand : public Command {
     fwd.n_batch = n_batch_;
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
-    if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_);
+    if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
     Result<std::unique_ptr<KvCache>> kv =
         make_kv_cache(kv_options_, **model, n_ctx, policy_needs_catalog(attention_options_));
     if (!kv.is_ok()) return fail(kv.status());

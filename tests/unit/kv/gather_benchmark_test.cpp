@@ -91,7 +91,7 @@ TEST(GatherBenchmarkTest, BadOptionsAreInvalidArguments) {
   std::vector<GatherBenchOptions> bad(5, tiny_options(dir.path()));
   bad[0].dir = "";
   bad[1].select_fraction = 0.0;
-  bad[2].chunk_tokens = {4};
+  bad[2].chunk_tokens = {1};
   bad[3].shapes = {{0, 64}};
   bad[4].n_reps = 0;
   for (size_t i = 0; i < bad.size(); ++i) {

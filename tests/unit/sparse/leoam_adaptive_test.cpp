@@ -122,6 +122,19 @@ TEST(LeoamAdaptive, SplitsTheHotLeafToMinAndMergesColdBuddies) {
   EXPECT_EQ(step(*policy, make_query(2, 6, 1024, {64, 960}, 128, probe), catalog), (Step{{{640, 768}}, 43, {}}));
 }
 
+// Store chunks of 2 (the CLI's default for a far budget under 64 tokens): the leaves are 2 tokens,
+// so a budget of 4 takes the hot pair [20, 22) and one tied filler, the lowest far pair [8, 10).
+// Layer 0, 64 tokens, far [8, 56), q = (10, 0), keys (1, 0) on [20, 22) only.
+TEST(LeoamAdaptive, StoreChunksOfTwoGiveLeavesOfTwo) {
+  KeysCatalog catalog(2, 1, 2);
+  catalog.set_keys(0, 64, {0, 0});
+  catalog.set_keys(20, 22, {1, 0});
+  auto policy = leoam();
+  const std::vector<float> q = {10, 0};
+  const Selection s = select_ok(*policy, make_query(0, 0, 64, {8, 56}, 4, q), catalog);
+  EXPECT_EQ(s.ranges, (Ranges{{8, 10}, {20, 22}}));
+}
+
 // Layer 2, 512 tokens, far [64, 448), budget 256, hot [192, 208), without the early steps
 // (step >= 2 from the start): the selected leaves ([192, 256) and the filler [64, 192)
 // [256, 320)) split only after two hot steps, each time: 64 -> 32 at step 3, 32 -> 16 at 5,
