@@ -4,8 +4,9 @@
 // Geometry of a 7B-8B GQA model: 32 query heads, 8 kv heads of 128 dims, F16 KV: 4 KiB of K+V
 // per position per layer, 512 MiB per layer at 128K positions. "bytes_per_second" of the decode
 // benchmarks counts those KV bytes, so it compares directly with BM_dram_read. So that short
-// contexts do not run from the 32 MiB L3, each iteration reads the KV of another "layer" from a
-// ring of layers that together span 512 MiB or more.
+// contexts do not run from the L3 (32 MiB on the EPYC VM, 300 MiB on the Xeon VM of the later
+// figures), each iteration reads the KV of another "layer" from a ring of layers that together
+// span 512 MiB or more: each layer comes back after at least 512 MiB of other reads.
 //
 // Measured 2026-11-29, 2-core EPYC Zen 3 VM, medians of 3 (shared machine, noisy):
 //   DRAM read: 18.2 GB/s on 1 thread, 27.7 GB/s on 2 (35.8 in a quieter run)
