@@ -342,6 +342,10 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   return nullptr;
 }
 
+void GgufFile::release_pages(const void* data, size_t n_bytes) const {
+  if (mapping_ != nullptr) mapping_->release(static_cast<const uint8_t*>(data), n_bytes);
+}
+
 namespace {
 
 Status wrong_type(const std::string& file, std::string_view key, const GgufValue& v, const char* expected) {

@@ -84,6 +84,11 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
+  // Drops the whole pages of [data, data + n_bytes), tensor data of this file, from memory when
+  // they come from the file's mapping (MappedFile::release; nothing for parse()): for a tensor
+  // copied out at load.
+  void release_pages(const void* data, size_t n_bytes) const;
+
  private:
   GgufFile() = default;
 

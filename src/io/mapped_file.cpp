@@ -49,6 +49,14 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   return std::unique_ptr<MappedFile>(new MappedFile(static_cast<const uint8_t*>(addr), size));
 }
 
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  if (data_ == nullptr || p < data_ || p + n > data_ + size_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (begin < end) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -19,12 +19,14 @@ bool row_groups_enabled() {
   return v == nullptr || std::string_view(v) != "0";
 }
 
-// A copy of m in the row-group layout, owned by `weights`, when its type has one.
-void group_matrix(kernels::MatrixView& m, ModelWeights& weights) {
+// A copy of m in the row-group layout, owned by `weights`, when its type has one; the file's
+// pages it came from are released, so the weights are not resident twice.
+void group_matrix(const GgufFile& gguf, kernels::MatrixView& m, ModelWeights& weights) {
   if (!kernels::has_row_groups(m.type) || m.n_rows < kernels::kRowGroup || m.row_groups) return;
   const size_t n_bytes = m.row_bytes * static_cast<size_t>(m.n_rows);
   std::unique_ptr<uint8_t[]> grouped(new uint8_t[n_bytes]);
   kernels::group_rows(m.type, m.data, m.row_bytes, m.n_rows, grouped.get());
+  gguf.release_pages(m.data, n_bytes);
   m.data = grouped.get();
   m.row_groups = true;
   weights.grouped.push_back(std::move(grouped));
@@ -169,10 +171,10 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     for (LayerWeights& L : w.layers) {
       for (kernels::MatrixView* mv :
            {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
-        group_matrix(*mv, w);
+        group_matrix(gguf, *mv, w);
       }
     }
-    if (!w.output_tied) group_matrix(w.output, w);
+    if (!w.output_tied) group_matrix(gguf, w.output, w);
   }
   return w;
 }
