@@ -1,8 +1,11 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "core/ggml_type.h"
 #include "gguf/gguf_file.h"
@@ -19,17 +22,35 @@ bool row_groups_enabled() {
   return v == nullptr || std::string_view(v) != "0";
 }
 
-// A copy of m in the row-group layout, owned by `weights`, when its type has one; the file's
-// pages it came from are released, so the weights are not resident twice.
-void group_matrix(const GgufFile& gguf, kernels::MatrixView& m, ModelWeights& weights) {
-  if (!kernels::has_row_groups(m.type) || m.n_rows < kernels::kRowGroup || m.row_groups) return;
-  const size_t n_bytes = m.row_bytes * static_cast<size_t>(m.n_rows);
-  std::unique_ptr<uint8_t[]> grouped(new uint8_t[n_bytes]);
-  kernels::group_rows(m.type, m.data, m.row_bytes, m.n_rows, grouped.get());
-  gguf.release_pages(m.data, n_bytes);
-  m.data = grouped.get();
-  m.row_groups = true;
-  weights.grouped.push_back(std::move(grouped));
+// Copies of the matrices in the row-group layout, owned by `weights`, for those whose type has
+// one; the file's pages they came from are released, so the weights are not resident twice. The
+// copies are split over up to 8 threads (memory-bound: 0.7 s for 590 MB on one 2-core VM thread).
+void group_matrices(const GgufFile& gguf, const std::vector<kernels::MatrixView*>& matrices, ModelWeights& weights) {
+  std::vector<kernels::MatrixView*> todo;
+  for (kernels::MatrixView* m : matrices) {
+    if (kernels::has_row_groups(m->type) && m->n_rows >= kernels::kRowGroup && !m->row_groups) todo.push_back(m);
+  }
+  std::vector<uint8_t*> dst;
+  for (const kernels::MatrixView* m : todo) {
+    weights.grouped.emplace_back(new uint8_t[m->row_bytes * static_cast<size_t>(m->n_rows)]);
+    dst.push_back(weights.grouped.back().get());
+  }
+  const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < std::min(n_threads, todo.size()); ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < todo.size(); i += n_threads) {
+        const kernels::MatrixView& m = *todo[i];
+        kernels::group_rows(m.type, m.data, m.row_bytes, m.n_rows, dst[i]);
+        gguf.release_pages(m.data, m.row_bytes * static_cast<size_t>(m.n_rows));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    todo[i]->data = dst[i];
+    todo[i]->row_groups = true;
+  }
 }
 
 std::string shape_string(const std::vector<int64_t>& ne) {
@@ -168,13 +189,15 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
   // The matrices only matvec and gemm read go to the row-group layout; token_embd (rows looked
   // up one at a time) and an output tied to it stay as stored.
   if (row_groups_enabled()) {
+    std::vector<kernels::MatrixView*> matrices;
     for (LayerWeights& L : w.layers) {
       for (kernels::MatrixView* mv :
            {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
-        group_matrix(gguf, *mv, w);
+        matrices.push_back(mv);
       }
     }
-    if (!w.output_tied) group_matrix(gguf, w.output, w);
+    if (!w.output_tied) matrices.push_back(&w.output);
+    group_matrices(gguf, matrices, w);
   }
   return w;
 }

@@ -92,7 +92,7 @@ TEST_F(BenchKvCliTest, TablePrintsTheHeaderARowPerConfigurationAndTheIoMode) {
 TEST_F(BenchKvCliTest, UsageErrorsExitWithStatus2) {
   expect_one_line_error(bench_kv({"--file-mb", "2"}), 2, "--kv-dir");
   expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--shape", "2y64"}), 2, "2y64");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--chunk", "4"}), 2, "--chunk");
+  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--chunk", "1"}), 2, "--chunk");
   expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--fraction", "0"}), 2, "--fraction");
   EXPECT_FALSE(fs::exists(kv_dir_));
 }
