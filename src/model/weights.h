@@ -1,10 +1,11 @@
 // The weight tensors of a llama/qwen2 model, as views into the GGUF file's read-only mapping.
 // Matrices keep their stored type (the matmul kernels read them as they are); the Q4_0 and Q8_0
 // projection matrices are copied once at load into the row-group layout (kernels/cpu/
-// row_groups.h, storage owned here; the mapped pages are then not read again), which decode
-// reads 1.5-2x faster; LEOAM_ROW_GROUPS=0 in the environment keeps them as stored. 1-D vectors
-// (norms, biases, RoPE frequency factors) are handed out as f32: F32 ones point into the mapping,
-// others are converted once at load into storage owned here.
+// row_groups.h, storage owned here; the mapped pages are released), whose decode dots run 1.5-2.5x
+// faster in cache (Q4_0 decode from DRAM 1.2x, bench/RESULTS.md); LEOAM_ROW_GROUPS=0 in the
+// environment keeps them as stored. 1-D vectors (norms, biases, RoPE frequency factors) are
+// handed out as f32: F32 ones point into the mapping, others are converted once at load into
+// storage owned here.
 //
 // GGUF names and shapes (ne[0] innermost; MatrixView n_cols = ne[0], n_rows = ne[1]):
 //   token_embd.weight          [n_embd, n_vocab]

@@ -114,6 +114,16 @@ Result<PartialProjection> PartialProjection::create(const Model& model, double r
       lc.kv_cols.insert(lc.kv_cols.end(), cols.begin(), cols.end());
       lc.kv_begin.push_back(static_cast<int>(lc.kv_cols.size()));
     }
+    if (L.attn_q.row_groups) {
+      const kernels::MatrixView& wq = L.attn_q;
+      lc.q_rows.resize(lc.q_cols.size() * wq.row_bytes);
+      for (int h = 0; h < hp.n_head; ++h) {
+        for (int i = lc.q_begin[h]; i < lc.q_begin[h + 1]; ++i) {
+          kernels::ungroup_rows(wq.type, wq.data, wq.row_bytes, wq.n_rows, int64_t{h} * hd + lc.q_cols[i], 1,
+                                lc.q_rows.data() + static_cast<size_t>(i) * wq.row_bytes);
+        }
+      }
+    }
     lc.key_slot.resize(lc.q_cols.size());
     for (int h = 0; h < hp.n_head; ++h) {
       const int g = h / group;
@@ -147,11 +157,12 @@ void PartialProjection::project_query(int layer, int64_t pos, const float* x, fl
   // The selected rows into an otherwise zero query, rotated whole: pairs are kept or dropped
   // together, so the dropped ones stay zero and the kept ones rotate exactly as in the full query.
   std::vector<float> q(static_cast<size_t>(n_head_) * head_dim_, 0.0f);
-  std::vector<uint8_t> scratch(L.attn_q.row_bytes);
   for (int h = 0; h < n_head_; ++h) {
     for (int i = lc.q_begin[h]; i < lc.q_begin[h + 1]; ++i) {
       const int64_t r = int64_t{h} * head_dim_ + lc.q_cols[i];
-      const void* row = kernels::matrix_row(L.attn_q, r, scratch.data());
+      const uint8_t* row = lc.q_rows.empty()
+                               ? static_cast<const uint8_t*>(L.attn_q.data) + static_cast<size_t>(r) * L.attn_q.row_bytes
+                               : lc.q_rows.data() + static_cast<size_t>(i) * L.attn_q.row_bytes;
       q[r] = kernels::dot_row(L.attn_q.type, row, xn.data(), hp.n_embd) +
              (L.attn_q_bias != nullptr ? L.attn_q_bias[r] : 0.0f);
     }

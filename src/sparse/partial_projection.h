@@ -24,9 +24,11 @@
 //   partial key     [n_kv_sel] f32 per position, the same order; key_slot[i] is where query
 //                   column i finds its key value in it
 //
-// The partial query weights are the selected rows of Wq read in place from the model's mapping in
+// The partial query weights are the selected rows of Wq read in place from the model's weights in
 // their stored type (kernels::dot_row), not f32 copies: a copy would cost
-// n_layer * n_sel * n_embd * 4 bytes (0.67 GB for a llama-7b at ratio 0.3).
+// n_layer * n_sel * n_embd * 4 bytes (0.67 GB for a llama-7b at ratio 0.3). Where Wq is stored in
+// row groups (Q4_0, Q8_0), the selected rows are copied out once in their stored type (90 MB for
+// a Q4_0 llama-7b at ratio 0.3).
 #pragma once
 
 #include <cstdint>
@@ -80,6 +82,10 @@ class PartialProjection {
     std::vector<int> kv_begin;  // [n_head_kv + 1]
     std::vector<int> kv_cols;   // [n_kv_sel] dim in its kv head
     std::vector<int> key_slot;  // [n_sel]
+    // When attn_q is stored in row groups (kernels/cpu/row_groups.h): the attn_q rows of the
+    // columns in GGUF's row layout, [n_sel][attn_q.row_bytes], taken out once here rather than at
+    // every step; empty otherwise (the rows are read in place).
+    std::vector<uint8_t> q_rows;
   };
 
   PartialProjection(const Model& model, Rope rope) : model_(&model), rope_(std::move(rope)) {}

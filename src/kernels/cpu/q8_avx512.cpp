@@ -2,8 +2,8 @@
 // vector, up to 4 rows per pass, prefetching the next group of rows as the AVX2 kernels do
 // (avx2_util.h); and Q4_0 / Q8_0 row groups (row_groups.h) with 256-bit vpdpbusd. Everything else
 // on the AVX-512 path (the activation quantizers, Q4_0 rows, the K-quant dots, and all of these
-// on a CPU with AVX-512 but no VNNI) is the AVX2 table: those kernels run unchanged there. Compiled everywhere, tested only where the CPU has it (q8_test.cpp says when
-// it is skipped).
+// on a CPU with AVX-512 but no VNNI) is the AVX2 table: those kernels run unchanged there.
+// Compiled everywhere, tested only where the CPU has it (q8_test.cpp says when it is skipped).
 //
 // Measured 2026-12-01 on the first AVX-512 machine this project had (2-core Xeon VM, Sapphire
 // Rapids class, one 512-bit FMA a cycle against two 256-bit ones): this Q8_0 kernel runs at the
@@ -18,8 +18,6 @@
 // (unsigned) and 128 * sum(x) is subtracted in int32 (the activation's sums come from one
 // vpdpbusd with ones, shared by all rows): exact, with no saturation anywhere (vpdpbusd sums in
 // 32 bits).
-#include <cstring>
-
 #include "core/cpu_features.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/q8_kernels.h"

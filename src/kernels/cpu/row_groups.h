@@ -5,7 +5,7 @@
 // Block b of a group (8 x the block's bytes):
 //   [8 f16 scales d, row 0..7] then the rows' quant bytes in 4-byte chunks, chunk-major:
 //   chunk j of rows 0..7 (32 bytes), chunk j + 1 of rows 0..7, ... (4 chunks for Q4_0, 8 for Q8_0)
-// So one 256-bit load holds the same 4 quant bytes of all 8 rows and one vpcvtph2ps their 8
+// So one 256-bit load holds the same 4 quant bytes of all 8 rows and one vcvtph2ps their 8
 // scales: the decode dot (dot_q8.h, dot_groups_q8) keeps one accumulator lane per row and needs no
 // horizontal folds, where a row-major dot spends about half its instructions folding and
 // gathering scales (q8_avx2.cpp).

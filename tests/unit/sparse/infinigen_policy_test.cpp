@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -255,6 +256,33 @@ TEST(InfinigenPolicy, ChoosesThePairsWithTheLargestQueryAndKeyWeights) {
   ASSERT_TRUE(all.is_ok());
   EXPECT_EQ(all->n_sel(0), 64);
   EXPECT_EQ(all->n_kv_sel(0), 32);
+}
+
+// A Q4_0 model's attn_q is loaded in row groups (kernels/cpu/row_groups.h): the partial query
+// reads its rows taken out at create, and equals, bit for bit, that of the same model loaded
+// row-major (LEOAM_ROW_GROUPS=0), whose rows it reads in place.
+TEST(InfinigenPolicy, PartialQueryIsTheSameWithRowGroups) {
+  SyntheticModelSpec spec = small_spec(ModelArch::kQwen2);
+  spec.weight_type = GgmlType::kQ4_0;
+  const auto grouped = make_model(spec);
+  setenv("LEOAM_ROW_GROUPS", "0", 1);
+  const auto plain = make_model(spec);
+  unsetenv("LEOAM_ROW_GROUPS");
+  ASSERT_TRUE(grouped->model->weights().layers[0].attn_q.row_groups);
+  ASSERT_FALSE(plain->model->weights().layers[0].attn_q.row_groups);
+  auto pg = PartialProjection::create(*grouped->model, 0.5);
+  auto pp = PartialProjection::create(*plain->model, 0.5);
+  ASSERT_TRUE(pg.is_ok() && pp.is_ok());
+  std::mt19937 rng(3);
+  const std::vector<float> x = random_vector(static_cast<size_t>(spec.n_embd), rng);
+  for (int il = 0; il < spec.n_layer; ++il) {
+    ASSERT_EQ(pg->n_sel(il), pp->n_sel(il));
+    std::vector<float> a(static_cast<size_t>(pg->n_sel(il))), b(a.size());
+    pg->project_query(il, 17, x.data(), a.data());
+    pp->project_query(il, 17, x.data(), b.data());
+    EXPECT_EQ(a, b) << "layer " << il;
+    EXPECT_NE(a, std::vector<float>(a.size(), 0.0f));
+  }
 }
 
 // NeoX pairs (i, i + n_rot/2) and unrotated dims [n_rot, head_dim) chosen singly: with n_rot 8,
