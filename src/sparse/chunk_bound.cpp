@@ -1,8 +1,8 @@
 // The chunk bound kernel (chunk_bound.h): a double-precision reference, a float scalar path and
 // an AVX2+FMA path, picked at run time (core/cpu_features.h).
 //
-// Both fast paths split each query row into its positive and negative parts, q = q+ + q-, so
-// that a channel's term is two multiply-adds without a compare:
+// Both fast paths split each query row into its positive and negative parts, q = q+ + q-
+// (split_query), so that a channel's term is two multiply-adds without a compare:
 //
 //   max(q_c * min_c, q_c * max_c) = q+_c * max_c + q-_c * min_c     (upper)
 //   min(q_c * min_c, q_c * max_c) = q+_c * min_c + q-_c * max_c     (lower)
@@ -44,25 +44,6 @@ void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n
 
 namespace {
 
-// The positive and negative parts of the query row, head_dim floats each. For the lower bound the
-// two are swapped, so that both sides run the same loop: bound = sum a_c * max_c + b_c * min_c.
-struct SplitQuery {
-  std::vector<float> on_max;  // q+ (upper) or q- (lower), multiplies max_c
-  std::vector<float> on_min;  // q- (upper) or q+ (lower), multiplies min_c
-};
-
-SplitQuery split_query(const float* q, int hd, BoundSide side) {
-  const auto n = static_cast<size_t>(hd);
-  SplitQuery s{std::vector<float>(n), std::vector<float>(n)};
-  std::vector<float>& pos = side == BoundSide::kUpper ? s.on_max : s.on_min;
-  std::vector<float>& neg = side == BoundSide::kUpper ? s.on_min : s.on_max;
-  for (size_t i = 0; i < n; ++i) {
-    pos[i] = std::max(q[i], 0.0f);
-    neg[i] = std::min(q[i], 0.0f);
-  }
-  return s;
-}
-
 // a.max + b.min over hd channels: one head's bound against one chunk (a, b: the query's parts
 // that meet the maxima and the minima).
 float head_bound_scalar(const float* a, const float* b, const float* mx, const float* mn, int hd) {
@@ -97,31 +78,44 @@ LEOAM_AVX2 float head_bound_avx2(const float* a, const float* b, const float* mx
 }
 #endif
 
-// bounds[i] = the row's bound against chunk i; head_bound is one of the above.
+// bounds[i] = the row's bound against chunk i; head_bound is one of the above, on_max and on_min
+// the query's parts that meet the maxima and the minima.
 template <typename HeadBound>
-void bounds_of_chunks(const SplitQuery& s, int kv_head, const float* abstracts, int64_t n_chunks,
-                      const BoundLayout& layout, float* bounds, HeadBound head_bound) {
+void bounds_of_chunks(const float* on_max, const float* on_min, int kv_head, const float* abstracts,
+                      int64_t n_chunks, const BoundLayout& layout, float* bounds, HeadBound head_bound) {
   const int hd = layout.head_dim;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   for (int64_t i = 0; i < n_chunks; ++i) {
     const float* mn = abstracts + i * layout.chunk_stride + static_cast<int64_t>(kv_head) * hd;
-    bounds[i] = head_bound(s.on_max.data(), s.on_min.data(), mn + max_offset, mn, hd);
+    bounds[i] = head_bound(on_max, on_min, mn + max_offset, mn, hd);
   }
 }
 
 }  // namespace
 
+QueryParts split_query(const float* q, int head_dim) {
+  QueryParts parts{std::vector<float>(static_cast<size_t>(head_dim)), std::vector<float>(static_cast<size_t>(head_dim))};
+  for (int c = 0; c < head_dim; ++c) {
+    parts.pos[c] = std::max(q[c], 0.0f);
+    parts.neg[c] = std::min(q[c], 0.0f);
+  }
+  return parts;
+}
+
 void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n_chunks, const BoundLayout& layout,
                   float* bounds, BoundSide side) {
   assert(0 <= kv_head && kv_head < layout.n_kv_heads);
-  const SplitQuery s = split_query(q, layout.head_dim, side);
+  // The lower bound swaps the parts, so that both sides run the same loop: a.max + b.min.
+  const QueryParts parts = split_query(q, layout.head_dim);
+  const float* on_max = side == BoundSide::kUpper ? parts.pos.data() : parts.neg.data();
+  const float* on_min = side == BoundSide::kUpper ? parts.neg.data() : parts.pos.data();
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx2) {
-    bounds_of_chunks(s, kv_head, abstracts, n_chunks, layout, bounds, head_bound_avx2);
+    bounds_of_chunks(on_max, on_min, kv_head, abstracts, n_chunks, layout, bounds, head_bound_avx2);
     return;
   }
 #endif
-  bounds_of_chunks(s, kv_head, abstracts, n_chunks, layout, bounds, head_bound_scalar);
+  bounds_of_chunks(on_max, on_min, kv_head, abstracts, n_chunks, layout, bounds, head_bound_scalar);
 }
 
 }  // namespace leoam::sparse

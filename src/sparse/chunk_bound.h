@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace leoam::sparse {
 
@@ -22,6 +23,16 @@ struct BoundLayout {
 };
 
 enum class BoundSide : uint8_t { kUpper, kLower };
+
+// A query row's positive and negative parts, q = pos + neg with pos = max(q, 0), neg = min(q, 0)
+// (one of them 0 in each channel), head_dim floats each. The fast paths of the bound kernels
+// (here and sign_bound.h) multiply them into the abstracts, so that a channel's extreme term
+// needs no compare: max(q_c min_c, q_c max_c) = pos_c max_c + neg_c min_c, exactly.
+struct QueryParts {
+  std::vector<float> pos;
+  std::vector<float> neg;
+};
+QueryParts split_query(const float* q, int head_dim);
 
 // bounds[i] for chunks i in [0, n_chunks): the bound of query row q (head_dim floats) against kv
 // head `kv_head` of chunk i. side = kLower gives the lower bound instead.

@@ -26,8 +26,7 @@ const uint32_t* row_words(const SignSketch& s, int64_t pos, int kv_head) {
 }
 
 // The two terms of each channel for one box (the header comment), from the query's positive and
-// negative parts qp = max(q, 0), qn = min(q, 0) (one of them is 0 in each channel, so that each
-// term is exact without a compare, as in chunk_bound.cpp):
+// negative parts qp, qn (split_query, chunk_bound.h: each term exact without a compare):
 //
 //   P_c = qp_c * max_c + qn_c * max(0, min_c)        N_c = qp_c * min(0, max_c) + qn_c * min_c
 //
@@ -123,15 +122,11 @@ void bounds_of_units(const float* q, int kv_head, std::span<const SignUnit> unit
                      const SignSketch& signs, float* bounds, Terms terms, UnitBound unit_bound) {
   const int hd = layout.head_dim;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
-  std::vector<float> qp(static_cast<size_t>(hd)), qn(static_cast<size_t>(hd));
-  for (int c = 0; c < hd; ++c) {
-    qp[c] = std::max(q[c], 0.0f);
-    qn[c] = std::min(q[c], 0.0f);
-  }
+  const QueryParts parts = split_query(q, hd);
   std::vector<float> d(static_cast<size_t>(hd));
   for (size_t i = 0; i < units.size(); ++i) {
     const float* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
-    const float base = terms(qp.data(), qn.data(), mn, mn + max_offset, hd, d.data());
+    const float base = terms(parts.pos.data(), parts.neg.data(), mn, mn + max_offset, hd, d.data());
     bounds[i] = unit_bound(base, d.data(), signs, units[i].rows, kv_head, hd);
   }
 }

@@ -2,7 +2,8 @@
 // CPU has it; forced with set_cpu_path_cap) against the double reference over head_dims with and
 // without an 8-channel tail, kv head offsets and both sides; and the property that
 // makes the bound sound: over f16-stored random keys and abstracts built by update_abstract, the
-// upper bound is at least, and the lower bound at most, every q.k of the chunk.
+// upper bound is at least, and the lower bound at most, every q.k of the chunk. split_query's
+// parts.
 #include "sparse/chunk_bound.h"
 
 #include <gtest/gtest.h>
@@ -162,6 +163,19 @@ TEST_P(ChunkBound, BoundsEveryStoredKey) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ChunkBound, testing_util::kCpuPaths, testing_util::cpu_path_name);
+
+TEST(SplitQuery, PartsAreSignedAndSumToTheQuery) {
+  const std::vector<float> q = {1.5f, -2.0f, 0.0f, -0.0f, 3e-8f, -7.25f};
+  const QueryParts parts = split_query(q.data(), static_cast<int>(q.size()));
+  ASSERT_EQ(parts.pos.size(), q.size());
+  ASSERT_EQ(parts.neg.size(), q.size());
+  for (size_t c = 0; c < q.size(); ++c) {
+    EXPECT_GE(parts.pos[c], 0.0f) << c;
+    EXPECT_LE(parts.neg[c], 0.0f) << c;
+    EXPECT_TRUE(parts.pos[c] == 0.0f || parts.neg[c] == 0.0f) << c;
+    EXPECT_EQ(parts.pos[c] + parts.neg[c], q[c]) << c;
+  }
+}
 
 }  // namespace
 }  // namespace leoam::sparse
