@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "kv/chunk_layout.h"  // sign_words_per_head
 #include "kv/residency.h"
 #include "kv/tier.h"
 
@@ -39,6 +40,11 @@ class KvCatalog {
                                               uint32_t* signs = nullptr) = 0;
   // Whether the abstracts carry the key sign sketch.
   virtual bool has_key_signs() const { return false; }
+  // The sign words load_abstracts writes per chunk: chunk_tokens x n_kv_heads x
+  // sign_words_per_head(head_dim).
+  int64_t sign_words_per_chunk() const {
+    return static_cast<int64_t>(chunk_tokens()) * catalog_kv_heads() * sign_words_per_head(catalog_head_dim());
+  }
   // A hint for eviction: the policy's view of how much a chunk matters (higher stays closer to
   // compute). Unknown chunks are ignored.
   virtual void set_importance(ChunkKey key, float importance) = 0;

@@ -53,8 +53,7 @@ Result<SpanAbstracts> load_span(KvCatalog& catalog, int layer, ChunkSpan span, A
   a.data.resize(static_cast<size_t>(span.size() * a.layout.chunk_stride));
   a.chunk_tokens = catalog.chunk_tokens();
   if (key_signs) {
-    a.sign_words.resize(static_cast<size_t>(span.size() * a.chunk_tokens * a.layout.n_kv_heads *
-                                            sign_words_per_head(a.layout.head_dim)));
+    a.sign_words.resize(static_cast<size_t>(span.size() * catalog.sign_words_per_chunk()));
   }
   LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, span.i0, span.i1, a.data.data(), source,
                                                key_signs ? a.sign_words.data() : nullptr));
