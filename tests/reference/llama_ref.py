@@ -179,9 +179,13 @@ def new_kv_cache(model):
     return [{"k": empty, "v": empty} for _ in range(hp["n_layer"])]
 
 
-def forward(model, tokens, cache, kv_f16=False):
+def forward(model, tokens, cache, kv_f16=False, drop_keys=None):
     """Run tokens at positions [n_past, n_past + n_tok); append to cache.
-    Returns logits [n_tok][n_vocab]."""
+    Returns logits [n_tok][n_vocab].
+
+    drop_keys, if given, is called per layer as drop_keys(layer, scores, positions) with the
+    scaled, causally masked scores [n_head][n_tok][n_past + n_tok] and the query positions; it
+    may set scores to -inf to keep those keys out of the softmax (sparse attention probes)."""
     hp = model["hp"]
     n_tok = len(tokens)
     n_past = cache[0]["k"].shape[0]
@@ -193,7 +197,7 @@ def forward(model, tokens, cache, kv_f16=False):
     mask = np.arange(n_past + n_tok)[None, :] > positions[:, None]
 
     x = model["tok_embd"][np.asarray(tokens)]                # [n_tok][n_embd]
-    for L, kv in zip(model["layers"], cache):
+    for il, (L, kv) in enumerate(zip(model["layers"], cache)):
         h = rmsnorm(x, L["attn_norm"], hp["eps"])
         q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
         for name, t in (("attn_q_bias", q), ("attn_k_bias", k), ("attn_v_bias", v)):
@@ -213,6 +217,8 @@ def forward(model, tokens, cache, kv_f16=False):
         V = np.repeat(kv["v"], group, axis=1)
         scores = np.einsum("thd,shd->hts", q, K) / math.sqrt(head_dim)
         scores[:, mask] = -np.inf
+        if drop_keys is not None:
+            drop_keys(il, scores, positions)
         scores -= scores.max(axis=-1, keepdims=True)
         p = np.exp(scores)
         p /= p.sum(axis=-1, keepdims=True)

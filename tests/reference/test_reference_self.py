@@ -194,6 +194,18 @@ def test_stories(n_gen=30):
         cache = llama_ref.new_kv_cache(model)
         step = np.concatenate([llama_ref.forward(model, [t], cache) for t in seq])
         assert np.allclose(step, logits[name], rtol=0, atol=1e-10)
+        # drop_keys: dropping nothing changes nothing; keeping each query's own key alone makes
+        # every position's attention its own value, so each logits row is that of its token alone
+        kept = llama_ref.forward(model, seq, llama_ref.new_kv_cache(model), drop_keys=lambda il, s, pos: None)
+        assert np.array_equal(kept, logits[name])
+
+        def own_key_only(il, s, pos):
+            own = np.arange(s.shape[2])[None, :] == pos[:, None]
+            s[:, ~own] = -np.inf
+        alone = llama_ref.forward(model, seq, llama_ref.new_kv_cache(model), drop_keys=own_key_only)
+        each = np.concatenate([llama_ref.forward(model, [t], llama_ref.new_kv_cache(model)) for t in seq])
+        assert np.allclose(alone, each, rtol=0, atol=1e-10)
+        assert not np.allclose(alone, logits[name], rtol=0, atol=1e-3)
         # the f16 KV path stays close and keeps the same greedy tokens
         assert llama_ref.greedy(model, [1], n_gen, kv_f16=True) == ids
     a, b = logits.values()
