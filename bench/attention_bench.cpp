@@ -21,6 +21,9 @@
 // alternating rounds x 3, GB/s of 1e9 bytes: in cache 8.2 -> 10.6 (1 thread), 14.9 -> 18.1 (2);
 // DRAM, 2 threads: 32K 9.6 -> 10.8, 128K 9.4 -> 10.7 (DRAM read 17.7); prefill 1K 76 -> 105
 // GFLOP/s, 512 after 3.5K 75 -> 107.
+// The next session, same VM, AVX-512, medians of 3 rounds, 2 threads: DRAM read 18.2; 32 kv
+// heads (MHA) 12.5 at 32K and 128K (69%), in cache 32.6; 8 kv heads 11.2 and 10.4, in cache 20.5
+// (bench/RESULTS.md, issue 3).
 //
 //   build/b/bench/bench_attention --benchmark_min_time=0.5
 //   (medians: add --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
@@ -43,6 +46,11 @@ namespace {
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr size_t kRowBytes = size_t{kKvHeads} * kHeadDim * 2;  // one position's K (or V), f16
 constexpr size_t kRingBytes = size_t{512} << 20;                // K+V of all layers in the ring
+// The decode benchmarks' "kv_heads" argument: 8 is the GQA geometry above (Llama 3 8B, 4 query
+// heads per kv head); 32 is Llama 2 7B's (MHA), with 4x the KV bytes per position and a quarter
+// of the arithmetic per KV byte. Its 128K layer (2 GiB) is larger than the ring, and the arena
+// grows to hold it.
+constexpr size_t kMhaLayerBytes = size_t{2} * 131072 * kHeads * kHeadDim * 2;
 
 // One big allocation of f16 values in [-1, 1), written (so every page is backed) by a cheap hash.
 struct Arena {
@@ -58,7 +66,7 @@ struct Arena {
 };
 
 Arena& arena() {
-  static Arena a(kRingBytes);
+  static Arena a(std::max(kRingBytes, kMhaLayerBytes));
   return a;
 }
 
@@ -69,20 +77,22 @@ std::vector<float> queries(int64_t n_tokens) {
 }
 
 // Decodes one token over n_kv positions of the layers in turn, ring_bytes of K+V in all (one
-// layer if that is less).
-void decode_over_layers(benchmark::State& state, int64_t n_kv, size_t ring_bytes, int n_threads, AttentionIsa isa) {
-  const size_t layer_bytes = 2 * kRowBytes * static_cast<size_t>(n_kv);
+// layer if that is less), with kHeads query heads over n_kv_heads kv heads.
+void decode_over_layers(benchmark::State& state, int64_t n_kv, size_t ring_bytes, int n_kv_heads, int n_threads,
+                        AttentionIsa isa) {
+  const size_t row_bytes = size_t(n_kv_heads) * kHeadDim * 2;
+  const size_t layer_bytes = 2 * row_bytes * static_cast<size_t>(n_kv);
   const size_t n_layers = std::max<size_t>(1, ring_bytes / layer_bytes);
   const auto* base = reinterpret_cast<const char*>(arena().data.get());
   std::vector<std::vector<KvRun>> layers(n_layers);
   for (size_t l = 0; l < n_layers; ++l) {
     const char* k = base + l * layer_bytes;
-    layers[l] = {KvRun{0, n_kv, k, k + layer_bytes / 2, true, kRowBytes}};
+    layers[l] = {KvRun{0, n_kv, k, k + layer_bytes / 2, true, row_bytes}};
   }
   ThreadPool pool(n_threads);
   const std::vector<float> q = queries(1);
   std::vector<float> out(q.size());
-  const FlashAttentionParams p{kHeads, kKvHeads, kHeadDim, 0.088f, n_kv - 1, 1};
+  const FlashAttentionParams p{kHeads, n_kv_heads, kHeadDim, 0.088f, n_kv - 1, 1};
   const FlashAttentionOptions options{isa, 0};
   size_t l = 0;
   for (auto _ : state) {
@@ -99,15 +109,19 @@ AttentionIsa isa_arg(int64_t arg) {
   return arg == 2 ? AttentionIsa::kAvx512 : arg == 1 ? AttentionIsa::kAvx2 : AttentionIsa::kScalar;
 }
 
-// range(0): n_kv, range(1): threads, range(2): isa.
+// range(0): n_kv, range(1): threads, range(2): isa, range(3): kv heads.
 void BM_decode_attention(benchmark::State& state) {
-  decode_over_layers(state, state.range(0), kRingBytes, static_cast<int>(state.range(1)), isa_arg(state.range(2)));
+  decode_over_layers(state, state.range(0), kRingBytes, static_cast<int>(state.range(3)),
+                     static_cast<int>(state.range(1)), isa_arg(state.range(2)));
 }
 
-// The arithmetic bound of decode: the same over one layer of 256 positions (1 MiB of K+V), which
-// stays in cache from one iteration to the next. range(0): threads, range(1): isa.
+// The arithmetic bound of decode: the same over one layer of 1 MiB of K+V (256 positions with 8
+// kv heads, 64 with 32), which stays in cache from one iteration to the next. range(0): threads,
+// range(1): isa, range(2): kv heads.
 void BM_decode_attention_in_cache(benchmark::State& state) {
-  decode_over_layers(state, 256, 0, static_cast<int>(state.range(0)), isa_arg(state.range(1)));
+  const int n_kv_heads = static_cast<int>(state.range(2));
+  decode_over_layers(state, 256 * kKvHeads / n_kv_heads, 0, n_kv_heads, static_cast<int>(state.range(0)),
+                     isa_arg(state.range(1)));
 }
 
 // The same over a smaller query batch: prefill attention of n_tokens new positions after
@@ -169,14 +183,14 @@ void BM_dram_read(benchmark::State& state) {
 
 BENCHMARK(BM_dram_read)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_decode_attention)
-    ->ArgNames({"n_kv", "threads", "isa"})
-    ->Args({4096, 1, 0})
-    ->ArgsProduct({{4096, 32768, 131072}, {1, 2}, {1, 2}})
+    ->ArgNames({"n_kv", "threads", "isa", "kv_heads"})
+    ->Args({4096, 1, 0, 8})
+    ->ArgsProduct({{4096, 32768, 131072}, {1, 2}, {1, 2}, {8, 32}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_decode_attention_in_cache)
-    ->ArgNames({"threads", "isa"})
-    ->ArgsProduct({{1, 2}, {1, 2}})
+    ->ArgNames({"threads", "isa", "kv_heads"})
+    ->ArgsProduct({{1, 2}, {1, 2}, {8, 32}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_prefill_attention)
