@@ -181,7 +181,71 @@ void BM_dram_read(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kBytes));
 }
 
+// The decode kernel's read order without its arithmetic: the K and V of 128K positions of 32 kv
+// heads (MHA, 2 GiB), each thread summing its half of the positions either in address order
+// (order 0) or as decode reads them (order 1): tile by tile of 64 positions, head by head, each
+// head's 256-byte slice of every row of the tile, rows 8 KiB apart. range(0): order, range(1):
+// threads.
+// acc[i] += the floats of p, 128 bytes a step into four independent sums (n % 128 == 0), so that
+// the adds' latency does not bound the reads.
+__attribute__((target("avx2"))) void sum_bytes(const char* p, size_t n, __m256 (&acc)[4]) {
+  const auto* f = reinterpret_cast<const float*>(p);
+  for (size_t i = 0; i < n / 4; i += 32) {
+    acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(f + i));
+    acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(f + i + 8));
+    acc[2] = _mm256_add_ps(acc[2], _mm256_loadu_ps(f + i + 16));
+    acc[3] = _mm256_add_ps(acc[3], _mm256_loadu_ps(f + i + 24));
+  }
+}
+
+__attribute__((target("avx2"))) float sum_kv(const char* k, const char* v, size_t row_bytes, int64_t j0, int64_t j1,
+                                             bool tile_order) {
+  constexpr int64_t kTile = 64;
+  constexpr size_t kSlice = size_t{kHeadDim} * 2;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  if (!tile_order) {
+    sum_bytes(k + j0 * row_bytes, static_cast<size_t>(j1 - j0) * row_bytes, acc);
+    sum_bytes(v + j0 * row_bytes, static_cast<size_t>(j1 - j0) * row_bytes, acc);
+  } else {
+    for (int64_t t = j0; t < j1; t += kTile) {
+      const int64_t t1 = std::min(j1, t + kTile);
+      for (size_t h = 0; h < row_bytes / kSlice; ++h) {
+        for (int64_t j = t; j < t1; ++j) sum_bytes(k + j * row_bytes + h * kSlice, kSlice, acc);
+        for (int64_t j = t; j < t1; ++j) sum_bytes(v + j * row_bytes + h * kSlice, kSlice, acc);
+      }
+    }
+  }
+  alignas(32) float out[8];
+  _mm256_store_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+void BM_kv_read_order(benchmark::State& state) {
+  constexpr int64_t kPositions = 131072;
+  const size_t row_bytes = size_t{kHeads} * kHeadDim * 2;
+  const size_t half = row_bytes * kPositions;  // K, then V
+  const char* k = reinterpret_cast<const char*>(arena().data.get());
+  const int n_threads = static_cast<int>(state.range(1));
+  ThreadPool pool(n_threads);
+  std::vector<float> sums(static_cast<size_t>(n_threads));
+  for (auto _ : state) {
+    pool.parallel_for(n_threads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        sums[static_cast<size_t>(t)] = sum_kv(k, k + half, row_bytes, kPositions * t / n_threads,
+                                              kPositions * (t + 1) / n_threads, state.range(0) == 1);
+      }
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(2 * half));
+}
+
 BENCHMARK(BM_dram_read)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_kv_read_order)
+    ->ArgNames({"order", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_decode_attention)
     ->ArgNames({"n_kv", "threads", "isa", "kv_heads"})
     ->Args({4096, 1, 0, 8})
