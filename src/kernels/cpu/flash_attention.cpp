@@ -387,7 +387,15 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
     const int64_t hi = std::min(run.pos0 + run.n_tokens, key_hi);
     if (lo >= hi) continue;
     const size_t elem_bytes = run.f16 ? 2 : 4;
-    for (int64_t j0 = lo; j0 < hi; j0 += key_tile) {
+    // The tiles in two interleaved streams, from the first and the second half of the range (0,
+    // m, 1, m + 1, ...), so that a thread's DRAM reads run in two places at once: decode from DRAM
+    // 8-9% faster on 2 threads (bench/RESULTS.md, issue 3; four streams were no better). The
+    // online softmax takes tiles in any order.
+    const int64_t n_tiles = (hi - lo + key_tile - 1) / key_tile;
+    const int64_t m = (n_tiles + 1) / 2;
+    const auto tile_start = [&](int64_t i) { return lo + (i % 2 == 0 ? i / 2 : m + i / 2) * key_tile; };
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const int64_t j0 = tile_start(i);
       const int nk = static_cast<int>(std::min(key_tile, hi - j0));
       const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
       if (run.f16 && !direct_f16) {
@@ -399,8 +407,9 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
       }
       // The next tile's rows, fetched a slice per head while this tile is computed, so that the
       // DRAM reads overlap the arithmetic instead of stalling the next tile.
-      const int64_t next_nk = std::min(key_tile, hi - (j0 + nk));
-      const size_t next_row0 = row0 + static_cast<size_t>(nk) * run.row_stride_bytes +
+      const int64_t next_j0 = i + 1 < n_tiles ? tile_start(i + 1) : hi;
+      const int64_t next_nk = std::min(key_tile, hi - next_j0);
+      const size_t next_row0 = static_cast<size_t>(next_j0 - run.pos0) * run.row_stride_bytes +
                                static_cast<size_t>(h0) * hd * elem_bytes;
       const size_t row_bytes = static_cast<size_t>(n_heads) * hd * elem_bytes;
       for (int h = h0; h < h1; ++h) {

@@ -11,8 +11,9 @@
 //       [t0, t0 + Tq) x [g0, g0 + G)     .   | tile 0 | tile 1 | ... | masked past the diagonal
 //
 //   decode (one query block, long KV): flash-decoding. The positions [0, n_kv) are cut into one
-//     range per thread; a thread streams its range ONCE, every kv head of each tile, and keeps
-//     per query row a partial (max m, sum l, acc[head_dim]); the partials are merged at the end:
+//     range per thread; a thread streams its range ONCE, every kv head of each tile (the tiles
+//     taken from the range's two halves in turn, two streams of reads in flight), and keeps per
+//     query row a partial (max m, sum l, acc[head_dim]); the partials are merged at the end:
 //       m = max_s m_s,  l = sum_s l_s e^(m_s - m),  out = sum_s acc_s e^(m_s - m) / l
 //
 // Query head h reads kv head h / (n_head / n_head_kv); a query at position p sees keys <= p.
