@@ -394,8 +394,8 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
     const int64_t n_tiles = (hi - lo + key_tile - 1) / key_tile;
     const int64_t m = (n_tiles + 1) / 2;
     const auto tile_start = [&](int64_t i) { return lo + (i % 2 == 0 ? i / 2 : m + i / 2) * key_tile; };
-    for (int64_t i = 0; i < n_tiles; ++i) {
-      const int64_t j0 = tile_start(i);
+    for (int64_t it = 0; it < n_tiles; ++it) {
+      const int64_t j0 = tile_start(it);
       const int nk = static_cast<int>(std::min(key_tile, hi - j0));
       const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
       if (run.f16 && !direct_f16) {
@@ -407,7 +407,7 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
       }
       // The next tile's rows, fetched a slice per head while this tile is computed, so that the
       // DRAM reads overlap the arithmetic instead of stalling the next tile.
-      const int64_t next_j0 = i + 1 < n_tiles ? tile_start(i + 1) : hi;
+      const int64_t next_j0 = it + 1 < n_tiles ? tile_start(it + 1) : hi;
       const int64_t next_nk = std::min(key_tile, hi - next_j0);
       const size_t next_row0 = static_cast<size_t>(next_j0 - run.pos0) * run.row_stride_bytes +
                                static_cast<size_t>(h0) * hd * elem_bytes;
