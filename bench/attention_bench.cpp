@@ -145,18 +145,30 @@ void BM_prefill_attention(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// acc[i] += the floats of p, 128 bytes a step into four independent sums (n % 128 == 0), so that
+// the adds' latency does not bound the reads.
+__attribute__((target("avx2"))) void sum_bytes(const char* p, size_t n, __m256 (&acc)[4]) {
+  const auto* f = reinterpret_cast<const float*>(p);
+  for (size_t i = 0; i < n / 4; i += 32) {
+    acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(f + i));
+    acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(f + i + 8));
+    acc[2] = _mm256_add_ps(acc[2], _mm256_loadu_ps(f + i + 16));
+    acc[3] = _mm256_add_ps(acc[3], _mm256_loadu_ps(f + i + 24));
+  }
+}
+
+// The sum of the four sums' lanes.
+__attribute__((target("avx2"))) float total(const __m256 (&acc)[4]) {
+  alignas(32) float out[8];
+  _mm256_store_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
 // DRAM read bandwidth: range(0) threads stream their slices of a 1 GiB buffer, summing with AVX2.
 __attribute__((target("avx2"))) float sum_slice(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  alignas(32) float out[8];
-  _mm256_store_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  sum_bytes(reinterpret_cast<const char*>(p), (n - n % 32) * sizeof(float), acc);
+  return total(acc);
 }
 
 void BM_dram_read(benchmark::State& state) {
@@ -186,18 +198,6 @@ void BM_dram_read(benchmark::State& state) {
 // (order 0) or as decode reads them (order 1): tile by tile of 64 positions, head by head, each
 // head's 256-byte slice of every row of the tile, rows 8 KiB apart. range(0): order, range(1):
 // threads.
-// acc[i] += the floats of p, 128 bytes a step into four independent sums (n % 128 == 0), so that
-// the adds' latency does not bound the reads.
-__attribute__((target("avx2"))) void sum_bytes(const char* p, size_t n, __m256 (&acc)[4]) {
-  const auto* f = reinterpret_cast<const float*>(p);
-  for (size_t i = 0; i < n / 4; i += 32) {
-    acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(f + i));
-    acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(f + i + 8));
-    acc[2] = _mm256_add_ps(acc[2], _mm256_loadu_ps(f + i + 16));
-    acc[3] = _mm256_add_ps(acc[3], _mm256_loadu_ps(f + i + 24));
-  }
-}
-
 __attribute__((target("avx2"))) float sum_kv(const char* k, const char* v, size_t row_bytes, int64_t j0, int64_t j1,
                                              bool tile_order) {
   constexpr int64_t kTile = 64;
@@ -215,9 +215,7 @@ __attribute__((target("avx2"))) float sum_kv(const char* k, const char* v, size_
       }
     }
   }
-  alignas(32) float out[8];
-  _mm256_store_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+  return total(acc);
 }
 
 void BM_kv_read_order(benchmark::State& state) {
