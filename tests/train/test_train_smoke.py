@@ -29,8 +29,9 @@ def main():
         return SKIP
     leoam = sys.argv[1]
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, TRAIN, "--out", out, "--max-steps", "3", "--ctx", "128", "--batch", "2",
-               "--eval-every", "2", "--texts", os.path.join(TEXTS, "devils_dictionary.txt"), "--leoam", leoam]
+        cmd = [sys.executable, TRAIN, "--out", out, "--max-steps", "3", "--ctx", "128", "--eval-ctx", "128",
+               "--batch", "2", "--eval-every", "2", "--texts", os.path.join(TEXTS, "devils_dictionary.txt"),
+               "--leoam", leoam]
         subprocess.run(cmd, check=True, timeout=600)
         log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
         assert [r["step"] for r in log] == [1, 2, 3], log
@@ -43,6 +44,16 @@ def main():
         run = subprocess.run([leoam, "run", "-m", gguf, "-p", "The pass key is", "-n", "4", "--temp", "0"],
                              check=True, capture_output=True, text=True, errors="replace")
         assert "generated" in run.stderr, run.stderr
+        # Starting from the packed model, before any step, scores what the training ended at (F16 rounding aside).
+        with tempfile.TemporaryDirectory() as again:
+            subprocess.run(cmd[:3] + [again, "--minutes", "0", "--init", gguf] + cmd[6:-2], check=True, timeout=600)
+            restart = json.load(open(os.path.join(again, "train_summary.json")))
+            assert restart["steps"] == 0 and abs(restart["held_out_bpb"] - summary["held_out_bpb"]) < 0.01, restart
+        # A model of another shape is refused by name.
+        stories = os.path.join(TEXTS, "..", "models", "stories260K", "stories260K.gguf")
+        bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--minutes", "0", "--init", stories] + cmd[6:-2],
+                             capture_output=True, text=True, timeout=600)
+        assert bad.returncode != 0 and "not this model's" in bad.stderr, bad.stderr
         # Resuming continues the step count from the checkpoint.
         subprocess.run(cmd[:5] + ["6"] + cmd[6:] + ["--resume"], check=True, timeout=600)
         log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Train leoam's long-context test model: a byte-level Llama with a constructed retrieval circuit.
 
-    train.py --out DIR [--minutes 40] [--leoam build/release/tools/leoam/leoam]
+    train.py --out DIR [--minutes 40] [--init MODEL.gguf] [--leoam build/release/leoam]
 
 The previous-token heads and the induction head are built by circuit.py and frozen; the rest
 is trained on public-domain text mixed with synthetic retrieval samples. Writes into DIR:
     checkpoint.pt        resumable state (--resume continues from it)
     log.jsonl            one line per logged step: step, seconds, train and held-out bits per byte
+                         (held out: the same 24 windows of --eval-ctx bytes at every evaluation)
     bundle.json, weights.f32   the tensor bundle; `leoam gguf pack` turns it into GGUF
     model.gguf           when --leoam is given (the project's own GGUF writer)
     train_summary.json   config, data, command, wall time, final held-out bits per byte
@@ -25,7 +26,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "reference"))
 import circuit  # noqa: E402
+from dequant import dequantize  # noqa: E402
+from gguf_read import read_gguf  # noqa: E402
 from corpus import Corpus  # noqa: E402
 from export import write_bundle  # noqa: E402
 from llama_model import Config, Llama  # noqa: E402
@@ -43,6 +47,7 @@ def parse_args():
     ap.add_argument("--minutes", type=float, default=40.0, help="training wall-time budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
     ap.add_argument("--ctx", type=int, default=512, help="training window in bytes")
+    ap.add_argument("--eval-ctx", type=int, default=1536, help="held-out window in bytes")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--synthetic", type=float, default=0.25, help="share of synthetic retrieval samples")
@@ -51,6 +56,8 @@ def parse_args():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
+    ap.add_argument("--init", metavar="GGUF", help="start from this model's weights (one train.py made; "
+                    "the optimizer starts afresh) instead of random ones")
     ap.add_argument("--leoam", help="leoam binary: pack the result into DIR/model.gguf")
     return ap.parse_args()
 
@@ -71,6 +78,8 @@ class Trainer:
                 self.frozen[name] = (values, mask)
         # The learned part of the embedding has a fixed norm (keeps layer 0's and 1's inputs at a fixed scale).
         self.free = torch.nn.Parameter(torch.randn(self.cfg.vocab, self.cfg.dim - circuit.FREE))
+        if args.init:
+            self.init_from(args.init)
         params = [self.free] + [p for n, p in weights.items() if not (n in parts and bool(parts[n][1].all()))]
         decay = [p for p in params if p.dim() == 2]
         no_decay = [p for p in params if p.dim() != 2]
@@ -79,6 +88,21 @@ class Trainer:
         self.step = 0
         self.seconds = 0.0
         self.corpus = Corpus(args.texts, seed=args.seed)
+
+    def init_from(self, path):
+        """Copies every tensor of a GGUF file train.py wrote; the frozen parts are re-imposed after."""
+        _, raw = read_gguf(path)
+        weights = self.model.named_weights()
+        if set(raw) != set(weights):
+            raise SystemExit(f"{path}: its tensors are not this model's ({sorted(set(raw) ^ set(weights))[:4]} ...)")
+        with torch.no_grad():
+            for name, w in weights.items():
+                value = torch.from_numpy(dequantize(*raw[name]).astype(np.float32))
+                if value.shape != w.shape:
+                    raise SystemExit(f"{path}: {name} is {tuple(value.shape)}, this model's is {tuple(w.shape)}")
+                w.copy_(value)
+            self.free.copy_(weights["token_embd.weight"][:, circuit.FREE:])
+        self.restore_frozen()
 
     def embedding(self):
         e = self.model.p("token_embd.weight")
@@ -101,7 +125,7 @@ class Trainer:
 
     @torch.no_grad()
     def held_out_bpb(self):
-        windows = torch.from_numpy(self.corpus.held_out_windows(self.args.ctx + 1, 24))
+        windows = torch.from_numpy(self.corpus.held_out_windows(self.args.eval_ctx + 1, 24))
         total = 0.0
         for i in range(0, len(windows), 8):
             total += float(self.loss(windows[i:i + 8])) * len(windows[i:i + 8])
