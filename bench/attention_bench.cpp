@@ -23,7 +23,9 @@
 // GFLOP/s, 512 after 3.5K 75 -> 107.
 // The next session, same VM, AVX-512, medians of 3 rounds, 2 threads: DRAM read 18.2; 32 kv
 // heads (MHA) 12.5 at 32K and 128K (69%), in cache 32.6; 8 kv heads 11.2 and 10.4, in cache 20.5
-// (bench/RESULTS.md, issue 3).
+// (bench/RESULTS.md, issue 3). Then each thread's tiles in two interleaved read streams,
+// alternated with the one-stream build in 4 rounds (the one-stream figures of that run were
+// MHA 11.1 and 11.4, GQA 10.4 and 10.8): MHA 12.2 at 32K and 12.4 at 128K, GQA 11.4 and 11.7.
 //
 //   build/b/bench/bench_attention --benchmark_min_time=0.5
 //   (medians: add --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
