@@ -56,6 +56,16 @@ constexpr size_t kDecodeTileBytes = size_t{128} << 10;
 // 5.0 GB/s, in place 6.6 GB/s.
 constexpr int kDirectF16Rows = 8;
 constexpr int64_t kDirectKeyTile = 64;
+// Up to 2 query rows per kv head (decode with MHA, or GQA groups of 2), the arithmetic per KV
+// byte is light enough that the hardware prefetcher, not software prefetch, keeps DRAM busy: in
+// tiles of 8 keys a head's slices of 8 rows walk those rows almost in address order, which the
+// L2 streamer follows, and the next tile's software prefetch (whose bursts stall the arithmetic)
+// is left out. From DRAM on 2 threads, medians of 10 alternated rounds (bench/RESULTS.md, issue
+// 3): MHA 12.8 -> 16.4 GB/s with AVX-512 and 12.2 -> 16.6 with AVX2 (8 keys a tile beat 4 and
+// 16), groups of 2 13.4 -> 14.5 and 11.1 -> 13.2; groups of 4 lose (12.4 -> 8.0), their
+// per-tile softmax bookkeeping weighs four times as much.
+constexpr int kStreamRows = 2;
+constexpr int64_t kStreamKeyTile = 8;
 // 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
 // cost more than the split saves.
 constexpr int64_t kMinSplitKeys = 512;
@@ -357,8 +367,10 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   sc.l.assign(n_rows, 0.0f);
   const int n_heads = h1 - h0;
   const bool direct_f16 = nq <= kDirectF16Rows;
+  const bool hw_prefetch = nq <= kStreamRows;
   const int64_t key_tile =
-      direct_f16     ? kDirectKeyTile
+      hw_prefetch    ? kStreamKeyTile
+      : direct_f16   ? kDirectKeyTile
       : n_heads == 1 ? kKeyTile
                      : std::clamp<int64_t>(static_cast<int64_t>(kDecodeTileBytes / (2 * sizeof(float) * n_heads * hd)),
                                            8, kKeyTile);
@@ -406,9 +418,10 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
                             sc.v_tile.data(), head_stride);
       }
       // The next tile's rows, fetched a slice per head while this tile is computed, so that the
-      // DRAM reads overlap the arithmetic instead of stalling the next tile.
+      // DRAM reads overlap the arithmetic instead of stalling the next tile (none where the
+      // hardware prefetcher does it: hw_prefetch).
       const int64_t next_j0 = it + 1 < n_tiles ? tile_start(it + 1) : hi;
-      const int64_t next_nk = std::min(key_tile, hi - next_j0);
+      const int64_t next_nk = hw_prefetch ? 0 : std::min(key_tile, hi - next_j0);
       const size_t next_row0 = static_cast<size_t>(next_j0 - run.pos0) * run.row_stride_bytes +
                                static_cast<size_t>(h0) * hd * elem_bytes;
       const size_t row_bytes = static_cast<size_t>(n_heads) * hd * elem_bytes;

@@ -182,8 +182,9 @@ TEST_P(FlashAttentionTest, HeadDimOffTheVectorWidth) {
 
 TEST_P(FlashAttentionTest, DecodeEveryGroupAndHeadDim) {
   // One token, 2 kv heads, groups 1-8 (f16 K/V read in place: the 1-3 row tails and the 4- and
-  // 8-row blocks) and 16 (converted tiles); head dims that cut into different numbers of column
-  // passes and a 5-vector one; 203 keys: ragged in-place and converted tiles, three runs.
+  // 8-row blocks; groups 1 and 2 in 8-key tiles without software prefetch) and 16 (converted
+  // tiles); head dims that cut into different numbers of column passes and a 5-vector one; 203
+  // keys: ragged in-place and converted tiles, three runs.
   for (int group : {1, 2, 3, 4, 5, 7, 8, 16}) {
     for (int hd : {16, 48, 64, 80, 128}) check({203, 2 * group, 2, hd, 202, 1, {37, 100}}, f16(), isa(), {0, 1, 3});
   }
@@ -194,6 +195,8 @@ TEST_P(FlashAttentionTest, DecodeSeveralTokensOfAGroup) {
   // edge inside the last tile.
   check({300, 8, 2, 128, 298, 2, {150}}, f16(), isa(), {0, 1, 2});
   check({300, 8, 2, 64, 297, 3, {}}, f16(), isa(), {0, 4});
+  // 2 tokens x group 1 = 2 rows (8-key tiles), the causal edge inside the last one.
+  check({301, 4, 4, 64, 299, 2, {150}}, f16(), isa(), {0, 1, 2});
 }
 
 TEST_P(FlashAttentionTest, PrefillWideHeads) {
