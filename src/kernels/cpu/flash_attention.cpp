@@ -7,6 +7,9 @@
 //   m_new = max(m, max_j s)   p = exp(s - m_new)   l = l e^(m - m_new) + sum p   acc *= e^(m - m_new)
 //   V tile -> f32          acc[i] += sum_j p[i][j] v_j (4 rows x 16 dims blocks)
 //
+// Heads with at most kWalkRows query rows (MHA decode) take the same steps, but every head's
+// slice of 8 keys before the next 8 (walk_tile), so that the reads come in address order.
+//
 // Scratch per thread: the query rows' q, acc, m, l plus one K and one V tile and the scores,
 // at most n_head_kv * kQueryRows rows (decode) or kQueryRows rows (prefill): ~300 KiB for 8 kv
 // heads of 128 whatever the number of keys.
@@ -57,15 +60,16 @@ constexpr size_t kDecodeTileBytes = size_t{128} << 10;
 constexpr int kDirectF16Rows = 8;
 constexpr int64_t kDirectKeyTile = 64;
 // Up to 2 query rows per kv head (decode with MHA, or GQA groups of 2), the arithmetic per KV
-// byte is light enough that the hardware prefetcher, not software prefetch, keeps DRAM busy: in
-// tiles of 8 keys a head's slices of 8 rows walk those rows almost in address order, which the
-// L2 streamer follows, and the next tile's software prefetch (whose bursts stall the arithmetic)
-// is left out. From DRAM on 2 threads, medians of 10 alternated rounds (bench/RESULTS.md, issue
-// 3): MHA 12.8 -> 16.4 GB/s with AVX-512 and 12.2 -> 16.6 with AVX2 (8 keys a tile beat 4 and
-// 16), groups of 2 13.4 -> 14.5 and 11.1 -> 13.2; groups of 4 lose (12.4 -> 8.0), their
-// per-tile softmax bookkeeping weighs four times as much.
-constexpr int kStreamRows = 2;
-constexpr int64_t kStreamKeyTile = 8;
+// byte is light enough that the hardware prefetcher, not software prefetch, keeps DRAM busy if
+// the reads come in address order: a tile is walked in blocks of 8 keys, every head's slice of
+// a block before the next block (scores, then the softmax fold per 64-key tile, then V the same
+// way), which the L2 streamer follows, and the software prefetch, whose bursts stall the
+// arithmetic, is left out. From DRAM on 2 threads (bench/RESULTS.md, issue 3): MHA 11.3 -> 15.4
+// GB/s with AVX-512, 11.1 -> 16.0 with AVX2, 87-89% of the DRAM read; blocks of 8 beat 16, and
+// beat 8-key tiles taken head by head in cache (24.3 against 19.1 GB/s). Groups of 4 lose
+// (10.4 -> 8.5): there the next tile's software prefetch stays.
+constexpr int kWalkRows = 2;
+constexpr int kWalkKeys = 8;
 // 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
 // cost more than the split saves.
 constexpr int64_t kMinSplitKeys = 512;
@@ -343,7 +347,7 @@ struct Scratch {
   std::vector<float> acc;  // [n_rows][hd]
   std::vector<float> m, l; // [n_rows]
   std::vector<float> k_tile, v_tile;  // [kv head - h0][key tile][hd], f32
-  std::vector<float> s;    // [rows per kv head][kKeyTile]
+  std::vector<float> s;    // [rows per kv head][kKeyTile] ([kv head - h0][...] in walk_tile)
 };
 
 struct Work {
@@ -353,6 +357,70 @@ struct Work {
   int group;
   const float* q;
 };
+
+// One tile of nk keys from j0 (row0: its byte offset in the run) for kv heads [h0, h1) of nq
+// rows each (at most kWalkRows), in address order: blocks of kWalkKeys keys, every head's
+// slice of a block before the next; the scores of all heads [h - h0][row][kKeyTile] in sc.s,
+// folded per row once the tile's are all in, then V the same way.
+void walk_tile(const Work& w, const KvRun& run, size_t row0, int64_t j0, int nk, int h0, int h1, int nq,
+               int64_t q_first, Scratch& sc) {
+  const int hd = w.p->head_dim;
+  const size_t head_bytes = static_cast<size_t>(hd) * (run.f16 ? 2 : 4);
+  const size_t s_head = static_cast<size_t>(nq) * kKeyTile;
+  const int ld = static_cast<int>(kKeyTile);
+  const uint16_t* rows16[kWalkKeys];
+  const float* rows32[kWalkKeys];
+  // rows16 or rows32 (as the run's type) = kv head h's slices of keys [js, js + ns) of the tile.
+  const auto point = [&](const void* base, int h, int js, int ns) {
+    const char* src = static_cast<const char*>(base) + row0 + static_cast<size_t>(js) * run.row_stride_bytes +
+                      static_cast<size_t>(h) * head_bytes;
+    for (int j = 0; j < ns; ++j) {
+      const char* row = src + j * run.row_stride_bytes;
+      if (run.f16) {
+        rows16[j] = reinterpret_cast<const uint16_t*>(row);
+      } else {
+        rows32[j] = reinterpret_cast<const float*>(row);
+      }
+    }
+  };
+  for (int js = 0; js < nk; js += kWalkKeys) {
+    const int ns = std::min(kWalkKeys, nk - js);
+    for (int h = h0; h < h1; ++h) {
+      point(run.k, h, js, ns);
+      const float* q = sc.q.data() + static_cast<size_t>(h - h0) * nq * hd;
+      float* s = sc.s.data() + (h - h0) * s_head + js;
+      if (run.f16) {
+        w.kernels->scores_f16(q, nq, rows16, ns, hd, s, ld);
+      } else {
+        w.kernels->scores(q, nq, rows32, ns, hd, s, ld);
+      }
+    }
+  }
+  for (int h = h0; h < h1; ++h) {
+    const size_t base = static_cast<size_t>(h - h0) * nq;
+    for (int i = 0; i < nq; ++i) {
+      float* si = sc.s.data() + (h - h0) * s_head + i * ld;
+      const int64_t q_pos = q_first + i / w.group;
+      const int n_vis = static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk));
+      std::fill(si + n_vis, si + nk, 0.0f);
+      if (n_vis == 0) continue;
+      w.kernels->fold_scores(si, n_vis, sc.m[base + i], sc.l[base + i], sc.acc.data() + (base + i) * hd, hd);
+    }
+  }
+  for (int js = 0; js < nk; js += kWalkKeys) {
+    const int ns = std::min(kWalkKeys, nk - js);
+    for (int h = h0; h < h1; ++h) {
+      point(run.v, h, js, ns);
+      const float* p = sc.s.data() + (h - h0) * s_head + js;
+      float* acc = sc.acc.data() + static_cast<size_t>(h - h0) * nq * hd;
+      if (run.f16) {
+        w.kernels->accumulate_f16(p, ld, nq, rows16, ns, hd, acc);
+      } else {
+        w.kernels->accumulate(p, ld, nq, rows32, ns, hd, acc);
+      }
+    }
+  }
+}
 
 // Attends queries [t0, t0 + nt) x kv heads [h0, h1) over key positions [key_lo, key_hi), leaving
 // the unnormalized state in `sc`.
@@ -367,17 +435,16 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   sc.l.assign(n_rows, 0.0f);
   const int n_heads = h1 - h0;
   const bool direct_f16 = nq <= kDirectF16Rows;
-  const bool hw_prefetch = nq <= kStreamRows;
+  const bool walk = nq <= kWalkRows;  // in address order, without software prefetch (kWalkRows)
   const int64_t key_tile =
-      hw_prefetch    ? kStreamKeyTile
-      : direct_f16   ? kDirectKeyTile
+      direct_f16     ? kDirectKeyTile
       : n_heads == 1 ? kKeyTile
                      : std::clamp<int64_t>(static_cast<int64_t>(kDecodeTileBytes / (2 * sizeof(float) * n_heads * hd)),
                                            8, kKeyTile);
   const size_t head_stride = static_cast<size_t>(key_tile) * hd;  // floats between heads in a tile
   sc.k_tile.resize(head_stride * n_heads);
   sc.v_tile.resize(head_stride * n_heads);
-  sc.s.resize(static_cast<size_t>(nq) * kKeyTile);
+  sc.s.resize(static_cast<size_t>(nq) * kKeyTile * (walk ? n_heads : 1));
   for (int h = h0; h < h1; ++h) {
     for (int64_t t = 0; t < nt; ++t) {
       for (int g = 0; g < w.group; ++g) {
@@ -417,11 +484,14 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
         w.kernels->load_f16(static_cast<const char*>(run.v) + offset, run.row_stride_bytes, nk, n_heads, hd,
                             sc.v_tile.data(), head_stride);
       }
+      if (walk) {
+        walk_tile(w, run, row0, j0, nk, h0, h1, nq, q_first, sc);
+        continue;
+      }
       // The next tile's rows, fetched a slice per head while this tile is computed, so that the
-      // DRAM reads overlap the arithmetic instead of stalling the next tile (none where the
-      // hardware prefetcher does it: hw_prefetch).
+      // DRAM reads overlap the arithmetic instead of stalling the next tile.
       const int64_t next_j0 = it + 1 < n_tiles ? tile_start(it + 1) : hi;
-      const int64_t next_nk = hw_prefetch ? 0 : std::min(key_tile, hi - next_j0);
+      const int64_t next_nk = std::min(key_tile, hi - next_j0);
       const size_t next_row0 = static_cast<size_t>(next_j0 - run.pos0) * run.row_stride_bytes +
                                static_cast<size_t>(h0) * hd * elem_bytes;
       const size_t row_bytes = static_cast<size_t>(n_heads) * hd * elem_bytes;

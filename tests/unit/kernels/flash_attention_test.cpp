@@ -182,7 +182,7 @@ TEST_P(FlashAttentionTest, HeadDimOffTheVectorWidth) {
 
 TEST_P(FlashAttentionTest, DecodeEveryGroupAndHeadDim) {
   // One token, 2 kv heads, groups 1-8 (f16 K/V read in place: the 1-3 row tails and the 4- and
-  // 8-row blocks; groups 1 and 2 in 8-key tiles without software prefetch) and 16 (converted
+  // 8-row blocks; groups 1 and 2 walked in address order, 8 keys at a time) and 16 (converted
   // tiles); head dims that cut into different numbers of column passes and a 5-vector one; 203
   // keys: ragged in-place and converted tiles, three runs.
   for (int group : {1, 2, 3, 4, 5, 7, 8, 16}) {
@@ -195,7 +195,7 @@ TEST_P(FlashAttentionTest, DecodeSeveralTokensOfAGroup) {
   // edge inside the last tile.
   check({300, 8, 2, 128, 298, 2, {150}}, f16(), isa(), {0, 1, 2});
   check({300, 8, 2, 64, 297, 3, {}}, f16(), isa(), {0, 4});
-  // 2 tokens x group 1 = 2 rows (8-key tiles), the causal edge inside the last one.
+  // 2 tokens x group 1 = 2 rows (walked in address order), the causal edge inside the last tile.
   check({301, 4, 4, 64, 299, 2, {150}}, f16(), isa(), {0, 1, 2});
 }
 
