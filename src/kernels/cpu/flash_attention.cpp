@@ -358,6 +358,21 @@ struct Work {
   const float* q;
 };
 
+// The online-softmax step of one kv head's nq rows (state rows base..) over a tile of nk keys
+// from position j0: s[i * kKeyTile + j] are the scores, masked past each row's query position,
+// then replaced by their weights p.
+void fold_tile(const Work& w, float* s, int nq, int nk, int64_t j0, int64_t q_first, size_t base, Scratch& sc) {
+  const int hd = w.p->head_dim;
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + i * kKeyTile;
+    const int64_t q_pos = q_first + i / w.group;
+    const int n_vis = static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk));
+    std::fill(si + n_vis, si + nk, 0.0f);
+    if (n_vis == 0) continue;
+    w.kernels->fold_scores(si, n_vis, sc.m[base + i], sc.l[base + i], sc.acc.data() + (base + i) * hd, hd);
+  }
+}
+
 // One tile of nk keys from j0 (row0: its byte offset in the run) for kv heads [h0, h1) of nq
 // rows each (at most kWalkRows), in address order: blocks of kWalkKeys keys, every head's
 // slice of a block before the next; the scores of all heads [h - h0][row][kKeyTile] in sc.s,
@@ -397,15 +412,7 @@ void walk_tile(const Work& w, const KvRun& run, size_t row0, int64_t j0, int nk,
     }
   }
   for (int h = h0; h < h1; ++h) {
-    const size_t base = static_cast<size_t>(h - h0) * nq;
-    for (int i = 0; i < nq; ++i) {
-      float* si = sc.s.data() + (h - h0) * s_head + i * ld;
-      const int64_t q_pos = q_first + i / w.group;
-      const int n_vis = static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk));
-      std::fill(si + n_vis, si + nk, 0.0f);
-      if (n_vis == 0) continue;
-      w.kernels->fold_scores(si, n_vis, sc.m[base + i], sc.l[base + i], sc.acc.data() + (base + i) * hd, hd);
-    }
+    fold_tile(w, sc.s.data() + (h - h0) * s_head, nq, nk, j0, q_first, static_cast<size_t>(h - h0) * nq, sc);
   }
   for (int js = 0; js < nk; js += kWalkKeys) {
     const int ns = std::min(kWalkKeys, nk - js);
@@ -530,14 +537,7 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
         } else {
           w.kernels->scores(sc.q.data() + base * hd, nq, k_rows, nk, hd, s, static_cast<int>(kKeyTile));
         }
-        for (int i = 0; i < nq; ++i) {
-          float* si = s + i * kKeyTile;
-          const int64_t q_pos = q_first + i / w.group;
-          const int n_vis = static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk));
-          std::fill(si + n_vis, si + nk, 0.0f);
-          if (n_vis == 0) continue;
-          w.kernels->fold_scores(si, n_vis, sc.m[base + i], sc.l[base + i], sc.acc.data() + (base + i) * hd, hd);
-        }
+        fold_tile(w, s, nq, nk, j0, q_first, base, sc);
         if (in_place) {
           w.kernels->accumulate_f16(s, static_cast<int>(kKeyTile), nq, v16_rows, nk, hd, sc.acc.data() + base * hd);
         } else {
