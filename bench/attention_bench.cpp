@@ -52,7 +52,7 @@ constexpr size_t kRingBytes = size_t{512} << 20;                // K+V of all la
 // heads per kv head); 32 is Llama 2 7B's (MHA), with 4x the KV bytes per position and a quarter
 // of the arithmetic per KV byte. Its 128K layer (2 GiB) is larger than the ring, and the arena
 // grows to hold it. 16 is groups of 2 (as Gemma 2 9B's 16 query / 8 kv heads), the largest group
-// that the decode kernel reads in short tiles without software prefetch (flash_attention.cpp).
+// that the decode kernel walks in address order without software prefetch (flash_attention.cpp).
 constexpr size_t kMhaLayerBytes = size_t{2} * 131072 * kHeads * kHeadDim * 2;
 
 // One big allocation of f16 values in [-1, 1), written (so every page is backed) by a cheap hash.
