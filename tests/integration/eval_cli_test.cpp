@@ -186,6 +186,40 @@ TEST_F(EvalCliTest, ShowPrintsABlockPerRunWithItsLineAndTheTierBytes) {
   EXPECT_FALSE(nlohmann::json::parse(read_lines(dir_ + "/memory.jsonl").at(0)).contains("bytes_read"));
 }
 
+TEST_F(EvalCliTest, ShowPromptPrintsEachSamplesPromptOnceBeforeItsRuns) {
+  const std::string out = dir_ + "/results.jsonl";
+  CliResult r = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.2,0.8", "--policy", "full,leoam", "--budget",
+                      "0.5", "--out", out, "--show-prompt", "--show"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 4u) << read_file(out);
+  const std::vector<std::string> shown = CliResult::lines(r.out);
+  for (const double depth : {0.2, 0.8}) {
+    SCOPED_TRACE(depth);
+    const nlohmann::json j = nlohmann::json::parse(lines[depth == 0.2 ? 0 : 2]);
+    ASSERT_EQ(j.at("depth"), depth);
+    const std::string header = "== passkey ctx 256 depth " + std::string(depth == 0.2 ? "0.2" : "0.8") +
+                               " seed 0: prompt, 256 tokens, needle at token " +
+                               std::to_string(j.at("needle_pos").get<int64_t>());
+    const auto at = std::find(shown.begin(), shown.end(), header);
+    ASSERT_NE(at, shown.end()) << header << " not in:\n" << r.out;
+    EXPECT_EQ(std::count(shown.begin(), shown.end(), header), 1) << "once for both policies";
+    ASSERT_LT(at + 1, shown.end());
+    const std::string prompt = nlohmann::json::parse(*(at + 1)).get<std::string>();  // escaped on one line
+    const std::string key = j.at("answers").at(0).get<std::string>();
+    EXPECT_NE(prompt.find("The pass key is " + key + "."), std::string::npos) << prompt;
+    EXPECT_TRUE(prompt.ends_with("The pass key is")) << prompt;
+    // Its runs' blocks follow it, before the next sample's prompt.
+    EXPECT_EQ(*(at + 3), "== passkey ctx 256 depth " + std::string(depth == 0.2 ? "0.2" : "0.8") + " seed 0: full");
+  }
+
+  // Resumed with nothing left to run, no prompt is printed.
+  CliResult again = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.2,0.8", "--policy", "full,leoam",
+                          "--budget", "0.5", "--out", out, "--show-prompt"});
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(again.out.find("prompt, 256 tokens"), std::string::npos) << again.out;
+}
+
 TEST_F(EvalCliTest, ResumeSkipsFinishedRunsAndRedoesATornLastLine) {
   const std::string out = dir_ + "/results.jsonl";
   ASSERT_EQ(sweep(out).status, 0);

@@ -17,8 +17,9 @@
 //
 // Every flag is checked and every sample built before --out is touched, so a bad flag appends
 // nothing. stdout carries the closing markdown table (one row per policy and budget, over every
-// line of --out for the task), and with --show a block per run before it (show_block); progress
-// and errors go to stderr.
+// line of --out for the task), with --show a block per run before it (show_block), and with
+// --show-prompt each sample's prompt before its first run (prompt_block); progress and errors go
+// to stderr.
 //
 // `--task ppl` is perplexity rather than retrieval: --text is cut into consecutive windows of
 // --ctx tokens (BOS first where the vocab has one), and each window is decoded one token at a
@@ -228,6 +229,22 @@ std::string show_block(const Json& j) {
   return out;
 }
 
+// --show-prompt: the block printed for a sample before its first run:
+//   == passkey ctx 256 depth 0.2 seed 0: prompt, 256 tokens, needle at token 52
+//   "There is an important info hidden ...\nWhat is the pass key? The pass key is"
+// and a blank line: the prompt detokenized (BOS gives no text), escaped on one line. A ppl
+// window says "window" and has no needle.
+std::string prompt_block(const std::string& task, const SampleSpec& spec, const Tokenizer& tok) {
+  char buf[256];
+  const bool ppl = task == kPplTask;
+  std::snprintf(buf, sizeof(buf), "== %s ctx %lld depth %g seed %llu: %s, %zu tokens", task.c_str(),
+                static_cast<long long>(spec.ctx), spec.depth, static_cast<unsigned long long>(spec.seed),
+                ppl ? "window" : "prompt", spec.sample.tokens.size());
+  std::string out = buf;
+  if (!ppl) out += ", needle at token " + std::to_string(spec.sample.needle_pos);
+  return out + "\n" + quoted(tok.detokenize(spec.sample.tokens)) + "\n\n";
+}
+
 class EvalCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
@@ -265,6 +282,9 @@ class EvalCommand : public Command {
                   "after each run, print to stdout policy@budget, the expected answer, the output (escaped, one "
                   "line), the score, the tokens attended, the bytes read per KV tier (--kv-dir only) and the "
                   "decode latency; the table still closes");
+    cmd->add_flag("--show-prompt", show_prompt_,
+                  "before each sample's first run, print to stdout its prompt (a ppl window's text), escaped on one "
+                  "line, with its length in tokens and where the needle starts");
     cmd->add_option("--haystack", haystack_path_, "cut the haystack from this text file (default: filler sentences)")
         ->check(readable_file())
         ->type_name("FILE");
@@ -452,9 +472,16 @@ class EvalCommand : public Command {
     int n_run = 0;
     int exit_code = kExitOk;
     for (const SampleSpec& s : samples) {
+      bool prompt_shown = false;
       for (const PolicyRun& r : runs) {
         const std::string key = run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget);
         if (done.count(key) != 0) continue;
+        if (show_prompt_ && !prompt_shown) {
+          const std::string block = prompt_block(task_, s, tok);
+          std::fwrite(block.data(), 1, block.size(), stdout);
+          std::fflush(stdout);
+          prompt_shown = true;
+        }
         ++n_run;
         char what[256];
         std::snprintf(what, sizeof(what), "%d/%d %s ctx %lld depth %g seed %llu %s", n_run, n_todo, task_.c_str(),
@@ -740,6 +767,7 @@ class EvalCommand : public Command {
   std::string text_path_;  // --task ppl
   int64_t n_windows_ = 0;  // --task ppl: 0 for every whole window
   bool show_ = false;
+  bool show_prompt_ = false;
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;
   int n_ctx_ = 0;
