@@ -3,7 +3,8 @@
 
 - with a budget that covers the whole context, every mode keeps every key, so each perplexity
   equals full attention's exactly;
-- with a small budget the modes attend a small share and change the perplexity;
+- with a small budget the modes attend a small share and change the perplexity, and the three
+  chunk modes, which differ only in which chunks each head keeps, attend the same share;
 - bad flags fail with a message.
 """
 
@@ -43,17 +44,21 @@ def main():
         common = ["--text", text, "--ctx", "384", "--sink", "4", "--recent", "16", "--block", "128"]
 
         whole = results(run(*common, "--budget", "1"))
-        assert set(whole) == {"full", "recent@1", "top-tokens@1", "top-chunks@1"}, whole
+        assert set(whole) == {"full", "recent@1", "top-tokens@1", "top-chunks@1", "kv-chunks@1",
+                              "layer-chunks@1"}, whole
         full_ppl, full_att = whole["full"]
         assert full_att == 100.0 and 1.0 < full_ppl < 258.0, whole
         for name, (ppl, att) in whole.items():
             assert ppl == full_ppl and att == 100.0, (name, ppl, att, full_ppl)
 
-        small = results(run(*common, "--budget", "0.05", "--modes", "full,top-tokens,top-chunks,recent"))
-        for name in ("recent@0.05", "top-tokens@0.05", "top-chunks@0.05"):
+        small = results(run(*common, "--budget", "0.05", "--modes",
+                            "full,top-tokens,top-chunks,kv-chunks,layer-chunks,recent"))
+        chunk_modes = ("top-chunks@0.05", "kv-chunks@0.05", "layer-chunks@0.05")
+        for name in ("recent@0.05", "top-tokens@0.05") + chunk_modes:
             ppl, att = small[name]
             assert att < 25.0, (name, att)
             assert ppl != full_ppl, (name, ppl)
+        assert len({small[name][1] for name in chunk_modes}) == 1, small
 
         bad = run(*common, "--modes", "full,bogus")
         assert bad.returncode != 0 and "bogus" in bad.stderr, bad.stderr

@@ -2,7 +2,8 @@
 """The perplexity that sparse attention could reach with perfect ranking (an oracle).
 
     oracle_ppl.py [--model models/leoam-byte-4l/leoam-byte-4l.gguf] [--text FILE] [--ctx 8192]
-                  [--budget 0.1] [--modes full,recent,top-tokens,top-chunks] [--chunk 8]
+                  [--budget 0.1] [--modes full,recent,top-tokens,top-chunks,kv-chunks,layer-chunks]
+                  [--chunk 8]
 
 Scores the first --ctx tokens of --text (BOS, then one token per byte: a byte-level vocab such
 as leoam-byte-4l's) with the numpy reference of the forward pass (tests/reference/llama_ref.py,
@@ -12,10 +13,15 @@ K and V rounded to f16 as the engine stores them), every position attending to:
     top-tokens  the sink, the recent window and, of the positions between them, the --budget
                 share of the context with the highest exact scores q.k, per query head;
     top-chunks  the same in aligned chunks of --chunk positions, ranked by their highest exact
-                score (what chunk bounds approximate from above: a perfect bound).
+                score (what chunk bounds approximate from above: a perfect bound);
+    kv-chunks   aligned chunks, one set per KV head, ranked by the exact attention mass that
+                its query heads put on them (summed), as a selection shared by a GQA group;
+    layer-chunks  aligned chunks, one set per layer shared by every head, each chunk scoring its
+                best KV head's summed exact mass: leoam's selection (one set of chunks per layer,
+                `--group-combine sum`) with perfect scores.
 --sink and --recent are `leoam eval`'s --kv-sink and --kv-recent (4 and 64 by default). The
-oracles rank by the real scores of each query head, which no policy knows before reading the
-keys: the perplexity they reach is the best a top-k selection at that budget can do, and so says
+oracles rank by the real scores (or attention mass) of each query head, which no policy knows
+before reading the keys: the perplexity they reach is the best a top-k selection at that budget can do, and so says
 whether a gap to full attention comes from the ranking or from the budget itself.
 
 Prints one line per mode and budget: perplexity, its change against full, and the keys attended
@@ -35,14 +41,15 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import llama_ref  # noqa: E402
 
-MODES = ("full", "recent", "top-tokens", "top-chunks")
+MODES = ("full", "recent", "top-tokens", "top-chunks", "kv-chunks", "layer-chunks")
 
 
 class Selector:
     """drop_keys for llama_ref.forward: keeps what `mode` attends to, and counts it."""
 
-    def __init__(self, mode, budget, sink, recent, chunk):
+    def __init__(self, mode, budget, sink, recent, chunk, n_head_kv):
         self.mode, self.budget, self.sink, self.recent, self.chunk = mode, budget, sink, recent, chunk
+        self.n_head_kv = n_head_kv
         self.kept = 0  # keys attended, over every layer, head and position
         self.visible = 0  # keys visible (causal), the same
 
@@ -85,11 +92,28 @@ class Selector:
             return
         keep[:, lo:c0 * c] = True
         keep[:, c1 * c:hi] = True
-        best = s[:, c0 * c:c1 * c].reshape(s.shape[0], c1 - c0, c).max(axis=2)
-        top = np.argpartition(-best, n_sel - 1, axis=1)[:, :n_sel] + c0
-        for h in range(s.shape[0]):
-            for j in top[h]:
-                keep[h, j * c:(j + 1) * c] = True
+        n_head = s.shape[0]
+        if self.mode == "top-chunks":
+            best = s[:, c0 * c:c1 * c].reshape(n_head, c1 - c0, c).max(axis=2)
+            top = np.argpartition(-best, n_sel - 1, axis=1)[:, :n_sel] + c0
+            for h in range(n_head):
+                for j in top[h]:
+                    keep[h, j * c:(j + 1) * c] = True
+            return
+        # kv-chunks, layer-chunks: each query head's exact softmax mass per chunk, summed per KV head
+        p = np.exp(s[:, :ctx] - s[:, :ctx].max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        mass = p[:, c0 * c:c1 * c].reshape(self.n_head_kv, n_head // self.n_head_kv, c1 - c0, c).sum(axis=(1, 3))
+        group = n_head // self.n_head_kv
+        if self.mode == "layer-chunks":
+            top = np.argpartition(-mass.max(axis=0), n_sel - 1)[:n_sel] + c0
+            for j in top:
+                keep[:, j * c:(j + 1) * c] = True
+            return
+        top = np.argpartition(-mass, n_sel - 1, axis=1)[:, :n_sel] + c0
+        for g in range(self.n_head_kv):
+            for j in top[g]:
+                keep[g * group:(g + 1) * group, j * c:(j + 1) * c] = True
 
 
 def perplexity(model, tokens, selector, block):
@@ -140,7 +164,7 @@ def main(argv=None):
     for mode in modes:
         for budget in ([1.0] if mode == "full" else budgets):
             t0 = time.time()
-            sel = Selector(mode, budget, args.sink, args.recent, args.chunk)
+            sel = Selector(mode, budget, args.sink, args.recent, args.chunk, model["hp"]["n_head_kv"])
             ppl = perplexity(model, tokens, sel, args.block)
             if mode == "full":
                 full = ppl

@@ -165,10 +165,9 @@ TEST(LeoamAdaptive, LaterStepsSplitAfterTwoHotSteps) {
 // Layer 2, 2048 tokens, far [64, 1984) (30 leaves of 64), budget 512 (cap 128). All far keys
 // (1, 0): every far leaf ties at bound 10, and the budget holds 512 / 1920 of the far mass: the
 // layer is not skewed. The early steps split the selected [64, 576) down to 16-token leaves;
-// after that nothing splits, however long the same leaves stay selected. Cold buddies merge at
-// step 3: the 10 pairs of [640, 1920) ([576, 640)'s buddy is selected, [1920, 1984)'s is the
-// recent window).
-TEST(LeoamAdaptive, AnUnskewedLayerDoesNotSplit) {
+// two steps later (hot 2) they split once more, to 8, min. The 22 leaves of [576, 1984) stay
+// cold from step 0 on, but in a flat layer they hold most of the far mass: they never merge.
+TEST(LeoamAdaptive, AnUnskewedLayerSplitsHotLeavesButMergesNoColdOnes) {
   KeysCatalog catalog(8, 1, 2);
   catalog.set_keys(0, 2048, {0, 0});
   catalog.set_keys(64, 1984, {1, 0});
@@ -183,8 +182,11 @@ TEST(LeoamAdaptive, AnUnskewedLayerDoesNotSplit) {
   for (int64_t c = 68; c >= 8; c -= 4) to_16.push_back({2, c, c + 4});
   EXPECT_EQ(step(*policy, at(1), catalog), (Step{{{64, 576}}, 40, to_16}));
   EXPECT_EQ(step(*policy, at(2), catalog), (Step{{{64, 576}}, 56, {}}));
-  EXPECT_EQ(step(*policy, at(3), catalog), (Step{{{64, 576}}, 56, {}}));  // then 10 merges
-  for (int64_t s = 4; s < 9; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{64, 576}}, 46, {}})) << s;
+  Loads to_8;  // the 32 leaves of 16, 2 store chunks each
+  for (int64_t c = 70; c >= 8; c -= 2) to_8.push_back({2, c, c + 2});
+  EXPECT_EQ(step(*policy, at(3), catalog), (Step{{{64, 576}}, 56, to_8}));
+  // 88 leaves: 2 outside far, 64 of 8 over [64, 576), 22 of 64 over [576, 1984).
+  for (int64_t s = 4; s < 12; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{64, 576}}, 88, {}})) << s;
 }
 
 // Layer 0 starts at 8-token leaves, whatever the budget: 64 over [0, 512), far [16, 496), keys
@@ -293,6 +295,20 @@ TEST_F(LeoamAdaptiveDesert, NeedsLeavesThatKeepNearAndFarApart) {
   EXPECT_EQ(fine.n_chunks_scored, 64);
 }
 
+// Layer 0's 48 far leaves of 8 are cold at every desert step. Nothing is selected, so the skew
+// is 0, but a desert reads no far KV: after 4 steps they merge in pairs (the cap at a budget of
+// 256 is 64), and the fifth step scores 40 leaves.
+TEST_F(LeoamAdaptiveDesert, ColdLeavesMergeInADesert) {
+  for (int i = 0; i < 4; ++i) {
+    const Selection s = select(0, {64, 448});
+    EXPECT_TRUE(s.desert) << i;
+    EXPECT_EQ(s.n_chunks_scored, 64) << i;
+  }
+  const Selection s = select(0, {64, 448});
+  EXPECT_TRUE(s.desert);
+  EXPECT_EQ(s.n_chunks_scored, 40);
+}
+
 TEST_F(LeoamAdaptiveDesert, OffByOption) {
   PolicyOptions options;
   options.desert = false;
@@ -324,21 +340,27 @@ TEST(LeoamAdaptive, ABudgetBelowTheBestLeafSplitsIt) {
 }
 
 // The budget cap itself: in layer 2, a budget of 100 holds 4 leaves of 16 but not of 32, so the
-// tree starts at 16-token leaves (32 over [0, 512)) and cold buddies stop merging at 16. All keys
-// tie and the budget (6 leaves of 16, [64, 160)) holds a quarter of far: not skewed, nothing
-// splits. The 18 leaves of [160, 448), cold since step 2, reach 4 cold steps at step 5 and stay;
-// at step 6 a budget of 128 raises the cap to 32: the 8 pairs of [192, 448) merge ([160, 176)
-// and [176, 192) are selected now).
+// tree starts at 16-token leaves (32 over [0, 512)) and cold buddies stop merging at 16. Keys
+// (1, 0) on [64, 80), q = (10, 0): that leaf bounds at 10, every other one at 0, so the budget
+// (6 leaves of 16, [64, 160): the hot one and the lowest tied ones) holds nearly all the far
+// mass: skewed. Its 6 leaves split to 8 at step 3 (hot 2). The 18 leaves of [160, 448), cold
+// since step 2, reach 4 cold steps at step 5 and stay; at step 6 a budget of 128 raises the cap
+// to 32: the 8 pairs of [192, 448) merge ([160, 176) and [176, 192) are selected now, and split
+// at step 7, hot 2).
 TEST(LeoamAdaptive, TheBudgetCapsTheInitialAndMergedLeaves) {
   KeysCatalog catalog(8, 1, 2);
   catalog.set_keys(0, 512, {0, 0});
+  catalog.set_keys(64, 80, {1, 0});
   auto policy = leoam();
-  const std::vector<float> q = {1, 0};
+  const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s, int64_t budget) { return make_query(2, s, 512, {64, 448}, budget, q); };
   EXPECT_EQ(step(*policy, at(2, 100), catalog), (Step{{{64, 160}}, 32, {{2, 0, 64}}}));
-  for (int64_t s = 3; s < 6; ++s) EXPECT_EQ(step(*policy, at(s, 100), catalog), (Step{{{64, 160}}, 32, {}})) << s;
-  EXPECT_EQ(step(*policy, at(6, 128), catalog), (Step{{{64, 192}}, 32, {}}));  // then 8 merges
-  EXPECT_EQ(step(*policy, at(7, 128), catalog), (Step{{{64, 192}}, 24, {}}));
+  Loads to_8;  // the 6 leaves of [64, 160), from the last back
+  for (int64_t c = 18; c >= 8; c -= 2) to_8.push_back({2, c, c + 2});
+  EXPECT_EQ(step(*policy, at(3, 100), catalog), (Step{{{64, 160}}, 32, to_8}));
+  for (int64_t s = 4; s < 6; ++s) EXPECT_EQ(step(*policy, at(s, 100), catalog), (Step{{{64, 160}}, 38, {}})) << s;
+  EXPECT_EQ(step(*policy, at(6, 128), catalog), (Step{{{64, 192}}, 38, {}}));  // then 8 merges
+  EXPECT_EQ(step(*policy, at(7, 128), catalog), (Step{{{64, 192}}, 30, {{2, 22, 24}, {2, 20, 22}}}));
 }
 
 // A budget of all far tokens selects all of far, edge leaves counted by their far tokens only,
