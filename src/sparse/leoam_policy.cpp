@@ -61,26 +61,27 @@
 // recent window) keep their history. Then, applied from the last leaf back:
 //
 //   split  a selected leaf that can split, during the first kIakmEarlySteps = 2 decode steps
-//          (query.step < 2: "8 in the first decode steps"), or once hot_steps >= kIakmHotSteps = 2;
-//          at most kIakmMaxSplits = 32 a layer a step, best scores first (each split reads its
-//          store chunks' abstracts); none when the selection holds all of far (every far token is
-//          read anyway). When the budget took no leaf (the best one is larger than it; not in a
-//          desert), the best leaf splits, so that some leaf fits at last
+//          (query.step < 2: "8 in the first decode steps"), or once hot_steps >= kIakmHotSteps = 2
+//          when the layer is skewed; at most kIakmMaxSplits = 32 a layer a step, best scores first
+//          (each split reads its store chunks' abstracts); none when the selection holds all of
+//          far (every far token is read anyway). When the budget took no leaf (the best one is
+//          larger than it; not in a desert), the best leaf splits, so that some leaf fits at last
 //   merge  two buddy far leaves both with cold_steps >= kIakmColdSteps = 4, when their parent is
 //          within the budget cap of this step (no I/O), and the layer is skewed or in a desert
 //
 // Skew: per query head h, with m_h its largest upper bound over the far leaves, the share that the
 // selected leaves hold of sum over far leaves of far_tokens * exp(scale * (upper - m_h)), the
 // far mass bound of the desert check; the layer's skew is the mean over the query heads. A layer
-// is skewed when skew >= kIakmSkew = 0.5: few leaves hold most of the far attention, and a leaf
-// that the selection leaves out holds little of it. In a flat layer the leaves left out hold
-// most of the far mass, so "cold" there says little: a merged leaf ranks as its better half and
-// costs both halves of the budget, so cold leaves merge only in skewed layers (and in deserts,
-// which read no far KV). On the trained model's text at 8192 tokens, merging in every layer put
-// leoam@0.1 at +4.22% over full attention's perplexity, against +2.80% now (bench/RESULTS.md,
-// issue 6). Splits need no skew: a half never bounds higher than its parent, so finer leaves rank
-// the far mass at least as well in any layer. Selection counts the splits and merges (--kv-stats
-// reports them).
+// is skewed when skew >= kIakmSkew = 0.5: few leaves hold most of the far attention, so cutting
+// the selected ones finer saves reading their cold halves, and the leaves left out hold little
+// of it. In a flat layer the tree stays as it is: its leaves left out hold most of the far mass,
+// so "cold" says little there, and a merged leaf ranks as its better half but costs the budget
+// both halves. Cold leaves therefore merge only in skewed layers (and in deserts, which read no
+// far KV). On the trained model's text at 8192 tokens, merging in every layer put leoam@0.1 at
+// +4.22% over full attention's perplexity, against +3.51% now; splitting in every layer as well
+// gave +2.80%, but a long decode then split and merged 4x as often (leaves merged in skewed
+// steps split again when hot) and ran 25% slower (bench/RESULTS.md, issue 6). Selection counts
+// the splits and merges (--kv-stats reports them).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -101,9 +102,9 @@ constexpr int kIakmMaxTokens = 512;      // merges stop here (the store's larges
 constexpr int kIakmInitialTokens = 64;   // LeoAM's initial chunk size
 constexpr int kIakmFineLayers = 2;       // LeoAM: layers 0 and 1 start at the smallest chunks
 constexpr int64_t kIakmEarlySteps = 2;   // decode steps whose selected leaves split unconditionally
-constexpr int kIakmHotSteps = 2;         // consecutive selections before a leaf splits
+constexpr int kIakmHotSteps = 2;         // consecutive selections before a skewed layer splits a leaf
 constexpr int kIakmColdSteps = 4;        // consecutive misses before two buddies merge
-constexpr double kIakmSkew = 0.5;        // selected share of the far mass bound that lets cold leaves merge
+constexpr double kIakmSkew = 0.5;        // selected share of the far mass bound that makes a layer skewed
 constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds the abstract reads
 constexpr int kIakmLeavesPerBudget = 4;  // leaves start and merge no larger than a quarter of the far budget
 
@@ -263,10 +264,19 @@ class LeoamPolicy final : public SelectionPolicy {
 
     std::vector<int64_t> splits;  // far-leaf offsets, best score first
     const bool early = query.step < kIakmEarlySteps;
+    std::optional<bool> skewed;  // computed once, when a rule asks
+    const auto is_skewed = [&] {
+      if (!skewed) skewed = skew(query, tree, l0, l1, selected, upper, far0) >= kIakmSkew;
+      return *skewed;
+    };
+    bool any_hot = false;
     for (int64_t j : picked) {
       if (all_far || !tree.can_split(l0 + j)) continue;
-      if (early || tree.history(l0 + j).hot_steps >= kIakmHotSteps) splits.push_back(j);
+      const bool hot = tree.history(l0 + j).hot_steps >= kIakmHotSteps;
+      if (early || hot) splits.push_back(j);
+      any_hot = any_hot || hot;
     }
+    if (!early && any_hot && !is_skewed()) splits.clear();
     // Nothing selected: the best leaf alone is over the budget. Split it, or no leaf would ever fit.
     if (picked.empty() && !scores.empty()) {
       const int64_t best = std::max_element(scores.begin(), scores.end()) - scores.begin();
@@ -291,7 +301,7 @@ class LeoamPolicy final : public SelectionPolicy {
         merges.push_back(i++);
       }
     }
-    if (!merges.empty() && !s.desert && skew(query, tree, l0, l1, selected, upper, far0) < kIakmSkew) merges.clear();
+    if (!merges.empty() && !s.desert && !is_skewed()) merges.clear();
 
     // From the last leaf back, so that each change leaves the indices before it valid.
     auto next_split = split_leaves.begin();
