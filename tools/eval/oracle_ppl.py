@@ -21,8 +21,9 @@ K and V rounded to f16 as the engine stores them), every position attending to:
                 `--group-combine sum`) with perfect scores.
 --sink and --recent are `leoam eval`'s --kv-sink and --kv-recent (4 and 64 by default). The
 oracles rank by the real scores (or attention mass) of each query head, which no policy knows
-before reading the keys: the perplexity they reach is the best a top-k selection at that budget can do, and so says
-whether a gap to full attention comes from the ranking or from the budget itself.
+before reading the keys: the perplexity they reach is the best a top-k selection at that budget
+can do, and so says whether a gap to full attention comes from the ranking or from the budget
+itself.
 
 Prints one line per mode and budget: perplexity, its change against full, and the keys attended
 as a share of those visible, over every layer, head and position (`leoam eval`'s "attended").
@@ -101,10 +102,10 @@ class Selector:
                     keep[h, j * c:(j + 1) * c] = True
             return
         # kv-chunks, layer-chunks: each query head's exact softmax mass per chunk, summed per KV head
+        group = n_head // self.n_head_kv
         p = np.exp(s[:, :ctx] - s[:, :ctx].max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
-        mass = p[:, c0 * c:c1 * c].reshape(self.n_head_kv, n_head // self.n_head_kv, c1 - c0, c).sum(axis=(1, 3))
-        group = n_head // self.n_head_kv
+        mass = p[:, c0 * c:c1 * c].reshape(self.n_head_kv, group, c1 - c0, c).sum(axis=(1, 3))
         if self.mode == "layer-chunks":
             top = np.argpartition(-mass.max(axis=0), n_sel - 1)[:n_sel] + c0
             for j in top:

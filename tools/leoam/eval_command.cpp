@@ -477,6 +477,7 @@ class EvalCommand : public Command {
         const std::string key = run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget);
         if (done.count(key) != 0) continue;
         if (show_prompt_ && !prompt_shown) {
+          status.clear();  // the last run's status line, on a terminal
           const std::string block = prompt_block(task_, s, tok);
           std::fwrite(block.data(), 1, block.size(), stdout);
           std::fflush(stdout);
