@@ -167,6 +167,18 @@ def test_numbers(tmp):
         assert fraction == budget == b and n_windows == 2
         assert math.isclose(ratio, math.exp(0.01 / b)), (b, ratio)
 
+    # Windows scored after a prefill (depth 0.5) compare with full's at that depth, not at 0:
+    # full scores 1000 there and leoam 1000 + 512 * 0.02, so the ratio pools both depths.
+    prefilled = [json.loads(line) for line in ppl_lines()]
+    for r in prefilled:
+        r["depth"], r["n_tokens"] = 0.5, 512
+        r["nll_sum"] = 1000.0 + (0.0 if r["policy"] == "full" else 512 * 0.02)
+    _, both = pe.ppl_ratios(rows + prefilled)
+    for (fraction, budget, ratio, n_windows), b in zip(both["leoam"], BUDGETS):
+        assert n_windows == 4, n_windows
+        expected = math.exp((2 * PPL_N_TOKENS * 0.01 / b + 2 * 512 * 0.02) / (2 * PPL_N_TOKENS + 2 * 512))
+        assert math.isclose(ratio, expected), (b, ratio, expected)
+
     # A token-count budget is a share of the context.
     assert pe.budget_fraction(512, 8192) == 0.0625 and pe.budget_fraction(0.1, 8192) == 0.1
 

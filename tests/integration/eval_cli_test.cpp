@@ -326,14 +326,54 @@ TEST_F(EvalCliTest, PplScoresEachWindowUnderEachPolicyAndResumes) {
     EXPECT_NEAR(nll.at("streaming " + window), full, 1e-6 * std::abs(full)) << "budget 1 is full attention";
   }
   EXPECT_NE(nll.at("full 0"), nll.at("full 1")) << "the windows are different text";
-  EXPECT_NE(r.out.find("| ppl | full | 2 |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| ppl | streaming@1 | 2 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| ppl | 0 | full | 2 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| ppl | 0 | streaming@1 | 2 |"), std::string::npos) << r.out;
 
   CliResult again = ppl(out);
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(read_lines(out), lines) << "nothing appended";
   EXPECT_NE(again.err.find("4 skipped"), std::string::npos) << again.err;
-  EXPECT_NE(again.out.find("| ppl | streaming@1 | 2 |"), std::string::npos) << "the table covers resumed lines";
+  EXPECT_NE(again.out.find("| ppl | 0 | streaming@1 | 2 |"), std::string::npos) << "the table covers resumed lines";
+}
+
+TEST_F(EvalCliTest, PplDepthPrefillsAShareOfEachWindowAndScoresTheRest) {
+  if (!fs::exists(kBook)) GTEST_SKIP() << "fixture absent: " << kBook;
+  const std::string out = dir_ + "/ppl.jsonl";
+  CliResult r = eval({"--task", "ppl", "--text", kBook, "--ctx", "128", "--windows", "2", "--depth", "0,0.5", "--policy",
+                      "full,streaming", "--budget", "16", "--kv-sink", "4", "--kv-recent", "16", "--out", out});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 8u) << read_file(out);
+  std::map<std::string, nlohmann::json> by_run;  // "policy depth window"
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const double depth = j.at("depth").get<double>();
+    // floor(0.5 * 127) = 63 tokens prefilled; the 64 after them are decoded, each predicting the next.
+    EXPECT_EQ(j.at("prefill_tokens"), depth == 0.0 ? 0 : 63) << line;
+    EXPECT_EQ(j.at("n_tokens"), depth == 0.0 ? 127 : 64) << line;
+    EXPECT_GT(j.at("ppl").get<double>(), 1.0) << line;
+    by_run[j.at("policy").get<std::string>() + " " + j.at("depth").dump() + " " + j.at("seed").dump()] = j;
+  }
+  ASSERT_EQ(by_run.size(), 8u) << "every (policy, depth, window) once";
+  for (const std::string window : {"0", "1"}) {
+    // The streaming window (sink 4 + 16 far + recent 16) drops far tokens of the decoded half:
+    // it scores it otherwise than full, and attends less.
+    const nlohmann::json& full = by_run.at("full 0.5 " + window);
+    const nlohmann::json& streaming = by_run.at("streaming 0.5 " + window);
+    EXPECT_NE(streaming.at("nll_sum").get<double>(), full.at("nll_sum").get<double>()) << window;
+    EXPECT_LT(streaming.at("tokens_attended_pct").get<double>(), 100.0) << window;
+    EXPECT_LT(full.at("nll_sum").get<double>(), by_run.at("full 0.0 " + window).at("nll_sum").get<double>())
+        << "64 of the 127 predictions";
+  }
+  EXPECT_NE(r.out.find("| ppl | 0.5 | full | 2 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| ppl | 0.5 | streaming@16 | 2 |"), std::string::npos) << r.out;
+
+  // A depth that leaves nothing to decode fails before --out is touched.
+  CliResult bad = eval({"--task", "ppl", "--text", kBook, "--ctx", "128", "--depth", "1", "--out", dir_ + "/bad.jsonl"});
+  EXPECT_NE(bad.status, 0);
+  ASSERT_EQ(bad.err_lines().size(), 1u) << bad.err;
+  EXPECT_NE(bad.err.find("leaves no token to decode"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/bad.jsonl"));
 }
 
 TEST_F(EvalCliTest, PplBadFlagsFailWithOneLineAndWriteNothing) {

@@ -186,10 +186,12 @@ def ppl_ratios(rows):
     if not ppl_rows:
         return None
     ctx = max(r["ctx"] for r in ppl_rows)
-    windows = {}  # (policy, budget) -> {seed (the window index): (nll_sum, n_tokens)}
+    # A window is its depth (the share prefilled before scoring) and its index (the seed).
+    windows = {}  # (policy, budget) -> {(depth, seed): (nll_sum, n_tokens)}
     for r in ppl_rows:
         if r["ctx"] == ctx:
-            windows.setdefault((r["policy"], r["budget"]), {})[r["seed"]] = (float(r["nll_sum"]), float(r["n_tokens"]))
+            windows.setdefault((r["policy"], r["budget"]), {})[(r["depth"], r["seed"])] = (
+                float(r["nll_sum"]), float(r["n_tokens"]))
     full = {}
     for (policy, _), w in windows.items():
         if policy == "full":

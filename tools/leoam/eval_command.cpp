@@ -22,13 +22,17 @@
 // to stderr.
 //
 // `--task ppl` is perplexity rather than retrieval: --text is cut into consecutive windows of
-// --ctx tokens (BOS first where the vocab has one), and each window is decoded one token at a
-// time under each (policy, budget), so every position goes through the selector, summing the
-// negative log-likelihood of the window's next token. Its lines, keyed with depth 0 and the
+// --ctx tokens (BOS first where the vocab has one). For each --depth D (default 0), the first
+// P = floor(D * (ctx - 1)) tokens of a window are evaluated as a prompt (batched, full
+// attention, as `run` prefills one), and the rest is decoded one token at a time under each
+// (policy, budget), every position through the selector, summing the negative log-likelihood of
+// the window's next token. D = 0 decodes and scores every position; D > 0 scores the decode
+// after a long prompt, the path of the retrieval tasks. Its lines, keyed with depth D and the
 // window index as seed:
-//   {"task":"ppl","ctx","depth","seed","policy","budget","nll_sum","n_tokens","n_bytes","ppl",
-//    "bits_per_byte","tokens_attended_pct","bytes_read","decode_ms"}
-// where decode_ms covers the n_tokens single-token evals.
+//   {"task":"ppl","ctx","depth","seed","policy","budget","prefill_tokens","nll_sum","n_tokens",
+//    "n_bytes","ppl","bits_per_byte","tokens_attended_pct","bytes_read","decode_ms"}
+// where n_tokens = ctx - 1 - P predictions are scored and decode_ms covers their single-token
+// evals.
 #include <unistd.h>
 
 #include <algorithm>
@@ -260,7 +264,10 @@ class EvalCommand : public Command {
         ->required()
         ->delimiter(',')
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-    cmd->add_option("--depth", depths_, "needle depths in [0, 1], comma-separated (ignored for --task ppl)")
+    depth_option_ = cmd->add_option("--depth", depths_,
+                                    "needle depths in [0, 1], comma-separated. --task ppl: the share of each window "
+                                    "prefilled as a prompt (full attention) before the rest is decoded through the "
+                                    "policy and scored (default there 0: every position decoded)")
         ->capture_default_str()
         ->delimiter(',')
         ->check(CLI::Range(0.0, 1.0));
@@ -353,8 +360,8 @@ class EvalCommand : public Command {
       print_error("--haystack applies to the retrieval tasks, not to --task ppl (which scores --text)");
       return kExitUsage;
     }
-    if (ppl) {  // one sample per window: --depth, --seeds and --first-seed do not apply
-      depths_ = {0.0};
+    if (ppl) {  // one sample per window and depth: --seeds and --first-seed do not apply
+      if (depth_option_->count() == 0) depths_ = {0.0};
       n_seeds_ = 1;
       first_seed_ = 0;
     }
@@ -406,7 +413,9 @@ class EvalCommand : public Command {
         return kExitUsage;
       }
       if (ppl) {
-        if (!add_windows(text_tokens, ctx, bos, samples)) return kExitUsage;
+        for (const double depth : depths_) {
+          if (!add_windows(text_tokens, ctx, depth, bos, samples)) return kExitUsage;
+        }
         continue;
       }
       for (const double depth : depths_) {
@@ -534,11 +543,18 @@ class EvalCommand : public Command {
 
  private:
   // --task ppl: appends the windows of `ctx` tokens cut from `text` (BOS first when bos >= 0), at
-  // most --windows of them, each a sample with depth 0 and its index as seed. False, said, when
-  // the text has no whole window.
-  bool add_windows(const std::vector<int32_t>& text, int64_t ctx, int32_t bos, std::vector<SampleSpec>& samples) const {
+  // most --windows of them, each a sample with `depth` (its prefilled share) and its index as
+  // seed. False, said, when the text has no whole window or the prefill leaves nothing to score.
+  bool add_windows(const std::vector<int32_t>& text, int64_t ctx, double depth, int32_t bos,
+                   std::vector<SampleSpec>& samples) const {
     if (ctx < 2) {
       print_error("--task ppl: --ctx " + std::to_string(ctx) + " leaves no next token to score; use --ctx 2 or more");
+      return false;
+    }
+    if (prefill_tokens(ctx, depth) > ctx - 2) {
+      print_error("--task ppl: --depth " + format_number(depth) + " prefills " +
+                  std::to_string(prefill_tokens(ctx, depth)) + " of the " + std::to_string(ctx) +
+                  " tokens of a window, which leaves no token to decode and score; use a smaller --depth");
       return false;
     }
     const int64_t n_text_per_window = bos >= 0 ? ctx - 1 : ctx;  // [BOS] + text tokens
@@ -553,7 +569,7 @@ class EvalCommand : public Command {
     for (int64_t w = 0; w < n_windows; ++w) {
       SampleSpec spec;
       spec.ctx = ctx;
-      spec.depth = 0.0;
+      spec.depth = depth;
       spec.seed = static_cast<uint64_t>(w);
       std::vector<int32_t>& tokens = spec.sample.tokens;
       tokens.reserve(static_cast<size_t>(ctx));
@@ -637,18 +653,29 @@ class EvalCommand : public Command {
     return j;
   }
 
-  // --task ppl: decodes the window one token at a time (every position through the selector) and
-  // sums the negative log-likelihood of each next token, from the first position on: its line.
+  // --task ppl: the tokens of a window of `ctx` prefilled at `depth` (the header comment).
+  static int64_t prefill_tokens(int64_t ctx, double depth) {
+    return static_cast<int64_t>(std::floor(depth * static_cast<double>(ctx - 1)));
+  }
+
+  // --task ppl: prefills the window's first prefill_tokens() as a prompt, then decodes the rest
+  // one token at a time (every position through the selector), summing the negative
+  // log-likelihood of each decoded position's next token: its line.
   Result<Json> score_window(ForwardContext& ctx, const Tokenizer& tok, const SampleSpec& spec, const PolicyRun& run,
                             const sparse::SparseAttention* selector, const TieredKvCache* tiered) const {
     const std::vector<int32_t>& tokens = spec.sample.tokens;
     const int32_t n_vocab = ctx.n_vocab();
     std::vector<float> logits;  // [n_vocab]: the last evaluated position's
+    const int64_t n_prefill = prefill_tokens(spec.ctx, spec.depth);
+    if (n_prefill > 0) {
+      LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n_prefill)),
+                                     /*all_logits=*/false, logits));
+    }
     double nll_sum = 0.0;
     int64_t n_bytes = 0;
     const auto t0 = std::chrono::steady_clock::now();
     // The last token predicts nothing in the window: it is never evaluated.
-    for (size_t p = 0; p + 1 < tokens.size(); ++p) {
+    for (size_t p = static_cast<size_t>(n_prefill); p + 1 < tokens.size(); ++p) {
       LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(&tokens[p], 1), /*all_logits=*/false, logits));
       // log-softmax in double: nll = logsumexp(logits) - logits[next]
       double max_logit = logits[0];
@@ -660,7 +687,7 @@ class EvalCommand : public Command {
       n_bytes += static_cast<int64_t>(tok.token_to_piece(next).size());
     }
     const double decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const int64_t n_tokens = static_cast<int64_t>(tokens.size()) - 1;
+    const int64_t n_tokens = static_cast<int64_t>(tokens.size()) - 1 - n_prefill;
     Json j;
     j["task"] = task_;
     j["ctx"] = spec.ctx;
@@ -668,6 +695,7 @@ class EvalCommand : public Command {
     j["seed"] = spec.seed;
     j["policy"] = run.policy;
     j["budget"] = run.budget;
+    j["prefill_tokens"] = n_prefill;
     j["nll_sum"] = nll_sum;
     j["n_tokens"] = n_tokens;
     j["n_bytes"] = n_bytes;
@@ -695,8 +723,9 @@ class EvalCommand : public Command {
     return rows;
   }
 
-  // --task ppl's markdown table over every ppl line of --out: one row per (policy, budget), in the
-  // order they first appear; perplexity and bits per byte pool every window's tokens and bytes.
+  // --task ppl's markdown table over every ppl line of --out: one row per (depth, policy, budget),
+  // in the order they first appear; perplexity and bits per byte pool every window's tokens and
+  // bytes, and "vs full" compares with full at the same depth (the same tokens scored).
   void print_ppl_table(const std::vector<Json>& lines) const {
     struct Row {
       std::string label;
@@ -706,24 +735,35 @@ class EvalCommand : public Command {
       double n_bytes = 0.0;
       double attended_sum = 0.0;
     };
-    const std::vector<Row> rows = rows_by_label<Row>(lines, [](Row& r, const Json& j) {
-      r.nll_sum += j.value("nll_sum", 0.0);
-      r.n_tokens += j.value("n_tokens", 0.0);
-      r.n_bytes += j.value("n_bytes", 0.0);
-      r.attended_sum += j.value("tokens_attended_pct", 100.0);
-    });
+    std::vector<double> depths;  // in the order they first appear
+    for (const Json& j : lines) {
+      const double d = j.value("depth", 0.0);
+      if (j.value("task", "") == task_ && std::find(depths.begin(), depths.end(), d) == depths.end()) depths.push_back(d);
+    }
     const auto perplexity = [](const Row& r) { return r.n_tokens > 0 ? std::exp(r.nll_sum / r.n_tokens) : 0.0; };
-    const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.label == "full"; });
-    std::printf("| task | policy | windows | perplexity | bits per byte | vs full | tokens attended |\n");
-    std::printf("|------|--------|--------:|-----------:|--------------:|--------:|----------------:|\n");
-    for (const Row& r : rows) {
-      const double bpb = r.n_bytes > 0 ? r.nll_sum / std::log(2.0) / r.n_bytes : 0.0;
-      char vs_full[32] = "-";
-      if (full != rows.end() && perplexity(*full) > 0.0) {
-        std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100.0 * (perplexity(r) / perplexity(*full) - 1.0));
+    std::printf("| task | prefill | policy | windows | perplexity | bits per byte | vs full | tokens attended |\n");
+    std::printf("|------|--------:|--------|--------:|-----------:|--------------:|--------:|----------------:|\n");
+    for (const double depth : depths) {
+      std::vector<Json> at_depth;
+      for (const Json& j : lines) {
+        if (j.value("depth", 0.0) == depth) at_depth.push_back(j);
       }
-      std::printf("| %s | %s | %d | %.4f | %.4f | %s | %.1f%% |\n", task_.c_str(), r.label.c_str(), r.n, perplexity(r),
-                  bpb, vs_full, r.attended_sum / r.n);
+      const std::vector<Row> rows = rows_by_label<Row>(at_depth, [](Row& r, const Json& j) {
+        r.nll_sum += j.value("nll_sum", 0.0);
+        r.n_tokens += j.value("n_tokens", 0.0);
+        r.n_bytes += j.value("n_bytes", 0.0);
+        r.attended_sum += j.value("tokens_attended_pct", 100.0);
+      });
+      const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.label == "full"; });
+      for (const Row& r : rows) {
+        const double bpb = r.n_bytes > 0 ? r.nll_sum / std::log(2.0) / r.n_bytes : 0.0;
+        char vs_full[32] = "-";
+        if (full != rows.end() && perplexity(*full) > 0.0) {
+          std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100.0 * (perplexity(r) / perplexity(*full) - 1.0));
+        }
+        std::printf("| %s | %s | %s | %d | %.4f | %.4f | %s | %.1f%% |\n", task_.c_str(), format_number(depth).c_str(),
+                    r.label.c_str(), r.n, perplexity(r), bpb, vs_full, r.attended_sum / r.n);
+      }
     }
     std::fflush(stdout);
   }
@@ -759,6 +799,7 @@ class EvalCommand : public Command {
   std::string task_;
   std::vector<int64_t> ctxs_;
   std::vector<double> depths_ = {0.1, 0.5, 0.9};
+  CLI::Option* depth_option_ = nullptr;  // --depth: whether it was given (--task ppl defaults to 0)
   int n_seeds_ = 1;
   int first_seed_ = 0;
   std::vector<std::string> policies_ = {"full", "leoam"};
