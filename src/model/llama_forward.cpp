@@ -177,7 +177,10 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
 
   logits.resize(static_cast<size_t>(all_logits ? n : 1) * hp_.n_vocab);
   for (int64_t done = 0; done < n;) {
-    const int64_t n_chunk = std::min(n_batch_, n - done);
+    int64_t n_chunk = std::min(n_batch_, n - done);
+    // A lone last token would run as a decode step, through the selector: a prompt's last
+    // position attends like the rest of it, so the chunk before gives it company.
+    if (n - done - n_chunk == 1 && n_chunk > 2) --n_chunk;
     const bool last = done + n_chunk == n;
     float* out = nullptr;
     if (all_logits) {

@@ -13,8 +13,9 @@
 // With ForwardOptions::selector, a batch of one token (a decode step) attends to the positions the
 // selector picks per layer, and the selector watches what it asks for (SelectorNeeds): the keys
 // of every batch, each layer's input, the attention mass per attended position.
-// A prompt longer than n_batch runs in chunks of n_batch; every scratch buffer is sized for
-// n_batch tokens once, at create().
+// A prompt longer than n_batch runs in chunks of n_batch, the last two rebalanced when the last
+// would hold one token, which would run as a decode step (n_batch 1 decodes every token alone);
+// every scratch buffer is sized for n_batch tokens once, at create().
 //
 // Decoding one token issues few parallel regions, since each costs a wake-up of the workers:
 // per layer Q, K and V share one region, gate and up (with the SwiGLU) another, attention,

@@ -11,14 +11,13 @@
 #include <utility>
 #include <vector>
 
-#include "../temp_dir.h"
 #include "kv/kv_catalog.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/model.h"
-#include "model/synthetic_model.h"
 #include "sparse/selection_policy.h"
 #include "sparse/sparse_attention.h"
+#include "small_model_test.h"
 
 namespace leoam::sparse {
 namespace {
@@ -248,26 +247,14 @@ TEST(H2oChunkedPolicy, RejectsAQueryTheCatalogDoesNotHold) {
 
 // ---- end to end ----------------------------------------------------------------------------
 
-class H2oEndToEnd : public ::testing::Test {
+class H2oEndToEnd : public SmallModelTest {
  protected:
   void SetUp() override {
-    spec_.n_vocab = 300;
-    spec_.n_embd = 64;
-    spec_.n_layer = 2;
-    spec_.n_head = 4;
-    spec_.n_head_kv = 2;
-    spec_.n_ff = 128;
-    spec_.n_ctx = 256;
-    const std::string path = dir_.path() + "/m.gguf";
-    ASSERT_TRUE(write_synthetic_model(spec_, path).is_ok());
-    auto model = Model::load(path);
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
-    model_ = std::move(model).value();
+    SmallModelTest::SetUp();
+    if (HasFatalFailure()) return;
     std::mt19937 rng(7);
-    prompt_.resize(150);
-    for (int32_t& t : prompt_) t = static_cast<int32_t>(rng() % spec_.n_vocab);
-    decode_.resize(10);
-    for (int32_t& t : decode_) t = static_cast<int32_t>(rng() % spec_.n_vocab);
+    prompt_ = random_tokens(150, rng);
+    decode_ = random_tokens(10, rng);
   }
 
   // The decode logits of every step with `policy` at `budget` (policy "": no selector, full
@@ -330,9 +317,6 @@ class H2oEndToEnd : public ::testing::Test {
     return rows;
   }
 
-  testing_util::TempDir dir_;
-  SyntheticModelSpec spec_;
-  std::unique_ptr<Model> model_;
   std::vector<int32_t> prompt_, decode_;
 };
 

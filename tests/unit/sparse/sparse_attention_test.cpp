@@ -8,11 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "../temp_dir.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/llama_forward.h"
-#include "model/model.h"
-#include "model/synthetic_model.h"
+#include "small_model_test.h"
 
 namespace leoam::sparse {
 namespace {
@@ -116,59 +114,58 @@ TEST(SparseAttention, RejectsBadOptions) {
 
 // With a budget of every token, each policy attends to what full attention does: the logits of
 // every decode step are the same.
-TEST(SparseAttention, EveryPolicyAtAFullBudgetGivesTheLogitsOfFullAttention) {
-  SyntheticModelSpec spec;
-  spec.n_vocab = 300;
-  spec.n_embd = 64;
-  spec.n_layer = 2;
-  spec.n_head = 4;
-  spec.n_head_kv = 2;
-  spec.n_ff = 128;
-  spec.n_ctx = 256;
-  testing_util::TempDir dir;
-  const std::string path = dir.path() + "/m.gguf";
-  ASSERT_TRUE(write_synthetic_model(spec, path).is_ok());
-  auto model = Model::load(path);
-  ASSERT_TRUE(model.is_ok()) << model.status().message();
-
-  std::mt19937 rng(3);
-  std::vector<int32_t> prompt(150);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % spec.n_vocab);
-  std::vector<int32_t> decode(10);
-  for (int32_t& t : decode) t = static_cast<int32_t>(rng() % spec.n_vocab);
-
-  // Decode logits with a selector (null: full attention).
-  auto run = [&](const std::string& policy) -> std::vector<std::vector<float>> {
+// SmallModelTest with a tiered store per run and a selector over it.
+class SparseForwardTest : public SmallModelTest {
+ protected:
+  // A forward context over a fresh tiered store (chunks of 8, `n_recent` pinned), with `policy` at
+  // `budget` selecting its decode steps (no policy: no selector), which *selector then points to.
+  std::unique_ptr<ForwardContext> context(const std::string& policy, double budget, int n_recent, int n_batch,
+                                          std::unique_ptr<SparseAttention>& selector) {
     TieredKvCacheOptions t;
-    t.shape = {spec.n_layer, spec.n_head_kv, 16, spec.n_ctx};
+    t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
     t.chunk_tokens = 8;
-    t.n_recent_tokens = 16;
-    t.dir = dir.path();
+    t.n_recent_tokens = n_recent;
+    t.dir = dir_.path();
     t.device_budget_bytes = uint64_t{64} << 20;
     auto kv = TieredKvCache::create(t);
     EXPECT_TRUE(kv.is_ok()) << kv.status().message();
-    TieredKvCache* store = kv->get();
-    std::unique_ptr<SparseAttention> selector;
+    if (!kv.is_ok()) return nullptr;
+    selector.reset();
     if (!policy.empty()) {
       SparseAttentionOptions o;
       o.policy = policy;
-      o.budget = 1.0;
-      o.n_recent = 16;
-      auto s = SparseAttention::create(o, store, {spec.n_layer, spec.n_head, spec.n_head_kv, 16, 0.25f});
+      o.budget = budget;
+      o.n_recent = n_recent;
+      auto s = SparseAttention::create(o, kv->get(), {spec_.n_layer, spec_.n_head, spec_.n_head_kv, 16, 0.25f});
       EXPECT_TRUE(s.is_ok()) << s.status().message();
-      selector = std::move(s).value();
+      if (s.is_ok()) selector = std::move(s).value();
     }
     ForwardOptions fo;
     fo.n_threads = 1;
+    fo.n_batch = n_batch;
     fo.selector = selector.get();
-    auto ctx = LlamaForward::create(**model, fo, std::move(kv).value());
+    auto ctx = LlamaForward::create(*model_, fo, std::move(kv).value());
     EXPECT_TRUE(ctx.is_ok());
+    return ctx.is_ok() ? std::move(ctx).value() : nullptr;
+  }
+
+};
+
+TEST_F(SparseForwardTest, EveryPolicyAtAFullBudgetGivesTheLogitsOfFullAttention) {
+  std::mt19937 rng(3);
+  const std::vector<int32_t> prompt = random_tokens(150, rng);
+  const std::vector<int32_t> decode = random_tokens(10, rng);
+  // Decode logits with a selector (no policy: full attention).
+  auto run = [&](const std::string& policy) -> std::vector<std::vector<float>> {
+    std::unique_ptr<SparseAttention> selector;
+    std::unique_ptr<ForwardContext> ctx = context(policy, 1.0, 16, 512, selector);
+    if (ctx == nullptr) return {};
     std::vector<float> logits;
-    EXPECT_TRUE((*ctx)->eval(prompt, false, logits).is_ok());
+    EXPECT_TRUE(ctx->eval(prompt, false, logits).is_ok());
     std::vector<std::vector<float>> rows;
     for (int32_t tok : decode) {
       const int32_t one[1] = {tok};
-      EXPECT_TRUE((*ctx)->eval(one, false, logits).is_ok());
+      EXPECT_TRUE(ctx->eval(one, false, logits).is_ok());
       rows.push_back(logits);
     }
     return rows;
@@ -177,6 +174,37 @@ TEST(SparseAttention, EveryPolicyAtAFullBudgetGivesTheLogitsOfFullAttention) {
   for (const char* policy : {"full", "streaming", "quest", "leoam"}) {
     EXPECT_EQ(run(policy), want) << policy;
   }
+}
+
+TEST_F(SparseForwardTest, APromptAttendsInFullHoweverItsBatchesFall) {
+  // 2 batches of 32 and one token more: that token must not run as a decode step.
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = random_tokens(65, rng);
+  // The prompt's last logits under streaming at 4 far tokens (or no selector), and the queries
+  // the selector saw after the prompt and after one decoded token.
+  struct Run {
+    std::vector<float> prompt_logits;
+    int64_t prompt_queries = 0;
+    int64_t decode_queries = 0;
+  };
+  auto run = [&](const std::string& policy) -> Run {
+    std::unique_ptr<SparseAttention> selector;
+    std::unique_ptr<ForwardContext> ctx = context(policy, 4, 8, 32, selector);
+    Run r;
+    if (ctx == nullptr) return r;
+    EXPECT_TRUE(ctx->eval(prompt, false, r.prompt_logits).is_ok());
+    if (selector != nullptr) r.prompt_queries = selector->total().n_queries;
+    std::vector<float> logits;
+    const int32_t one[1] = {prompt[0]};
+    EXPECT_TRUE(ctx->eval(one, false, logits).is_ok());
+    if (selector != nullptr) r.decode_queries = selector->total().n_queries;
+    return r;
+  };
+  const Run full = run("");
+  const Run sparse = run("streaming");
+  EXPECT_EQ(sparse.prompt_queries, 0) << "no prompt position is a decode step";
+  EXPECT_EQ(sparse.prompt_logits, full.prompt_logits) << "the prompt's last position attends in full";
+  EXPECT_GT(sparse.decode_queries, 0) << "a decoded token goes through the selector";
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+// A test fixture with a small synthetic GQA model (2 layers, 4 query heads over 2 KV heads of
+// dim 16, 256 positions) written to a scratch directory and loaded, for the sparse attention
+// tests that run the forward pass end to end.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../temp_dir.h"
+#include "model/model.h"
+#include "model/synthetic_model.h"
+
+namespace leoam::sparse {
+
+class SmallModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_.n_vocab = 300;
+    spec_.n_embd = 64;
+    spec_.n_layer = 2;
+    spec_.n_head = 4;
+    spec_.n_head_kv = 2;
+    spec_.n_ff = 128;
+    spec_.n_ctx = 256;
+    const std::string path = dir_.path() + "/m.gguf";
+    ASSERT_TRUE(write_synthetic_model(spec_, path).is_ok());
+    auto model = Model::load(path);
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    model_ = std::move(model).value();
+  }
+
+  // n tokens drawn from the vocabulary by `rng`.
+  std::vector<int32_t> random_tokens(size_t n, std::mt19937& rng) const {
+    std::vector<int32_t> tokens(n);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec_.n_vocab);
+    return tokens;
+  }
+
+  SyntheticModelSpec spec_;
+  testing_util::TempDir dir_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace leoam::sparse
