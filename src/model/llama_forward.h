@@ -14,8 +14,8 @@
 // selector picks per layer, and the selector watches what it asks for (SelectorNeeds): the keys
 // of every batch, each layer's input, the attention mass per attended position.
 // A prompt longer than n_batch runs in chunks of n_batch, the last two rebalanced when the last
-// would hold one token, which would run as a decode step (n_batch 1 decodes every token alone);
-// every scratch buffer is sized for n_batch tokens once, at create().
+// would hold one token, which would run as a decode step (with n_batch 2 it still does; n_batch 1
+// decodes every token alone); every scratch buffer is sized for n_batch tokens once, at create().
 //
 // Decoding one token issues few parallel regions, since each costs a wake-up of the workers:
 // per layer Q, K and V share one region, gate and up (with the SwiGLU) another, attention,
