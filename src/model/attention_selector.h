@@ -20,6 +20,8 @@
 
 namespace leoam {
 
+class ThreadPool;
+
 struct SelectorNeeds {
   bool keys = false;
   bool layer_inputs = false;
@@ -30,8 +32,9 @@ class AttentionSelector {
  public:
   virtual ~AttentionSelector() = default;
   // The positions of `layer` that the query at position `pos` attends to: sorted, disjoint ranges
-  // inside [0, pos], always including pos itself. q: [n_head][head_dim], post-RoPE.
-  virtual Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q) = 0;
+  // inside [0, pos], always including pos itself. q: [n_head][head_dim], post-RoPE. pool: the
+  // forward pass's threads, idle during the call, for the selector's own parallel loops.
+  virtual Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q, ThreadPool& pool) = 0;
 
   virtual SelectorNeeds needs() const { return {}; }
   // The post-RoPE keys appended to `layer` at positions [pos0, pos0 + n): [n][n_head_kv][head_dim].

@@ -259,7 +259,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (decode && selector != nullptr) {
-      LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, selector->select(il, pos0, q_.data()));
+      LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, selector->select(il, pos0, q_.data(), pool));
       if (needs.attention_mass) {
         int64_t n_keys = 0;
         for (const TokenRange& r : ranges) n_keys += r.size();

@@ -375,17 +375,21 @@ class LeoamPolicy final : public SelectionPolicy {
                           const RefinedUnits& refined) const {
     const int group = query.n_head / query.n_head_kv;
     HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n))};
-    std::vector<float> unit_bounds(refined.units.size());
+    if (refined.units.empty()) {
+      for (int h = 0; h < query.n_head; ++h) {
+        chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes, n, layout,
+                     b.data.data() + h * n);
+      }
+      return b;
+    }
+    const size_t n_units = refined.units.size();
+    std::vector<float> unit_bounds(query.n_head * n_units);
+    sign_bounds(query.q, query.n_head, refined.units, layout, refined.signs, unit_bounds.data(), query.pool);
+    std::fill(b.data.begin(), b.data.end(), -std::numeric_limits<float>::infinity());
     for (int h = 0; h < query.n_head; ++h) {
       float* out = b.data.data() + h * n;
-      if (refined.units.empty()) {
-        chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes, n, layout, out);
-        continue;
-      }
-      sign_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, refined.units, layout,
-                  refined.signs, unit_bounds.data());
-      std::fill(out, out + n, -std::numeric_limits<float>::infinity());
-      for (size_t u = 0; u < unit_bounds.size(); ++u) out[refined.owner[u]] = std::max(out[refined.owner[u]], unit_bounds[u]);
+      const float* in = unit_bounds.data() + h * n_units;
+      for (size_t u = 0; u < n_units; ++u) out[refined.owner[u]] = std::max(out[refined.owner[u]], in[u]);
     }
     return b;
   }

@@ -44,6 +44,7 @@
 
 namespace leoam {
 class Model;
+class ThreadPool;
 }
 
 namespace leoam::sparse {
@@ -59,6 +60,7 @@ struct SelectionQuery {
   float scale = 0.0f;     // applied to q.k before the softmax
   TokenRange far;         // the positions the policy chooses from: between the sink and the recent window
   int64_t budget_tokens = 0;  // far tokens the policy may pick at most (whole chunks may round down)
+  ThreadPool* pool = nullptr;  // threads the policy may run its loops on (idle during select); null: none
 };
 
 struct Selection {

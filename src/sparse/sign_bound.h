@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/thread_pool.h"
 #include "kv/chunk_layout.h"  // sign_words_per_head
 #include "kv/kv_cache.h"  // TokenRange
 #include "sparse/chunk_bound.h"
@@ -51,16 +52,21 @@ struct SignUnit {
   const float* box = nullptr;
 };
 
-// bounds[i] for units[i]: the sign-refined upper bound of query row q (head_dim floats) against
-// kv head `kv_head` of the unit's rows and box (layout.chunk_stride is not used). The dispatched
-// path sums in float (AVX2+FMA where the CPU has it and head_dim % 8 == 0, else scalar).
-void sign_bounds(const float* q, int kv_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds);
+// bounds[h * units.size() + i]: the sign-refined upper bound of query head h (head_dim floats
+// at q + h * head_dim, h < n_head) against kv head h / (n_head / layout.n_kv_heads) of the rows
+// and box of units[i] (layout.chunk_stride is not used; n_head is a multiple of n_kv_heads).
+// Every query head is scored in one pass over the units: a unit's box and its rows' sign words
+// (whose kv heads share cache lines) are read once a step, not once a head. With a pool, the
+// units are split among its threads in runs of about equal rows (the bounds are the same
+// either way). The dispatched path sums in float (AVX2+FMA where the CPU has it and
+// head_dim % 8 == 0, else scalar).
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSketch& signs, float* bounds, ThreadPool* pool = nullptr);
 
 namespace ref {
-// Plain loops in double, each row's interval cut from its bits: what the dispatched version is
-// tested against.
-void sign_bounds(const float* q, int kv_head, std::span<const SignUnit> units, const BoundLayout& layout,
+// Plain loops in double, head by head, each row's interval cut from its bits: what the
+// dispatched version is tested against.
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSketch& signs, float* bounds);
 }  // namespace ref
 

@@ -86,7 +86,8 @@ Status SparseAttention::observe_layer_input(int layer, int64_t pos, const float*
   return policy_->observe_layer_input(layer, pos, x);
 }
 
-Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q) {
+Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q,
+                                                        ThreadPool& pool) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
   begin_position(pos);
 
@@ -108,6 +109,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
     query.scale = shape_.scale;
     query.far = far;
     query.budget_tokens = far_budget(layer, far.size(), sink.size() + recent.size());
+    query.pool = &pool;
     if (query.budget_tokens >= far.size()) {
       picked.ranges.push_back(far);  // the budget covers everything: nothing to choose
     } else {

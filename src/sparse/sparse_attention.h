@@ -68,7 +68,7 @@ class SparseAttention final : public AttentionSelector {
   static Result<std::unique_ptr<SparseAttention>> create(const SparseAttentionOptions& options, KvCatalog* catalog,
                                                          const AttentionShape& shape);
 
-  Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q) override;
+  Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q, ThreadPool& pool) override;
   // The policy's (SelectionPolicy::needs and observe_*), passed through.
   SelectorNeeds needs() const override { return policy_->needs(); }
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {

@@ -1,6 +1,7 @@
 // The sign-refined bound kernel: a hand-computed case; the dispatched paths (scalar, and AVX2
 // where the CPU has it) against the double reference over head_dims with and without a
-// 32-channel word boundary and an 8-channel tail; and the property that makes the bound sound and
+// 32-channel word boundary and an 8-channel tail, one query head a kv head and GQA groups; a
+// pool's split of the units, which changes no bound; and the property that makes the bound sound and
 // worth having: over f16-stored random keys whose abstract update_abstract built, the bound is
 // at least every row's q.k, at most the box bound, and equal to q.k for a one-row unit whose box
 // is the row itself.
@@ -20,6 +21,7 @@
 #include "../cpu_path_test.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
+#include "core/thread_pool.h"
 #include "kv/chunk_layout.h"
 #include "sparse/chunk_bound.h"
 
@@ -100,9 +102,9 @@ TEST_P(SignBound, HandComputedBound) {
   const SignUnit both{{0, 2}, box};
   const SignUnit second{{1, 2}, box};
   float b = 0.0f;
-  sign_bounds(q, 0, {&both, 1}, layout, sketch, &b);
+  sign_bounds(q, 1, {&both, 1}, layout, sketch, &b);
   EXPECT_EQ(b, 7.0f);
-  sign_bounds(q, 0, {&second, 1}, layout, sketch, &b);
+  sign_bounds(q, 1, {&second, 1}, layout, sketch, &b);
   EXPECT_EQ(b, 0.0f);
 }
 
@@ -121,16 +123,48 @@ TEST_P(SignBound, MatchesReference) {
     units.push_back({{2, 69}, all.data()});
     units.push_back({{8, 24}, all.data()});
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> q(static_cast<size_t>(head_dim));
-    for (float& x : q) x = dist(rng);
-    for (int kv : {0, 1}) {
-      std::vector<float> got(units.size()), want(units.size());
-      sign_bounds(q.data(), kv, units, c.layout(), c.sketch(), got.data());
-      ref::sign_bounds(q.data(), kv, units, c.layout(), c.sketch(), want.data());
-      for (size_t u = 0; u < units.size(); ++u) {
-        ASSERT_NEAR(got[u], want[u], kRelTol * magnitude(q.data(), units[u].box, kv, c.layout())) << "unit " << u;
+    for (int n_head : {2, 4}) {  // one query head per kv head, and groups of two
+      std::vector<float> q(static_cast<size_t>(n_head * head_dim));
+      for (float& x : q) x = dist(rng);
+      const size_t n = units.size();
+      std::vector<float> got(n_head * n), want(n_head * n);
+      sign_bounds(q.data(), n_head, units, c.layout(), c.sketch(), got.data());
+      ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sketch(), want.data());
+      for (int h = 0; h < n_head; ++h) {
+        const float* qh = q.data() + h * head_dim;
+        const int kv = h / (n_head / 2);
+        for (size_t u = 0; u < n; ++u) {
+          ASSERT_NEAR(got[h * n + u], want[h * n + u], kRelTol * magnitude(qh, units[u].box, kv, c.layout()))
+              << n_head << " heads: head " << h << " unit " << u;
+        }
       }
     }
+  }
+}
+
+TEST_P(SignBound, APoolSplitsTheUnitsAndChangesNoBound) {
+  std::mt19937 rng(17);
+  const Chunks c(2, 64, 8, 40, rng);
+  // Runs of one-chunk units and of long units, so that a split by rows differs from one by count.
+  const std::vector<float> all = c.union_box(0, 40);
+  std::vector<SignUnit> units;
+  for (int i = 0; i < 20; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box(i)});
+  for (int i = 20; i < 40; i += 5) units.push_back({{i * 8, i * 8 + 40}, all.data()});
+  units.push_back({{3, 4}, c.box(0)});
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(4 * 64);
+  for (float& x : q) x = dist(rng);
+  const size_t n = units.size();
+  std::vector<float> alone(4 * n);
+  sign_bounds(q.data(), 4, units, c.layout(), c.sketch(), alone.data());
+  for (int threads : {2, 3}) {
+    ThreadPoolOptions o;
+    o.n_threads = threads;
+    o.min_cost_per_thread = 1;  // split even this small a call
+    ThreadPool pool(o);
+    std::vector<float> split(4 * n, std::numeric_limits<float>::quiet_NaN());
+    sign_bounds(q.data(), 4, units, c.layout(), c.sketch(), split.data(), &pool);
+    for (size_t e = 0; e < split.size(); ++e) ASSERT_EQ(split[e], alone[e]) << threads << " threads: bound " << e;
   }
 }
 
@@ -146,19 +180,24 @@ TEST_P(SignBound, BoundsEveryRowAndTightensTheBox) {
       std::normal_distribution<float> dist(0.0f, 1.0f);
       double refined_sum = 0.0, box_sum = 0.0;
       for (int trial = 0; trial < 4; ++trial) {
-        std::vector<float> q(static_cast<size_t>(head_dim));
+        // Four query heads, two a kv head: head h is bounded against the keys of kv head h / 2.
+        constexpr int kHeads = 4;
+        std::vector<float> q(static_cast<size_t>(kHeads * head_dim));
         for (float& x : q) x = dist(rng);
-        for (int kv : {0, 1}) {
-          std::vector<float> refined(kChunks), box(kChunks);
-          sign_bounds(q.data(), kv, units, c.layout(), c.sketch(), refined.data());
-          chunk_bounds(q.data(), kv, c.boxes.data(), kChunks, c.layout(), box.data());
+        std::vector<float> refined(kHeads * kChunks), box(kChunks);
+        sign_bounds(q.data(), kHeads, units, c.layout(), c.sketch(), refined.data());
+        for (int h = 0; h < kHeads; ++h) {
+          const float* qh = q.data() + h * head_dim;
+          const int kv = h / 2;
+          chunk_bounds(qh, kv, c.boxes.data(), kChunks, c.layout(), box.data());
           for (int i = 0; i < kChunks; ++i) {
-            const double slack = kRelTol * magnitude(q.data(), c.box(i), kv, c.layout());
+            const float r = refined[h * kChunks + i];
+            const double slack = kRelTol * magnitude(qh, c.box(i), kv, c.layout());
             double best = -std::numeric_limits<double>::infinity();
-            for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) best = std::max(best, c.dot(q.data(), t, kv));
-            ASSERT_GE(refined[i] + slack, best) << "chunk " << i;
-            ASSERT_LE(refined[i], box[i] + slack) << "chunk " << i;
-            refined_sum += refined[i] - best;
+            for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) best = std::max(best, c.dot(qh, t, kv));
+            ASSERT_GE(r + slack, best) << "head " << h << " chunk " << i;
+            ASSERT_LE(r, box[i] + slack) << "head " << h << " chunk " << i;
+            refined_sum += r - best;
             box_sum += box[i] - best;
           }
         }
@@ -179,7 +218,7 @@ TEST_P(SignBound, OneRowWithItsOwnBoxIsExact) {
   for (int i = 0; i < 5; ++i) {
     const SignUnit u{{i, i + 1}, c.box(i)};
     float b = 0.0f;
-    sign_bounds(q.data(), 0, {&u, 1}, c.layout(), c.sketch(), &b);
+    sign_bounds(q.data(), 1, {&u, 1}, c.layout(), c.sketch(), &b);
     EXPECT_NEAR(b, c.dot(q.data(), i, 0), kRelTol * magnitude(q.data(), c.box(i), 0, c.layout())) << i;
   }
 }

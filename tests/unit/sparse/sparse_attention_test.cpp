@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/llama_forward.h"
 #include "small_model_test.h"
@@ -19,7 +20,8 @@ AttentionShape shape_of(int n_layer) { return {n_layer, 4, 2, 8, 1.0f / std::sqr
 
 std::vector<TokenRange> select(SparseAttention& s, int layer, int64_t pos) {
   const std::vector<float> q(4 * 8, 0.5f);
-  auto r = s.select(layer, pos, q.data());
+  ThreadPool pool(1);
+  auto r = s.select(layer, pos, q.data(), pool);
   EXPECT_TRUE(r.is_ok()) << r.status().message();
   return r.is_ok() ? *r : std::vector<TokenRange>{};
 }
