@@ -170,8 +170,8 @@ void prefetch_unit(const SignUnit& u, const BoundLayout& layout, const SignSketc
 // head by kv head, the query heads of its group in pieces of up to kMaxGroup: the unit's box and
 // sign words are fetched from memory once a step (their kv heads share cache lines; the next
 // unit's are prefetched) and stay in L1 for the other heads, and a row's sign masks serve a
-// piece's heads. Head by head, the whole sketch and every box came back from L3 once a head
-// (bench/RESULTS.md, issue 6: the kernel 1.4x faster this way).
+// piece's heads. Head by head, the whole sketch and every box were read once a head, from L3 or
+// memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster this way).
 template <typename Terms, typename GroupBound>
 void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units, int64_t i0, int64_t i1,
                      const BoundLayout& layout, const SignSketch& signs, float* bounds, Terms terms,
