@@ -45,8 +45,7 @@ void BM_sign_bounds(benchmark::State& state) {
     }
     units.push_back({{i * unit_rows, (i + 1) * unit_rows}, mn});
   }
-  const SignSketch signs_of = SignSketch::of(nullptr, 0, kKvHeads, kHeadDim);
-  std::vector<uint32_t> words(static_cast<size_t>(kRows * signs_of.words_per_row));
+  std::vector<uint32_t> words(static_cast<size_t>(kRows * kKvHeads * sign_words_per_head(kHeadDim)));
   for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
   const SignSketch signs = SignSketch::of(words.data(), 0, kKvHeads, kHeadDim);
   std::vector<float> bounds(static_cast<size_t>(kHeads * n_units));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/avx2_util.h"
 
 namespace leoam::sparse {

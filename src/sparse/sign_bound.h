@@ -23,10 +23,13 @@
 #include <cstdint>
 #include <span>
 
-#include "core/thread_pool.h"
 #include "kv/chunk_layout.h"  // sign_words_per_head
 #include "kv/kv_cache.h"  // TokenRange
 #include "sparse/chunk_bound.h"
+
+namespace leoam {
+class ThreadPool;
+}
 
 namespace leoam::sparse {
 

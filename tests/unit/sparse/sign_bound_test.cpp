@@ -1,10 +1,10 @@
 // The sign-refined bound kernel: a hand-computed case; the dispatched paths (scalar, and AVX2
 // where the CPU has it) against the double reference over head_dims with and without a
 // 32-channel word boundary and an 8-channel tail, one query head a kv head and GQA groups; a
-// pool's split of the units, which changes no bound; and the property that makes the bound sound and
-// worth having: over f16-stored random keys whose abstract update_abstract built, the bound is
-// at least every row's q.k, at most the box bound, and equal to q.k for a one-row unit whose box
-// is the row itself.
+// pool's split of the units, which changes no bound; and the property that makes the bound sound
+// and worth having: over f16-stored random keys whose abstract update_abstract built, the bound
+// is at least every row's q.k, at most the box bound, and equal to q.k for a one-row unit whose
+// box is the row itself.
 #include "sparse/sign_bound.h"
 
 #include <gtest/gtest.h>
