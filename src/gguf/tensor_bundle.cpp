@@ -492,4 +492,10 @@ Status import_tensor_bundle(const std::string& manifest_path, GgufWriter& out) {
   return Status::ok();
 }
 
+Result<GgufValue> parse_metadata_value(std::string_view type_name, std::string_view json_text) {
+  const json v = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) return corrupt(quote(json_text) + " is not a JSON value");
+  return parse_value(v, type_name);
+}
+
 }  // namespace leoam

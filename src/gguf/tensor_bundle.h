@@ -45,8 +45,10 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
+#include "gguf/gguf_value.h"
 
 namespace leoam {
 
@@ -60,5 +62,10 @@ inline constexpr int kTensorBundleVersion = 1;
 // Reads the manifest at `manifest_path` and the data file it names, and adds the bundle's
 // metadata and tensors to `out` (which the caller then writes).
 Status import_tensor_bundle(const std::string& manifest_path, GgufWriter& out);
+
+// One metadata value in the manifest's syntax: `type_name` as a metadata entry's "type" (u32,
+// f32, str, arr_i32...) and `json_text` its "value" as JSON text ("1536", "\"text\"", "[1, 2]").
+// The error says why the value does not fit the type.
+Result<GgufValue> parse_metadata_value(std::string_view type_name, std::string_view json_text);
 
 }  // namespace leoam

@@ -64,6 +64,7 @@ Result<float> get_float_or(const KeyReader& r, const std::string& name, float fa
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 // 1 << 30 positions: a bound that keeps position arithmetic far from overflow.
 constexpr int64_t kMaxCtx = int64_t{1} << 30;
+constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
 
 Status read_rope(const KeyReader& r, ModelHparams& hp) {
   RopeParams& rope = hp.rope;
@@ -183,7 +184,21 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   if (vocab_size) hp.n_vocab = *vocab_size;
 
   LEOAM_RETURN_IF_ERROR(read_rope(r, hp));
+
+  LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> logn_length, gguf.get_int(kLognLengthKey));
+  if (logn_length) {
+    if (*logn_length < 2 || *logn_length > kMaxCtx) {
+      return invalid_argument(gguf.path() + ": key '" + std::string(kLognLengthKey) + "' is " +
+                              std::to_string(*logn_length) + "; it must be in [2, " + std::to_string(kMaxCtx) + "]");
+    }
+    hp.logn_length = *logn_length;
+  }
   return hp;
+}
+
+float ModelHparams::query_scale(int64_t pos) const {
+  if (logn_length == 0 || pos + 1 <= logn_length) return 1.0f;
+  return static_cast<float>(std::log(static_cast<double>(pos + 1)) / std::log(static_cast<double>(logn_length)));
 }
 
 }  // namespace leoam

@@ -49,7 +49,13 @@ struct ModelHparams {
                              // token_embd.weight (and checks that they agree)
   float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
   RopeParams rope;
+  // leoam.attention.logn_length (0: absent): "log-n" attention past the length L the model was
+  // trained at. The query at position p (p + 1 keys visible) is multiplied by ln(p + 1) / ln(L)
+  // once p + 1 > L, so that its softmax stays as sharp over more keys (Qwen's use_logn_attn).
+  int64_t logn_length = 0;
 
+  // The factor the query at `pos` is multiplied by (after RoPE): 1 unless logn_length applies.
+  float query_scale(int64_t pos) const;
   int64_t n_embd_q() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
   int n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head

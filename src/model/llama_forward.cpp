@@ -93,6 +93,12 @@ void for_each_row(ThreadPool& pool, int64_t n_rows, int64_t cost_per_row, const 
   });
 }
 
+// The log-n temperature (ModelHparams::query_scale) on one position's query heads.
+void scale_query(float* q, int64_t n, float scale) {
+  if (scale == 1.0f) return;
+  for (int64_t i = 0; i < n; ++i) q[i] *= scale;
+}
+
 void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n) {
   if (bias == nullptr) return;
   for (int64_t r = 0; r < n_rows; ++r) kernels::add(y + r * n, bias, n);
@@ -243,6 +249,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       fused_matvecs(qkv, pool, inline_pool);
       kernels::rope(q_.data(), q_shape, cos_.data(), sin_.data());
       kernels::rope(k_.data(), k_shape, cos_.data(), sin_.data());
+      scale_query(q_.data(), n_q, hp_.query_scale(pos0));
     } else {
       kernels::matmul(L.attn_q, xn, n, q_.data(), pool);
       kernels::matmul(L.attn_k, xn, n, k_.data(), pool);
@@ -253,6 +260,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       for_each_row(pool, n, rope_cost, [&](int64_t t) {
         kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
         kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
+        scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(pos0 + t));
       });
     }
 

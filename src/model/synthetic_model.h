@@ -44,6 +44,7 @@ struct SyntheticModelSpec {
   float yarn_beta_slow = -1.0f;        // < 0: not written
   bool qkv_bias = false;               // blk.N.attn_{q,k,v}.bias (default true for qwen2 presets)
   bool tied_output = false;            // no output.weight: the output reuses token_embd
+  int64_t logn_length = 0;             // leoam.attention.logn_length; 0: not written
   bool freq_factors = false;           // rope_freqs.weight (Llama-3.1 style), factors in [1, 8]
   uint64_t seed = 42;
 };

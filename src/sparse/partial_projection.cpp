@@ -171,6 +171,8 @@ void PartialProjection::project_query(int layer, int64_t pos, const float* x, fl
   std::vector<float> cos(static_cast<size_t>(n_pairs)), sin(static_cast<size_t>(n_pairs));
   rope_.fill_tables(pos, 1, cos.data(), sin.data());
   kernels::rope(q.data(), rope_.shape(n_head_), cos.data(), sin.data());
+  const float scale = hp.query_scale(pos);  // as the forward pass scales the full query
+  for (float& v : q) v *= scale;
   gather_query(layer, q.data(), out);
 }
 

@@ -331,6 +331,30 @@ TEST_F(CliTest, FromLlama2cConvertsTheCheckpoint) {
   EXPECT_NE(r.out.find(kGreedyFromBos), std::string::npos) << r.out;
 }
 
+TEST_F(CliTest, SetCopiesAModelWithMetadataKeys) {
+  const std::string a = dir_ + "/a.gguf", b = dir_ + "/b.gguf";
+  ASSERT_EQ(run({"gguf", "synth", "--preset", "tiny:q8_0", "-o", a}).status, 0);
+  CliResult c = run({"gguf", "set", a, "leoam.attention.logn_length=u32:16", "general.name=str:tiny v2", "-o", b});
+  ASSERT_EQ(c.status, 0) << c.err;
+  CliResult info = run({"gguf", "info", b});
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_NE(info.out.find("leoam.attention.logn_length             u32             16"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("\"tiny v2\""), std::string::npos) << info.out;
+  // The weights are the same bytes: without the key, the copy generates what the original does.
+  ASSERT_EQ(run({"gguf", "set", a, "general.name=str:copy", "-o", b}).status, 0);
+  CliResult ra = run({"run", "-m", a, "-p", "Hello", "-n", "12", "--temp", "0"});
+  CliResult rb = run({"run", "-m", b, "-p", "Hello", "-n", "12", "--temp", "0"});
+  ASSERT_EQ(ra.status, 0) << ra.err;
+  EXPECT_EQ(ra.out, rb.out);
+
+  for (const char* bad : {"logn_length", "k=u32:-1", "k=u33:1", "k=f32:x"}) {
+    CliResult r = run({"gguf", "set", a, bad, "-o", dir_ + "/c.gguf"});
+    EXPECT_EQ(r.status, 2) << bad;
+    expect_one_line_error(r);
+    EXPECT_FALSE(fs::exists(dir_ + "/c.gguf")) << bad;
+  }
+}
+
 TEST_F(CliTest, PackConvertsATensorBundle) {
   std::vector<float> values(2 * 32);
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i) - 4.0f;

@@ -66,6 +66,8 @@ def load_hparams(meta):
         beta_slow=float(get("rope.scaling.yarn_beta_slow", 1.0)),
         n_ctx_orig=int(get("rope.scaling.original_context_length", n_ctx_train)),
         neox=(arch == "qwen2"),
+        # log-n attention: queries past this many keys are scaled by ln(n_keys) / ln(logn_length)
+        logn_length=int(meta.get("leoam.attention.logn_length", 0)),
     )
 
 
@@ -206,6 +208,10 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None):
         q = apply_rope(q.reshape(n_tok, n_head, head_dim), cos, sin, hp["n_rot"], hp["neox"])
         k = apply_rope(k.reshape(n_tok, n_head_kv, head_dim), cos, sin, hp["n_rot"], hp["neox"])
         v = v.reshape(n_tok, n_head_kv, head_dim)
+        if hp["logn_length"]:
+            n_keys = positions + 1
+            q = q * np.where(n_keys > hp["logn_length"],
+                             np.log(n_keys) / math.log(hp["logn_length"]), 1.0)[:, None, None]
         if kv_f16:  # emulate the engine's F16 KV cache
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)

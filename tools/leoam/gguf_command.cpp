@@ -2,11 +2,14 @@
 // `leoam gguf synth --preset NAME[:TYPE] -o FILE`: write a random-weight model of a named shape.
 // `leoam gguf from-llama2c MODEL.bin TOKENIZER.bin -o FILE`: convert a llama2.c checkpoint.
 // `leoam gguf pack MANIFEST.json -o FILE`: convert a tensor bundle (see gguf/tensor_bundle.h).
+// `leoam gguf set IN KEY=TYPE:VALUE... -o FILE`: copy a GGUF file with metadata keys set.
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_common.h"
+#include "gguf/gguf_edit.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_info.h"
 #include "gguf/gguf_writer.h"
@@ -46,6 +49,15 @@ class GgufCommand : public Command {
     pack_->add_option("MANIFEST", manifest_, "the bundle's JSON manifest (its \"data\" path is relative to the manifest's directory)")
         ->required()->check(readable_file())->type_name("");
     pack_->add_option("-o,--output", output_, "the GGUF file to write")->required();
+
+    set_ = cmd->add_subcommand("set", "copy a GGUF file with metadata keys set (added, or replaced in place)");
+    set_->add_option("FILE", path_, "the GGUF file to copy")->required()->check(readable_file())->type_name("");
+    set_->add_option("KEY=TYPE:VALUE", assignments_,
+                     "keys to set, e.g. leoam.attention.logn_length=u32:1536 or general.name=str:my-model; TYPE is "
+                     "u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str, or arr_ and one of those with a JSON array "
+                     "as VALUE")
+        ->required()->type_name("");
+    set_->add_option("-o,--output", output_, "the GGUF file to write (may be FILE itself)")->required();
     return cmd;
   }
 
@@ -53,6 +65,7 @@ class GgufCommand : public Command {
     if (info_->parsed()) return run_info();
     if (synth_->parsed()) return run_synth();
     if (pack_->parsed()) return run_pack();
+    if (set_->parsed()) return run_set();
     return run_import();
   }
 
@@ -94,10 +107,32 @@ class GgufCommand : public Command {
     return st.is_ok() ? kExitOk : fail(st);
   }
 
+  int run_set() {
+    std::vector<GgufKeyValue> set;
+    for (const std::string& a : assignments_) {
+      Result<GgufKeyValue> kv = parse_key_assignment(a);
+      if (!kv.is_ok()) {
+        print_error(kv.status().message());
+        return kExitUsage;
+      }
+      set.push_back(std::move(*kv));
+    }
+    GgufWriter writer;
+    Status st;
+    {  // the input's mapping is closed before the output replaces it (when it is the same file)
+      Result<GgufFile> gguf = GgufFile::open(path_);
+      if (!gguf.is_ok()) return fail(gguf.status());
+      st = copy_with_metadata(*gguf, set, writer);
+    }
+    if (st.is_ok()) st = writer.write(output_);
+    return st.is_ok() ? kExitOk : fail(st);
+  }
+
   CLI::App* info_ = nullptr;
   CLI::App* synth_ = nullptr;
   CLI::App* import_ = nullptr;
   CLI::App* pack_ = nullptr;
+  CLI::App* set_ = nullptr;
   std::string path_;
   std::string preset_ = "tiny";
   uint64_t seed_ = 42;
@@ -105,6 +140,7 @@ class GgufCommand : public Command {
   std::string checkpoint_;
   std::string tokenizer_;
   std::string manifest_;
+  std::vector<std::string> assignments_;
 };
 
 }  // namespace

@@ -126,6 +126,11 @@ std::vector<RefCase> cases() {
     c.push_back({"llama31_freq_factors", s, 1e-4});
   }
   {
+    SyntheticModelSpec s = gqa_spec(GgmlType::kF32);
+    s.logn_length = 4;  // log-n temperature: the queries of positions 4..13 scaled, by up to 1.9
+    c.push_back({"logn_temperature", s, 1e-4});
+  }
+  {
     SyntheticModelSpec s = base_spec();
     s.n_rot = 8;  // head_dim 16: half of each head is rotated
     c.push_back({"partial_rotary", s, 1e-4});

@@ -161,6 +161,34 @@ TEST(ModelLoad, RopeScalingKeys) {
             "m.gguf: key 'llama.rope.scaling.type' is 'longrope', not supported; supported: none linear yarn");
 }
 
+TEST(ModelLoad, LognTemperatureKey) {
+  auto plain = make(spec256()).load();
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_EQ((*plain)->hparams().logn_length, 0);
+  EXPECT_EQ((*plain)->hparams().query_scale(100000), 1.0f);
+
+  SyntheticModelSpec s = spec256();
+  s.logn_length = 16;
+  auto model = make(s).load();
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const ModelHparams& hp = (*model)->hparams();
+  EXPECT_EQ(hp.logn_length, 16);
+  EXPECT_EQ(hp.query_scale(0), 1.0f);
+  EXPECT_EQ(hp.query_scale(15), 1.0f);       // 16 keys: the trained length
+  EXPECT_GT(hp.query_scale(16), 1.0f);       // 17 keys
+  EXPECT_FLOAT_EQ(hp.query_scale(255), 2.0f);  // ln 256 / ln 16
+
+  auto bad = make(spec256(), [](GgufWriter& w) {
+               w.set("leoam.attention.logn_length", GgufValue::from_u32(1));
+             }).load();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(), "m.gguf: key 'leoam.attention.logn_length' is 1; it must be in [2, 1073741824]");
+  auto wrong_type = make(spec256(), [](GgufWriter& w) {
+                      w.set("leoam.attention.logn_length", GgufValue::from_string("1536"));
+                    }).load();
+  EXPECT_FALSE(wrong_type.is_ok());
+}
+
 TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
   InMemoryModel m = make(spec256());
   m.set_tensor_type("blk.1.attn_q.weight", 13);  // Q5_K: a smaller tensor than the F32 one, so it fits
