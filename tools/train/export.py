@@ -49,6 +49,8 @@ def metadata(cfg):
          ("tokenizer.ggml.eos_token_id", "u32", 257),
          ("tokenizer.ggml.add_bos_token", "bool", True),
          ("tokenizer.ggml.add_eos_token", "bool", False)]
+    if cfg.logn_length:
+        m.append(("leoam.attention.logn_length", "u32", cfg.logn_length))
     return [{"key": k, "type": t, "value": v} for k, t, v in m]
 
 

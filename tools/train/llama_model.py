@@ -2,7 +2,7 @@
 
 RMSNorm with a gain, RoPE in ggml's NORM layout (adjacent pairs (x0, x1) rotated, only the
 first n_rot dims of a head, theta_i = base^(-2i/n_rot)), grouped-query attention with
-1/sqrt(head_dim) scaling and a causal mask, a SwiGLU feed-forward, untied output matrix.
+1/sqrt(head_dim) scaling (times log-n's ln(p+1)/ln(L) past L keys, when set) and a causal mask, a SwiGLU feed-forward, untied output matrix.
 Weights are named and shaped as in GGUF (a GGUF ne = [n_in, n_out] is a torch [n_out, n_in]),
 so export is a plain copy.
 """
@@ -27,6 +27,7 @@ class Config:
     ffn: int = 640
     eps: float = 1e-5
     ctx_train: int = 512
+    logn_length: int = 0      # leoam.attention.logn_length: queries past it scaled by ln(n)/ln(L); 0: none
 
     def to_dict(self):
         return asdict(self)
@@ -128,6 +129,10 @@ class Llama(torch.nn.Module):
         q, k = apply_rope(q, cos, sin, cfg.n_rot), apply_rope(k, cos, sin, cfg.n_rot)
         # grouped-query attention: head h uses key/value head h // group
         q = q.reshape(b, cfg.n_kv_heads, group, n, cfg.head_dim) * (1.0 / math.sqrt(cfg.head_dim))
+        if cfg.logn_length:  # log-n attention, as the engine: position p sees p + 1 keys
+            keys = torch.arange(1, n + 1, dtype=q.dtype, device=q.device)
+            q = q * torch.where(keys > cfg.logn_length, keys.log() / math.log(cfg.logn_length),
+                                torch.ones_like(keys))[:, None]
         att = torch.softmax(q @ k.unsqueeze(2).transpose(-1, -2) + mask, dim=-1)
         o = (att @ v.unsqueeze(2)).reshape(b, cfg.n_heads, n, cfg.head_dim)
         o = o.transpose(1, 2).reshape(b, n, cfg.n_heads * cfg.head_dim)

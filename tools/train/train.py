@@ -91,7 +91,8 @@ class Trainer:
 
     def init_from(self, path):
         """Copies every tensor of a GGUF file train.py wrote; the frozen parts are re-imposed after."""
-        _, raw = read_gguf(path)
+        meta, raw = read_gguf(path)
+        self.cfg.logn_length = int(meta.get("leoam.attention.logn_length", 0))  # kept in the export
         weights = self.model.named_weights()
         if set(raw) != set(weights):
             raise SystemExit(f"{path}: its tensors are not this model's ({sorted(set(raw) ^ set(weights))[:4]} ...)")
