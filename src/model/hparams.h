@@ -56,6 +56,7 @@ struct ModelHparams {
 
   // The factor the query at `pos` is multiplied by (after RoPE): 1 unless logn_length applies.
   float query_scale(int64_t pos) const;
+
   int64_t n_embd_q() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
   int n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head
