@@ -64,7 +64,6 @@ Result<float> get_float_or(const KeyReader& r, const std::string& name, float fa
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 // 1 << 30 positions: a bound that keeps position arithmetic far from overflow.
 constexpr int64_t kMaxCtx = int64_t{1} << 30;
-constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
 
 Status read_rope(const KeyReader& r, ModelHparams& hp) {
   RopeParams& rope = hp.rope;

@@ -12,6 +12,9 @@ namespace leoam {
 
 class GgufFile;
 
+// The GGUF key of ModelHparams::logn_length: leoam's own, outside any architecture's namespace.
+inline constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
+
 enum class ModelArch : uint8_t { kLlama, kQwen2 };
 
 // How RoPE pairs the dimensions of a head it rotates.

@@ -187,7 +187,7 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
   w.set(key("attention.layer_norm_rms_epsilon"), GgufValue::from_f32(spec.rms_eps));
   w.set(key("rope.dimension_count"), GgufValue::from_u32(static_cast<uint32_t>(n_rot)));
   w.set(key("rope.freq_base"), GgufValue::from_f32(spec.rope_freq_base));
-  if (spec.logn_length > 0) w.set("leoam.attention.logn_length", GgufValue::from_u32(static_cast<uint32_t>(spec.logn_length)));
+  if (spec.logn_length > 0) w.set(kLognLengthKey, GgufValue::from_u32(static_cast<uint32_t>(spec.logn_length)));
   if (spec.rope_scaling != RopeScalingType::kNone) {
     w.set(key("rope.scaling.type"),
           GgufValue::from_string(spec.rope_scaling == RopeScalingType::kYarn ? "yarn" : "linear"));

@@ -2,7 +2,8 @@
 
 RMSNorm with a gain, RoPE in ggml's NORM layout (adjacent pairs (x0, x1) rotated, only the
 first n_rot dims of a head, theta_i = base^(-2i/n_rot)), grouped-query attention with
-1/sqrt(head_dim) scaling (times log-n's ln(p+1)/ln(L) past L keys, when set) and a causal mask, a SwiGLU feed-forward, untied output matrix.
+1/sqrt(head_dim) scaling (times log-n's ln(p+1)/ln(L) past L keys, when set) and a causal
+mask, a SwiGLU feed-forward, untied output matrix.
 Weights are named and shaped as in GGUF (a GGUF ne = [n_in, n_out] is a torch [n_out, n_in]),
 so export is a plain copy.
 """
