@@ -31,7 +31,7 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, TRAIN, "--out", out, "--max-steps", "3", "--ctx", "128", "--eval-ctx", "128",
                "--batch", "2", "--eval-every", "2", "--texts", os.path.join(TEXTS, "devils_dictionary.txt"),
-               "--leoam", leoam]
+               "--logn-length", "64", "--leoam", leoam]
         subprocess.run(cmd, check=True, timeout=600)
         log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
         assert [r["step"] for r in log] == [1, 2, 3], log
@@ -41,6 +41,7 @@ def main():
         gguf = os.path.join(out, "model.gguf")
         info = subprocess.run([leoam, "gguf", "info", gguf], check=True, capture_output=True, text=True).stdout
         assert "llama.attention.key_length" in info and "tokenizer.ggml.model" in info, info
+        assert "leoam.attention.logn_length" in info, info  # --logn-length, used by the 128-byte windows
         run = subprocess.run([leoam, "run", "-m", gguf, "-p", "The pass key is", "-n", "4", "--temp", "0"],
                              check=True, capture_output=True, text=True, errors="replace")
         assert "generated" in run.stderr, run.stderr
@@ -54,10 +55,12 @@ def main():
         bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--minutes", "0", "--init", stories] + cmd[6:-2],
                              capture_output=True, text=True, timeout=600)
         assert bad.returncode != 0 and "not this model's" in bad.stderr, bad.stderr
-        # Resuming continues the step count from the checkpoint.
-        subprocess.run(cmd[:5] + ["6"] + cmd[6:] + ["--resume"], check=True, timeout=600)
+        # Resuming continues the step count from the checkpoint, and keeps its log-n length.
+        resume = cmd[:5] + ["6"] + [a for a in cmd[6:] if a not in ("--logn-length", "64")] + ["--resume"]
+        subprocess.run(resume, check=True, timeout=600)
         log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
         assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6], log
+        assert json.load(open(os.path.join(out, "train_summary.json")))["config"]["logn_length"] == 64
     print("train smoke test passed")
     return 0
 

@@ -58,6 +58,9 @@ def parse_args():
     ap.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
     ap.add_argument("--init", metavar="GGUF", help="start from this model's weights (one train.py made; "
                     "the optimizer starts afresh) instead of random ones")
+    ap.add_argument("--logn-length", type=int, metavar="L", help="log-n attention: queries past L keys scaled by "
+                    "ln(n)/ln(L), written as leoam.attention.logn_length (default: --init's or the checkpoint's; "
+                    "0: none)")
     ap.add_argument("--leoam", help="leoam binary: pack the result into DIR/model.gguf")
     return ap.parse_args()
 
@@ -80,6 +83,8 @@ class Trainer:
         self.free = torch.nn.Parameter(torch.randn(self.cfg.vocab, self.cfg.dim - circuit.FREE))
         if args.init:
             self.init_from(args.init)
+        if args.logn_length is not None:
+            self.cfg.logn_length = args.logn_length
         params = [self.free] + [p for n, p in weights.items() if not (n in parts and bool(parts[n][1].all()))]
         decay = [p for p in params if p.dim() == 2]
         no_decay = [p for p in params if p.dim() != 2]
@@ -134,7 +139,8 @@ class Trainer:
 
     def save(self):
         state = {"model": self.model.state_dict(), "free": self.free.detach(), "opt": self.opt.state_dict(),
-                 "step": self.step, "seconds": self.seconds, "rng": self.corpus.rng.bit_generator.state}
+                 "step": self.step, "seconds": self.seconds, "rng": self.corpus.rng.bit_generator.state,
+                 "logn_length": self.cfg.logn_length}
         path = os.path.join(self.args.out, "checkpoint.pt")
         torch.save(state, path + ".tmp")
         os.replace(path + ".tmp", path)
@@ -147,6 +153,8 @@ class Trainer:
         self.opt.load_state_dict(state["opt"])
         self.step, self.seconds = state["step"], state["seconds"]
         self.corpus.rng.bit_generator.state = state["rng"]
+        if self.args.logn_length is None:
+            self.cfg.logn_length = state.get("logn_length", 0)
 
     def run(self):
         a = self.args
