@@ -49,7 +49,10 @@ def induction_qk(model, tokens):
         k = apply_rope((h @ L["attn_k"].T).reshape(n, n_head_kv, d), cos, sin, hp["n_rot"], hp["neox"])
         k = k.astype(np.float16).astype(np.float32)
         if il == 1:
-            return q[-1, 0] / math.sqrt(d), k[:, 0]
+            # log-n attention (the model's leoam.attention.logn_length), as llama_ref applies it
+            logn = hp["logn_length"] and n > hp["logn_length"]
+            scale = math.log(n) / math.log(hp["logn_length"]) if logn else 1.0
+            return q[-1, 0] * scale / math.sqrt(d), k[:, 0]
         v = (h @ L["attn_v"].T).reshape(n, n_head_kv, d).astype(np.float16).astype(np.float32)
         out = np.zeros((n, n_head, d), np.float32)
         for hh in range(n_head):
