@@ -55,6 +55,9 @@ def main():
         bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--minutes", "0", "--init", stories] + cmd[6:-2],
                              capture_output=True, text=True, timeout=600)
         assert bad.returncode != 0 and "not this model's" in bad.stderr, bad.stderr
+        bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--logn-length", "1"], capture_output=True, text=True,
+                             timeout=600)
+        assert bad.returncode == 2 and "--logn-length: 1 is not" in bad.stderr, bad.stderr
         # Resuming continues the step count from the checkpoint, and keeps its log-n length.
         resume = cmd[:5] + ["6"] + [a for a in cmd[6:] if a not in ("--logn-length", "64")] + ["--resume"]
         subprocess.run(resume, check=True, timeout=600)

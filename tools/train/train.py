@@ -62,7 +62,10 @@ def parse_args():
                     "ln(n)/ln(L), written as leoam.attention.logn_length (default: --init's or the checkpoint's; "
                     "0: none)")
     ap.add_argument("--leoam", help="leoam binary: pack the result into DIR/model.gguf")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.logn_length is not None and args.logn_length != 0 and not 2 <= args.logn_length <= 2**30:
+        ap.error(f"--logn-length: {args.logn_length} is not 0 or in [2, 2^30] (the engine's range)")
+    return args
 
 
 class Trainer:
