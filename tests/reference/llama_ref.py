@@ -174,6 +174,15 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def logn_scale(hp, positions):
+    """Log-n attention's factor on the queries at `positions`: ln(n) / ln(logn_length) where the
+    query sees n = position + 1 > logn_length keys, else 1 (also without the key)."""
+    n_keys = np.asarray(positions) + 1
+    if not hp["logn_length"]:
+        return np.ones(n_keys.shape)
+    return np.where(n_keys > hp["logn_length"], np.log(n_keys) / math.log(hp["logn_length"]), 1.0)
+
+
 def new_kv_cache(model):
     """Per layer: k, v as [n_past][n_head_kv][head_dim] (grown by forward)."""
     hp = model["hp"]
@@ -208,10 +217,7 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None):
         q = apply_rope(q.reshape(n_tok, n_head, head_dim), cos, sin, hp["n_rot"], hp["neox"])
         k = apply_rope(k.reshape(n_tok, n_head_kv, head_dim), cos, sin, hp["n_rot"], hp["neox"])
         v = v.reshape(n_tok, n_head_kv, head_dim)
-        if hp["logn_length"]:
-            n_keys = positions + 1
-            q = q * np.where(n_keys > hp["logn_length"],
-                             np.log(n_keys) / math.log(hp["logn_length"]), 1.0)[:, None, None]
+        q = q * logn_scale(hp, positions)[:, None, None]
         if kv_f16:  # emulate the engine's F16 KV cache
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)

@@ -28,7 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
-from llama_ref import apply_rope, load_model, rmsnorm, rope_cos_sin, silu  # noqa: E402
+from llama_ref import apply_rope, load_model, logn_scale, rmsnorm, rope_cos_sin, silu  # noqa: E402
 
 INSTRUCTION = (b"There is important info hidden inside a lot of irrelevant text. Find it and memorize it. "
                b"I will quiz you about the important information there.\n")
@@ -49,10 +49,7 @@ def induction_qk(model, tokens):
         k = apply_rope((h @ L["attn_k"].T).reshape(n, n_head_kv, d), cos, sin, hp["n_rot"], hp["neox"])
         k = k.astype(np.float16).astype(np.float32)
         if il == 1:
-            # log-n attention (the model's leoam.attention.logn_length), as llama_ref applies it
-            logn = hp["logn_length"] and n > hp["logn_length"]
-            scale = math.log(n) / math.log(hp["logn_length"]) if logn else 1.0
-            return q[-1, 0] * scale / math.sqrt(d), k[:, 0]
+            return q[-1, 0] * logn_scale(hp, n - 1) / math.sqrt(d), k[:, 0]
         v = (h @ L["attn_v"].T).reshape(n, n_head_kv, d).astype(np.float16).astype(np.float32)
         out = np.zeros((n, n_head, d), np.float32)
         for hh in range(n_head):
