@@ -149,51 +149,117 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
 }
 
 Status ChunkTree::split(int64_t i, KvCatalog& catalog, int layer, AbstractSource source) {
-  if (!can_split(i)) {
-    return invalid_argument("chunk tree of layer " + std::to_string(layer) + ": leaf " + std::to_string(i) +
-                            " cannot split (it must be full-sized and larger than " +
-                            std::to_string(options_.min_tokens) + " tokens)");
-  }
-  const TokenRange whole = leaves_[i];
-  const int64_t half_tokens = sizes_[i] / 2;
-  const TokenRange lo{whole.begin, whole.begin + half_tokens};
-  const TokenRange hi{lo.end, whole.end};
-  const int64_t c0 = whole.begin / store_chunk_tokens_;
-  const int64_t c1 = whole.end / store_chunk_tokens_;
-  std::vector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
-  LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, c0, c1, chunks.data(), source));
-
-  std::vector<float> two(static_cast<size_t>(2 * layout_.chunk_stride));
-  union_store_chunks(chunks.data(), c0, lo, two.data());
-  union_store_chunks(chunks.data(), c0, hi, two.data() + layout_.chunk_stride);
-  leaves_[i] = lo;
-  leaves_.insert(leaves_.begin() + i + 1, hi);
-  sizes_[i] = half_tokens;
-  sizes_.insert(sizes_.begin() + i + 1, half_tokens);
-  history_[i] = {};
-  history_.insert(history_.begin() + i + 1, LeafHistory{});
-  const auto at = abstracts_.begin() + i * layout_.chunk_stride;
-  std::copy(two.begin(), two.begin() + layout_.chunk_stride, at);
-  abstracts_.insert(at + layout_.chunk_stride, two.begin() + layout_.chunk_stride, two.end());
-  return Status::ok();
+  const int64_t one[] = {i};
+  return edit(one, {}, catalog, layer, source);
 }
 
 void ChunkTree::merge(int64_t i) {
   // An invariant, not an input error: the policy checks can_merge first.
   assert(can_merge(i));
-  const int64_t half = layout_.chunk_stride / 2;
-  float* a = abstracts_.data() + i * layout_.chunk_stride;
-  const float* b = a + layout_.chunk_stride;
-  for (int64_t e = 0; e < half; ++e) a[e] = std::min(a[e], b[e]);
-  for (int64_t e = half; e < layout_.chunk_stride; ++e) a[e] = std::max(a[e], b[e]);
-  const auto b_at = abstracts_.begin() + (i + 1) * layout_.chunk_stride;
-  abstracts_.erase(b_at, b_at + layout_.chunk_stride);
-  leaves_[i].end = leaves_[i + 1].end;
-  leaves_.erase(leaves_.begin() + i + 1);
-  sizes_[i] *= 2;
-  sizes_.erase(sizes_.begin() + i + 1);
-  history_[i] = {};
-  history_.erase(history_.begin() + i + 1);
+  std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
+  change[i] = LeafChange::kMergeFirst;
+  change[i + 1] = LeafChange::kMergeSecond;
+  apply(change, {});
+}
+
+Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t> merges, KvCatalog& catalog,
+                       int layer, AbstractSource source) {
+  const std::string where = "chunk tree of layer " + std::to_string(layer) + ": leaf ";
+  std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
+  for (const int64_t i : splits) {
+    if (!can_split(i)) {
+      return invalid_argument(where + std::to_string(i) + " cannot split (it must be full-sized and larger than " +
+                              std::to_string(options_.min_tokens) + " tokens)");
+    }
+    if (change[i] != LeafChange::kKeep) return invalid_argument(where + std::to_string(i) + " changes twice");
+    change[i] = LeafChange::kSplit;
+  }
+  for (const int64_t i : merges) {
+    if (!can_merge(i)) {
+      return invalid_argument(where + std::to_string(i) + " cannot merge with the next (they must be full-sized " +
+                              "buddies whose parent is at most " + std::to_string(options_.max_tokens) + " tokens)");
+    }
+    if (change[i] != LeafChange::kKeep || change[i + 1] != LeafChange::kKeep) {
+      return invalid_argument(where + std::to_string(i) + " or the next changes twice");
+    }
+    change[i] = LeafChange::kMergeFirst;
+    change[i + 1] = LeafChange::kMergeSecond;
+  }
+
+  const int64_t stride = layout_.chunk_stride;
+  std::vector<float> halves(2 * splits.size() * static_cast<size_t>(stride));
+  std::vector<float> chunks;
+  float* dst = halves.data();
+  for (int64_t i = 0; i < n_leaves(); ++i) {
+    if (change[i] != LeafChange::kSplit) continue;
+    const TokenRange whole = leaves_[i];
+    const int64_t mid = whole.begin + sizes_[i] / 2;
+    const int64_t c0 = whole.begin / store_chunk_tokens_;
+    const int64_t c1 = whole.end / store_chunk_tokens_;
+    chunks.resize(static_cast<size_t>((c1 - c0) * stride));
+    LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, c0, c1, chunks.data(), source));
+    union_store_chunks(chunks.data(), c0, {whole.begin, mid}, dst);
+    union_store_chunks(chunks.data(), c0, {mid, whole.end}, dst + stride);
+    dst += 2 * stride;
+  }
+  apply(change, halves);
+  return Status::ok();
+}
+
+void ChunkTree::move_leaf(int64_t from, int64_t to) {
+  leaves_[to] = leaves_[from];
+  sizes_[to] = sizes_[from];
+  history_[to] = history_[from];
+  const int64_t stride = layout_.chunk_stride;
+  std::copy_n(abstracts_.begin() + from * stride, stride, abstracts_.begin() + to * stride);
+}
+
+void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>& halves) {
+  const int64_t n = n_leaves();
+  const int64_t stride = layout_.chunk_stride;
+  const int64_t half = stride / 2;
+  // Merges, forward: leaf i lands at w <= i, and a merged pair at the first's place.
+  int64_t w = 0;
+  for (int64_t i = 0; i < n; ++i, ++w) {
+    if (w != i) {
+      move_leaf(i, w);
+      change[w] = change[i];
+    }
+    if (change[w] != LeafChange::kMergeFirst) continue;
+    float* a = abstracts_.data() + w * stride;
+    const float* b = abstracts_.data() + (i + 1) * stride;
+    for (int64_t e = 0; e < half; ++e) a[e] = std::min(a[e], b[e]);
+    for (int64_t e = half; e < stride; ++e) a[e] = std::max(a[e], b[e]);
+    leaves_[w].end = leaves_[i + 1].end;
+    sizes_[w] *= 2;
+    history_[w] = {};
+    change[w] = LeafChange::kKeep;
+    ++i;  // the second of the pair is gone
+  }
+  // Splits, backward: leaf r lands at d >= r, a split leaf as its halves at d and d + 1.
+  const auto n_splits = static_cast<int64_t>(halves.size()) / (2 * stride);
+  const int64_t n_after = w + n_splits;
+  leaves_.resize(static_cast<size_t>(n_after));
+  sizes_.resize(static_cast<size_t>(n_after));
+  history_.resize(static_cast<size_t>(n_after));
+  abstracts_.resize(static_cast<size_t>(n_after * stride));
+  int64_t d = n_after;
+  int64_t k = n_splits;
+  for (int64_t r = w - 1; r >= 0 && d > r + 1; --r) {
+    if (change[r] != LeafChange::kSplit) {
+      move_leaf(r, --d);
+      continue;
+    }
+    d -= 2;
+    --k;
+    const TokenRange whole = leaves_[r];
+    const int64_t size = sizes_[r] / 2;
+    leaves_[d] = {whole.begin, whole.begin + size};
+    leaves_[d + 1] = {whole.begin + size, whole.end};
+    sizes_[d] = sizes_[d + 1] = size;
+    history_[d] = history_[d + 1] = {};
+    std::copy_n(halves.begin() + 2 * k * stride, 2 * stride, abstracts_.begin() + d * stride);
+  }
 }
 
 }  // namespace leoam::sparse

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -90,6 +91,15 @@ class ChunkTree {
   // Leaves i and i + 1 become their parent (the union of their abstracts, a fresh history); no I/O.
   // Requires can_merge(i).
   void merge(int64_t i);
+  // Many splits and merges at once, each as split() and merge() would do it, by the leaf indices
+  // of the tree before the edit (merges[k] merges leaves merges[k] and merges[k] + 1); no leaf
+  // may change twice. Every split's abstracts are read (one call a split) before anything
+  // changes, so on a read error, or a change that is not allowed, the tree is unchanged. One
+  // pass over the leaves however many changes: one at a time, each split or merge moves every
+  // leaf after it, which costs a step of IAKM O(leaves x changes) (hundreds of merges over
+  // thousands of leaves when a long context's cold leaves merge).
+  [[nodiscard]] Status edit(std::span<const int64_t> splits, std::span<const int64_t> merges, KvCatalog& catalog,
+                            int layer, AbstractSource source);
 
  private:
   ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, int n_kv_heads, int head_dim);
@@ -98,6 +108,14 @@ class ChunkTree {
   // dst = the union of the abstracts of the store chunks that `range` covers; `chunks` holds the
   // abstracts of store chunks c0, c0 + 1, ... as load_abstracts laid them out.
   void union_store_chunks(const float* chunks, int64_t c0, TokenRange range, float* dst) const;
+  // What edit() does to each leaf.
+  enum class LeafChange : uint8_t { kKeep, kSplit, kMergeFirst, kMergeSecond };
+  // Applies `change` ([n_leaves()], checked), in place: merges in a forward pass that compacts,
+  // then splits in a backward pass that spreads; `halves` holds the abstracts of the split
+  // leaves' halves, two a split, in leaf order.
+  void apply(std::vector<LeafChange>& change, const std::vector<float>& halves);
+  // Leaf `from` moves to index `to` (its range, size, history and abstract).
+  void move_leaf(int64_t from, int64_t to);
 
   ChunkTreeOptions options_;
   int store_chunk_tokens_;

@@ -287,10 +287,8 @@ class LeoamPolicy final : public SelectionPolicy {
 
     std::vector<int64_t> split_leaves(splits.size());
     for (size_t k = 0; k < splits.size(); ++k) split_leaves[k] = l0 + splits[k];
-    std::sort(split_leaves.begin(), split_leaves.end(), std::greater<>());
-    const auto splitting = [&](int64_t i) {
-      return std::binary_search(split_leaves.begin(), split_leaves.end(), i, std::greater<>());
-    };
+    std::sort(split_leaves.begin(), split_leaves.end());
+    const auto splitting = [&](int64_t i) { return std::binary_search(split_leaves.begin(), split_leaves.end(), i); };
 
     // A leaf that splits never merges (a forced split takes an unselected leaf, possibly cold).
     std::vector<int64_t> merges;  // leaf indices i: merge i and i + 1
@@ -303,17 +301,9 @@ class LeoamPolicy final : public SelectionPolicy {
     }
     if (!merges.empty() && !s.desert && !is_skewed()) merges.clear();
 
-    // From the last leaf back, so that each change leaves the indices before it valid.
-    auto next_split = split_leaves.begin();
-    for (auto m = merges.rbegin(); m != merges.rend() || next_split != split_leaves.end();) {
-      if (m == merges.rend() || (next_split != split_leaves.end() && *next_split > *m)) {
-        LEOAM_RETURN_IF_ERROR(tree.split(*next_split++, catalog, query.layer, source()));
-        ++s.n_splits;
-      } else {
-        tree.merge(*m++);
-        ++s.n_merges;
-      }
-    }
+    LEOAM_RETURN_IF_ERROR(tree.edit(split_leaves, merges, catalog, query.layer, source()));
+    s.n_splits += static_cast<int64_t>(split_leaves.size());
+    s.n_merges += static_cast<int64_t>(merges.size());
     return Status::ok();
   }
 

@@ -185,6 +185,80 @@ TEST(ChunkTree, SplitAndMergeFollowTheBuddyRules) {
   EXPECT_TRUE(tree.can_split(1));
 }
 
+// One edit of splits and merges in both directions: the leaves, abstracts and histories of the
+// same changes made one at a time, from the last leaf back.
+TEST(ChunkTree, EditMakesManyChangesAsOneAtATimeWould) {
+  KeysCatalog catalog(8, 1, 2);
+  for (int64_t p = 0; p < 200; ++p) catalog.set_keys(p, p + 1, {static_cast<float>(p % 37), static_cast<float>(-p)});
+  ChunkTree batch = make_tree({8, 64, 16}, 8, 1, 2);
+  ChunkTree single = make_tree({8, 64, 16}, 8, 1, 2);
+  for (ChunkTree* t : {&batch, &single}) {
+    ASSERT_TRUE(t->grow(catalog, kLayer, 200, AbstractSource::kLka).is_ok());
+    // [0,16) [16,32) ... [176,192) [192,200): 13 leaves.
+    for (int64_t i = 0; i < t->n_leaves(); ++i) t->history(i).cold_steps = static_cast<int>(i) + 1;
+  }
+  const std::vector<int64_t> splits = {1, 5, 10};
+  const std::vector<int64_t> merges = {2, 6, 8};  // [32,48)+[48,64), [96,112)+[112,128), [128,144)+[144,160)
+  catalog.clear_loads();
+  ASSERT_TRUE(batch.edit(splits, merges, catalog, kLayer, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 2, 4}, {kLayer, 10, 12}, {kLayer, 20, 22}}));
+  ASSERT_TRUE(single.split(10, catalog, kLayer, AbstractSource::kLka).is_ok());
+  single.merge(8);
+  single.merge(6);
+  ASSERT_TRUE(single.split(5, catalog, kLayer, AbstractSource::kLka).is_ok());
+  single.merge(2);
+  ASSERT_TRUE(single.split(1, catalog, kLayer, AbstractSource::kLka).is_ok());
+
+  EXPECT_EQ(leaves_of(batch), leaves_of(single));
+  EXPECT_EQ(leaves_of(batch), (Ranges{{0, 16},
+                                      {16, 24},
+                                      {24, 32},
+                                      {32, 64},
+                                      {64, 80},
+                                      {80, 88},
+                                      {88, 96},
+                                      {96, 128},
+                                      {128, 160},
+                                      {160, 168},
+                                      {168, 176},
+                                      {176, 192},
+                                      {192, 200}}));
+  for (int64_t i = 0; i < batch.n_leaves(); ++i) {
+    EXPECT_EQ(abstract_at(batch, i), abstract_at(single, i)) << "leaf " << i;
+    EXPECT_EQ(abstract_at(batch, i), catalog.abstract_of(batch.leaf(i).begin, batch.leaf(i).end)) << "leaf " << i;
+    EXPECT_EQ(batch.history(i).cold_steps, single.history(i).cold_steps) << "leaf " << i;
+  }
+  EXPECT_EQ(batch.history(0).cold_steps, 1);   // kept
+  EXPECT_EQ(batch.history(1).cold_steps, 0);   // a half
+  EXPECT_EQ(batch.history(3).cold_steps, 0);   // a parent
+  EXPECT_EQ(batch.history(4).cold_steps, 5);   // [64, 80) was leaf 4
+  EXPECT_EQ(batch.history(12).cold_steps, 13); // [192, 200) was leaf 12
+}
+
+TEST(ChunkTree, EditRejectsABadChangeAndLeavesTheTreeUnchanged) {
+  KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 128, {1, 2});
+  ChunkTree tree = make_tree({8, 64, 16}, 8, 1, 2);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 128, AbstractSource::kLka).is_ok());
+  const Ranges before = leaves_of(tree);
+  const std::vector<int64_t> none;
+  const std::vector<int64_t> twice = {2, 2};
+  const std::vector<int64_t> two = {2};
+  const std::vector<int64_t> bad_merge = {1};  // [16, 32) [32, 48): not aligned to 32
+  const std::vector<int64_t> out_of_range = {8};
+  EXPECT_EQ(tree.edit(twice, none, catalog, kLayer, AbstractSource::kLka).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree.edit(two, two, catalog, kLayer, AbstractSource::kLka).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree.edit(none, bad_merge, catalog, kLayer, AbstractSource::kLka).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree.edit(out_of_range, none, catalog, kLayer, AbstractSource::kLka).code(),
+            StatusCode::kInvalidArgument);
+  // A read error at the second split: the first is not made either.
+  const std::vector<int64_t> splits = {0, 4};
+  const std::vector<int64_t> merges = {2};
+  catalog.fail_loads_after(1, io_error("layer 1 abstracts: short read"));
+  EXPECT_EQ(tree.edit(splits, merges, catalog, kLayer, AbstractSource::kLka).code(), StatusCode::kIoError);
+  EXPECT_EQ(leaves_of(tree), before);
+}
+
 TEST(ChunkTree, SplitFailureLeavesTheTreeUnchanged) {
   KeysCatalog catalog(8, 1, 2);
   catalog.set_keys(0, 64, {1, 2});
@@ -326,6 +400,20 @@ TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
           ++n_splits;
           break;
         }
+      } else if (kind < 8) {  // one edit: random leaves split and random buddies merge
+        std::vector<int64_t> splits;
+        std::vector<int64_t> merges;
+        for (int64_t i = 0; i < tree.n_leaves(); ++i) {
+          if (tree.can_split(i) && rng() % 3 == 0) {
+            splits.push_back(i);
+          } else if (tree.can_merge(i) && rng() % 2 == 0) {
+            merges.push_back(i++);
+          }
+        }
+        std::shuffle(splits.begin(), splits.end(), rng);
+        ASSERT_TRUE(tree.edit(splits, merges, kv, kLayer, AbstractSource::kLka).is_ok()) << where;
+        n_splits += static_cast<int64_t>(splits.size());
+        n_merges += static_cast<int64_t>(merges.size());
       } else {  // merge the first buddies that can, from a random leaf on
         const int64_t i0 = rng() % tree.n_leaves();
         for (int64_t j = 0; j < tree.n_leaves(); ++j) {

@@ -58,7 +58,13 @@ class KeysCatalog final : public KvCatalog {
     }
     return a;
   }
-  void fail_loads_with(Status s) { fail_ = std::move(s); }
+  void fail_loads_with(Status s) { fail_loads_after(0, std::move(s)); }
+  // The next n_ok loads succeed, then every one fails with s.
+  void fail_loads_after(int n_ok, Status s) {
+    n_ok_before_fail_ = n_ok;
+    fail_ = std::move(s);
+  }
+  void clear_loads() { loads_.clear(); }
   void with_key_signs() { key_signs_ = true; }
   const std::vector<Load>& loads() const { return loads_; }
 
@@ -71,7 +77,7 @@ class KeysCatalog final : public KvCatalog {
   Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource /*source*/,
                         uint32_t* signs) override {
     loads_.push_back({layer, i0, i1});
-    if (!fail_.is_ok()) return fail_;
+    if (!fail_.is_ok() && n_ok_before_fail_-- <= 0) return fail_;
     if (i0 < 0 || i0 > i1 || i1 > n_chunks(layer)) return invalid_argument("keys catalog: chunks out of range");
     for (int64_t i = i0; i < i1; ++i) {
       const auto a = abstract_of(i * chunk_tokens_, std::min((i + 1) * chunk_tokens_, n_tokens()));
@@ -102,6 +108,7 @@ class KeysCatalog final : public KvCatalog {
   std::vector<float> keys_;  // [n_tokens][n_kv_heads][head_dim]
   std::vector<Load> loads_;
   Status fail_;
+  int n_ok_before_fail_ = 0;  // loads left before fail_ applies
   bool key_signs_ = false;
 };
 

@@ -86,7 +86,7 @@ Step step(SelectionPolicy& p, const SelectionQuery& query, KeysCatalog& catalog)
 // the probe at the end. The budget takes [192, 256) and, filling up with the lowest tied leaves,
 // [64, 192) and [256, 320): the selection stays [64, 320) while it splits.
 //
-//   step 0  4 leaves selected; early step: each splits (reads from the last back) -> 8 of 32
+//   step 0  4 leaves selected; early step: each splits (reads in leaf order) -> 8 of 32
 //   step 1  the 8 leaves of [64, 320) selected; early: each splits -> 16 of 16
 //   step 2  hot 1: no split (not early, not hot long enough)
 //   step 3  hot 2 and skew ~1 (16 of 16 + 880 e^-10): the 16 split -> 32 leaves of 8, min.
@@ -103,13 +103,13 @@ TEST(LeoamAdaptive, SplitsTheHotLeafToMinAndMergesColdBuddies) {
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s, int64_t budget = 256) { return make_query(2, s, 1024, {64, 960}, budget, q); };
   EXPECT_EQ(step(*policy, at(0), catalog),
-            (Step{{{64, 320}}, 16, {{2, 0, 128}, {2, 32, 40}, {2, 24, 32}, {2, 16, 24}, {2, 8, 16}}}));
+            (Step{{{64, 320}}, 16, {{2, 0, 128}, {2, 8, 16}, {2, 16, 24}, {2, 24, 32}, {2, 32, 40}}}));
   EXPECT_EQ(step(*policy, at(1), catalog), (Step{{{64, 320}}, 20,
-                                                 {{2, 36, 40}, {2, 32, 36}, {2, 28, 32}, {2, 24, 28},
-                                                  {2, 20, 24}, {2, 16, 20}, {2, 12, 16}, {2, 8, 12}}}));
+                                                 {{2, 8, 12}, {2, 12, 16}, {2, 16, 20}, {2, 20, 24},
+                                                  {2, 24, 28}, {2, 28, 32}, {2, 32, 36}, {2, 36, 40}}}));
   EXPECT_EQ(step(*policy, at(2), catalog), (Step{{{64, 320}}, 28, {}}));
-  Loads to_min;  // the 16 leaves of [64, 320), 2 store chunks each, from the last back
-  for (int64_t c = 38; c >= 8; c -= 2) to_min.push_back({2, c, c + 2});
+  Loads to_min;  // the 16 leaves of [64, 320), 2 store chunks each, in leaf order
+  for (int64_t c = 8; c <= 38; c += 2) to_min.push_back({2, c, c + 2});
   EXPECT_EQ(step(*policy, at(3), catalog), (Step{{{64, 320}}, 28, to_min}));
   // 44 leaves: 4 of 64 outside far, 32 of 8 over [64, 320), 10 of 64 over [320, 960).
   EXPECT_EQ(step(*policy, at(4, 512), catalog), (Step{{{64, 576}}, 44, {}}));
@@ -147,10 +147,10 @@ TEST(LeoamAdaptive, LaterStepsSplitAfterTwoHotSteps) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s) { return make_query(2, s, 512, {64, 448}, 256, q); };
-  // The splits of the leaves of `size` over [64, 320), from the last back.
+  // The splits of the leaves of `size` over [64, 320), in leaf order.
   auto splits = [](int64_t size) {
     Loads l;
-    for (int64_t p = 320 - size; p >= 64; p -= size) l.push_back({2, p / 8, (p + size) / 8});
+    for (int64_t p = 64; p + size <= 320; p += size) l.push_back({2, p / 8, (p + size) / 8});
     return l;
   };
   EXPECT_EQ(step(*policy, at(2), catalog), (Step{{{64, 320}}, 8, {{2, 0, 64}}}));
@@ -175,12 +175,11 @@ TEST(LeoamAdaptive, AnUnskewedLayerNeitherSplitsNorMerges) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s) { return make_query(2, s, 2048, {64, 1984}, 512, q); };
-  Loads to_32;  // the 8 leaves of [64, 576), from the last back
-  for (int64_t c = 64; c >= 8; c -= 8) to_32.push_back({2, c, c + 8});
-  to_32.insert(to_32.begin(), {2, 0, 256});  // the first grow
+  Loads to_32 = {{2, 0, 256}};  // the first grow, then the 8 leaves of [64, 576) in leaf order
+  for (int64_t c = 8; c <= 64; c += 8) to_32.push_back({2, c, c + 8});
   EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{64, 576}}, 32, to_32}));
   Loads to_16;  // the 16 leaves of 32
-  for (int64_t c = 68; c >= 8; c -= 4) to_16.push_back({2, c, c + 4});
+  for (int64_t c = 8; c <= 68; c += 4) to_16.push_back({2, c, c + 4});
   EXPECT_EQ(step(*policy, at(1), catalog), (Step{{{64, 576}}, 40, to_16}));
   // 56 leaves: 2 outside far, 32 of 16 over [64, 576), 22 of 64 over [576, 1984).
   for (int64_t s = 2; s < 12; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{64, 576}}, 56, {}})) << s;
@@ -352,12 +351,12 @@ TEST(LeoamAdaptive, TheBudgetCapsTheInitialAndMergedLeaves) {
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s, int64_t budget) { return make_query(2, s, 512, {64, 448}, budget, q); };
   EXPECT_EQ(step(*policy, at(2, 100), catalog), (Step{{{64, 160}}, 32, {{2, 0, 64}}}));
-  Loads to_8;  // the 6 leaves of [64, 160), from the last back
-  for (int64_t c = 18; c >= 8; c -= 2) to_8.push_back({2, c, c + 2});
+  Loads to_8;  // the 6 leaves of [64, 160), in leaf order
+  for (int64_t c = 8; c <= 18; c += 2) to_8.push_back({2, c, c + 2});
   EXPECT_EQ(step(*policy, at(3, 100), catalog), (Step{{{64, 160}}, 32, to_8}));
   for (int64_t s = 4; s < 6; ++s) EXPECT_EQ(step(*policy, at(s, 100), catalog), (Step{{{64, 160}}, 38, {}})) << s;
   EXPECT_EQ(step(*policy, at(6, 128), catalog), (Step{{{64, 192}}, 38, {}}));  // then 8 merges
-  EXPECT_EQ(step(*policy, at(7, 128), catalog), (Step{{{64, 192}}, 30, {{2, 22, 24}, {2, 20, 22}}}));
+  EXPECT_EQ(step(*policy, at(7, 128), catalog), (Step{{{64, 192}}, 30, {{2, 20, 22}, {2, 22, 24}}}));
 }
 
 // A budget of all far tokens selects all of far, edge leaves counted by their far tokens only,
