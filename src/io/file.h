@@ -1,9 +1,10 @@
 // The one file interface all KV disk I/O goes through, so that tests can inject faults (short
 // reads, EIO, ENOSPC, flipped bits) without touching the store. The POSIX implementation opens
-// files O_DIRECT and batches reads through io_uring, falling back where the system refuses:
+// files O_DIRECT and batches reads and writes through io_uring, falling back where the system
+// refuses:
 //
 //   O_DIRECT refused (tmpfs, some FUSE): buffered I/O, posix_fadvise(DONTNEED) after each write
-//   io_uring unavailable (old kernel, seccomp): one pread per request
+//   io_uring unavailable (old kernel, seccomp): one pread (pwrite) per request
 //
 // and says which in io_info(), so the caller can report it. LEOAM_NO_IO_URING=1 in the
 // environment forces the pread path (read at open), so tests and benchmarks can measure both.
@@ -17,8 +18,9 @@
 //     "short read"), as is any errno; the message names the path, offset and length. The
 //     bytes of a failed batch are unspecified, but no read of it is still in flight.
 //   - write() writes all n_bytes or fails: ENOSPC and EIO come back as kIoError naming the path,
-//     the offset and the errno text. In direct mode a misaligned read or write is a caller bug,
-//     rejected with kInvalidArgument before any I/O.
+//     the offset and the errno text; write_batch() does so for each of its requests. In direct
+//     mode a misaligned read or write is a caller bug, rejected with kInvalidArgument before any
+//     I/O.
 //   - Thread safety: a RandomAccessFile is used by one thread at a time (the io_uring ring is
 //     per file and not shared). Different files may be used from different threads.
 //   - Files are created with mode 0600, directories with 0700.
@@ -45,10 +47,16 @@ struct ReadRequest {
   void* dst = nullptr;
 };
 
+struct WriteRequest {
+  uint64_t offset = 0;
+  size_t n_bytes = 0;
+  const void* src = nullptr;
+};
+
 // How a file is really being accessed.
 struct FileIoInfo {
   bool direct = false;        // O_DIRECT in effect
-  bool uring = false;         // reads batched through io_uring
+  bool uring = false;         // reads (and direct writes) batched through io_uring
   std::string fallback_note;  // empty, or why direct/uring is off ("O_DIRECT refused by the file system ...")
 };
 
@@ -63,6 +71,13 @@ class RandomAccessFile {
   [[nodiscard]] virtual Status read(std::span<const ReadRequest> requests) = 0;
   // Writes [src, src + n_bytes) at `offset`, extending the file as needed.
   [[nodiscard]] virtual Status write(uint64_t offset, const void* src, size_t n_bytes) = 0;
+  // Writes every request as write() would; where reads are batched (io_uring), up to the queue
+  // depth are in flight at once. On an error, the requests other than the one it names may or
+  // may not have been written. This default writes them one after the other.
+  [[nodiscard]] virtual Status write_batch(std::span<const WriteRequest> requests) {
+    for (const WriteRequest& w : requests) LEOAM_RETURN_IF_ERROR(write(w.offset, w.src, w.n_bytes));
+    return Status::ok();
+  }
   // Makes written data durable (fdatasync).
   [[nodiscard]] virtual Status sync() = 0;
   virtual Result<uint64_t> size() const = 0;
@@ -73,7 +88,7 @@ struct FileOpenOptions {
   bool truncate = false;   // empty an existing file
   bool read_only = false;
   bool direct = true;      // try O_DIRECT; fall back to buffered + fadvise where refused
-  bool uring = true;       // try io_uring for read batches; fall back to pread
+  bool uring = true;       // try io_uring for read (and direct write) batches; fall back to pread/pwrite
   int queue_depth = 32;    // io_uring entries: requests in flight per read() batch
 };
 

@@ -1,5 +1,5 @@
-// The POSIX FileSystem: O_DIRECT files whose read batches go through a per-file io_uring, with
-// the fallbacks described in file.h (buffered + fadvise, pread).
+// The POSIX FileSystem: O_DIRECT files whose read batches and write batches go through a
+// per-file io_uring, with the fallbacks described in file.h (buffered + fadvise, pread/pwrite).
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/stat.h>
@@ -87,26 +87,14 @@ class PosixFile final : public RandomAccessFile {
     for (const ReadRequest& r : requests) {
       LEOAM_RETURN_IF_ERROR(check_alignment("read", r.offset, r.n_bytes, r.dst));
     }
-    if (info_.uring) return read_uring(requests);
-    return read_pread(requests);
+    if (info_.uring) return run_uring(requests);
+    return run_sync(requests);
   }
 
   Status write(uint64_t offset, const void* src, size_t n_bytes) override {
     if (read_only_) return invalid_argument(path_ + ": write to a file opened read-only");
     LEOAM_RETURN_IF_ERROR(check_alignment("write", offset, n_bytes, src));
-    const auto* bytes = static_cast<const uint8_t*>(src);
-    size_t done = 0;
-    while (done < n_bytes) {
-      const size_t n = std::min(n_bytes - done, kMaxIoBytes);
-      const ssize_t k = ::pwrite(fd_, bytes + done, n, static_cast<off_t>(offset + done));
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        return op_failure(path_, "write", offset, n_bytes, errno_text(errno));
-      }
-      // pwrite of a regular file answers 0 only if it cannot make progress; looping would spin.
-      if (k == 0) return op_failure(path_, "write", offset, n_bytes, "the OS wrote 0 bytes");
-      done += static_cast<size_t>(k);
-    }
+    LEOAM_RETURN_IF_ERROR(write_pwrite(offset, src, n_bytes));
     // Without O_DIRECT the written pages would stay in the page cache and crowd out the host
     // tier's memory; dropping them keeps buffered mode close to direct I/O. Advisory only, so a
     // failure changes nothing the caller could act on.
@@ -115,6 +103,16 @@ class PosixFile final : public RandomAccessFile {
                             POSIX_FADV_DONTNEED);
     }
     return Status::ok();
+  }
+
+  // Direct writes through the ring; buffered ones one write() at a time (each with its fadvise).
+  Status write_batch(std::span<const WriteRequest> requests) override {
+    if (read_only_) return invalid_argument(path_ + ": write to a file opened read-only");
+    for (const WriteRequest& w : requests) {
+      LEOAM_RETURN_IF_ERROR(check_alignment("write", w.offset, w.n_bytes, w.src));
+    }
+    if (info_.uring && info_.direct) return run_uring(requests);
+    return RandomAccessFile::write_batch(requests);
   }
 
   Status sync() override {
@@ -159,8 +157,34 @@ class PosixFile final : public RandomAccessFile {
     if (n_file.is_ok()) why += " (the file has " + std::to_string(*n_file) + ")";
     return op_failure(path_, "read", r.offset, r.n_bytes, why);
   }
+  // The same for a write: a regular file takes part of a write only when it is running out of
+  // room (the next attempt then says why), but one that takes nothing, or leaves a direct write
+  // misaligned, would loop for ever.
+  Status check_progress(const WriteRequest& w, size_t n_done, size_t n_last) const {
+    if (n_last > 0 && (!info_.direct || is_aligned(n_done))) return Status::ok();
+    return op_failure(path_, "write", w.offset, w.n_bytes,
+                      "the OS wrote " + std::to_string(n_done) + " bytes and stopped");
+  }
 
-  Status read_pread(std::span<const ReadRequest> requests) const {
+  Status write_pwrite(uint64_t offset, const void* src, size_t n_bytes) const {
+    const WriteRequest w{offset, n_bytes, src};
+    const auto* bytes = static_cast<const uint8_t*>(src);
+    size_t done = 0;
+    while (done < n_bytes) {
+      const size_t n = std::min(n_bytes - done, kMaxIoBytes);
+      const ssize_t k = ::pwrite(fd_, bytes + done, n, static_cast<off_t>(offset + done));
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        return op_failure(path_, "write", offset, n_bytes, errno_text(errno));
+      }
+      done += static_cast<size_t>(k);
+      if (done < n_bytes) LEOAM_RETURN_IF_ERROR(check_progress(w, done, static_cast<size_t>(k)));
+    }
+    return Status::ok();
+  }
+
+  // Without the ring: one syscall after the other.
+  Status run_sync(std::span<const ReadRequest> requests) const {
     for (const ReadRequest& r : requests) {
       auto* dst = static_cast<uint8_t*>(r.dst);
       size_t n_done = 0;
@@ -177,29 +201,43 @@ class PosixFile final : public RandomAccessFile {
     }
     return Status::ok();
   }
+  Status run_sync(std::span<const WriteRequest> requests) const {
+    for (const WriteRequest& w : requests) LEOAM_RETURN_IF_ERROR(write_pwrite(w.offset, w.src, w.n_bytes));
+    return Status::ok();
+  }
 
-  // Queues a read of what remains of slot `slot`'s request; the caller has made room.
-  void queue_read(size_t slot, std::span<const ReadRequest> requests) {
+  static const char* op_name(const ReadRequest&) { return "read"; }
+  static const char* op_name(const WriteRequest&) { return "write"; }
+  void prep(io_uring_sqe* sqe, const ReadRequest& r, size_t n_done, size_t n) const {
+    io_uring_prep_read(sqe, fd_, static_cast<uint8_t*>(r.dst) + n_done, static_cast<unsigned>(n), r.offset + n_done);
+  }
+  void prep(io_uring_sqe* sqe, const WriteRequest& w, size_t n_done, size_t n) const {
+    io_uring_prep_write(sqe, fd_, static_cast<const uint8_t*>(w.src) + n_done, static_cast<unsigned>(n),
+                        w.offset + n_done);
+  }
+
+  // Queues what remains of slot `slot`'s request; the caller has made room.
+  template <class Request>
+  void queue_op(size_t slot, std::span<const Request> requests) {
     const Slot& s = slots_[slot];
-    const ReadRequest& r = requests[s.request];
+    const Request& r = requests[s.request];
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    // At most queue_depth reads are queued or in flight, and the ring has at least that many
+    // At most queue_depth requests are queued or in flight, and the ring has at least that many
     // entries, so there is always room.
     assert(sqe != nullptr);
-    const size_t n = std::min(r.n_bytes - s.n_done, kMaxIoBytes);
-    io_uring_prep_read(sqe, fd_, static_cast<uint8_t*>(r.dst) + s.n_done, static_cast<unsigned>(n),
-                       r.offset + s.n_done);
+    prep(sqe, r, s.n_done, std::min(r.n_bytes - s.n_done, kMaxIoBytes));
     io_uring_sqe_set_data64(sqe, slot);
   }
 
-  // Keeps up to queue_depth reads in flight: submit, reap what completed, refill, until every
-  // request is done. After an error nothing new is started, but the batch still waits for what
-  // is in flight, because those reads write into the caller's buffers.
-  Status read_uring(std::span<const ReadRequest> requests) {
+  // Keeps up to queue_depth reads (or writes) in flight: submit, reap what completed, refill,
+  // until every request is done. After an error nothing new is started, but the batch still
+  // waits for what is in flight, because those use the caller's buffers.
+  template <class Request>
+  Status run_uring(std::span<const Request> requests) {
     free_slots_.clear();
     for (size_t i = slots_.size(); i-- > 0;) free_slots_.push_back(i);
     size_t next = 0;         // the first request not yet started
-    size_t n_in_flight = 0;  // reads queued or submitted, not yet reaped
+    size_t n_in_flight = 0;  // requests queued or submitted, not yet reaped
     Status first_error;
     for (;;) {
       while (first_error.is_ok() && next < requests.size() && !free_slots_.empty()) {
@@ -210,7 +248,7 @@ class PosixFile final : public RandomAccessFile {
         const size_t slot = free_slots_.back();
         free_slots_.pop_back();
         slots_[slot] = Slot{next++, 0};
-        queue_read(slot, requests);
+        queue_op(slot, requests);
         ++n_in_flight;
       }
       if (n_in_flight == 0) return first_error;
@@ -226,21 +264,21 @@ class PosixFile final : public RandomAccessFile {
         io_uring_cqe_seen(&ring_, cqe);
         --n_in_flight;
         Slot& s = slots_[slot];
-        const ReadRequest& r = requests[s.request];
+        const Request& r = requests[s.request];
         if (first_error.is_ok()) {
-          if (res == -EINTR || res == -EAGAIN) {  // nothing read; ask again
-            queue_read(slot, requests);
+          if (res == -EINTR || res == -EAGAIN) {  // nothing done; ask again
+            queue_op(slot, requests);
             ++n_in_flight;
             continue;
           }
           if (res < 0) {
-            first_error = op_failure(path_, "read", r.offset, r.n_bytes, errno_text(-res));
+            first_error = op_failure(path_, op_name(r), r.offset, r.n_bytes, errno_text(-res));
           } else {
             s.n_done += static_cast<size_t>(res);
             if (s.n_done < r.n_bytes) {
               first_error = check_progress(r, s.n_done, static_cast<size_t>(res));
               if (first_error.is_ok()) {
-                queue_read(slot, requests);
+                queue_op(slot, requests);
                 ++n_in_flight;
                 continue;
               }
@@ -252,16 +290,18 @@ class PosixFile final : public RandomAccessFile {
     }
   }
 
-  // io_uring_enter itself failed (not a read: the ring). Waits for the reads the kernel already
-  // took, drops the ring, and reads the whole batch again with pread, now and from here on.
-  Status abandon_ring(std::span<const ReadRequest> requests, size_t n_in_flight, int err) {
+  // io_uring_enter itself failed (not a request: the ring). Waits for the requests the kernel
+  // already took, drops the ring, and runs the whole batch again one syscall at a time, now and
+  // from here on.
+  template <class Request>
+  Status abandon_ring(std::span<const Request> requests, size_t n_in_flight, int err) {
     size_t n_taken = n_in_flight - io_uring_sq_ready(&ring_);
     while (n_taken > 0) {
       io_uring_cqe* cqe = nullptr;
       const int ret = io_uring_wait_cqe(&ring_, &cqe);
       if (ret == -EINTR) continue;
       if (ret < 0) {
-        return io_error(path_ + ": io_uring failed (" + errno_text(err) + "), then waiting for its reads failed (" +
+        return io_error(path_ + ": io_uring failed (" + errno_text(err) + "), then waiting for its requests failed (" +
                         errno_text(-ret) + ")");
       }
       io_uring_cqe_seen(&ring_, cqe);
@@ -270,7 +310,7 @@ class PosixFile final : public RandomAccessFile {
     io_uring_queue_exit(&ring_);
     info_.uring = false;
     append_note(info_.fallback_note, "io_uring submit failed (" + errno_text(err) + "): pread");
-    return read_pread(requests);
+    return run_sync(requests);
   }
 
   std::string path_;

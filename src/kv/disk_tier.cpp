@@ -10,6 +10,28 @@
 namespace leoam {
 namespace {
 
+// Requests larger than this are not grown further by coalescing: enough to make a run of small
+// chunks one operation, small enough to keep several in flight.
+constexpr size_t kMaxCoalescedBytes = size_t{4} << 20;
+
+const uint8_t* buffer_of(const ReadRequest& r) { return static_cast<const uint8_t*>(r.dst); }
+const uint8_t* buffer_of(const WriteRequest& w) { return static_cast<const uint8_t*>(w.src); }
+
+// Appends r, or grows the last request by it when both its file range and its buffer follow the
+// last's: consecutive chunks in consecutive buffer slots move in one operation.
+template <class Request>
+void push_coalesced(std::vector<Request>& requests, const Request& r) {
+  if (!requests.empty()) {
+    Request& last = requests.back();
+    if (last.offset + last.n_bytes == r.offset && buffer_of(last) + last.n_bytes == buffer_of(r) &&
+        last.n_bytes + r.n_bytes <= kMaxCoalescedBytes) {
+      last.n_bytes += r.n_bytes;
+      return;
+    }
+  }
+  requests.push_back(r);
+}
+
 constexpr uint32_t kRecordMagic = 0x32414b4c;  // "LKA2" read as little-endian bytes (LKA1: no sign sketch)
 constexpr size_t kRecordHeaderBytes = 40;
 
@@ -50,7 +72,6 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   stored_bytes_ = encoded_chunk_bytes(options.geometry, options.codec);
   slot_bytes_ = align_up(stored_bytes_, kDirectIoAlignment);
   record_bytes_ = kRecordHeaderBytes + options.geometry.abstract_bytes();
-  record_scratch_.resize(record_bytes_);
   layers_.resize(static_cast<size_t>(options.n_layer));
 }
 
@@ -167,34 +188,56 @@ Status DiskTier::chunk_error(StatusCode code, int layer, int64_t index, const st
 }
 
 Status DiskTier::write_chunk(int layer, int64_t index, const uint8_t* stored, int64_t n_tokens, const float* abstract) {
-  Layer& L = layers_[layer];
-  Entry entry{true, static_cast<uint32_t>(n_tokens), checksum64(stored, stored_bytes_), 0};
+  const DiskChunkWrite w{index, stored, n_tokens, abstract};
+  return write_chunks(layer, {&w, 1});
+}
 
-  RecordHeader h;
-  h.n_tokens = entry.n_tokens;
-  h.layer = static_cast<uint32_t>(layer);
-  h.codec = static_cast<uint32_t>(options_.codec);
-  h.index = static_cast<uint64_t>(index);
-  h.chunk_checksum = entry.chunk_checksum;
-  uint8_t* rec = record_scratch_.data();
-  std::memcpy(rec, &h, sizeof(h));
-  std::memcpy(rec + kRecordHeaderBytes, abstract, options_.geometry.abstract_bytes());
-  entry.record_checksum = record_checksum(rec, record_bytes_);
-  std::memcpy(rec + offsetof(RecordHeader, record_checksum), &entry.record_checksum, sizeof(uint64_t));
+Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes) {
+  if (writes.empty()) return Status::ok();
+  Layer& L = layers_[layer];
+  std::vector<Entry> entries(writes.size());
+  std::vector<uint8_t> records(writes.size() * record_bytes_);
+  std::vector<WriteRequest> slots;
+  std::vector<WriteRequest> abstracts;
+  for (size_t j = 0; j < writes.size(); ++j) {
+    const DiskChunkWrite& w = writes[j];
+    Entry& entry = entries[j];
+    entry = {true, static_cast<uint32_t>(w.n_tokens), checksum64(w.stored, stored_bytes_), 0};
+    RecordHeader h;
+    h.n_tokens = entry.n_tokens;
+    h.layer = static_cast<uint32_t>(layer);
+    h.codec = static_cast<uint32_t>(options_.codec);
+    h.index = static_cast<uint64_t>(w.index);
+    h.chunk_checksum = entry.chunk_checksum;
+    uint8_t* rec = records.data() + j * record_bytes_;
+    std::memcpy(rec, &h, sizeof(h));
+    std::memcpy(rec + kRecordHeaderBytes, w.abstract, options_.geometry.abstract_bytes());
+    entry.record_checksum = record_checksum(rec, record_bytes_);
+    std::memcpy(rec + offsetof(RecordHeader, record_checksum), &entry.record_checksum, sizeof(uint64_t));
+    push_coalesced(slots, {static_cast<uint64_t>(w.index) * slot_bytes_, slot_bytes_, w.stored});
+    push_coalesced(abstracts, {static_cast<uint64_t>(w.index) * record_bytes_, record_bytes_, rec});
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
-  if (Status st = L.chunks->write(static_cast<uint64_t>(index) * slot_bytes_, stored, slot_bytes_); !st.is_ok()) {
-    return chunk_error(st.code(), layer, index, "writing the chunk: " + st.message());
+  if (Status st = L.chunks->write_batch(slots); !st.is_ok()) {
+    const std::string what = writes.size() == 1 ? "writing the chunk: "
+                                                : "writing " + std::to_string(writes.size()) + " chunks from this one on: ";
+    return chunk_error(st.code(), layer, writes[0].index, what + st.message());
   }
-  if (Status st = L.abstracts->write(static_cast<uint64_t>(index) * record_bytes_, rec, record_bytes_); !st.is_ok()) {
-    return chunk_error(st.code(), layer, index, "writing the abstract: " + st.message());
+  if (Status st = L.abstracts->write_batch(abstracts); !st.is_ok()) {
+    const std::string what = writes.size() == 1 ? "writing the abstract: "
+                                                : "writing " + std::to_string(writes.size()) + " abstracts from this one on: ";
+    return chunk_error(st.code(), layer, writes[0].index, what + st.message());
   }
   if (options_.stats != nullptr) {
     options_.stats->disk_write_latency.record_us(elapsed_us(t0));
-    (*options_.stats)[Tier::kDisk].bytes_written += slot_bytes_ + record_bytes_;
+    (*options_.stats)[Tier::kDisk].bytes_written += writes.size() * (slot_bytes_ + record_bytes_);
   }
-  if (static_cast<int64_t>(L.entries.size()) <= index) L.entries.resize(static_cast<size_t>(index) + 1);
-  L.entries[index] = entry;
+  for (size_t j = 0; j < writes.size(); ++j) {
+    const int64_t index = writes[j].index;
+    if (static_cast<int64_t>(L.entries.size()) <= index) L.entries.resize(static_cast<size_t>(index) + 1);
+    L.entries[index] = entries[j];
+  }
   return Status::ok();
 }
 
@@ -205,7 +248,7 @@ Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads) {
   requests.reserve(reads.size());
   for (const DiskChunkRead& r : reads) {
     if (!has_chunk(layer, r.index)) return chunk_error(StatusCode::kInternal, layer, r.index, "read of a chunk never written");
-    requests.push_back({static_cast<uint64_t>(r.index) * slot_bytes_, slot_bytes_, r.dst});
+    push_coalesced(requests, {static_cast<uint64_t>(r.index) * slot_bytes_, slot_bytes_, r.dst});
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (Status st = L.chunks->read(requests); !st.is_ok()) {

@@ -63,6 +63,15 @@ struct DiskChunkRead {
   uint8_t* dst = nullptr;
 };
 
+// One chunk to write: its stored form [slot_bytes()] (aligned; bytes past stored_bytes() are
+// written as they are, normally zero), its filled rows and its abstract.
+struct DiskChunkWrite {
+  int64_t index = 0;
+  const uint8_t* stored = nullptr;
+  int64_t n_tokens = 0;
+  const float* abstract = nullptr;
+};
+
 class DiskTier {
  public:
   // Creates (truncating) the files of every layer in options.dir, which is created if missing.
@@ -95,6 +104,10 @@ class DiskTier {
   // are written as they are, normally zero), its filled rows and its abstract.
   [[nodiscard]] Status write_chunk(int layer, int64_t index, const uint8_t* stored, int64_t n_tokens,
                                    const float* abstract);
+  // Writes chunks of one layer in one batch (the KV slots in flight together, then the
+  // abstracts). A chunk counts as written only once the whole batch is: after an error none of
+  // them does.
+  [[nodiscard]] Status write_chunks(int layer, std::span<const DiskChunkWrite> writes);
   // Reads written chunks of one layer in one batch, and checks each.
   [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads);
   // Reads the abstracts of chunks [i0, i1) of `layer` (all written) in one read, checks them, and
@@ -128,7 +141,6 @@ class DiskTier {
   size_t slot_bytes_ = 0;
   size_t record_bytes_ = 0;
   std::vector<Layer> layers_;
-  std::vector<uint8_t> record_scratch_;
 };
 
 }  // namespace leoam

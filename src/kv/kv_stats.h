@@ -56,8 +56,8 @@ class LatencyHistogram {
 
 struct KvStats {
   std::array<TierStats, kNumTiers> tiers{};  // indexed by Tier
-  LatencyHistogram disk_read_latency;
-  LatencyHistogram disk_write_latency;
+  LatencyHistogram disk_read_latency;   // one sample per read batch (chunks or abstracts)
+  LatencyHistogram disk_write_latency;  // one sample per write batch (DiskTier::write_chunks)
   // Where the bytes of the device and host tiers and the disk files stood at the end.
   std::array<uint64_t, kNumTiers> resident_bytes{};
   std::array<int64_t, kNumTiers> resident_chunks{};

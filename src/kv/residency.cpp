@@ -236,6 +236,8 @@ void Residency::set_importance(ChunkKey key, float importance) {
   index(key, r);
 }
 
+void Residency::set_on_disk(ChunkKey key) { must_find(chunks_, key).on_disk = true; }
+
 void Residency::touch(ChunkKey key, uint64_t tick) {
   ChunkResidency& r = must_find(chunks_, key);
   unindex(key, r);

@@ -59,7 +59,7 @@ struct ChunkResidency {
   int pins = 0;            // > 0: must stay where it is (sink, recent window, open tail, a live view)
   float importance = 0.0f; // set by the selection policies; higher stays closer to compute
   uint64_t last_use = 0;   // tick of the last gather that read it
-  bool on_disk = false;    // a valid copy exists on disk (written once sealed and demoted)
+  bool on_disk = false;    // a valid copy exists on disk (written once sealed: demoted, or written through)
 };
 
 class Residency {
@@ -102,6 +102,9 @@ class Residency {
   void unpin(ChunkKey key);
   void set_importance(ChunkKey key, float importance);
   void touch(ChunkKey key, uint64_t tick);
+  // The store wrote the (sealed) chunk's copy to disk where it lives: demoting it later needs no
+  // write.
+  void set_on_disk(ChunkKey key);
 
   const ChunkResidency* find(ChunkKey key) const;
   uint64_t used_bytes(Tier tier) const;  // device and host; 0 for disk

@@ -95,7 +95,11 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   const size_t decoded = options.host_codec == KvCodec::kNone ? 0 : align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment);
   const uint64_t n_slots = std::max<uint64_t>(1, options.gather_batch_bytes / (slot + decoded));
   LEOAM_ASSIGN_OR_RETURN(cache->scratch_, AlignedBuffer::allocate(n_slots * (slot + decoded)));
-  LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(slot));
+  // Write-through batches: the disk tier's queue depth of slots, at most kWriteBatchBytes (one slot at least).
+  constexpr uint64_t kWriteBatchBytes = uint64_t{8} << 20;
+  const uint64_t n_write_slots = std::clamp<uint64_t>(kWriteBatchBytes / slot, 1,
+                                                      static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
+  LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
   cache->row_scratch_.resize(cache->geometry_.chunk_bytes());
   cache->layers_.resize(static_cast<size_t>(s.n_layer));
   return cache;
@@ -146,7 +150,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     stats_[from].evictions += 1;
     if (move.needs_write) {
       uint8_t* dst = write_buffer_.data();
-      std::memset(dst, 0, write_buffer_.size());
+      std::memset(dst, 0, disk_->slot_bytes());
       if (from == Tier::kDevice) {
         encode_chunk(geometry_, codec, c.device.get(), dst);
       } else {
@@ -211,6 +215,9 @@ Status TieredKvCache::open_chunk(int layer, int64_t index) {
   const ChunkKey key{layer, index};
   LEOAM_ASSIGN_OR_RETURN(Residency::Plan plan, residency_.plan_insert(key));
   LEOAM_RETURN_IF_ERROR(carry_out(plan));
+  // As recent as the last gather's chunks: a chunk written in this append is not the least
+  // recently used (the chunks before it, already on disk, go first).
+  residency_.touch(key, tick_);
   residency_.pin(key);  // open
   if (index * options_.chunk_tokens < options_.n_sink_tokens) residency_.pin(key);  // sink, for good
   return Status::ok();
@@ -280,7 +287,40 @@ Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
     }
     update_recent_pins(layer);
   }
+  if (Status st = write_through(layer, pos0 / c); !st.is_ok()) {
+    (void)truncate_layer(layer, pos0);
+    return st;
+  }
   return Status::ok();
+}
+
+Status TieredKvCache::write_through(int layer, int64_t first) {
+  LayerState& L = layers_[layer];
+  const size_t slot = disk_->slot_bytes();
+  const size_t n_slots = write_buffer_.size() / slot;
+  std::vector<DiskChunkWrite> batch;
+  std::vector<int64_t> written;
+  const auto flush = [&]() -> Status {
+    LEOAM_RETURN_IF_ERROR(disk_->write_chunks(layer, batch));
+    for (const DiskChunkWrite& w : batch) residency_.set_on_disk({layer, w.index});
+    batch.clear();
+    return Status::ok();
+  };
+  for (int64_t i = first; i < static_cast<int64_t>(L.chunks.size()); ++i) {
+    const Chunk& ch = L.chunks[i];
+    const ChunkResidency* r = residency_.find({layer, i});
+    if (!ch.sealed || r == nullptr || r->on_disk || r->tier == Tier::kDisk) continue;
+    uint8_t* dst = write_buffer_.data() + batch.size() * slot;
+    std::memset(dst, 0, slot);
+    if (r->tier == Tier::kDevice) {
+      encode_chunk(geometry_, options_.host_codec, ch.device.get(), dst);
+    } else {
+      std::memcpy(dst, ch.host.get(), host_chunk_bytes_);
+    }
+    batch.push_back({i, dst, ch.n_filled, ch.abstract.data()});
+    if (batch.size() == n_slots) LEOAM_RETURN_IF_ERROR(flush());
+  }
+  return batch.empty() ? Status::ok() : flush();
 }
 
 // --- reading ---------------------------------------------------------------------------------

@@ -6,9 +6,16 @@
 //   disk    slots in per-layer files under --kv-dir (disk_tier.h), O_DIRECT + io_uring
 //
 // Placement (residency.h) keeps the device and host under their byte budgets: new chunks land on
-// the device; when it is full the least important, least recently used unpinned chunks move down
-// a tier. Pinned to the device: the chunks holding the first n_sink_tokens positions, those
-// overlapping the last n_recent_tokens, and each layer's open (partly filled) chunk.
+// the device, as recent as the last gather; when it is full the least important, least recently
+// used unpinned chunks move down a tier. Pinned to the device: the chunks holding the first
+// n_sink_tokens positions, those overlapping the last n_recent_tokens, and each layer's open
+// (partly filled) chunk.
+//
+// Write-through: by the end of each append, every chunk it sealed has a copy on disk, written in
+// batches of consecutive slots (one write each where the slots follow on). A sealed chunk is
+// immutable, so demoting it later writes nothing: a decode step that promotes the chunks it
+// selected pays no writes for the ones it pushes down. Only a chunk demoted before its append
+// ends (a device smaller than one append's chunks) is written alone, as it leaves.
 //
 // Reads: for_each_view() gathers the chunks of the asked ranges in batches of at most
 // gather_batch_bytes of scratch: device chunks are used in place, host chunks in place or
@@ -18,7 +25,7 @@
 //
 // Memory: the device and host tiers hold at most their budgets; besides them the store keeps the
 // in-memory abstracts of device and host chunks (disk chunks' abstracts stay on disk), one gather
-// batch of scratch, and a one-slot write buffer.
+// batch of scratch, and a write-through buffer (the disk queue depth of slots, at most 8 MiB).
 #pragma once
 
 #include <cstdint>
@@ -138,6 +145,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // batches of the gather scratch (AbstractSource::kKv).
   Status abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst);
   Status open_chunk(int layer, int64_t index);
+  // Writes the chunks of `layer` from `first` on that are sealed and have no disk copy yet to the
+  // disk, in batches of write_buffer_'s slots, where they live (write-through).
+  Status write_through(int layer, int64_t first);
   Status truncate_layer(int layer, int64_t n_tokens);
   void update_recent_pins(int layer);
   Status gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn);
@@ -153,7 +163,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   KvStats stats_;
   uint64_t tick_ = 0;
   AlignedBuffer scratch_;        // gather batch: [n_slots][slot_bytes] stored + decoded chunks
-  AlignedBuffer write_buffer_;   // one slot, aligned for O_DIRECT writes
+  AlignedBuffer write_buffer_;   // write-through batch: [n][slot_bytes], aligned for O_DIRECT
   std::vector<uint8_t> row_scratch_;
 };
 

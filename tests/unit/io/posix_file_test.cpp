@@ -1,8 +1,11 @@
 // The POSIX file layer (file.h): round trips through io_uring and pread, direct and buffered,
-// the short-read and alignment errors, modes of created files, and the documented fallbacks.
+// batched writes, the short-read and alignment errors, modes of created files, and the
+// documented fallbacks.
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -134,6 +137,53 @@ TEST_P(PosixFileModeTest, RoundTripOfManyRequestsInOneBatch) {
   EXPECT_EQ(std::memcmp(whole.data(), src.data(), src.size()), 0);
 }
 
+// write_batch: 40 writes (5x the queue depth) of 1..5 blocks at scattered offsets, out of
+// order, some extending the file, from parts of one buffer; what a read gets back is each write's
+// bytes, and the gaps between them are zero.
+TEST_P(PosixFileModeTest, WriteBatchWritesEveryRequest) {
+  constexpr int kQueueDepth = 8;
+  constexpr size_t kFileBlocks = 400;
+  AlignedBuffer src = must_allocate(200 * kBlock);
+  fill_pattern(src.data(), src.size(), 9);
+  std::vector<uint8_t> expected(kFileBlocks * kBlock, 0);
+  std::vector<WriteRequest> requests;
+  for (size_t i = 0, src_block = 0; i < 40; ++i) {
+    const size_t n_blocks = 1 + i % 5;
+    const size_t block = (i * 53) % (kFileBlocks - 5) / 10 * 10;  // multiples of 10: no overlaps
+    requests.push_back({block * kBlock, n_blocks * kBlock, src.data() + src_block * kBlock});
+    src_block += n_blocks;
+  }
+  std::sort(requests.begin(), requests.end(), [](const WriteRequest& a, const WriteRequest& b) { return a.offset < b.offset; });
+  requests.erase(std::unique(requests.begin(), requests.end(),
+                             [](const WriteRequest& a, const WriteRequest& b) { return a.offset == b.offset; }),
+                 requests.end());
+  std::reverse(requests.begin(), requests.end());  // the last first: the first write extends the file most
+  for (const WriteRequest& w : requests) std::memcpy(expected.data() + w.offset, w.src, w.n_bytes);
+  requests.push_back({0, 0, src.data()});  // an empty request is nothing to write
+
+  auto file = must_open(dir_.file("layer-000.kv"), options(kQueueDepth));
+  ASSERT_NE(file, nullptr);
+  expect_mode(*file, GetParam());
+  ASSERT_TRUE(file->write_batch(requests).is_ok());
+  Result<uint64_t> size = file->size();
+  ASSERT_TRUE(size.is_ok());
+  const uint64_t end = requests[0].offset + requests[0].n_bytes;
+  EXPECT_EQ(*size, end);
+  AlignedBuffer back = must_allocate(end);
+  const ReadRequest all{0, end, back.data()};
+  ASSERT_TRUE(file->read({&all, 1}).is_ok());
+  EXPECT_EQ(std::memcmp(back.data(), expected.data(), end), 0);
+
+  // Opened read-only, the file takes no batch.
+  file.reset();
+  FileOpenOptions read_only = options(kQueueDepth);
+  read_only.create = false;
+  read_only.read_only = true;
+  auto ro = must_open(dir_.file("layer-000.kv"), read_only);
+  ASSERT_NE(ro, nullptr);
+  EXPECT_EQ(ro->write_batch({requests.data(), 1}).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_P(PosixFileModeTest, FailedRequestInABatchLeavesTheFileUsable) {
   constexpr size_t kFileBlocks = 16;
   write_buffered(dir_.file("f.kv"), kFileBlocks * kBlock, 7);
@@ -248,6 +298,11 @@ TEST_F(PosixFileTest, MisalignedDirectIoIsRejected) {
   EXPECT_EQ(read.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(read.message(), "read of 512 bytes at offset 4096 is misaligned for O_DIRECT (length)"))
       << read.message();
+  // A batch with one misaligned write writes none of it.
+  const WriteRequest batch[] = {{0, kBlock, buffer.data()}, {kBlock, kBlock, buffer.data() + 8}};
+  const Status write_batch = file->write_batch(batch);
+  EXPECT_EQ(write_batch.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(write_batch.message(), "misaligned for O_DIRECT (buffer-address)")) << write_batch.message();
   // Rejected before any I/O.
   EXPECT_EQ(*file->size(), 0u);
 }

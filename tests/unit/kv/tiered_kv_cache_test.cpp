@@ -157,6 +157,43 @@ TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
   EXPECT_LE(stats.resident_bytes[1], twin.tiered().residency().options().host_budget_bytes);
 }
 
+// Write-through: every chunk an append seals is written to disk by the end of the append, where
+// it lives, in one batch a layer (of consecutive chunks: one write); demoting it later writes
+// nothing. The chunks an append creates are not its first victims: the older ones, already on
+// disk, go first. Here the device holds one append's chunks besides the pinned ones.
+TEST(TieredKvCache, SealedChunksAreWrittenThroughAndDemotedWithoutAWrite) {
+  TempDir dir;
+  TieredKvCacheOptions o = small_options(dir.path());
+  const uint64_t chunk_bytes = 2 * kChunk * kHeads * kHeadDim * 2;
+  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * 8 * chunk_bytes;
+  o.host_budget_bytes = 0;  // device -> disk: a demotion would be the only other writer
+  Twin twin(o);
+  const uint64_t per_chunk = twin.tiered().disk().slot_bytes() + twin.tiered().disk().record_bytes();
+  const auto sealed_on_disk = [&](int64_t n_sealed) {
+    for (int il = 0; il < kLayers; ++il) {
+      for (int64_t i = 0; i < n_sealed; ++i) {
+        const ChunkResidency* r = twin.tiered().residency().find({il, i});
+        ASSERT_NE(r, nullptr);
+        EXPECT_TRUE(r->on_disk) << "layer " << il << " chunk " << i;
+        EXPECT_TRUE(twin.tiered().disk().has_chunk(il, i)) << "layer " << il << " chunk " << i;
+      }
+    }
+  };
+  ASSERT_TRUE(twin.append(64).is_ok());  // 8 chunks a layer, all sealed
+  sealed_on_disk(8);
+  KvStats stats = twin.tiered().stats();
+  EXPECT_EQ(stats[Tier::kDisk].bytes_written, 2 * 8 * per_chunk);
+  EXPECT_EQ(stats.disk_write_latency.count(), 2u);
+  ASSERT_TRUE(twin.append(64).is_ok());  // demotes chunks of the first append
+  sealed_on_disk(16);
+  stats = twin.tiered().stats();
+  EXPECT_GT(stats[Tier::kDevice].evictions, 4u);
+  EXPECT_EQ(stats[Tier::kDisk].bytes_written, 2 * 16 * per_chunk);  // each sealed chunk once
+  EXPECT_EQ(stats.disk_write_latency.count(), 4u);
+  const TokenRange all{0, twin.tiered().n_tokens()};
+  for (int il = 0; il < kLayers; ++il) expect_same_rows(twin, il, {&all, 1});
+}
+
 TEST(TieredKvCache, ViewGathersEveryPositionIntoOneSegment) {
   TempDir dir;
   Twin twin(small_options(dir.path()));
