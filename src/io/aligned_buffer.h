@@ -1,4 +1,5 @@
-// A heap buffer aligned for O_DIRECT and SIMD (kDirectIoAlignment), zero-filled. Move-only.
+// A heap buffer aligned for O_DIRECT and SIMD (kDirectIoAlignment), zero-filled, on transparent
+// huge pages where it spans one and the kernel allows. Move-only.
 #pragma once
 
 #include <cstddef>

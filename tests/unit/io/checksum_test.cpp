@@ -50,11 +50,14 @@ TEST(Checksum, SeededChainsPieces) {
 }
 
 TEST(AlignedBuffer, RoundsUpAlignsAndZeroes) {
-  for (size_t n : {size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{1} << 20}) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  for (size_t n : {size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{1} << 20, kHugePage + 1}) {
     Result<AlignedBuffer> buffer = AlignedBuffer::allocate(n);
     ASSERT_TRUE(buffer.is_ok()) << buffer.status().message();
     EXPECT_EQ(buffer->size(), align_up(n, kDirectIoAlignment)) << n;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % kDirectIoAlignment, 0u) << n;
+    // A buffer that spans a huge page starts on one, so that it can be backed by huge pages.
+    if (n >= kHugePage) EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % kHugePage, 0u) << n;
     for (size_t i = 0; i < buffer->size(); ++i) ASSERT_EQ(buffer->data()[i], 0) << n << " at " << i;
   }
   Result<AlignedBuffer> empty = AlignedBuffer::allocate(0);
