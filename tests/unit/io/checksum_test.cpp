@@ -57,7 +57,9 @@ TEST(AlignedBuffer, RoundsUpAlignsAndZeroes) {
     EXPECT_EQ(buffer->size(), align_up(n, kDirectIoAlignment)) << n;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % kDirectIoAlignment, 0u) << n;
     // A buffer that spans a huge page starts on one, so that it can be backed by huge pages.
-    if (n >= kHugePage) EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % kHugePage, 0u) << n;
+    if (n >= kHugePage) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % kHugePage, 0u) << n;
+    }
     for (size_t i = 0; i < buffer->size(); ++i) ASSERT_EQ(buffer->data()[i], 0) << n << " at " << i;
   }
   Result<AlignedBuffer> empty = AlignedBuffer::allocate(0);
