@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/huge_pages.h"
 #include "io/checksum.h"
 
 namespace leoam {
@@ -278,7 +279,7 @@ Status DiskTier::read_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
   for (int64_t i = i0; i < i1; ++i) {
     if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
   }
-  std::vector<uint8_t> records(static_cast<size_t>(i1 - i0) * record_bytes_);
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> records(static_cast<size_t>(i1 - i0) * record_bytes_);
   const ReadRequest req{static_cast<uint64_t>(i0) * record_bytes_, records.size(), records.data()};
   const auto t0 = std::chrono::steady_clock::now();
   if (Status st = L.abstracts->read({&req, 1}); !st.is_ok()) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "core/huge_pages.h"
 
 namespace leoam {
 namespace {
@@ -569,7 +570,8 @@ Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* d
     if (signs != nullptr) abstract_signs(geometry_, abstract, signs + (i - i0) * geometry_.sign_words());
   };
   const LayerState& L = layers_[layer];
-  std::vector<float> run;  // whole abstracts of a run of disk chunks
+  // Whole abstracts of a run of disk chunks: MiBs when a tree first covers a long prompt.
+  std::vector<float, HugePageAllocator<float>> run;
   for (int64_t i = i0; i < i1;) {
     if (!L.chunks[i].abstract.empty()) {  // device or host: in memory
       deliver(i, L.chunks[i].abstract.data());

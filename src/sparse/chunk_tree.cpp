@@ -119,10 +119,10 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   const int64_t b1 = (n_tokens + options_.initial_tokens - 1) / options_.initial_tokens;
   const int64_t c0 = (options_.key_signs ? b0 * options_.initial_tokens : p0) / store_chunk_tokens_;
   const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
-  std::vector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
+  HugeVector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
   // The signs of chunks [c0, c1) land at their positions, in a scratch copy too.
   const int64_t words_per_chunk = catalog.sign_words_per_chunk();
-  std::vector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
+  HugeVector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
   LEOAM_RETURN_IF_ERROR(
       catalog.load_abstracts(layer, c0, c1, chunks.data(), source, options_.key_signs ? signs.data() : nullptr));
   if (options_.key_signs) {

@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "kv/kv_cache.h"  // TokenRange
 #include "kv/kv_catalog.h"
@@ -125,9 +126,14 @@ class ChunkTree {
   std::vector<int64_t> sizes_;        // per leaf: its size in the tree, min_tokens * 2^k, aligned to
                                       // it (> leaf(i).size() only for the last leaf, cut by n)
   std::vector<LeafHistory> history_;  // per leaf
-  std::vector<float> abstracts_;      // [n_leaves][2][n_kv_heads][head_dim]
-  std::vector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
-  std::vector<float> blocks_;         // key_signs: [blocks][2][n_kv_heads][head_dim]
+  // The per-leaf and per-position arrays below grow to MiBs (2 KiB a leaf at 4 KV heads of 64):
+  // on huge pages (core/huge_pages.h), the first step's grow over a long prompt faults them in
+  // 2 MiB at a time.
+  template <class T>
+  using HugeVector = std::vector<T, HugePageAllocator<T>>;
+  HugeVector<float> abstracts_;      // [n_leaves][2][n_kv_heads][head_dim]
+  HugeVector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
+  HugeVector<float> blocks_;         // key_signs: [blocks][2][n_kv_heads][head_dim]
 };
 
 }  // namespace leoam::sparse
