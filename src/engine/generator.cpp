@@ -100,7 +100,9 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
     // The last token needs no eval unless its logits row was asked for.
     if (want_logits || !(eog || reached_max())) {
       const int32_t one[1] = {token};
+      const auto t_step = std::chrono::steady_clock::now();
       LEOAM_RETURN_IF_ERROR(ctx.eval(one, /*all_logits=*/false, logits));
+      if (first) stats.first_step_ms = ms_since(t_step);
       row = logits;
       if (want_logits) callbacks.on_logits(row);
     }

@@ -66,6 +66,9 @@ struct GenerateStats {
   int64_t n_generated = 0;
   double prefill_ms = 0.0;  // the prefill eval (of the n_prompt_tokens - n_reused_tokens others)
   double decode_ms = 0.0;   // from the end of the prefill to the last token sampled (or evaluated)
+  // The first decode eval, part of decode_ms: a sparse policy's first selection after a prefill
+  // builds its indexes over the whole prompt there (0 when no token was evaluated).
+  double first_step_ms = 0.0;
   StopReason stop_reason = StopReason::kMaxTokens;
   std::vector<int32_t> tokens;    // the whole sequence: prompt tokens, then the generated ones
   std::string sampler_rng_state;  // the sampler's state after the last token was sampled

@@ -73,7 +73,8 @@ TEST_F(EvalCliTest, SweepWritesOneJsonLinePerRunAndATableRowPerPolicy) {
   for (const std::string& line : lines) {
     const nlohmann::json j = nlohmann::json::parse(line);
     for (const char* field : {"task", "ctx", "depth", "seed", "policy", "budget", "needle_pos", "answers", "output",
-                              "score", "tokens_attended_pct", "bytes_read", "n_generated", "decode_ms"}) {
+                              "score", "tokens_attended_pct", "bytes_read", "n_generated", "decode_ms",
+                              "first_step_ms"}) {
       EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
     }
     EXPECT_EQ(j.at("task"), "passkey");
@@ -165,10 +166,16 @@ TEST_F(EvalCliTest, ShowPrintsABlockPerRunWithItsLineAndTheTierBytes) {
     EXPECT_TRUE(shown[at + 3].starts_with("attended:   ") && shown[at + 3].ends_with("% of tokens")) << shown[at + 3];
     EXPECT_EQ(shown[at + 4], "bytes read: device " + human_bytes(device) + ", host " + human_bytes(host) + ", disk " +
                                  human_bytes(disk));
-    char decode[96];
+    char decode[160];
     const double decode_ms = j.at("decode_ms").get<double>();
-    std::snprintf(decode, sizeof(decode), "decode:     %.2f ms/token, %.1f ms total (%lld tokens)",
-                  decode_ms / static_cast<double>(n_generated), decode_ms, static_cast<long long>(n_generated));
+    const double first_step_ms = j.at("first_step_ms").get<double>();
+    ASSERT_GE(n_generated, 2) << line;
+    EXPECT_GT(first_step_ms, 0.0) << line;
+    EXPECT_LE(first_step_ms, decode_ms) << line;
+    std::snprintf(decode, sizeof(decode),
+                  "decode:     %.2f ms/token, %.1f ms total (%lld tokens; the first step %.1f ms, then %.2f ms/token)",
+                  decode_ms / static_cast<double>(n_generated), decode_ms, static_cast<long long>(n_generated),
+                  first_step_ms, (decode_ms - first_step_ms) / static_cast<double>(n_generated - 1));
     EXPECT_EQ(shown[at + 5], decode);
     at += 6;
   }
