@@ -3,7 +3,7 @@
 // grants them only so). Touching it then
 // faults once per 2 MiB instead of once per 4 KiB page, and streaming through it takes a few TLB
 // entries. Both matter most in a VM, where a page fault costs microseconds (bench/RESULTS.md,
-// issue 6: about 10 us a 4 KiB fault on the 2-core VM). Smaller blocks are plain heap memory.
+// issue 6: 10-14 us a 4 KiB fault on the 2-core VM). Smaller blocks are plain heap memory.
 #pragma once
 
 #include <cstddef>
