@@ -300,7 +300,6 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
   const size_t slot = disk_->slot_bytes();
   const size_t n_slots = write_buffer_.size() / slot;
   std::vector<DiskChunkWrite> batch;
-  std::vector<int64_t> written;
   const auto flush = [&]() -> Status {
     LEOAM_RETURN_IF_ERROR(disk_->write_chunks(layer, batch));
     for (const DiskChunkWrite& w : batch) residency_.set_on_disk({layer, w.index});
