@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/fp16.h"
+#include "core/huge_pages.h"
 #include "kernels/cpu/flash_attention.h"
 
 namespace leoam {
@@ -23,6 +25,69 @@ Status check_params(const AttentionParams& params) {
   return Status::ok();
 }
 
+// The kernel's runs for a view. A run of the flash kernel never shares a key tile with another,
+// so a store of small chunks (leoam's 8 tokens) would cut a prefill's key tiles to 8 keys, and
+// each tile folds into the running softmax: at 8 keys that fold cost as much as the scores
+// (bench/RESULTS.md, issue 6: full attention prefilled 8K tokens 1.6x slower in chunks of 8
+// than of 64). For a batch of at least kPackMinQueries queries, each chain of two or more
+// position-adjacent segments shorter than kPackBelowRows is copied into one run (K rows, then V
+// rows, contiguous); the copy is a small part of the work it saves. Decode (one query) walks
+// its keys in blocks of 8 anyway and takes the segments as they are.
+constexpr int64_t kPackMinQueries = 16;
+constexpr int64_t kPackBelowRows = 64;
+
+std::vector<kernels::KvRun> kv_runs(const KvView& kv, int64_t n_queries) {
+  const std::span<const KvSegment> segs = kv.segments();
+  std::vector<kernels::KvRun> runs;
+  runs.reserve(segs.size());
+  const size_t row_bytes = static_cast<size_t>(kv.n_kv_heads()) * kv.head_dim();
+  // Segment i continues chain of segment i - 1.
+  const auto continues = [&](size_t i) {
+    return i > 0 && segs[i - 1].pos0 + segs[i - 1].n_tokens == segs[i].pos0 && segs[i - 1].dtype == segs[i].dtype &&
+           segs[i - 1].n_tokens < kPackBelowRows && segs[i].n_tokens < kPackBelowRows;
+  };
+  // The bytes of the chains to pack, so that the buffer is sized once and the runs' pointers stay valid.
+  size_t n_pack = 0;
+  if (n_queries >= kPackMinQueries) {
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const bool chained = continues(i) || (i + 1 < segs.size() && continues(i + 1));
+      if (chained) n_pack += 2 * static_cast<size_t>(segs[i].n_tokens) * row_bytes * kv_dtype_size(segs[i].dtype);
+    }
+  }
+  // Reused across calls (a prefill's batches): sized once to the largest, no fresh pages after.
+  thread_local std::vector<uint8_t, HugePageAllocator<uint8_t>> packed;
+  if (packed.size() < n_pack) packed.resize(n_pack);
+  uint8_t* at = packed.data();
+  for (size_t i = 0; i < segs.size();) {
+    size_t end = i + 1;
+    while (n_pack > 0 && end < segs.size() && continues(end)) ++end;
+    const KvSegment& first = segs[i];
+    if (end == i + 1) {
+      runs.push_back({first.pos0, first.n_tokens, first.k, first.v, first.dtype == KvDtype::kF16,
+                      first.row_stride_bytes});
+      i = end;
+      continue;
+    }
+    const size_t rb = row_bytes * kv_dtype_size(first.dtype);
+    int64_t n = 0;
+    for (size_t j = i; j < end; ++j) n += segs[j].n_tokens;
+    uint8_t* k = at;
+    uint8_t* v = at + static_cast<size_t>(n) * rb;
+    for (size_t j = i; j < end; ++j) {
+      for (int64_t t = 0; t < segs[j].n_tokens; ++t) {
+        std::memcpy(k, segs[j].k_row(t), rb);
+        std::memcpy(v, segs[j].v_row(t), rb);
+        k += rb;
+        v += rb;
+      }
+    }
+    runs.push_back({first.pos0, n, at, at + static_cast<size_t>(n) * rb, first.dtype == KvDtype::kF16, rb});
+    at += 2 * static_cast<size_t>(n) * rb;
+    i = end;
+  }
+  return runs;
+}
+
 // Attends over one view; lse: [n_tokens][n_head] or nullptr. params are checked.
 Status attend_view(const KvView& kv, const AttentionParams& params, const float* q, int64_t pos0, int64_t n_tokens,
                    float* out, float* lse, ThreadPool& pool) {
@@ -31,11 +96,7 @@ Status attend_view(const KvView& kv, const AttentionParams& params, const float*
                             std::to_string(kv.head_dim()) + ", expected " + std::to_string(params.n_head_kv) +
                             " of " + std::to_string(params.head_dim));
   }
-  std::vector<kernels::KvRun> runs;
-  runs.reserve(kv.segments().size());
-  for (const KvSegment& seg : kv.segments()) {
-    runs.push_back({seg.pos0, seg.n_tokens, seg.k, seg.v, seg.dtype == KvDtype::kF16, seg.row_stride_bytes});
-  }
+  const std::vector<kernels::KvRun> runs = kv_runs(kv, n_tokens);
   const kernels::FlashAttentionParams p{params.n_head, params.n_head_kv, params.head_dim, params.scale, pos0,
                                         n_tokens};
   kernels::flash_attention(runs, p, q, out, lse, pool);

@@ -114,6 +114,28 @@ TEST(Attention, SegmentedGqaMatchesNaiveSoftmax) {
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 2e-5) << i;
 }
 
+// A prefill-sized batch over a store of small chunks: chains of adjacent short segments are
+// packed into one run for the kernel (attention.cpp), around a long segment that is not, and
+// the result is still the softmax over every position.
+TEST(Attention, PrefillOverManySmallSegmentsMatchesNaiveSoftmax) {
+  ThreadPool pool(2);
+  const int n = 300, n_kv_heads = 2, n_head = 4, hd = 16;
+  std::vector<int> cuts;
+  for (int c = 8; c <= 120; c += 8) cuts.push_back(c);  // 8-row segments, then [120, 190) of 70 rows
+  for (int c = 190; c < n; c += 5) cuts.push_back(c);   // then 5-row segments
+  const SplitKv kv = make_split(n, n_kv_heads, hd, cuts);
+  for (const int64_t n_tokens : {int64_t{32}, int64_t{3}}) {  // packed, and below the packing threshold
+    const int64_t pos0 = n - n_tokens;
+    std::vector<float> q(n_tokens * n_head * hd);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = 2.0f * std::sin(0.29f * i + 0.5f);
+    AttentionParams p{n_head, n_kv_heads, hd, 1.0f / std::sqrt(16.0f)};
+    std::vector<float> out(q.size());
+    ASSERT_TRUE(attention(kv.view(), p, q.data(), pos0, n_tokens, out.data(), pool).is_ok());
+    const auto want = naive(kv, q, n_head, pos0, n_tokens);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << n_tokens << " queries, " << i;
+  }
+}
+
 TEST(Attention, CausalMaskWithinTheBatch) {
   ThreadPool pool(2);
   const int n = 9, hd = 8;
