@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -31,58 +32,72 @@ Status check_params(const AttentionParams& params) {
 // (bench/RESULTS.md, issue 6: full attention prefilled 8K tokens 1.6x slower in chunks of 8
 // than of 64). For a batch of at least kPackMinQueries queries, each chain of two or more
 // position-adjacent segments shorter than kPackBelowRows is copied into one run (K rows, then V
-// rows, contiguous); the copy is a small part of the work it saves. Decode (one query) walks
-// its keys in blocks of 8 anyway and takes the segments as they are.
+// rows, contiguous), chains in order until kMaxPackBytes are packed (a view's device chunks are
+// not bounded by the store's gather batch, so neither would the copy be); the copy is a small
+// part of the work it saves. Decode (one query) walks its keys in blocks of 8 anyway and takes
+// the segments as they are.
 constexpr int64_t kPackMinQueries = 16;
 constexpr int64_t kPackBelowRows = 64;
+constexpr size_t kMaxPackBytes = size_t{64} << 20;
 
 std::vector<kernels::KvRun> kv_runs(const KvView& kv, int64_t n_queries) {
   const std::span<const KvSegment> segs = kv.segments();
-  std::vector<kernels::KvRun> runs;
-  runs.reserve(segs.size());
-  const size_t row_bytes = static_cast<size_t>(kv.n_kv_heads()) * kv.head_dim();
-  // Segment i continues chain of segment i - 1.
+  const size_t row_elems = static_cast<size_t>(kv.n_kv_heads()) * kv.head_dim();
+  // Segment i continues the chain of segment i - 1.
   const auto continues = [&](size_t i) {
     return i > 0 && segs[i - 1].pos0 + segs[i - 1].n_tokens == segs[i].pos0 && segs[i - 1].dtype == segs[i].dtype &&
            segs[i - 1].n_tokens < kPackBelowRows && segs[i].n_tokens < kPackBelowRows;
   };
-  // The bytes of the chains to pack, so that the buffer is sized once and the runs' pointers stay valid.
+  // The chains to pack, [begin, end) of segments, and their bytes, so that the buffer is sized
+  // once and the runs' pointers stay valid.
+  std::vector<std::pair<size_t, size_t>> chains;
   size_t n_pack = 0;
-  if (n_queries >= kPackMinQueries) {
-    for (size_t i = 0; i < segs.size(); ++i) {
-      const bool chained = continues(i) || (i + 1 < segs.size() && continues(i + 1));
-      if (chained) n_pack += 2 * static_cast<size_t>(segs[i].n_tokens) * row_bytes * kv_dtype_size(segs[i].dtype);
+  for (size_t i = 0; n_queries >= kPackMinQueries && i < segs.size();) {
+    size_t end = i + 1;
+    while (end < segs.size() && continues(end)) ++end;
+    size_t bytes = 0;
+    for (size_t j = i; j < end; ++j) {
+      bytes += 2 * static_cast<size_t>(segs[j].n_tokens) * row_elems * kv_dtype_size(segs[j].dtype);
     }
+    if (end - i >= 2 && n_pack + bytes <= kMaxPackBytes) {
+      chains.emplace_back(i, end);
+      n_pack += bytes;
+    }
+    i = end;
   }
   // Reused across calls (a prefill's batches): sized once to the largest, no fresh pages after.
   thread_local std::vector<uint8_t, HugePageAllocator<uint8_t>> packed;
   if (packed.size() < n_pack) packed.resize(n_pack);
+  std::vector<kernels::KvRun> runs;
+  runs.reserve(segs.size());
   uint8_t* at = packed.data();
+  auto chain = chains.begin();
   for (size_t i = 0; i < segs.size();) {
-    size_t end = i + 1;
-    while (n_pack > 0 && end < segs.size() && continues(end)) ++end;
     const KvSegment& first = segs[i];
-    if (end == i + 1) {
+    if (chain == chains.end() || chain->first != i) {
       runs.push_back({first.pos0, first.n_tokens, first.k, first.v, first.dtype == KvDtype::kF16,
                       first.row_stride_bytes});
-      i = end;
+      ++i;
       continue;
     }
-    const size_t rb = row_bytes * kv_dtype_size(first.dtype);
+    const size_t end = chain->second;
+    ++chain;
+    const size_t row_bytes = row_elems * kv_dtype_size(first.dtype);
     int64_t n = 0;
     for (size_t j = i; j < end; ++j) n += segs[j].n_tokens;
     uint8_t* k = at;
-    uint8_t* v = at + static_cast<size_t>(n) * rb;
+    uint8_t* v = at + static_cast<size_t>(n) * row_bytes;
     for (size_t j = i; j < end; ++j) {
       for (int64_t t = 0; t < segs[j].n_tokens; ++t) {
-        std::memcpy(k, segs[j].k_row(t), rb);
-        std::memcpy(v, segs[j].v_row(t), rb);
-        k += rb;
-        v += rb;
+        std::memcpy(k, segs[j].k_row(t), row_bytes);
+        std::memcpy(v, segs[j].v_row(t), row_bytes);
+        k += row_bytes;
+        v += row_bytes;
       }
     }
-    runs.push_back({first.pos0, n, at, at + static_cast<size_t>(n) * rb, first.dtype == KvDtype::kF16, rb});
-    at += 2 * static_cast<size_t>(n) * rb;
+    runs.push_back({first.pos0, n, at, at + static_cast<size_t>(n) * row_bytes, first.dtype == KvDtype::kF16,
+                    row_bytes});
+    at += 2 * static_cast<size_t>(n) * row_bytes;
     i = end;
   }
   return runs;
