@@ -132,6 +132,15 @@ void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
   update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
 }
 
+void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const {
+  std::memset(dst, 0, disk_->slot_bytes());
+  if (tier == Tier::kDevice) {
+    encode_chunk(geometry_, options_.host_codec, c.device.get(), dst);
+  } else {
+    std::memcpy(dst, c.host.get(), host_chunk_bytes_);
+  }
+}
+
 Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk) {
   Chunk& c = chunk(move.chunk);
   const int layer = move.chunk.layer;
@@ -151,12 +160,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     stats_[from].evictions += 1;
     if (move.needs_write) {
       uint8_t* dst = write_buffer_.data();
-      std::memset(dst, 0, disk_->slot_bytes());
-      if (from == Tier::kDevice) {
-        encode_chunk(geometry_, codec, c.device.get(), dst);
-      } else {
-        std::memcpy(dst, c.host.get(), host_chunk_bytes_);
-      }
+      disk_slot_of(c, from, dst);
       LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, index, dst, c.n_filled, c.abstract.data()));
     }
     c.device.reset();
@@ -311,12 +315,7 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
     const ChunkResidency* r = residency_.find({layer, i});
     if (!ch.sealed || r == nullptr || r->on_disk || r->tier == Tier::kDisk) continue;
     uint8_t* dst = write_buffer_.data() + batch.size() * slot;
-    std::memset(dst, 0, slot);
-    if (r->tier == Tier::kDevice) {
-      encode_chunk(geometry_, options_.host_codec, ch.device.get(), dst);
-    } else {
-      std::memcpy(dst, ch.host.get(), host_chunk_bytes_);
-    }
+    disk_slot_of(ch, r->tier, dst);
     batch.push_back({i, dst, ch.n_filled, ch.abstract.data()});
     if (batch.size() == n_slots) LEOAM_RETURN_IF_ERROR(flush());
   }

@@ -140,6 +140,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // read them), else reads them.
   Status carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk = nullptr);
   Status move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk);
+  // dst [slot_bytes] = chunk c's stored form, zero-padded to its disk slot, from the device
+  // (encoded) or the host (as it is).
+  void disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const;
   void recompute_abstract(Chunk& c, const uint8_t* compute_ready);
   // The abstracts of disk chunks [i0, i1) of `layer`, recomputed from their KV, read in full in
   // batches of the gather scratch (AbstractSource::kKv).

@@ -164,23 +164,27 @@ void ChunkTree::merge(int64_t i) {
 
 Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t> merges, KvCatalog& catalog,
                        int layer, AbstractSource source) {
-  const std::string where = "chunk tree of layer " + std::to_string(layer) + ": leaf ";
+  // Every IAKM step calls this, most with no change: then it touches nothing.
+  if (splits.empty() && merges.empty()) return Status::ok();
+  const auto where = [layer](int64_t i) {
+    return "chunk tree of layer " + std::to_string(layer) + ": leaf " + std::to_string(i);
+  };
   std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
   for (const int64_t i : splits) {
     if (!can_split(i)) {
-      return invalid_argument(where + std::to_string(i) + " cannot split (it must be full-sized and larger than " +
+      return invalid_argument(where(i) + " cannot split (it must be full-sized and larger than " +
                               std::to_string(options_.min_tokens) + " tokens)");
     }
-    if (change[i] != LeafChange::kKeep) return invalid_argument(where + std::to_string(i) + " changes twice");
+    if (change[i] != LeafChange::kKeep) return invalid_argument(where(i) + " changes twice");
     change[i] = LeafChange::kSplit;
   }
   for (const int64_t i : merges) {
     if (!can_merge(i)) {
-      return invalid_argument(where + std::to_string(i) + " cannot merge with the next (they must be full-sized " +
+      return invalid_argument(where(i) + " cannot merge with the next (they must be full-sized " +
                               "buddies whose parent is at most " + std::to_string(options_.max_tokens) + " tokens)");
     }
     if (change[i] != LeafChange::kKeep || change[i + 1] != LeafChange::kKeep) {
-      return invalid_argument(where + std::to_string(i) + " or the next changes twice");
+      return invalid_argument(where(i) + " or the next changes twice");
     }
     change[i] = LeafChange::kMergeFirst;
     change[i + 1] = LeafChange::kMergeSecond;

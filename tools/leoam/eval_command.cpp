@@ -7,8 +7,9 @@
 // appended to --out and flushed as soon as it exists:
 //   {"task","ctx","depth","seed","policy","budget","needle_pos","answers","output","score",
 //    "tokens_attended_pct","bytes_read","n_generated","decode_ms","first_step_ms"}
-// (first_step_ms: the first decode eval, part of decode_ms), so an interrupted sweep resumes: the runs --out already holds are skipped, and a torn last line
-// (an interrupted write) is cut off and run again.
+// (first_step_ms: the first decode eval, part of decode_ms), so an interrupted sweep resumes:
+// the runs --out already holds are skipped, and a torn last line (an interrupted write) is cut
+// off and run again.
 //
 // bytes_read is {"device": N, "host": N, "disk": N}: the bytes the run (prefill and decode) read
 // out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h).
@@ -192,8 +193,8 @@ std::string quoted(const std::string& text) {
 //   attended:   56.2% of tokens
 //   bytes read: device 1.1 MiB, host 96.0 KiB, disk 5.3 MiB
 //   decode:     1.52 ms/token, 12.2 ms total (8 tokens; the first step 2.1 ms, then 1.44 ms/token)
-// and a blank line (the first step apart where there are two tokens or more and it was timed). A ppl run has "perplexity:" and "bits/byte:" in place of expected, output
-// and score. Without --kv-dir the bytes read line says the KV is in RAM.
+// and a blank line (the first step apart where there are two tokens or more and it was timed).
+// A ppl run has "perplexity:" and "bits/byte:" in place of expected, output and score. Without --kv-dir the bytes read line says the KV is in RAM.
 std::string show_block(const Json& j) {
   const bool ppl = j.value("task", "") == kPplTask;
   char buf[256];
