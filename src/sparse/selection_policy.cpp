@@ -6,13 +6,14 @@
 namespace leoam::sparse {
 
 // Defined in full_policy.cpp, streaming_policy.cpp, h2o_policy.cpp, quest_policy.cpp,
-// infinigen_policy.cpp, leoam_policy.cpp.
+// infinigen_policy.cpp, leoam_policy.cpp, oracle_policy.cpp.
 std::unique_ptr<SelectionPolicy> make_full_policy();
 std::unique_ptr<SelectionPolicy> make_streaming_policy();
 std::unique_ptr<SelectionPolicy> make_h2o_policy(bool chunked);
 std::unique_ptr<SelectionPolicy> make_quest_policy(const PolicyOptions& options);
 Result<std::unique_ptr<SelectionPolicy>> make_infinigen_policy(const PolicyOptions& options);
 std::unique_ptr<SelectionPolicy> make_leoam_policy(const PolicyOptions& options);
+Result<std::unique_ptr<SelectionPolicy>> make_oracle_policy(const PolicyOptions& options);
 
 namespace {
 
@@ -36,10 +37,10 @@ KvCatalog& no_chunk_catalog() {
   return catalog;
 }
 
-const char* selection_policy_names() { return "full streaming h2o h2o-chunked quest infinigen leoam"; }
+const char* selection_policy_names() { return "full streaming h2o h2o-chunked quest infinigen leoam oracle"; }
 
 bool selection_policy_needs_catalog(std::string_view name) {
-  return name == "quest" || name == "leoam" || name == "h2o-chunked";
+  return name == "quest" || name == "leoam" || name == "h2o-chunked" || name == "oracle";
 }
 
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options) {
@@ -50,6 +51,7 @@ Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view 
   if (name == "quest") return make_quest_policy(options);
   if (name == "infinigen") return make_infinigen_policy(options);
   if (name == "leoam") return make_leoam_policy(options);
+  if (name == "oracle") return make_oracle_policy(options);
   return invalid_argument("selection policy '" + std::string(name) + "' is unknown; known policies: " +
                           selection_policy_names());
 }

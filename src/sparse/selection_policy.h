@@ -25,6 +25,9 @@
 //              no key signs), of the nodes of an adaptive chunk tree (IAKM, chunk_tree.h) that splits hot
 //              chunks and merges cold ones, with attention-desert detection (no far KV when the
 //              far chunks' bounded mass is negligible next to the near window's)
+//   oracle     a reference, not a policy to deploy: leoam's selection (one set of the store's
+//              chunks per layer) ranked by the exact attention mass, from every key kept in RAM;
+//              the best a chunk selection can do at the budget (oracle_policy.cpp)
 //
 // Policies that learn from the forward pass say so in needs() and get its observations
 // (model/attention_selector.h) through SparseAttention.
@@ -91,7 +94,8 @@ struct PolicyOptions {
   // leoam: tighten the chunk bounds with the abstracts' key sign sketch (sign_bound.h), where the
   // catalog has one; without it, the min/max box alone (as Quest scores).
   bool key_signs = true;
-  // infinigen: the model whose query projections it speculates with (required for infinigen).
+  // infinigen: the model whose query projections it speculates with (required for infinigen);
+  // oracle: the model whose keys it keeps (required).
   const Model* model = nullptr;
   // infinigen: the fraction of each head's columns kept in the partial projection.
   double partial_ratio = 0.3;
@@ -118,14 +122,14 @@ class SelectionPolicy {
                                  std::span<const float> /*mass*/) {}
 };
 
-// "full streaming h2o h2o-chunked quest infinigen leoam"
+// "full streaming h2o h2o-chunked quest infinigen leoam oracle"
 const char* selection_policy_names();
 // The catalog of a store without chunks (the in-memory cache): none, and no abstracts to load;
 // enough for the policies that read none (full, streaming, h2o, infinigen).
 KvCatalog& no_chunk_catalog();
 
 // Whether the policy works on the store's chunks (their abstracts or their grain): quest, leoam,
-// h2o-chunked need the tiered store's KvCatalog; the others run on any store.
+// h2o-chunked, oracle need the tiered store's KvCatalog; the others run on any store.
 bool selection_policy_needs_catalog(std::string_view name);
 // Fails, naming the known policies, for an unknown name.
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options);

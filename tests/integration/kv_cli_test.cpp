@@ -182,7 +182,7 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
 TEST_F(KvCliTest, SparsePoliciesRunOnTheStoreAndAFullBudgetChangesNothing) {
   CliResult full = run({"-f", prompt_, "--temp", "0", "-n", "16"});
   ASSERT_EQ(full.status, 0) << full.err;
-  for (const std::string policy : {"streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"}) {
+  for (const std::string policy : {"streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam", "oracle"}) {
     SCOPED_TRACE(policy);
     std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "1",
                                      "--kv-stats"};

@@ -35,7 +35,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   const std::string group = "Sparse attention";
   cmd.add_option("--policy", o.policy, std::string("which KV each decoded token attends to: ") + sparse::selection_policy_names())
       ->capture_default_str()
-      ->check(CLI::IsMember({"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"}))
+      ->check(CLI::IsMember({"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam", "oracle"}))
       ->group(group);
   cmd.add_option("--budget", o.budget,
                  "tokens attended per layer and step, sink and recent window included: a fraction of the context "
@@ -44,8 +44,8 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->check(CLI::PositiveNumber)
       ->group(group);
   cmd.add_option("--layer-budget", o.layer_budgets,
-                 "per-layer budgets, LAYER=BUDGET,... (default for leoam with a fractional --budget: at least 0.5 "
-                 "in the first n_layer/16 layers, rounded: LeoAM's first two of 32)")
+                 "per-layer budgets, LAYER=BUDGET,... (default for leoam and oracle with a fractional --budget: at "
+                 "least 0.5 in the first n_layer/16 layers, rounded: LeoAM's first two of 32)")
       ->group(group);
   cmd.add_option("--group-combine", o.group_combine, "leoam: how a GQA group's chunk bounds combine: max or sum")
       ->capture_default_str()
@@ -71,6 +71,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
 bool policy_needs_catalog(const AttentionCliOptions& o) { return sparse::selection_policy_needs_catalog(o.policy); }
 
 int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
+  if (o.policy == "oracle") return 8;  // leoam's finest leaves: what leoam's ranking could pick at best
   if (o.policy != "leoam" || o.no_adaptive) return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
   constexpr int kLeoamChunk = 8;       // LeoAM: chunks split down to 8 tokens
   constexpr int kChunksPerBudget = 16;
@@ -91,7 +92,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   s.budget = o.budget;
   if (!o.layer_budgets.empty()) {
     LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, parse_layer_budgets(o.layer_budgets));
-  } else if (o.policy == "leoam" && o.budget <= 1.0) {
+  } else if ((o.policy == "leoam" || o.policy == "oracle") && o.budget <= 1.0) {
     // LeoAM's defaults: the first two of Llama-2-7B's 32 layers keep half, or the global budget
     // when it is larger. The same share of depth elsewhere: n_layer / 16 layers, rounded (none
     // in a model of 7 layers or fewer, whose early layers are not the flat-attention layers the

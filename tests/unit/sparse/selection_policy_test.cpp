@@ -106,8 +106,8 @@ Selection select_ok(SelectionPolicy& p, const SelectionQuery& query, KvCatalog& 
 using Ranges = std::vector<TokenRange>;
 
 TEST(SelectionPolicyFactory, MakesEachKnownPolicy) {
-  EXPECT_STREQ(selection_policy_names(), "full streaming h2o h2o-chunked quest infinigen leoam");
-  // infinigen needs a model (infinigen_policy_test.cpp).
+  EXPECT_STREQ(selection_policy_names(), "full streaming h2o h2o-chunked quest infinigen leoam oracle");
+  // infinigen and oracle need a model (infinigen_policy_test.cpp, oracle_policy_test.cpp).
   for (std::string_view name : {"full", "streaming", "h2o", "h2o-chunked", "quest", "leoam"}) {
     EXPECT_EQ(policy(name)->name(), name);
   }
@@ -118,7 +118,8 @@ TEST(SelectionPolicyFactory, UnknownNameListsTheKnownOnes) {
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(p.status().message(),
-            "selection policy 'h3o' is unknown; known policies: full streaming h2o h2o-chunked quest infinigen leoam");
+            "selection policy 'h3o' is unknown; known policies: full streaming h2o h2o-chunked quest infinigen leoam "
+            "oracle");
 }
 
 TEST(FullPolicy, SelectsAllOfFarAndReadsNoAbstract) {
