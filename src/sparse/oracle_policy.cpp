@@ -13,8 +13,8 @@
 // normalizes). Per KV head, its query heads' masses sum over each store chunk's part in far (the
 // mass the shared KV head serves there); a chunk scores its best KV head's mass per far token,
 // and the best chunks fill the budget (chunk_ranking.h: ties to the lower index, the ranking
-// stops at the first chunk that does not fit). The grain is the store's chunk (--kv-chunk; 8 by
-// default, as leoam's finest leaves). One set per layer, shared by every head, as leoam selects.
+// stops at the first chunk that does not fit). The grain is the store's chunk (--kv-chunk; by
+// default leoam's finest leaves, 8 tokens or fewer for small budgets). One set per layer, shared by every head, as leoam selects.
 //
 // Cost per layer and step: one q.k per position and query head, as full attention's scores,
 // whatever the budget. It reads no abstract and no KV.
@@ -106,7 +106,6 @@ class OraclePolicy final : public SelectionPolicy {
     s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     return s;
   }
-
 
  private:
   int64_t row_;  // key channels a position: n_kv_heads * head_dim

@@ -35,7 +35,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   const std::string group = "Sparse attention";
   cmd.add_option("--policy", o.policy, std::string("which KV each decoded token attends to: ") + sparse::selection_policy_names())
       ->capture_default_str()
-      ->check(CLI::IsMember({"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam", "oracle"}))
+      ->check(CLI::IsMember(policy_names()))
       ->group(group);
   cmd.add_option("--budget", o.budget,
                  "tokens attended per layer and step, sink and recent window included: a fraction of the context "
@@ -70,9 +70,17 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
 
 bool policy_needs_catalog(const AttentionCliOptions& o) { return sparse::selection_policy_needs_catalog(o.policy); }
 
+std::vector<std::string> policy_names() {
+  std::vector<std::string> names;
+  std::istringstream in(sparse::selection_policy_names());
+  for (std::string name; in >> name;) names.push_back(name);
+  return names;
+}
+
 int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
-  if (o.policy == "oracle") return 8;  // leoam's finest leaves: what leoam's ranking could pick at best
-  if (o.policy != "leoam" || o.no_adaptive) return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
+  // oracle ranks the chunks leoam's adaptive tree could split down to: what leoam could pick at best.
+  const bool leoam_grain = o.policy == "oracle" || (o.policy == "leoam" && !o.no_adaptive);
+  if (!leoam_grain) return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
   constexpr int kLeoamChunk = 8;       // LeoAM: chunks split down to 8 tokens
   constexpr int kChunksPerBudget = 16;
   constexpr int kFinestChunk = 2;

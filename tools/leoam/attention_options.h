@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -35,6 +36,8 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& options);
 
 // Whether the policy scores chunk abstracts (and so needs the tiered store).
 bool policy_needs_catalog(const AttentionCliOptions& options);
+// The known policy names (sparse::selection_policy_names(), split), for --policy's check.
+std::vector<std::string> policy_names();
 
 // The store's chunk size when --kv-chunk is not given, for a context of n_ctx tokens: 16 for
 // quest (its page size), 64 for the other fixed-chunk policies; for leoam's adaptive chunk tree,

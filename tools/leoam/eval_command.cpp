@@ -331,7 +331,7 @@ class EvalCommand : public Command {
                     std::string("policies to sweep, comma-separated: ") + sparse::selection_policy_names())
         ->capture_default_str()
         ->delimiter(',')
-        ->check(CLI::IsMember({"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam", "oracle"}))
+        ->check(CLI::IsMember(policy_names()))
         ->group("Sparse attention");
     cmd->add_option("--budget", budgets_,
                     "budgets to sweep each policy but full at, comma-separated: a fraction of the context (<= 1) or "

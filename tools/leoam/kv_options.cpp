@@ -37,8 +37,8 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->group(group);
   cmd.add_option("--kv-chunk", o.chunk_tokens,
                  "tokens per KV chunk (default: for --policy leoam, whose adaptive chunks split down to one store "
-                 "chunk, 8, or 4 or 2 when the far budget holds fewer than 16 chunks of 8 or 4; 8 for oracle; 16 for "
-                 "quest, its page size; else 64)")
+                 "chunk, and for oracle: 8, or 4 or 2 when the far budget holds fewer than 16 chunks of 8 or 4; 16 "
+                 "for quest, its page size; else 64)")
       ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
       ->group(group);
   cmd.add_option("--kv-host-codec", o.host_codec, "form of the KV on the host and disk tiers: none, int8 or int4 (lossy)")
