@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Smoke test of tools/train/train.py: a few steps on tiny windows, export, `leoam gguf pack`,
-and the engine loads and runs the result. Skipped (exit 77) without python3-torch / scipy.
+and the engine loads and runs the result; then --init, --copy-norm and --resume on it. Skipped (exit 77) without python3-torch / scipy.
 
     test_train_smoke.py LEOAM_BINARY
 """
@@ -15,12 +15,16 @@ SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "tools", "train", "train.py")
 TEXTS = os.path.join(HERE, "..", "..", "..", "shared", "fixtures", "text")
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 
 
 def main():
     try:
+        import numpy as np
         import scipy  # noqa: F401
         import torch  # noqa: F401
+        from dequant import dequantize
+        from gguf_read import read_gguf
     except ImportError as e:
         print(f"SKIP: the training script needs python3-torch and python3-scipy ({e})")
         return SKIP
@@ -50,6 +54,22 @@ def main():
             subprocess.run(cmd[:3] + [again, "--minutes", "0", "--init", gguf] + cmd[6:-2], check=True, timeout=600)
             restart = json.load(open(os.path.join(again, "train_summary.json")))
             assert restart["steps"] == 0 and abs(restart["held_out_bpb"] - summary["held_out_bpb"]) < 0.01, restart
+        # --copy-norm on a packed model changes the induction head's copy and nothing else.
+        with tempfile.TemporaryDirectory() as louder:
+            subprocess.run(cmd[:3] + [louder, "--minutes", "0", "--init", gguf, "--copy-norm", "7.8"] + cmd[6:],
+                           check=True, timeout=600)
+            assert json.load(open(os.path.join(louder, "train_summary.json")))["circuit"]["copy_norm"] == 7.8
+            _, before = read_gguf(gguf)
+            _, after = read_gguf(os.path.join(louder, "model.gguf"))
+            changed = [n for n in before if not np.array_equal(dequantize(*before[n]), dequantize(*after[n]))]
+            assert changed == ["blk.1.attn_output.weight"], changed
+            old, new = dequantize(*before[changed[0]]), dequantize(*after[changed[0]])
+            diff = old != new
+            assert diff[:, 64:].sum() == 0 and diff.sum() == 7, np.argwhere(diff)  # head 0's 7 copy entries
+            assert np.allclose(new[diff] / old[diff], 7.8 / 6.0, rtol=1e-3), new[diff] / old[diff]
+        bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--copy-norm", "0"], capture_output=True, text=True,
+                             timeout=600)
+        assert bad.returncode == 2 and "--copy-norm: 0.0 is not positive" in bad.stderr, bad.stderr
         # A model of another shape is refused by name.
         stories = os.path.join(TEXTS, "..", "models", "stories260K", "stories260K.gguf")
         bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--minutes", "0", "--init", stories] + cmd[6:-2],

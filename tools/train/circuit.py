@@ -26,7 +26,7 @@ head rests on BOS, whose value writes no byte code. Head 1 shares this key/value
 so its key and value are frozen too; its query and output are trained.
 
 The head's value leaves out the shared code dim, so resting on BOS writes nothing, and its
-output writes the copied code at norm COPY_NORM: large against the rest of the residual, so
+output writes the copied code at norm COPY_NORM (or construct's copy_norm): large against the rest of the residual, so
 that a confident copy stands out through the final norm. The output matrix starts reading O as
 the copied byte. Everything else (the free embedding dims, layer 1's other heads and
 feed-forward, layers 2 and 3, the output) is trained.
@@ -55,7 +55,7 @@ POS_KEY = 8.0          # norm of each rotated pair of the positional key
 IND_LOGIT_PER_BYTE = 6.0  # induction logit per matching byte
 IND_KEY = 4.0          # key scale of the induction head (the KV cache holds keys of this size)
 VALUE = 1.0
-COPY_NORM = 6.0        # norm of O when the induction head copies a byte (it dominates the residual)
+COPY_NORM = 6.0        # default norm of O when the induction head copies a byte (it dominates the residual)
 COPY_LOGIT = 2.0       # initial output weight on O (trained)
 
 
@@ -107,7 +107,7 @@ def output_readout(cfg: Config, codes):
     return w
 
 
-def construct(cfg: Config, max_ctx: int):
+def construct(cfg: Config, max_ctx: int, copy_norm: float = COPY_NORM):
     """Returns {tensor name: (values, frozen mask)} for the constructed parts, and a report."""
     assert cfg.dim == 256 and cfg.head_dim - cfg.n_rot == N_PREV * CODE and cfg.n_heads >= N_PREV + 1
     codes = torch.tensor(byte_codes(), dtype=torch.float32)
@@ -179,11 +179,11 @@ def construct(cfg: Config, max_ctx: int):
             wk[col, 8 * (b + 1) + d] = IND_KEY / (EMB_CODE * n1)  # P(b+1)
     for d in range(CODE - 1):  # the value leaves out the shared MU dim: resting on BOS copies nothing
         wv[d, SLOT_C0 + d] = VALUE / (EMB_CODE * n1)
-        wo[SLOT_O + d, d] = COPY_NORM / VALUE
+        wo[SLOT_O + d, d] = copy_norm / VALUE
 
     report = {"positional_gap_logits": POS_LOGIT_GAP, "positional_amplitudes": (amp * scale).tolist(),
               "rope_theta": theta.tolist(), "max_ctx": max_ctx,
-              "induction_logit_per_byte": IND_LOGIT_PER_BYTE,
+              "induction_logit_per_byte": IND_LOGIT_PER_BYTE, "copy_norm": copy_norm,
               "induction_threshold_bytes": N_PREV * MU * BETA}
     return out, codes, report
 

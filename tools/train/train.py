@@ -61,8 +61,13 @@ def parse_args():
     ap.add_argument("--logn-length", type=int, metavar="L", help="log-n attention: queries past L keys scaled by "
                     "ln(n)/ln(L), written as leoam.attention.logn_length (default: --init's or the checkpoint's; "
                     "0: none)")
+    ap.add_argument("--copy-norm", type=float, default=circuit.COPY_NORM,
+                    help="norm the induction head's copied byte is written at (default %(default)s); with --init, "
+                    "the other weights are kept and only the constructed parts change")
     ap.add_argument("--leoam", help="leoam binary: pack the result into DIR/model.gguf")
     args = ap.parse_args()
+    if not args.copy_norm > 0:
+        ap.error(f"--copy-norm: {args.copy_norm} is not positive")
     if args.logn_length is not None and args.logn_length != 0 and not 2 <= args.logn_length <= 2**30:
         ap.error(f"--logn-length: {args.logn_length} is not 0 or in [2, 2^30] (the engine's range)")
     return args
@@ -74,7 +79,7 @@ class Trainer:
         torch.manual_seed(args.seed)
         self.cfg = Config(ctx_train=args.ctx)
         self.model = Llama(self.cfg)
-        parts, self.codes, self.circuit_report = circuit.construct(self.cfg, args.max_ctx)
+        parts, self.codes, self.circuit_report = circuit.construct(self.cfg, args.max_ctx, args.copy_norm)
         self.frozen = {}  # name -> (values, mask) re-imposed after every step
         weights = self.model.named_weights()
         with torch.no_grad():
