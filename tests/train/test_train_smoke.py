@@ -67,6 +67,17 @@ def main():
             diff = old != new
             assert diff[:, 64:].sum() == 0 and diff.sum() == 7, np.argwhere(diff)  # head 0's 7 copy entries
             assert np.allclose(new[diff] / old[diff], 7.8 / 6.0, rtol=1e-3), new[diff] / old[diff]
+            # Without --copy-norm, --init and --resume keep the norm the model was built with.
+            louder_gguf = os.path.join(louder, "model.gguf")
+            with tempfile.TemporaryDirectory() as kept:
+                subprocess.run(cmd[:3] + [kept, "--minutes", "0", "--init", louder_gguf] + cmd[6:], check=True,
+                               timeout=600)
+                summary = json.load(open(os.path.join(kept, "train_summary.json")))
+                assert abs(summary["circuit"]["copy_norm"] - 7.8) < 0.01, summary["circuit"]
+                _, again = read_gguf(os.path.join(kept, "model.gguf"))
+                assert all(np.array_equal(dequantize(*after[n]), dequantize(*again[n])) for n in after)
+            subprocess.run(cmd[:3] + [louder, "--max-steps", "1"] + cmd[6:] + ["--resume"], check=True, timeout=600)
+            assert json.load(open(os.path.join(louder, "train_summary.json")))["circuit"]["copy_norm"] == 7.8
         bad = subprocess.run(cmd[:3] + [os.path.join(out, "bad"), "--copy-norm", "0"], capture_output=True, text=True,
                              timeout=600)
         assert bad.returncode == 2 and "--copy-norm: 0.0 is not positive" in bad.stderr, bad.stderr

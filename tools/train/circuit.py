@@ -107,6 +107,11 @@ def output_readout(cfg: Config, codes):
     return w
 
 
+def copy_norm_of(attn_output_1):
+    """The copy norm that construct() built layer 1's output matrix (out x in) with."""
+    return float(attn_output_1[SLOT_O, 0]) * VALUE
+
+
 def construct(cfg: Config, max_ctx: int, copy_norm: float = COPY_NORM):
     """Returns {tensor name: (values, frozen mask)} for the constructed parts, and a report."""
     assert cfg.dim == 256 and cfg.head_dim - cfg.n_rot == N_PREV * CODE and cfg.n_heads >= N_PREV + 1

@@ -61,12 +61,12 @@ def parse_args():
     ap.add_argument("--logn-length", type=int, metavar="L", help="log-n attention: queries past L keys scaled by "
                     "ln(n)/ln(L), written as leoam.attention.logn_length (default: --init's or the checkpoint's; "
                     "0: none)")
-    ap.add_argument("--copy-norm", type=float, default=circuit.COPY_NORM,
-                    help="norm the induction head's copied byte is written at (default %(default)s); with --init, "
-                    "the other weights are kept and only the constructed parts change")
+    ap.add_argument("--copy-norm", type=float, help="norm the induction head's copied byte is written at (default: "
+                    f"--init's or the checkpoint's, else {circuit.COPY_NORM}); with --init, the trained weights are "
+                    "kept and only the constructed parts change")
     ap.add_argument("--leoam", help="leoam binary: pack the result into DIR/model.gguf")
     args = ap.parse_args()
-    if not args.copy_norm > 0:
+    if args.copy_norm is not None and not args.copy_norm > 0:
         ap.error(f"--copy-norm: {args.copy_norm} is not positive")
     if args.logn_length is not None and args.logn_length != 0 and not 2 <= args.logn_length <= 2**30:
         ap.error(f"--logn-length: {args.logn_length} is not 0 or in [2, 2^30] (the engine's range)")
@@ -79,7 +79,8 @@ class Trainer:
         torch.manual_seed(args.seed)
         self.cfg = Config(ctx_train=args.ctx)
         self.model = Llama(self.cfg)
-        parts, self.codes, self.circuit_report = circuit.construct(self.cfg, args.max_ctx, args.copy_norm)
+        self.copy_norm = args.copy_norm if args.copy_norm is not None else self.built_copy_norm()
+        parts, self.codes, self.circuit_report = circuit.construct(self.cfg, args.max_ctx, self.copy_norm)
         self.frozen = {}  # name -> (values, mask) re-imposed after every step
         weights = self.model.named_weights()
         with torch.no_grad():
@@ -101,6 +102,20 @@ class Trainer:
         self.step = 0
         self.seconds = 0.0
         self.corpus = Corpus(args.texts, seed=args.seed)
+
+    def built_copy_norm(self):
+        """The copy norm --init's model or the checkpoint was built with (the circuit's default without either)."""
+        if self.args.resume:
+            path = os.path.join(self.args.out, "checkpoint.pt")
+            if os.path.exists(path):  # load() reports a missing one
+                return torch.load(path).get("copy_norm", circuit.COPY_NORM)
+        elif self.args.init:
+            _, raw = read_gguf(self.args.init)
+            name = "blk.1.attn_output.weight"
+            w = dequantize(*raw[name]) if name in raw else None
+            if w is not None and w.shape == tuple(self.model.named_weights()[name].shape):  # else init_from() says why
+                return circuit.copy_norm_of(w)
+        return circuit.COPY_NORM
 
     def init_from(self, path):
         """Copies every tensor of a GGUF file train.py wrote; the frozen parts are re-imposed after."""
@@ -148,7 +163,7 @@ class Trainer:
     def save(self):
         state = {"model": self.model.state_dict(), "free": self.free.detach(), "opt": self.opt.state_dict(),
                  "step": self.step, "seconds": self.seconds, "rng": self.corpus.rng.bit_generator.state,
-                 "logn_length": self.cfg.logn_length}
+                 "logn_length": self.cfg.logn_length, "copy_norm": self.copy_norm}
         path = os.path.join(self.args.out, "checkpoint.pt")
         torch.save(state, path + ".tmp")
         os.replace(path + ".tmp", path)
