@@ -14,7 +14,8 @@
 // mass the shared KV head serves there); a chunk scores its best KV head's mass per far token,
 // and the best chunks fill the budget (chunk_ranking.h: ties to the lower index, the ranking
 // stops at the first chunk that does not fit). The grain is the store's chunk (--kv-chunk; by
-// default leoam's finest leaves, 8 tokens or fewer for small budgets). One set per layer, shared by every head, as leoam selects.
+// default leoam's finest leaves, 8 tokens or fewer for small budgets). One set per layer, shared
+// by every head, as leoam selects.
 //
 // Cost per layer and step: one q.k per position and query head, as full attention's scores,
 // whatever the budget. It reads no abstract and no KV.

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Smoke test of tools/train/train.py: a few steps on tiny windows, export, `leoam gguf pack`,
-and the engine loads and runs the result; then --init, --copy-norm and --resume on it. Skipped (exit 77) without python3-torch / scipy.
+and the engine loads and runs the result; then probe_retrieval.py, --init, --copy-norm and
+--resume on it. Skipped (exit 77) without numpy, python3-torch or python3-scipy.
 
     test_train_smoke.py LEOAM_BINARY
 """
@@ -14,6 +15,7 @@ import tempfile
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "tools", "train", "train.py")
+PROBE = os.path.join(HERE, "..", "..", "tools", "train", "probe_retrieval.py")
 TEXTS = os.path.join(HERE, "..", "..", "..", "shared", "fixtures", "text")
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 
@@ -26,7 +28,7 @@ def main():
         from dequant import dequantize
         from gguf_read import read_gguf
     except ImportError as e:
-        print(f"SKIP: the training script needs python3-torch and python3-scipy ({e})")
+        print(f"SKIP: the training script needs numpy, python3-torch and python3-scipy ({e})")
         return SKIP
     if not os.path.isdir(TEXTS):
         print(f"SKIP: {TEXTS} is absent (the training texts live in ../shared)")
@@ -54,6 +56,11 @@ def main():
             subprocess.run(cmd[:3] + [again, "--minutes", "0", "--init", gguf] + cmd[6:-2], check=True, timeout=600)
             restart = json.load(open(os.path.join(again, "train_summary.json")))
             assert restart["steps"] == 0 and abs(restart["held_out_bpb"] - summary["held_out_bpb"]) < 0.01, restart
+        # probe_retrieval.py reads the run's checkpoint (a 3-step model: only its output's form is checked).
+        probe = subprocess.run([sys.executable, PROBE, out, "--ctx", "512", "--samples", "1"], check=True,
+                               capture_output=True, text=True, timeout=600)
+        report = json.loads(probe.stdout[probe.stdout.index("{"):])
+        assert report["positions"] > 0 and 0 <= report["needle_mass_median"] <= 1, report
         # --copy-norm on a packed model changes the induction head's copy and nothing else.
         with tempfile.TemporaryDirectory() as louder:
             subprocess.run(cmd[:3] + [louder, "--minutes", "0", "--init", gguf, "--copy-norm", "7.8"] + cmd[6:],
@@ -72,8 +79,8 @@ def main():
             with tempfile.TemporaryDirectory() as kept:
                 subprocess.run(cmd[:3] + [kept, "--minutes", "0", "--init", louder_gguf] + cmd[6:], check=True,
                                timeout=600)
-                summary = json.load(open(os.path.join(kept, "train_summary.json")))
-                assert abs(summary["circuit"]["copy_norm"] - 7.8) < 0.01, summary["circuit"]
+                circuit = json.load(open(os.path.join(kept, "train_summary.json")))["circuit"]
+                assert abs(circuit["copy_norm"] - 7.8) < 0.01, circuit
                 _, again = read_gguf(os.path.join(kept, "model.gguf"))
                 assert all(np.array_equal(dequantize(*after[n]), dequantize(*again[n])) for n in after)
             subprocess.run(cmd[:3] + [louder, "--max-steps", "1"] + cmd[6:] + ["--resume"], check=True, timeout=600)

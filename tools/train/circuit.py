@@ -26,8 +26,8 @@ head rests on BOS, whose value writes no byte code. Head 1 shares this key/value
 so its key and value are frozen too; its query and output are trained.
 
 The head's value leaves out the shared code dim, so resting on BOS writes nothing, and its
-output writes the copied code at norm COPY_NORM (or construct's copy_norm): large against the rest of the residual, so
-that a confident copy stands out through the final norm. The output matrix starts reading O as
+output writes the copied code at norm copy_norm (COPY_NORM by default): large against the rest
+of the residual, so that a confident copy stands out through the final norm. The output matrix starts reading O as
 the copied byte. Everything else (the free embedding dims, layer 1's other heads and
 feed-forward, layers 2 and 3, the output) is trained.
 """

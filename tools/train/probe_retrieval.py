@@ -30,7 +30,8 @@ def load_trainer(out_dir):
     """The Trainer of a train.py output directory, with its checkpoint loaded."""
     summary = json.load(open(os.path.join(out_dir, "train_summary.json")))
     targs = argparse.Namespace(ctx=summary["config"]["ctx_train"], max_ctx=summary["circuit"]["max_ctx"], seed=0,
-                               lr=0.0, texts=summary["texts"], out=out_dir)
+                               lr=0.0, texts=summary["texts"], out=out_dir, resume=True, init=None,
+                               logn_length=None, copy_norm=None)
     trainer = Trainer(targs)
     trainer.load()
     return trainer

@@ -79,6 +79,9 @@ class Trainer:
         torch.manual_seed(args.seed)
         self.cfg = Config(ctx_train=args.ctx)
         self.model = Llama(self.cfg)
+        # Each source is read once: the copy norm and then the weights come from it.
+        self.init_gguf = read_gguf(args.init) if args.init else None
+        self.checkpoint = torch.load(os.path.join(args.out, "checkpoint.pt")) if args.resume else None
         self.copy_norm = args.copy_norm if args.copy_norm is not None else self.built_copy_norm()
         parts, self.codes, self.circuit_report = circuit.construct(self.cfg, args.max_ctx, self.copy_norm)
         self.frozen = {}  # name -> (values, mask) re-imposed after every step
@@ -91,7 +94,7 @@ class Trainer:
         # The learned part of the embedding has a fixed norm (keeps layer 0's and 1's inputs at a fixed scale).
         self.free = torch.nn.Parameter(torch.randn(self.cfg.vocab, self.cfg.dim - circuit.FREE))
         if args.init:
-            self.init_from(args.init)
+            self.init_from()
         if args.logn_length is not None:
             self.cfg.logn_length = args.logn_length
         params = [self.free] + [p for n, p in weights.items() if not (n in parts and bool(parts[n][1].all()))]
@@ -105,21 +108,20 @@ class Trainer:
 
     def built_copy_norm(self):
         """The copy norm --init's model or the checkpoint was built with (the circuit's default without either)."""
-        if self.args.resume:
-            path = os.path.join(self.args.out, "checkpoint.pt")
-            if os.path.exists(path):  # load() reports a missing one
-                return torch.load(path).get("copy_norm", circuit.COPY_NORM)
-        elif self.args.init:
-            _, raw = read_gguf(self.args.init)
+        if self.checkpoint is not None:
+            return self.checkpoint.get("copy_norm", circuit.COPY_NORM)
+        if self.init_gguf is not None:
+            raw = self.init_gguf[1]
             name = "blk.1.attn_output.weight"
             w = dequantize(*raw[name]) if name in raw else None
             if w is not None and w.shape == tuple(self.model.named_weights()[name].shape):  # else init_from() says why
                 return circuit.copy_norm_of(w)
         return circuit.COPY_NORM
 
-    def init_from(self, path):
-        """Copies every tensor of a GGUF file train.py wrote; the frozen parts are re-imposed after."""
-        meta, raw = read_gguf(path)
+    def init_from(self):
+        """Copies every tensor of --init (a GGUF file train.py wrote); the frozen parts are re-imposed after."""
+        path = self.args.init
+        meta, raw = self.init_gguf
         self.cfg.logn_length = int(meta.get("leoam.attention.logn_length", 0))  # kept in the export
         weights = self.model.named_weights()
         if set(raw) != set(weights):
@@ -169,7 +171,7 @@ class Trainer:
         os.replace(path + ".tmp", path)
 
     def load(self):
-        state = torch.load(os.path.join(self.args.out, "checkpoint.pt"))
+        state = self.checkpoint
         self.model.load_state_dict(state["model"])
         with torch.no_grad():
             self.free.copy_(state["free"])
