@@ -1,11 +1,12 @@
 #include "kv/disk_tier.h"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 
-#include "core/huge_pages.h"
 #include "io/checksum.h"
 
 namespace leoam {
@@ -110,9 +111,16 @@ Status DiskTier::open_files(bool create) {
   FileOpenOptions abstract_options = chunk_options;
   abstract_options.direct = false;  // small packed records: read-modify-write would cost more
   abstract_options.uring = false;
+  FileOpenOptions abstract_read_options = options_.file_options;
+  abstract_read_options.read_only = true;
   for (int il = 0; il < options_.n_layer; ++il) {
     LEOAM_ASSIGN_OR_RETURN(layers_[il].chunks, fs_->open(chunk_path(il), chunk_options));
     LEOAM_ASSIGN_OR_RETURN(layers_[il].abstracts, fs_->open(abstract_path(il), abstract_options));
+    // A kept session's files may end mid-block (older builds did not pad them): it reads its
+    // records once, buffered, at open (open_existing) and never through this handle.
+    if (create) {
+      LEOAM_ASSIGN_OR_RETURN(layers_[il].abstract_reads, fs_->open(abstract_path(il), abstract_read_options));
+    }
   }
   return Status::ok();
 }
@@ -167,11 +175,18 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions&
 
 std::string DiskTier::io_mode() const {
   if (layers_.empty() || layers_[0].chunks == nullptr) return "none";
-  const FileIoInfo info = layers_[0].chunks->io_info();
-  std::string mode = info.direct ? "O_DIRECT" : "buffered";
-  mode += info.uring ? " + io_uring (queue depth " + std::to_string(options_.file_options.queue_depth) + ")" : " + pread";
-  if (!info.fallback_note.empty()) mode += "; " + info.fallback_note;
-  return mode;
+  const auto describe = [&](const FileIoInfo& info) {
+    std::string mode = info.direct ? "O_DIRECT" : "buffered (page cache)";
+    mode += info.uring ? " + io_uring (queue depth " + std::to_string(options_.file_options.queue_depth) + ")" : " + pread";
+    if (!info.fallback_note.empty()) mode += "; " + info.fallback_note;
+    return mode;
+  };
+  const FileIoInfo chunks = layers_[0].chunks->io_info();
+  const RandomAccessFile* abstracts =
+      layers_[0].abstract_reads != nullptr ? layers_[0].abstract_reads.get() : layers_[0].abstracts.get();
+  const FileIoInfo records = abstracts->io_info();
+  if (records.direct == chunks.direct && records.uring == chunks.uring) return describe(chunks) + ", chunks and abstracts";
+  return describe(chunks) + "; abstract reads " + describe(records);
 }
 
 bool DiskTier::has_chunk(int layer, int64_t index) const {
@@ -218,6 +233,15 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
     push_coalesced(slots, {static_cast<uint64_t>(w.index) * slot_bytes_, slot_bytes_, w.stored});
     push_coalesced(abstracts, {static_cast<uint64_t>(w.index) * record_bytes_, record_bytes_, rec});
   }
+  // Zeros from the last record to the next block edge, the first time the file grows past it:
+  // the file then ends on a block, so that an O_DIRECT read of any records' blocks is whole.
+  static constexpr std::array<uint8_t, kDirectIoAlignment> kZeros{};
+  uint64_t records_end = 0;
+  for (const WriteRequest& w : abstracts) records_end = std::max<uint64_t>(records_end, w.offset + w.n_bytes);
+  const uint64_t padded_end = align_up(records_end, kDirectIoAlignment);
+  if (records_end > L.abstract_file_bytes && padded_end > records_end) {
+    abstracts.push_back({records_end, static_cast<size_t>(padded_end - records_end), kZeros.data()});
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   if (Status st = L.chunks->write_batch(slots); !st.is_ok()) {
@@ -230,6 +254,7 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
                                                 : "writing " + std::to_string(writes.size()) + " abstracts from this one on: ";
     return chunk_error(st.code(), layer, writes[0].index, what + st.message());
   }
+  L.abstract_file_bytes = std::max(L.abstract_file_bytes, padded_end);
   if (options_.stats != nullptr) {
     options_.stats->disk_write_latency.record_us(elapsed_us(t0));
     (*options_.stats)[Tier::kDisk].bytes_written += writes.size() * (slot_bytes_ + record_bytes_);
@@ -279,19 +304,30 @@ Status DiskTier::read_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
   for (int64_t i = i0; i < i1; ++i) {
     if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
   }
-  std::vector<uint8_t, HugePageAllocator<uint8_t>> records(static_cast<size_t>(i1 - i0) * record_bytes_);
-  const ReadRequest req{static_cast<uint64_t>(i0) * record_bytes_, records.size(), records.data()};
+  // The whole blocks that hold the records, so that the read can bypass the page cache.
+  RandomAccessFile& file = L.abstract_reads != nullptr ? *L.abstract_reads : *L.abstracts;
+  const uint64_t first = static_cast<uint64_t>(i0) * record_bytes_;
+  const uint64_t block0 = first / kDirectIoAlignment * kDirectIoAlignment;
+  const uint64_t block1 = align_up(static_cast<uint64_t>(i1) * record_bytes_, kDirectIoAlignment);
+  const bool whole_blocks = L.abstract_reads != nullptr;
+  const uint64_t read0 = whole_blocks ? block0 : first;
+  const uint64_t read1 = whole_blocks ? block1 : static_cast<uint64_t>(i1) * record_bytes_;
+  if (read_scratch_.size() < read1 - read0) {
+    LEOAM_ASSIGN_OR_RETURN(read_scratch_, AlignedBuffer::allocate(static_cast<size_t>(read1 - read0)));
+  }
+  const ReadRequest req{read0, static_cast<size_t>(read1 - read0), read_scratch_.data()};
   const auto t0 = std::chrono::steady_clock::now();
-  if (Status st = L.abstracts->read({&req, 1}); !st.is_ok()) {
+  if (Status st = file.read({&req, 1}); !st.is_ok()) {
     return chunk_error(st.code(), layer, i0, "reading abstracts: " + st.message());
   }
   if (options_.stats != nullptr) {
     options_.stats->disk_read_latency.record_us(elapsed_us(t0));
-    (*options_.stats)[Tier::kDisk].bytes_read += records.size();
+    (*options_.stats)[Tier::kDisk].bytes_read += req.n_bytes;
   }
+  const uint8_t* records = read_scratch_.data() + (first - read0);
   const size_t n_abstract = options_.geometry.abstract_bytes();
   for (int64_t i = i0; i < i1; ++i) {
-    const uint8_t* rec = records.data() + (i - i0) * record_bytes_;
+    const uint8_t* rec = records + (i - i0) * record_bytes_;
     RecordHeader h;
     std::memcpy(&h, rec, sizeof(h));
     const Entry& e = L.entries[i];

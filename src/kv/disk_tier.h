@@ -8,10 +8,11 @@
 //   | + zero padding  | + zero padding  |                 |     padded to slot_bytes(), a
 //   +-----------------+-----------------+-----------------+--   multiple of 4096
 //
-//   <dir>/<session>-L003.lka   abstract records, packed for bulk reading (buffered I/O: records
-//   +----------+----------+--  are small and read many at a time)
-//   | record 0 | record 1 |     record i = chunk i: a 40-byte header, then its abstract
-//   +----------+----------+--   (the box and the key sign sketch, chunk_layout.h)
+//   <dir>/<session>-L003.lka   abstract records, packed for bulk reading; written buffered
+//   +----------+----------+--  (records are small and not block-aligned), read O_DIRECT through
+//   | record 0 | record 1 |     io_uring by whole blocks (the file is zero-padded to a block), so
+//   +----------+----------+--  abstract reads are disk reads, never page-cache hits
+//   record i = chunk i: a 40-byte header, then its abstract (box and key sign sketch, chunk_layout.h)
 //
 //   record header (little-endian):
 //     u32 magic "LKA2" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "io/aligned_buffer.h"
 #include "io/file.h"
 #include "kv/chunk_layout.h"
 #include "kv/kv_codec.h"
@@ -90,7 +92,8 @@ class DiskTier {
   size_t stored_bytes() const { return stored_bytes_; }  // encoded_chunk_bytes
   size_t slot_bytes() const { return slot_bytes_; }      // stored_bytes rounded up to 4096
   size_t record_bytes() const { return record_bytes_; }
-  // The I/O mode in effect, e.g. "O_DIRECT + io_uring (queue depth 32)", or the fallback note.
+  // The I/O mode in effect, e.g. "O_DIRECT + io_uring (queue depth 32), chunks and abstracts",
+  // or the fallback note ("buffered (page cache)" where O_DIRECT was refused).
   std::string io_mode() const;
   // Paths of a layer's two files.
   std::string chunk_path(int layer) const;
@@ -110,8 +113,9 @@ class DiskTier {
   [[nodiscard]] Status write_chunks(int layer, std::span<const DiskChunkWrite> writes);
   // Reads written chunks of one layer in one batch, and checks each.
   [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads);
-  // Reads the abstracts of chunks [i0, i1) of `layer` (all written) in one read, checks them, and
-  // stores them in dst: [i1 - i0][abstract_floats] floats.
+  // Reads the abstracts of chunks [i0, i1) of `layer` (all written) in one read of the blocks
+  // that hold them (O_DIRECT where the file system allows; bytes_read counts the blocks), checks
+  // them, and stores them in dst: [i1 - i0][abstract_floats] floats.
   [[nodiscard]] Status read_abstracts(int layer, int64_t i0, int64_t i1, float* dst);
   // Makes every written chunk and abstract durable.
   [[nodiscard]] Status sync();
@@ -127,8 +131,10 @@ class DiskTier {
   };
   struct Layer {
     std::unique_ptr<RandomAccessFile> chunks;
-    std::unique_ptr<RandomAccessFile> abstracts;
-    std::vector<Entry> entries;  // [chunk index]
+    std::unique_ptr<RandomAccessFile> abstracts;       // buffered: record writes, open_existing's read
+    std::unique_ptr<RandomAccessFile> abstract_reads;  // O_DIRECT reads of whole blocks; null when kept
+    uint64_t abstract_file_bytes = 0;                  // the .lka's length so far, a block multiple
+    std::vector<Entry> entries;                        // [chunk index]
   };
 
   explicit DiskTier(const DiskTierOptions& options);
@@ -141,6 +147,7 @@ class DiskTier {
   size_t slot_bytes_ = 0;
   size_t record_bytes_ = 0;
   std::vector<Layer> layers_;
+  AlignedBuffer read_scratch_;  // read_abstracts' blocks, grown as needed
 };
 
 }  // namespace leoam
