@@ -55,6 +55,15 @@ uint64_t TieredKvCache::min_device_budget_bytes(const TieredKvCacheOptions& o) {
   return (static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * (sink_chunks + recent_chunks) + 1) * g.chunk_bytes();
 }
 
+uint64_t TieredKvCache::in_memory_device_budget_bytes(const TieredKvCacheOptions& o) {
+  const int64_t c = std::max(o.chunk_tokens, 1);
+  const int64_t n_chunks = (std::max<int64_t>(o.shape.n_ctx, 0) + c - 1) / c;
+  const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
+  // One chunk more, as in min_device_budget_bytes: a new chunk is inserted before any leaves.
+  return std::max((static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * n_chunks + 1) * g.chunk_bytes(),
+                  min_device_budget_bytes(o));
+}
+
 Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCacheOptions& options) {
   const KvCacheShape& s = options.shape;
   if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_ctx <= 0) {
@@ -64,7 +73,6 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
     return invalid_argument("KV chunk size must be in [" + std::to_string(kMinChunkTokens) + ", " +
                             std::to_string(kMaxChunkTokens) + "] tokens, got " + std::to_string(options.chunk_tokens));
   }
-  if (options.dir.empty()) return invalid_argument("the tiered KV store needs a directory for its disk tier (--kv-dir)");
   if (options.n_sink_tokens < 0 || options.n_recent_tokens < 0) {
     return invalid_argument("pinned sink and recent token counts must not be negative");
   }
@@ -77,8 +85,26 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
                             std::to_string(options.chunk_tokens) + " need " + mib(need) + "; raise --kv-device-mb");
   }
 
+  if (options.dir.empty() && options.device_budget_bytes < in_memory_device_budget_bytes(options)) {
+    return invalid_argument("a KV store without a disk tier (no --kv-dir) keeps every chunk on the device: its budget of " +
+                            mib(options.device_budget_bytes) + " is below the " +
+                            mib(in_memory_device_budget_bytes(options)) + " that the context of " +
+                            std::to_string(s.n_ctx) + " tokens needs");
+  }
+  if (options.dir.empty() && options.host_codec != KvCodec::kNone) {
+    return invalid_argument("a KV store without a disk tier (no --kv-dir) has no host tier to encode for");
+  }
+
   std::unique_ptr<TieredKvCache> cache(new TieredKvCache(options));
   if (cache->options_.session.empty()) cache->options_.session = default_session_name();
+  const size_t slot = align_up(encoded_chunk_bytes(cache->geometry_, options.host_codec), kDirectIoAlignment);
+  cache->slot_bytes_ = slot;
+  cache->row_scratch_.resize(cache->geometry_.chunk_bytes());
+  cache->layers_.resize(static_cast<size_t>(s.n_layer));
+  if (options.dir.empty()) {  // no disk tier: nothing is read into scratch or written through
+    cache->stats_.disk_io_mode = "none (no disk tier: the KV stays in memory)";
+    return cache;
+  }
   DiskTierOptions d;
   d.dir = options.dir;
   d.session = cache->options_.session;
@@ -92,7 +118,6 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   LEOAM_ASSIGN_OR_RETURN(cache->disk_, DiskTier::create(d));
   cache->stats_.disk_io_mode = cache->disk_->io_mode();
 
-  const size_t slot = cache->disk_->slot_bytes();
   const size_t decoded = options.host_codec == KvCodec::kNone ? 0 : align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment);
   const uint64_t n_slots = std::max<uint64_t>(1, options.gather_batch_bytes / (slot + decoded));
   LEOAM_ASSIGN_OR_RETURN(cache->scratch_, AlignedBuffer::allocate(n_slots * (slot + decoded)));
@@ -101,8 +126,6 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   const uint64_t n_write_slots = std::clamp<uint64_t>(kWriteBatchBytes / slot, 1,
                                                       static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
   LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
-  cache->row_scratch_.resize(cache->geometry_.chunk_bytes());
-  cache->layers_.resize(static_cast<size_t>(s.n_layer));
   return cache;
 }
 
@@ -156,6 +179,10 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     return Status::ok();
   }
   const Tier from = *move.from;
+  if (move.to == Tier::kDisk && disk_ == nullptr) {
+    return internal_error("KV store without a disk tier: chunk " + std::to_string(index) + " of layer " +
+                          std::to_string(layer) + " would leave memory (the device budget was checked at creation)");
+  }
   if (move.to == Tier::kDisk) {
     stats_[from].evictions += 1;
     if (move.needs_write) {
@@ -300,6 +327,7 @@ Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
 }
 
 Status TieredKvCache::write_through(int layer, int64_t first) {
+  if (disk_ == nullptr) return Status::ok();
   LayerState& L = layers_[layer];
   const size_t slot = disk_->slot_bytes();
   const size_t n_slots = write_buffer_.size() / slot;
@@ -340,9 +368,9 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
   }
   ++tick_;
   const int64_t c = options_.chunk_tokens;
-  const size_t scratch_slot = disk_->slot_bytes() + (options_.host_codec == KvCodec::kNone
-                                                         ? 0
-                                                         : align_up(geometry_.chunk_bytes(), kDirectIoAlignment));
+  const size_t scratch_slot = slot_bytes_ + (options_.host_codec == KvCodec::kNone
+                                                 ? 0
+                                                 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment));
   const int64_t n_slots = static_cast<int64_t>(scratch_.size() / scratch_slot);
 
   std::vector<GatherItem> batch;
@@ -370,7 +398,7 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
 
 Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
   const KvCodec codec = options_.host_codec;
-  const size_t slot = disk_->slot_bytes();
+  const size_t slot = slot_bytes_;
   const size_t decoded = codec == KvCodec::kNone ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
   const size_t scratch_slot = slot + decoded;
   LayerState& L = layers_[layer];
@@ -421,7 +449,7 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
       }
     }
   }
-  LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
+  if (!reads.empty()) LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
   if (codec != KvCodec::kNone) {
     for (size_t i = 0; i < items.size(); ++i) {
       const GatherItem& it = items[i];
@@ -514,7 +542,7 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
   for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) residency_.erase({layer, i});
   L.chunks.resize(static_cast<size_t>(first_gone));
   std::erase_if(L.recent_pins, [&](int64_t i) { return i >= first_gone; });
-  disk_->forget_from(layer, first_gone);
+  if (disk_ != nullptr) disk_->forget_from(layer, first_gone);
   L.n_tokens = keep_full * c;
 
   if (partial_rows > 0) {
@@ -539,7 +567,7 @@ void TieredKvCache::clear() {
   residency_.clear();
   for (int il = 0; il < options_.shape.n_layer; ++il) {
     layers_[il] = LayerState{};
-    disk_->forget_from(il, 0);
+    if (disk_ != nullptr) disk_->forget_from(il, 0);
   }
 }
 
@@ -638,8 +666,7 @@ KvStats TieredKvCache::stats() const {
   }
   s.resident_bytes[static_cast<int>(Tier::kDevice)] = residency_.used_bytes(Tier::kDevice);
   s.resident_bytes[static_cast<int>(Tier::kHost)] = residency_.used_bytes(Tier::kHost);
-  s.resident_bytes[static_cast<int>(Tier::kDisk)] =
-      static_cast<uint64_t>(residency_.n_chunks(Tier::kDisk)) * disk_->slot_bytes();
+  s.resident_bytes[static_cast<int>(Tier::kDisk)] = static_cast<uint64_t>(residency_.n_chunks(Tier::kDisk)) * slot_bytes_;
   return s;
 }
 

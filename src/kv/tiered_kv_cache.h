@@ -53,7 +53,9 @@ struct TieredKvCacheOptions {
   uint64_t device_budget_bytes = 0;
   uint64_t host_budget_bytes = 0;
   KvCodec host_codec = KvCodec::kNone;  // stored form on the host and disk tiers
-  std::string dir;                      // disk tier directory (created if missing); required
+  // Disk tier directory (created if missing). Empty: no disk tier, no file is ever opened, and
+  // every chunk stays on the device, whose budget must hold the whole context.
+  std::string dir;
   std::string session;                  // file prefix and name in errors; "" = "kv-<pid>-<n>"
   int n_sink_tokens = 4;                // pinned on the device (StreamingLLM's 4 sinks)
   int n_recent_tokens = 64;             // pinned on the device
@@ -67,11 +69,13 @@ struct TieredKvCacheOptions {
 
 class TieredKvCache final : public KvCache, public KvCatalog {
  public:
-  // Fails on a bad shape or chunk size, a missing --kv-dir, or a device budget too small for the
-  // pinned chunks (the message gives the least budget that works).
+  // Fails on a bad shape or chunk size, or a device budget too small for the pinned chunks (or,
+  // without a dir, for the whole context); the message gives the least budget that works.
   static Result<std::unique_ptr<TieredKvCache>> create(const TieredKvCacheOptions& options);
   // Device bytes that the pinned chunks of `options` need: the least device budget that works.
   static uint64_t min_device_budget_bytes(const TieredKvCacheOptions& options);
+  // Device bytes that every chunk of a full context needs: the least budget without a disk tier.
+  static uint64_t in_memory_device_budget_bytes(const TieredKvCacheOptions& options);
   ~TieredKvCache() override;
 
   const KvCacheShape& shape() const override { return options_.shape; }
@@ -104,10 +108,12 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   const float* abstract_of(ChunkKey key) const;
   // Statistics so far, with the resident bytes and chunks as they stand now.
   KvStats stats() const;
-  const DiskTier& disk() const { return *disk_; }
+  bool has_disk_tier() const { return disk_ != nullptr; }
+  const DiskTier& disk() const { return *disk_; }  // only when has_disk_tier()
   // Reads the abstracts of chunks [i0, i1) of `layer`, all on disk, in one bulk read of the disk
   // tier's abstract file (LKA): dst is [i1 - i0][abstract_floats].
   [[nodiscard]] Status read_disk_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
+    if (disk_ == nullptr) return internal_error("KV abstracts: the store has no disk tier");
     return disk_->read_abstracts(layer, i0, i1, dst);
   }
 
@@ -160,8 +166,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   TieredKvCacheOptions options_;
   ChunkGeometry geometry_;
   size_t host_chunk_bytes_ = 0;
+  size_t slot_bytes_ = 0;        // a chunk's stored form, padded to the disk tier's slot
   Residency residency_;
-  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<DiskTier> disk_;  // null without a dir
   std::vector<LayerState> layers_;
   KvStats stats_;
   uint64_t tick_ = 0;

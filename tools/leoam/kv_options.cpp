@@ -1,8 +1,6 @@
 #include "kv_options.h"
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -83,13 +81,8 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   t.dir = o.dir;
   t.device_budget_bytes = mib_to_bytes(o.device_mb);
   t.host_budget_bytes = mib_to_bytes(o.host_mb);
-  if (o.dir.empty()) {  // chunks and abstracts, all in memory
-    const char* tmp = std::getenv("TMPDIR");
-    t.dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-    const int64_t n_chunks = (n_ctx + o.chunk_tokens - 1) / o.chunk_tokens;
-    const ChunkGeometry g{hp.n_head_kv, hp.head_dim, o.chunk_tokens, KvDtype::kF16};
-    t.device_budget_bytes = std::max<uint64_t>(static_cast<uint64_t>(hp.n_layer * (n_chunks + 1)) * g.chunk_bytes(),
-                                               TieredKvCache::min_device_budget_bytes(t));
+  if (o.dir.empty()) {  // no disk tier: every chunk stays on the device, and no file is written
+    t.device_budget_bytes = TieredKvCache::in_memory_device_budget_bytes(t);
     t.host_budget_bytes = 0;
   }
   t.host_codec = *parse_kv_codec(o.host_codec);
@@ -101,6 +94,7 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
 std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
   const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
   if (tiered == nullptr) return "KV store: in memory";
+  if (!tiered->has_disk_tier()) return "KV store: in memory, in chunks of " + std::to_string(o.chunk_tokens) + " tokens";
   char buf[160];
   std::snprintf(buf, sizeof(buf), "KV store: device %.2f MiB, host %.2f MiB (%s), chunks of %d tokens, disk tier %s: ",
                 o.device_mb, o.host_mb, o.host_codec.c_str(), o.chunk_tokens, o.dir.c_str());

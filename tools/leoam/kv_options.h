@@ -38,8 +38,8 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& options);
 
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with
 // --kv-dir, else the in-memory cache; or, when `need_chunks` (a policy that scores chunk
-// abstracts) and no --kv-dir, a tiered store whose device tier holds the whole context (its disk
-// tier in $TMPDIR stays empty). Fails when the store cannot be created.
+// abstracts) and no --kv-dir, a tiered store without a disk tier, whose device tier holds the
+// whole context: it opens no file. Fails when the store cannot be created.
 Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& options, const Model& model, int64_t n_ctx,
                                                bool need_chunks = false);
 
