@@ -4,12 +4,15 @@
 
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps release run test test-main test-asan fuzz bench clean
+.PHONY: all deps deps-test release run test test-main test-asan fuzz bench clean
 
 all: release
 
 deps:
 	@bash scripts/install-deps.sh
+
+deps-test:
+	@bash scripts/install-deps.sh --with-tests
 
 release: deps
 	cmake --preset release >/dev/null
@@ -20,14 +23,16 @@ run: release
 
 test: test-main test-asan
 
-test-main: deps
+test-main: deps-test
 	cmake --preset test >/dev/null
 	cmake --build --preset test -j $(JOBS)
 	ctest --preset test
 
-test-asan: deps
+# Under ASan+UBSan only the unit tests are built and run: the CLI and integration tests drive the
+# same library code through the binary, which the plain build already tests.
+test-asan: deps-test
 	cmake --preset asan >/dev/null
-	cmake --build --preset asan -j $(JOBS)
+	cmake --build --preset asan -j $(JOBS) --target unit_tests
 	ctest --preset asan
 
 fuzz:

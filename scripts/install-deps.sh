@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that leoam's build and tests need, and only those missing.
-# Usage: scripts/install-deps.sh [--with-fuzz]
+# Usage: scripts/install-deps.sh [--with-tests] [--with-fuzz]
+#   --with-tests  also what only the tests need: PyTorch and SciPy, for the training smoke and
+#                 parity tests of the committed model (tools/train)
 set -euo pipefail
 
 packages=(
@@ -16,9 +18,13 @@ packages=(
   python3 python3-numpy  # the independent numpy reference of the forward pass
   python3-matplotlib     # eval plots
 )
-if [[ "${1:-}" == "--with-fuzz" ]]; then
-  packages+=(clang libclang-rt-dev)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --with-tests) packages+=(python3-torch python3-scipy) ;;
+    --with-fuzz) packages+=(clang libclang-rt-dev) ;;
+    *) echo "install-deps: unknown option '$arg' (use --with-tests or --with-fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
