@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+
+#include "sparse/budget_schedule.h"
 
 namespace leoam::sparse {
 namespace {
@@ -32,13 +35,17 @@ Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAtt
                                                                  KvCatalog* catalog, const AttentionShape& shape) {
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> policy,
                          make_selection_policy(options.policy, options.policy_options));
-  if (!(options.budget > 0)) return invalid_argument("attention budget must be positive (a fraction or a token count)");
+  if (const std::string why = budget_error(options.budget); !why.empty()) {
+    return invalid_argument("the attention budget " + why);
+  }
   for (const auto& [layer, budget] : options.layer_budgets) {
     if (layer < 0 || layer >= shape.n_layer) {
       return invalid_argument("layer budget for layer " + std::to_string(layer) + ": the model has " +
                               std::to_string(shape.n_layer) + " layers");
     }
-    if (!(budget > 0)) return invalid_argument("layer budgets must be positive");
+    if (const std::string why = budget_error(budget); !why.empty()) {
+      return invalid_argument("the budget of layer " + std::to_string(layer) + " " + why);
+    }
   }
   if (options.n_sink < 0 || options.n_recent < 1) {
     return invalid_argument("the sink must not be negative and the recent window must hold at least the query");
@@ -63,12 +70,11 @@ void SparseAttention::hint_importance(int layer, std::span<const TokenRange> ran
   }
 }
 
-int64_t SparseAttention::far_budget(int layer, int64_t n_far, int64_t n_near) const {
+int64_t SparseAttention::far_budget(int layer, int64_t n_far) const {
   const auto it = options_.layer_budgets.find(layer);
   const double b = it != options_.layer_budgets.end() ? it->second : options_.budget;
-  const int64_t tokens =
-      b <= 1.0 ? static_cast<int64_t>(std::ceil(b * static_cast<double>(n_far))) : static_cast<int64_t>(b) - n_near;
-  return std::clamp<int64_t>(tokens, 0, n_far);
+  const double tokens = b <= 1.0 ? std::ceil(b * static_cast<double>(n_far)) : b;
+  return static_cast<int64_t>(std::min(tokens, static_cast<double>(n_far)));  // min first: no overflow
 }
 
 void SparseAttention::begin_position(int64_t pos) {
@@ -108,7 +114,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
     query.head_dim = shape_.head_dim;
     query.scale = shape_.scale;
     query.far = far;
-    query.budget_tokens = far_budget(layer, far.size(), sink.size() + recent.size());
+    query.budget_tokens = far_budget(layer, far.size());
     query.pool = &pool;
     if (query.budget_tokens >= far.size()) {
       picked.ranges.push_back(far);  // the budget covers everything: nothing to choose

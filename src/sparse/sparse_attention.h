@@ -5,12 +5,12 @@
 //   recent = [max(sink end, n - n_recent), n)      always attended (the query's own token last)
 //   far    = between them                          the policy picks up to the far budget
 //
-// Budget: a fraction (a value in (0, 1]) of the far tokens, which the sink and the recent window
-// join, so at long contexts about that fraction of the context is attended, and at short ones the
-// policy still has a share of far to choose; or a token count (a value > 1) of the tokens
-// attended in all, sink and recent included (the far budget is what is left after them). Layers
-// may have their own budget (LeoAM: 50% in the first two layers). A far budget that covers every
-// far token selects them all without asking the policy.
+// Budget: always of the far tokens, which the sink and the recent window join: a fraction (a
+// value in (0, 1]) of them, so at long contexts about that fraction of the context is attended
+// and at short ones the policy still has a share of far to choose; or a whole count (> 1) of
+// them. Either leaves at least one far token when there is one. Layers may have their own budget
+// (the default schedule: budget_schedule.h). A far budget that covers every far token selects
+// them all without asking the policy.
 //
 // It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored. And it
 // tells the store which chunks matter: each time a policy picks a far chunk, the chunk's
@@ -35,7 +35,7 @@ namespace leoam::sparse {
 
 struct SparseAttentionOptions {
   std::string policy = "full";
-  double budget = 0.1;                  // a fraction in (0, 1], or a token count (> 1)
+  double budget = 0.1;                  // of the far tokens: a fraction in (0, 1], or a whole count (> 1)
   std::map<int, double> layer_budgets;  // per-layer overrides, same units
   int n_sink = 4;
   int n_recent = 64;
@@ -63,8 +63,9 @@ struct LayerSparseStats {
 class SparseAttention final : public AttentionSelector {
  public:
   // `catalog` (the chunked store) must outlive this; it may be null for policies that need no
-  // abstracts (full, streaming). Fails for an unknown policy, a budget <= 0, a layer budget for a
-  // layer the model lacks, or a policy that needs a catalog without one.
+  // abstracts (full, streaming). Fails for an unknown policy, a budget that is not a finite
+  // fraction in (0, 1] or a whole count > 1, a layer budget for a layer the model lacks, or a
+  // policy that needs a catalog without one.
   static Result<std::unique_ptr<SparseAttention>> create(const SparseAttentionOptions& options, KvCatalog* catalog,
                                                          const AttentionShape& shape);
 
@@ -90,8 +91,8 @@ class SparseAttention final : public AttentionSelector {
  private:
   SparseAttention(const SparseAttentionOptions& options, KvCatalog* catalog, const AttentionShape& shape,
                   std::unique_ptr<SelectionPolicy> policy);
-  // The far tokens the policy may pick, of n_far, next to n_near sink and recent tokens.
-  int64_t far_budget(int layer, int64_t n_far, int64_t n_near) const;
+  // The far tokens the policy may pick, of n_far.
+  int64_t far_budget(int layer, int64_t n_far) const;
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
   // Notes the decode position; a position that goes back starts a new sequence (policy reset).
   void begin_position(int64_t pos);

@@ -185,12 +185,15 @@ TEST_F(EvalCliTest, ShowPrintsABlockPerRunWithItsLineAndTheTierBytes) {
   EXPECT_GT(table, r.out.rfind("decode:     ")) << r.out;
   EXPECT_NE(r.out.find("| passkey | leoam@0.5 | 1 |"), std::string::npos) << r.out;
 
-  // Without --kv-dir the KV is in RAM: the line has no bytes_read, and the block says so.
+  // Without --kv-dir the whole KV is on the device tier, in RAM: every read is from the device.
   CliResult memory = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.5", "--policy", "full", "--out",
                            dir_ + "/memory.jsonl", "--show"});
   ASSERT_EQ(memory.status, 0) << memory.err;
-  EXPECT_NE(memory.out.find("\nbytes read: - (the KV is in RAM"), std::string::npos) << memory.out;
-  EXPECT_FALSE(nlohmann::json::parse(read_lines(dir_ + "/memory.jsonl").at(0)).contains("bytes_read"));
+  const nlohmann::json in_ram = nlohmann::json::parse(read_lines(dir_ + "/memory.jsonl").at(0));
+  const uint64_t device = in_ram.at("bytes_read").at("device").get<uint64_t>();
+  EXPECT_GE(device, 256u * 640u) << "every position, once at least";
+  EXPECT_NE(memory.out.find("\nbytes read: device " + human_bytes(device) + ", host 0 B, disk 0 B\n"), std::string::npos)
+      << memory.out;
 }
 
 TEST_F(EvalCliTest, ShowPromptPrintsEachSamplesPromptOnceBeforeItsRuns) {
@@ -272,11 +275,72 @@ TEST_F(EvalCliTest, FullAttentionOutputIsTheSameAcrossRuns) {
     const std::vector<std::string> lines = read_lines(out);
     ASSERT_EQ(lines.size(), 1u);
     const nlohmann::json j = nlohmann::json::parse(lines[0]);
-    EXPECT_FALSE(j.contains("bytes_read")) << "no --kv-dir: the KV is in RAM, no tier traffic";
+    EXPECT_EQ(j.at("bytes_read").at("disk"), 0) << "no --kv-dir: the KV is in RAM";
     outputs.push_back(j.at("output").get<std::string>());
   }
   EXPECT_FALSE(outputs[0].empty());
   EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+// The table puts each policy's measured share of tokens attended and KV bytes read per decode
+// step, per tier, next to its score, under the budget rule line; policies that attended shares
+// more than a point apart at one budget get a warning.
+TEST_F(EvalCliTest, TableShowsWhatEachPolicyAttendedAndReadAndWarnsWhenUnmatched) {
+  const std::string out = dir_ + "/results.jsonl";
+  CliResult r = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.5", "--policy", "full,streaming,quest,leoam",
+                      "--budget", "0.1", "--kv-recent", "8", "--out", out});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::map<std::string, nlohmann::json> by_policy;
+  for (const std::string& line : read_lines(out)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    by_policy[j.at("policy").get<std::string>()] = j;
+  }
+  ASSERT_EQ(by_policy.size(), 4u) << read_file(out);
+  const auto per_token = [&](const std::string& policy, const char* tier) {
+    return by_policy.at(policy).at("kv_bytes_per_token").at(tier).get<double>();
+  };
+  // full reads every position of the 5 layers (640 B each) at each step; nothing leaves RAM.
+  const double full_device = per_token("full", "device");
+  EXPECT_GE(full_device, 256.0 * 640) << by_policy.at("full");
+  EXPECT_LE(full_device, 272.0 * 640) << by_policy.at("full");
+  // leoam at 10% reads its chunks of 2: the sink, the recent window and ~25 far tokens.
+  EXPECT_LT(per_token("leoam", "device"), 0.3 * full_device) << by_policy.at("leoam");
+  for (const auto& [policy, j] : by_policy) {
+    EXPECT_EQ(per_token(policy, "host"), 0.0) << policy;
+    EXPECT_EQ(per_token(policy, "disk"), 0.0) << policy;
+  }
+  // streaming: (4 + 8 + ceil(0.1 * 245)) / 257 = 14.4% at the first step; quest: one page of 16.
+  const double streaming = by_policy.at("streaming").at("tokens_attended_pct").get<double>();
+  const double quest = by_policy.at("quest").at("tokens_attended_pct").get<double>();
+  EXPECT_GT(streaming, 13.0);
+  EXPECT_LT(streaming, 16.0);
+  EXPECT_LT(quest, streaming - 1.0);
+
+  const size_t rule = r.out.find("budget rule: every sparse policy attends the sink (4 tokens), the recent window (8) "
+                                 "and, of the far tokens between them, the budget B, a fraction of them (B <= 1) or "
+                                 "a whole count (B > 1); a fraction B is max(B, 0.5) in the first "
+                                 "round(n_layer/16) layers (none of 5 here)\n");
+  ASSERT_NE(rule, std::string::npos) << r.out;
+  const size_t header =
+      r.out.find("| task | policy | samples | score | tokens attended | KV read/token: device | host | disk |\n");
+  ASSERT_NE(header, std::string::npos) << r.out;
+  EXPECT_LT(rule, header);
+  EXPECT_NE(r.out.find("| passkey | full | 1 | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | 100.0% | " + human_bytes(static_cast<uint64_t>(std::llround(full_device))) + " | 0 B | 0 B |\n"),
+            std::string::npos)
+      << r.out;
+  char streaming_cells[64];
+  std::snprintf(streaming_cells, sizeof(streaming_cells), " | %.1f%% | ", streaming);
+  EXPECT_NE(r.out.find(streaming_cells), std::string::npos) << r.out;
+  char warning[160];
+  std::snprintf(warning, sizeof(warning), "warning: budget 0.1: the policies attended from %.1f%% (quest) to ", quest);
+  EXPECT_NE(r.out.find(warning), std::string::npos) << r.out;
+
+  // One sparse policy at the budget: nothing to match, no warning.
+  CliResult single = eval({"--task", "passkey", "--ctx", "256", "--depth", "0.5", "--policy", "full,quest", "--budget",
+                           "0.1", "--kv-recent", "8", "--out", dir_ + "/single.jsonl"});
+  ASSERT_EQ(single.status, 0) << single.err;
+  EXPECT_EQ(single.out.find("warning:"), std::string::npos) << single.out;
 }
 
 TEST_F(EvalCliTest, BadFlagsFailWithOneLineAndWriteNothing) {
@@ -287,6 +351,8 @@ TEST_F(EvalCliTest, BadFlagsFailWithOneLineAndWriteNothing) {
       {"--task", "passkey", "--ctx", "1024"},  // -c 512
       {"--task", "passkey", "--ctx", "256", "--policy", "full,nosuchpolicy"},
       {"--task", "passkey", "--ctx", "256", "--haystack", dir_ + "/missing.txt"},
+      {"--task", "passkey", "--ctx", "256", "--budget", "0.1,inf"},
+      {"--task", "passkey", "--ctx", "256", "--layer-budget", "0=inf"},
   };
   for (std::vector<std::string> args : cases) {
     args.insert(args.end(), {"--out", out});

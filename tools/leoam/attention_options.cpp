@@ -5,26 +5,42 @@
 #include <sstream>
 
 #include "model/model.h"
+#include "sparse/budget_schedule.h"
 
 namespace leoam::cli {
 namespace {
 
-// "0=0.5,1=0.5" -> {0: 0.5, 1: 0.5}
-Result<std::map<int, double>> parse_layer_budgets(const std::string& text) {
+// The budget's units and the default schedule (sparse/budget_schedule.h), as --help and the
+// budget rule line say them.
+constexpr const char* kBudgetUnits = "the budget B, a fraction of them (B <= 1) or a whole count (B > 1)";
+constexpr const char* kDenseRule = "max(B, 0.5) in the first round(n_layer/16) layers";
+
+// "0=0.5,1=0.5" -> {0: 0.5, 1: 0.5}, each layer in [0, n_layer) and each budget valid
+// (sparse::budget_error).
+Result<std::map<int, double>> parse_layer_budgets(const std::string& text, int n_layer) {
   std::map<int, double> out;
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
     const size_t eq = item.find('=');
+    int layer = 0;
+    double budget = 0.0;
     try {
       size_t used_layer = 0, used_budget = 0;
       if (eq == std::string::npos) throw std::invalid_argument("no '='");
-      const int layer = std::stoi(item.substr(0, eq), &used_layer);
-      const double budget = std::stod(item.substr(eq + 1), &used_budget);
+      layer = std::stoi(item.substr(0, eq), &used_layer);
+      budget = std::stod(item.substr(eq + 1), &used_budget);
       if (used_layer != eq || used_budget != item.size() - eq - 1) throw std::invalid_argument("trailing text");
-      out[layer] = budget;
     } catch (const std::exception&) {
       return invalid_argument("--layer-budget: '" + item + "' is not LAYER=BUDGET (e.g. 0=0.5,1=0.5)");
     }
+    if (layer < 0 || layer >= n_layer) {
+      return invalid_argument("--layer-budget: '" + item + "': the model has layers 0 to " +
+                              std::to_string(n_layer - 1));
+    }
+    if (const std::string why = sparse::budget_error(budget); !why.empty()) {
+      return invalid_argument("--layer-budget: '" + item + "': the budget " + why);
+    }
+    out[layer] = budget;
   }
   return out;
 }
@@ -37,15 +53,14 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember(policy_names()))
       ->group(group);
-  cmd.add_option("--budget", o.budget,
-                 "tokens attended per layer and step, sink and recent window included: a fraction of the context "
-                 "(<= 1) or a token count (> 1)")
+  cmd.add_option("--budget", o.budget, std::string("far tokens attended per layer and step: ") + kBudgetUnits)
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(group);
   cmd.add_option("--layer-budget", o.layer_budgets,
-                 "per-layer budgets, LAYER=BUDGET,... (default for leoam and oracle with a fractional --budget: at "
-                 "least 0.5 in the first n_layer/16 layers, rounded: LeoAM's first two of 32)")
+                 std::string("per-layer budgets for every policy, LAYER=BUDGET,... in --budget's units (default "
+                             "with a fractional --budget B: ") +
+                     kDenseRule + ")")
       ->group(group);
   cmd.add_option("--group-combine", o.group_combine, "leoam: how a GQA group's chunk bounds combine: max or sum")
       ->capture_default_str()
@@ -77,6 +92,23 @@ std::vector<std::string> policy_names() {
   return names;
 }
 
+Result<std::map<int, double>> layer_budgets(const AttentionCliOptions& o, int n_layer) {
+  if (!o.layer_budgets.empty()) return parse_layer_budgets(o.layer_budgets, n_layer);
+  return sparse::default_layer_budgets(o.budget, n_layer);
+}
+
+std::string budget_rule_text(const AttentionCliOptions& o, const KvCliOptions& kv_options, int n_layer) {
+  std::string out = "budget rule: every sparse policy attends the sink (" + std::to_string(kv_options.n_sink) +
+                    " tokens), the recent window (" + std::to_string(kv_options.n_recent) +
+                    ") and, of the far tokens between them, " + kBudgetUnits + "; ";
+  if (!o.layer_budgets.empty()) return out + "--layer-budget " + o.layer_budgets + " in every policy";
+  const int n_dense = sparse::n_dense_layers(n_layer);
+  const std::string dense = n_dense == 0   ? std::string("none")
+                            : n_dense == 1 ? std::string("layer 0")
+                                           : "layers 0-" + std::to_string(n_dense - 1);
+  return out + "a fraction B is " + kDenseRule + " (" + dense + " of " + std::to_string(n_layer) + " here)";
+}
+
 int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
   // oracle ranks the chunks leoam's adaptive tree could split down to: what leoam could pick at best.
   const bool leoam_grain = o.policy == "oracle" || (o.policy == "leoam" && !o.no_adaptive);
@@ -94,21 +126,16 @@ int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_op
 Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& o,
                                                                        const KvCliOptions& kv_options,
                                                                        const Model& model, KvCache& kv) {
-  if (o.policy == "full") return std::unique_ptr<sparse::SparseAttention>();
+  if (const std::string why = sparse::budget_error(o.budget); !why.empty()) {
+    std::ostringstream flag;
+    flag << "--budget " << o.budget << ": ";  // %g: "--budget inf: "
+    return invalid_argument(flag.str() + why);
+  }
   sparse::SparseAttentionOptions s;
+  LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, layer_budgets(o, model.hparams().n_layer));
+  if (o.policy == "full") return std::unique_ptr<sparse::SparseAttention>();
   s.policy = o.policy;
   s.budget = o.budget;
-  if (!o.layer_budgets.empty()) {
-    LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, parse_layer_budgets(o.layer_budgets));
-  } else if ((o.policy == "leoam" || o.policy == "oracle") && o.budget <= 1.0) {
-    // LeoAM's defaults: the first two of Llama-2-7B's 32 layers keep half, or the global budget
-    // when it is larger. The same share of depth elsewhere: n_layer / 16 layers, rounded (none
-    // in a model of 7 layers or fewer, whose early layers are not the flat-attention layers the
-    // rule is for).
-    const double first = std::max(o.budget, 0.5);
-    const int n_dense = static_cast<int>(std::lround(model.hparams().n_layer / 16.0));
-    for (int layer = 0; layer < n_dense; ++layer) s.layer_budgets[layer] = first;
-  }
   s.n_sink = kv_options.n_sink;
   s.n_recent = kv_options.n_recent;
   s.policy_options.group_combine = o.group_combine == "sum" ? sparse::GroupCombine::kSum : sparse::GroupCombine::kMax;

@@ -3,6 +3,7 @@
 // --kv-recent (kv_options.h): what the store pins on the device is what every query attends to.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ namespace leoam::cli {
 struct AttentionCliOptions {
   std::string policy = "full";
   double budget = 0.1;
-  std::string layer_budgets;  // "0=0.5,1=0.5"; empty: the policy's default
+  std::string layer_budgets;  // "0=0.5,1=0.5"; empty: --budget's default schedule, alike for every policy
   std::string group_combine = "sum";
   bool no_desert = false;
   bool no_adaptive = false;
@@ -39,6 +40,17 @@ bool policy_needs_catalog(const AttentionCliOptions& options);
 // The known policy names (sparse::selection_policy_names(), split), for --policy's check.
 std::vector<std::string> policy_names();
 
+// The per-layer budgets (SparseAttentionOptions::layer_budgets) of every sparse policy alike:
+// --layer-budget as given, else the default schedule of --budget (sparse/budget_schedule.h).
+// Fails on a --layer-budget that does not parse, names a layer the model lacks, or holds a bad
+// budget.
+Result<std::map<int, double>> layer_budgets(const AttentionCliOptions& options, int n_layer);
+// The one line that tables print to say how every policy's budget applies, e.g. "budget rule:
+// every sparse policy attends the sink (4 tokens), the recent window (64) and, of the far tokens
+// between them, the budget B, ...; a fraction B is max(B, 0.5) in the first round(n_layer/16) layers (layers 0-1
+// of 32 here)".
+std::string budget_rule_text(const AttentionCliOptions& options, const KvCliOptions& kv_options, int n_layer);
+
 // The store's chunk size when --kv-chunk is not given, for a context of n_ctx tokens: 16 for
 // quest (its page size), 64 for the other fixed-chunk policies; for leoam's adaptive chunk tree,
 // whose leaves split down to one store chunk, LeoAM's 8, or finer when the far budget (the
@@ -50,7 +62,7 @@ std::vector<std::string> policy_names();
 int default_chunk_tokens(const AttentionCliOptions& options, const KvCliOptions& kv_options, int64_t n_ctx);
 
 // The selector for `kv`, or nullptr for --policy full (attention over every position, no
-// selection cost). Fails on a bad --layer-budget or a policy the store cannot serve.
+// selection cost). Fails on a bad --budget or --layer-budget, or a policy the store cannot serve.
 Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& options,
                                                                        const KvCliOptions& kv_options,
                                                                        const Model& model, KvCache& kv);

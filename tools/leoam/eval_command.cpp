@@ -6,19 +6,23 @@
 // fresh context with a fresh KV store, and the output is scored. Each result is one JSON line
 // appended to --out and flushed as soon as it exists:
 //   {"task","ctx","depth","seed","policy","budget","needle_pos","answers","output","score",
-//    "tokens_attended_pct","bytes_read","n_generated","decode_ms","first_step_ms"}
+//    "tokens_attended_pct","bytes_read","kv_bytes_per_token","n_generated","decode_ms","first_step_ms"}
 // (first_step_ms: the first decode eval, part of decode_ms), so an interrupted sweep resumes:
 // the runs --out already holds are skipped, and a torn last line (an interrupted write) is cut
 // off and run again.
 //
 // bytes_read is {"device": N, "host": N, "disk": N}: the bytes the run (prefill and decode) read
-// out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h).
-// It is there only with --kv-dir: without it the KV lives in RAM, where nothing counts its
-// reads, so the line has no bytes_read (an in-memory count would not compare with the tiers').
+// out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h);
+// kv_bytes_per_token is the same per tier for the decode alone, per decode step (the prefill is
+// full attention, the same for every policy). Every policy, full included, runs through the
+// tiered store, so the counts compare: with --kv-dir its tiers are --kv-device-mb, --kv-host-mb
+// and the disk; without it the whole KV is on the device tier (RAM) and nothing goes to disk.
 //
 // Every flag is checked and every sample built before --out is touched, so a bad flag appends
 // nothing. stdout carries the closing markdown table (one row per policy and budget, over every
-// line of --out for the task), with --show a block per run before it (show_block), and with
+// line of --out for the task, each with its measured share of tokens attended and KV bytes read
+// per token and tier next to its score; the budget rule line above it, and a warning under it
+// when policies at one budget attend shares more than 1 point apart), with --show a block per run before it (show_block), and with
 // --show-prompt each sample's prompt before its first run (prompt_block); progress and errors go
 // to stderr.
 //
@@ -31,18 +35,20 @@
 // after a long prompt, the path of the retrieval tasks. Its lines, keyed with depth D and the
 // window index as seed:
 //   {"task":"ppl","ctx","depth","seed","policy","budget","prefill_tokens","nll_sum","n_tokens",
-//    "n_bytes","ppl","bits_per_byte","tokens_attended_pct","bytes_read","decode_ms"}
+//    "n_bytes","ppl","bits_per_byte","tokens_attended_pct","bytes_read","kv_bytes_per_token","decode_ms"}
 // where n_tokens = ctx - 1 - P predictions are scored and decode_ms covers their single-token
 // evals.
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -62,6 +68,7 @@
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "progress_bar.h"
+#include "sparse/budget_schedule.h"
 #include "sparse/selection_policy.h"
 #include "sparse/sparse_attention.h"
 #include "tokenizer/tokenizer.h"
@@ -170,12 +177,22 @@ double attended_pct(const sparse::SparseAttention& selector) {
 }
 
 // A line's "bytes_read": what the run read out of each tier, as `run --kv-stats` counts it.
-Json bytes_read_json(const TieredKvCache& kv) {
-  const KvStats stats = kv.stats();
+Json bytes_read_json(const KvStats& stats) {
   Json j;
   j["device"] = stats[Tier::kDevice].bytes_read;
   j["host"] = stats[Tier::kHost].bytes_read;
   j["disk"] = stats[Tier::kDisk].bytes_read;
+  return j;
+}
+
+// A line's "kv_bytes_per_token": the bytes each tier gave the decode since `before` (the stats
+// at the end of the prefill), per decode step.
+Json kv_bytes_per_token_json(const KvStats& before, const KvStats& after, int64_t n_steps) {
+  Json j;
+  for (const Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+    const double n_bytes = static_cast<double>(after[t].bytes_read - before[t].bytes_read);
+    j[tier_name(t)] = n_steps > 0 ? n_bytes / static_cast<double>(n_steps) : 0.0;
+  }
   return j;
 }
 
@@ -194,7 +211,7 @@ std::string quoted(const std::string& text) {
 //   bytes read: device 1.1 MiB, host 96.0 KiB, disk 5.3 MiB
 //   decode:     1.52 ms/token, 12.2 ms total (8 tokens; the first step 2.1 ms, then 1.44 ms/token)
 // and a blank line (the first step apart where there are two tokens or more and it was timed).
-// A ppl run has "perplexity:" and "bits/byte:" in place of expected, output and score. Without --kv-dir the bytes read line says the KV is in RAM.
+// A ppl run has "perplexity:" and "bits/byte:" in place of expected, output and score.
 std::string show_block(const Json& j) {
   const bool ppl = j.value("task", "") == kPplTask;
   char buf[256];
@@ -218,13 +235,9 @@ std::string show_block(const Json& j) {
   }
   std::snprintf(buf, sizeof(buf), "attended:   %.1f%% of tokens\n", j.value("tokens_attended_pct", 100.0));
   out += buf;
-  if (j.contains("bytes_read")) {
-    const Json& b = j.at("bytes_read");
-    out += "bytes read: device " + human_bytes(b.value("device", uint64_t{0})) + ", host " +
-           human_bytes(b.value("host", uint64_t{0})) + ", disk " + human_bytes(b.value("disk", uint64_t{0})) + "\n";
-  } else {
-    out += "bytes read: - (the KV is in RAM; --kv-dir puts it in the tiered store)\n";
-  }
+  const Json& b = j.at("bytes_read");
+  out += "bytes read: device " + human_bytes(b.value("device", uint64_t{0})) + ", host " +
+         human_bytes(b.value("host", uint64_t{0})) + ", disk " + human_bytes(b.value("disk", uint64_t{0})) + "\n";
   const double decode_ms = j.value("decode_ms", 0.0);
   const int64_t n_decoded = ppl ? j.value("n_tokens", int64_t{0}) : j.value("n_generated", int64_t{0});
   std::snprintf(buf, sizeof(buf), "decode:     %.2f ms/token, %.1f ms total (%lld tokens",
@@ -258,6 +271,78 @@ std::string prompt_block(const std::string& task, const SampleSpec& spec, const 
   return out + "\n" + quoted(tok.detokenize(spec.sample.tokens)) + "\n\n";
 }
 
+// What a table row shows next to its score or perplexity, averaged over its lines: the measured
+// share of tokens attended, and the KV bytes read per decode step from each tier ("-" where no
+// line has kv_bytes_per_token: lines written before it existed).
+struct CostColumns {
+  static constexpr const char* kHeader = "tokens attended | KV read/token: device | host | disk |";
+  static constexpr const char* kRule = "----------------:|----------------------:|-----:|-----:|";
+
+  std::string policy;
+  double budget = 1.0;
+  int n_lines = 0;
+  double attended_sum = 0.0;
+  int n_with_bytes = 0;
+  std::array<double, kNumTiers> bytes_sum{};  // per token, summed over lines, by Tier
+
+  void add(const Json& j) {
+    policy = j.value("policy", "");
+    budget = j.value("budget", 1.0);
+    ++n_lines;
+    attended_sum += j.value("tokens_attended_pct", 100.0);
+    if (!j.contains("kv_bytes_per_token")) return;
+    ++n_with_bytes;
+    for (const Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+      bytes_sum[static_cast<int>(t)] += j.at("kv_bytes_per_token").value(tier_name(t), 0.0);
+    }
+  }
+  double attended_pct() const { return n_lines > 0 ? attended_sum / n_lines : 0.0; }
+  // "12.3% | 1.2 KiB | 0 B | 3.4 KiB |"
+  std::string cells() const {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f%% |", attended_pct());
+    std::string out = buf;
+    for (const double sum : bytes_sum) {
+      out += n_with_bytes == 0 ? " - |" : " " + human_bytes(static_cast<uint64_t>(std::llround(sum / n_with_bytes))) + " |";
+    }
+    return out;
+  }
+};
+
+// A warning line for each budget whose sparse policies attended shares more than 1 percentage
+// point apart (a policy's chunk grain, or a schedule of its own, can make the same budget attend
+// more): their scores are then not at matched costs. `where` prefixes the budget ("prefill 0.5, ").
+std::string unmatched_share_warnings(const std::vector<const CostColumns*>& rows, const std::string& where) {
+  constexpr double kMaxGapPct = 1.0;
+  std::vector<double> budgets;
+  for (const CostColumns* r : rows) {
+    if (r->policy != "full" && std::find(budgets.begin(), budgets.end(), r->budget) == budgets.end()) {
+      budgets.push_back(r->budget);
+    }
+  }
+  std::string out;
+  for (const double budget : budgets) {
+    const CostColumns* lo = nullptr;
+    const CostColumns* hi = nullptr;
+    for (const CostColumns* r : rows) {
+      if (r->policy == "full" || r->budget != budget) continue;
+      if (lo == nullptr || r->attended_pct() < lo->attended_pct()) lo = r;
+      if (hi == nullptr || r->attended_pct() > hi->attended_pct()) hi = r;
+    }
+    const double gap = hi->attended_pct() - lo->attended_pct();
+    if (gap <= kMaxGapPct) continue;
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  "\nwarning: %sbudget %s: the policies attended from %.1f%% (%s) to %.1f%% (%s) of the tokens, %.1f "
+                  "points apart: compare their scores at equal shares attended (a budget sweep), not at equal "
+                  "budgets\n",
+                  where.c_str(), format_number(budget).c_str(), lo->attended_pct(), lo->policy.c_str(),
+                  hi->attended_pct(), hi->policy.c_str(), gap);
+    out += buf;
+  }
+  return out;
+}
+
 class EvalCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
@@ -289,15 +374,16 @@ class EvalCommand : public Command {
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 30));
     cmd->add_option("--out", out_path_,
-                    "append one JSON line per run to FILE; the runs it holds are skipped. With --kv-dir a line has "
-                    "bytes_read {device, host, disk}: the bytes read out of each KV tier during the run, as "
-                    "`run --kv-stats` counts them; without --kv-dir the KV is in RAM and bytes_read is left out")
+                    "append one JSON line per run to FILE; the runs it holds are skipped. A line has bytes_read "
+                    "{device, host, disk}: the bytes read out of each KV tier during the run, as `run --kv-stats` "
+                    "counts them, and kv_bytes_per_token, the same per decode step (every policy runs through "
+                    "the tiered store; without --kv-dir all of it on the device tier)")
         ->required()
         ->type_name("FILE");
     cmd->add_flag("--show", show_,
                   "after each run, print to stdout policy@budget, the expected answer, the output (escaped, one "
-                  "line), the score, the tokens attended, the bytes read per KV tier (--kv-dir only) and the "
-                  "decode latency; the table still closes");
+                  "line), the score, the tokens attended, the bytes read per KV tier and the decode latency; the "
+                  "table still closes");
     cmd->add_flag("--show-prompt", show_prompt_,
                   "before each sample's first run, print to stdout its prompt (a ppl window's text), escaped on one "
                   "line, with its length in tokens and where the needle starts");
@@ -334,8 +420,8 @@ class EvalCommand : public Command {
         ->check(CLI::IsMember(policy_names()))
         ->group("Sparse attention");
     cmd->add_option("--budget", budgets_,
-                    "budgets to sweep each policy but full at, comma-separated: a fraction of the context (<= 1) or "
-                    "a token count (> 1)")
+                    "budgets to sweep each policy but full at, comma-separated: far tokens attended per layer and "
+                    "step, a fraction of them (<= 1) or a whole count (> 1); see --layer-budget")
         ->capture_default_str()
         ->delimiter(',')
         ->check(CLI::Validator(
@@ -398,6 +484,18 @@ class EvalCommand : public Command {
     if (!tokenizer.is_ok()) return fail(named(tokenizer.status()));
     const Tokenizer& tok = **tokenizer;
     const int64_t n_ctx_limit = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
+    n_layer_ = (*model)->hparams().n_layer;
+    for (const double budget : budgets_) {
+      if (const std::string why = sparse::budget_error(budget); !why.empty()) {
+        print_error("--budget " + format_number(budget) + ": " + why);
+        return kExitUsage;
+      }
+    }
+    if (Result<std::map<int, double>> per_layer = layer_budgets(attention_options_, (*model)->hparams().n_layer);
+        !per_layer.is_ok()) {
+      print_error(per_layer.status().message());
+      return kExitUsage;
+    }
 
     // Every sample, before --out is touched: a context that does not fit fails here.
     const eval::TokenizeFn tokenize = [&tok](std::string_view text) {
@@ -619,8 +717,8 @@ class EvalCommand : public Command {
       fs::remove_all(kv_options.dir, ec);
     }
 
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                           make_kv_cache(kv_options, model, n_ctx, policy_needs_catalog(attention)));
+    // Every policy through the tiered store (without --kv-dir, in RAM): its counts compare.
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_ctx, /*need_chunks=*/true));
     KvCache& kv_cache = *kv;  // owned by the context from here on
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
                            make_sparse_attention(attention, kv_options, model, kv_cache));
@@ -630,7 +728,7 @@ class EvalCommand : public Command {
     fwd.n_batch = n_batch_;
     fwd.selector = selector.get();
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(kv)));
-    const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv_cache);
+    const auto& tiered = dynamic_cast<const TieredKvCache&>(kv_cache);
     if (task_ == kPplTask) {
       return score_window(*ctx, tok, spec, run, selector.get(), tiered);
     }
@@ -641,6 +739,8 @@ class EvalCommand : public Command {
     std::string output;
     GenerateCallbacks callbacks;
     callbacks.on_text = [&output](std::string_view text) { output += text; };
+    KvStats at_prefill_end;
+    callbacks.on_prefill_done = [&](int64_t) { at_prefill_end = tiered.stats(); };
     LEOAM_ASSIGN_OR_RETURN(GenerateStats stats, generate_from_tokens(*ctx, tok, sample.tokens,
                                                                      /*strip_leading_space=*/false, options, callbacks));
 
@@ -656,7 +756,9 @@ class EvalCommand : public Command {
     j["output"] = output;
     j["score"] = eval::score_output(eval::task_scoring(task_), sample.answers, output);
     j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
-    if (tiered != nullptr && !kv_options.dir.empty()) j["bytes_read"] = bytes_read_json(*tiered);
+    j["bytes_read"] = bytes_read_json(tiered.stats());
+    j["kv_bytes_per_token"] =
+        kv_bytes_per_token_json(at_prefill_end, tiered.stats(), ctx->n_past() - static_cast<int64_t>(sample.tokens.size()));
     j["n_generated"] = stats.n_generated;
     j["decode_ms"] = stats.decode_ms;
     j["first_step_ms"] = stats.first_step_ms;
@@ -672,7 +774,7 @@ class EvalCommand : public Command {
   // one token at a time (every position through the selector), summing the negative
   // log-likelihood of each decoded position's next token: its line.
   Result<Json> score_window(ForwardContext& ctx, const Tokenizer& tok, const SampleSpec& spec, const PolicyRun& run,
-                            const sparse::SparseAttention* selector, const TieredKvCache* tiered) const {
+                            const sparse::SparseAttention* selector, const TieredKvCache& tiered) const {
     const std::vector<int32_t>& tokens = spec.sample.tokens;
     const int32_t n_vocab = ctx.n_vocab();
     std::vector<float> logits;  // [n_vocab]: the last evaluated position's
@@ -681,6 +783,7 @@ class EvalCommand : public Command {
       LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n_prefill)),
                                      /*all_logits=*/false, logits));
     }
+    const KvStats at_prefill_end = tiered.stats();
     double nll_sum = 0.0;
     int64_t n_bytes = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -712,7 +815,8 @@ class EvalCommand : public Command {
     j["ppl"] = std::exp(nll_sum / static_cast<double>(n_tokens));
     j["bits_per_byte"] = n_bytes > 0 ? nll_sum / std::log(2.0) / static_cast<double>(n_bytes) : 0.0;
     j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
-    if (tiered != nullptr && !kv_options_.dir.empty()) j["bytes_read"] = bytes_read_json(*tiered);
+    j["bytes_read"] = bytes_read_json(tiered.stats());
+    j["kv_bytes_per_token"] = kv_bytes_per_token_json(at_prefill_end, tiered.stats(), n_tokens);
     j["decode_ms"] = decode_ms;
     return j;
   }
@@ -743,7 +847,7 @@ class EvalCommand : public Command {
       double nll_sum = 0.0;
       double n_tokens = 0.0;
       double n_bytes = 0.0;
-      double attended_sum = 0.0;
+      CostColumns cost = {};
     };
     std::vector<double> depths;  // in the order they first appear
     for (const Json& j : lines) {
@@ -751,8 +855,10 @@ class EvalCommand : public Command {
       if (j.value("task", "") == task_ && std::find(depths.begin(), depths.end(), d) == depths.end()) depths.push_back(d);
     }
     const auto perplexity = [](const Row& r) { return r.n_tokens > 0 ? std::exp(r.nll_sum / r.n_tokens) : 0.0; };
-    std::printf("| task | prefill | policy | windows | perplexity | bits per byte | vs full | tokens attended |\n");
-    std::printf("|------|--------:|--------|--------:|-----------:|--------------:|--------:|----------------:|\n");
+    std::printf("%s\n\n", budget_rule().c_str());
+    std::printf("| task | prefill | policy | windows | perplexity | bits per byte | vs full | %s\n", CostColumns::kHeader);
+    std::printf("|------|--------:|--------|--------:|-----------:|--------------:|--------:|%s\n", CostColumns::kRule);
+    std::string warnings;
     for (const double depth : depths) {
       std::vector<Json> at_depth;
       for (const Json& j : lines) {
@@ -762,19 +868,23 @@ class EvalCommand : public Command {
         r.nll_sum += j.value("nll_sum", 0.0);
         r.n_tokens += j.value("n_tokens", 0.0);
         r.n_bytes += j.value("n_bytes", 0.0);
-        r.attended_sum += j.value("tokens_attended_pct", 100.0);
+        r.cost.add(j);
       });
       const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.label == "full"; });
+      std::vector<const CostColumns*> costs;
       for (const Row& r : rows) {
         const double bpb = r.n_bytes > 0 ? r.nll_sum / std::log(2.0) / r.n_bytes : 0.0;
         char vs_full[32] = "-";
         if (full != rows.end() && perplexity(*full) > 0.0) {
           std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100.0 * (perplexity(r) / perplexity(*full) - 1.0));
         }
-        std::printf("| %s | %s | %s | %d | %.4f | %.4f | %s | %.1f%% |\n", task_.c_str(), format_number(depth).c_str(),
-                    r.label.c_str(), r.n, perplexity(r), bpb, vs_full, r.attended_sum / r.n);
+        std::printf("| %s | %s | %s | %d | %.4f | %.4f | %s | %s\n", task_.c_str(), format_number(depth).c_str(),
+                    r.label.c_str(), r.n, perplexity(r), bpb, vs_full, r.cost.cells().c_str());
+        costs.push_back(&r.cost);
       }
+      warnings += unmatched_share_warnings(costs, "prefill " + format_number(depth) + ", ");
     }
+    std::printf("%s", warnings.c_str());
     std::fflush(stdout);
   }
 
@@ -785,20 +895,27 @@ class EvalCommand : public Command {
       std::string label;
       int n = 0;
       double score_sum = 0.0;
-      double attended_sum = 0.0;
+      CostColumns cost = {};
     };
     const std::vector<Row> rows = rows_by_label<Row>(lines, [](Row& r, const Json& j) {
       r.score_sum += j.value("score", 0.0);
-      r.attended_sum += j.value("tokens_attended_pct", 100.0);
+      r.cost.add(j);
     });
-    std::printf("| task | policy | samples | score | tokens attended |\n");
-    std::printf("|------|--------|--------:|------:|----------------:|\n");
+    std::printf("%s\n\n", budget_rule().c_str());
+    std::printf("| task | policy | samples | score | %s\n", CostColumns::kHeader);
+    std::printf("|------|--------|--------:|------:|%s\n", CostColumns::kRule);
+    std::vector<const CostColumns*> costs;
     for (const Row& r : rows) {
-      std::printf("| %s | %s | %d | %.1f%% | %.1f%% |\n", task_.c_str(), r.label.c_str(), r.n,
-                  100.0 * r.score_sum / r.n, r.attended_sum / r.n);
+      std::printf("| %s | %s | %d | %.1f%% | %s\n", task_.c_str(), r.label.c_str(), r.n, 100.0 * r.score_sum / r.n,
+                  r.cost.cells().c_str());
+      costs.push_back(&r.cost);
     }
+    std::printf("%s", unmatched_share_warnings(costs, "").c_str());
     std::fflush(stdout);
   }
+
+  // The rule line above a table (budget_rule_text), for the model the sweep ran.
+  std::string budget_rule() const { return budget_rule_text(attention_options_, kv_options_, n_layer_); }
 
   // Prefixes the model path unless the message already names it.
   Status named(const Status& st) const {
@@ -825,6 +942,7 @@ class EvalCommand : public Command {
   int n_ctx_ = 0;
   int n_threads_ = 0;
   int n_batch_ = 512;
+  int n_layer_ = 0;  // the model's, for the budget rule line
 };
 
 }  // namespace

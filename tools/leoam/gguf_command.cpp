@@ -1,5 +1,6 @@
 // `leoam gguf info FILE`: describe a GGUF file (header, metadata, tensors).
-// `leoam gguf synth --preset NAME[:TYPE] -o FILE`: write a random-weight model of a named shape.
+// `leoam gguf synth --preset NAME[:TYPE] [--n-layer N] -o FILE`: write a random-weight model of a
+// named shape.
 // `leoam gguf from-llama2c MODEL.bin TOKENIZER.bin -o FILE`: convert a llama2.c checkpoint.
 // `leoam gguf pack MANIFEST.json -o FILE`: convert a tensor bundle (see gguf/tensor_bundle.h).
 // `leoam gguf set IN KEY=TYPE:VALUE... -o FILE`: copy a GGUF file with metadata keys set.
@@ -35,6 +36,9 @@ class GgufCommand : public Command {
                            "; types: f32 f16 bf16 q8_0 q4_0 q4_k q6_k")
         ->capture_default_str();
     synth_->add_option("--seed", seed_, "random seed of the weights")->capture_default_str();
+    synth_->add_option("--n-layer", n_layer_, "layers, in place of the preset's (0: the preset's)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1024));
     synth_->add_option("-o,--output", output_, "the GGUF file to write")->required();
 
     import_ = cmd->add_subcommand("from-llama2c", "convert a llama2.c checkpoint and tokenizer to GGUF");
@@ -88,7 +92,9 @@ class GgufCommand : public Command {
       return kExitUsage;
     }
     spec->seed = seed_;
-    std::cerr << "leoam: writing " << preset_ << " (seed " << seed_ << ") to " << output_ << "\n";
+    if (n_layer_ > 0) spec->n_layer = n_layer_;
+    std::cerr << "leoam: writing " << preset_ << " (seed " << seed_ << ", " << spec->n_layer << " layers) to " << output_
+              << "\n";
     const Status st = write_synthetic_model(*spec, output_);
     return st.is_ok() ? kExitOk : fail(st);
   }
@@ -136,6 +142,7 @@ class GgufCommand : public Command {
   std::string path_;
   std::string preset_ = "tiny";
   uint64_t seed_ = 42;
+  int n_layer_ = 0;
   std::string output_;
   std::string checkpoint_;
   std::string tokenizer_;

@@ -37,20 +37,20 @@ TEST(SparseAttention, FullAttendsToEveryPositionAndStreamingToSinkAndRecent) {
   EXPECT_EQ(select(**full, 1, 10), (std::vector<TokenRange>{{0, 11}}));
 
   o.policy = "streaming";
-  o.budget = 20;  // tokens: exactly the sink and the recent window
+  o.budget = 20;  // far tokens, on top of the sink and the recent window
   auto streaming = SparseAttention::create(o, nullptr, shape_of(2));
   ASSERT_TRUE(streaming.is_ok());
-  EXPECT_EQ(select(**streaming, 0, 99), (std::vector<TokenRange>{{0, 4}, {84, 100}}));
+  EXPECT_EQ(select(**streaming, 0, 99), (std::vector<TokenRange>{{0, 4}, {64, 100}}));
   EXPECT_EQ(select(**streaming, 0, 15), (std::vector<TokenRange>{{0, 16}}));  // everything is near
   const LayerSparseStats& s = (*streaming)->stats()[0];
   EXPECT_EQ(s.n_queries, 2);
   EXPECT_EQ(s.n_visible, 116);
-  EXPECT_EQ(s.n_attended, 36);
+  EXPECT_EQ(s.n_attended, 56);
 }
 
-// A fractional budget is a share of the far tokens, on top of the sink and the recent window; a
-// layer budget overrides it; a token count is the total, sink and recent included.
-TEST(SparseAttention, AFractionIsAShareOfFarAndACountIsTheTotal) {
+// A budget is of the far tokens, on top of the sink and the recent window: a fraction of them or
+// a count of them; a layer budget overrides it.
+TEST(SparseAttention, AFractionIsAShareOfFarAndACountIsAFarCount) {
   SparseAttentionOptions o;
   o.n_sink = 4;
   o.n_recent = 16;
@@ -64,11 +64,21 @@ TEST(SparseAttention, AFractionIsAShareOfFarAndACountIsTheTotal) {
   // pos 30: far = [4, 15), 11 tokens: ceil(5.5) = 6.
   EXPECT_EQ(select(**s, 0, 30), (std::vector<TokenRange>{{0, 4}, {9, 31}}));
   EXPECT_EQ(select(**s, 1, 99), (std::vector<TokenRange>{{0, 4}, {64, 100}}));  // a quarter: 20
-  o.budget = 50;  // tokens in all: 30 far
+  o.budget = 30;  // far tokens
   o.layer_budgets.clear();
   auto count = SparseAttention::create(o, nullptr, shape_of(2));
   ASSERT_TRUE(count.is_ok());
   EXPECT_EQ(select(**count, 0, 99), (std::vector<TokenRange>{{0, 4}, {54, 100}}));
+  // A count of 2 (at most 68 was all sink and recent window, before counts were of far tokens)
+  // still picks 2 far tokens; a count past the far tokens takes them all.
+  o.budget = 2;
+  auto two = SparseAttention::create(o, nullptr, shape_of(2));
+  ASSERT_TRUE(two.is_ok());
+  EXPECT_EQ(select(**two, 0, 99), (std::vector<TokenRange>{{0, 4}, {82, 100}}));
+  o.budget = 1e300;
+  auto all = SparseAttention::create(o, nullptr, shape_of(2));
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(select(**all, 0, 99), (std::vector<TokenRange>{{0, 100}}));
 }
 
 // Chunks a policy keeps picking become more important to the store's eviction.
@@ -88,7 +98,7 @@ TEST(SparseAttention, PickedChunksTellTheStoreTheyMatter) {
 
   SparseAttentionOptions o;
   o.policy = "quest";
-  o.budget = 28;  // 4 sink + 16 recent + one far chunk of 8
+  o.budget = 8;  // one far chunk of 8, beside 4 sink and 16 recent tokens
   o.n_recent = 16;
   auto s = SparseAttention::create(o, kv->get(), shape_of(2));
   ASSERT_TRUE(s.is_ok()) << s.status().message();
@@ -107,9 +117,17 @@ TEST(SparseAttention, RejectsBadOptions) {
   o.policy = "quest";
   EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("tiered"), std::string::npos);
   o.policy = "full";
-  o.budget = 0;
-  EXPECT_FALSE(SparseAttention::create(o, nullptr, shape_of(2)).is_ok());
-  o.budget = 0.1;
+  for (const double bad : {0.0, -1.0, std::nan(""), HUGE_VAL, 2.5}) {
+    o.budget = bad;
+    const Status st = SparseAttention::create(o, nullptr, shape_of(2)).status();
+    EXPECT_NE(st.message().find(bad == 2.5 ? "must be whole" : "positive finite"), std::string::npos) << bad;
+    o.budget = 0.1;
+    o.layer_budgets = {{1, bad}};
+    EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("layer 1"),
+              std::string::npos)
+        << bad;
+    o.layer_budgets.clear();
+  }
   o.layer_budgets = {{2, 0.5}};
   EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("layer 2"), std::string::npos);
 }
