@@ -3,7 +3,9 @@
 # a prompt is prefilled once and saved (--kv-save); each run then loads it (--kv-load) into a
 # tiered store whose device tier holds a small part of it, decodes N tokens, and reports its
 # decode rate. Runs are interleaved over REPS rounds; the table gives each policy's median rate,
-# its ratio to full's median, the tokens it attended and what it read from disk.
+# its ratio to full's median, and next to them the share of tokens it attended and the KV bytes
+# it read from each tier per generated token (the last round's run: --kv-stats and
+# --kv-stats-json), under the budget rule line every sparse policy ran under.
 #
 #   bench/policy_decode.sh LEOAM_BINARY MODEL PROMPT_FILE [MORE LEOAM RUN FLAGS...]
 #   env: POLICIES="full streaming ...", BUDGET=0.1, N_TOKENS=32, REPS=5, CTX=4608, DEVICE_MB=8,
@@ -36,13 +38,21 @@ for rep in $(seq "${REPS:-5}"); do
 done
 
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+last=${REPS:-5}
 full=$(median "$work/full.rates" 2> /dev/null || echo 0)
-echo "| policy | decode tok/s (median of ${REPS:-5}) | vs full | tokens attended | disk MB read (last run) |"
-echo "|---|---|---|---|---|"
+# "attention: budget rule: ..." (a sparse run prints it; full has no selector)
+awk '/^attention: budget rule: / { sub(/^attention: /, ""); print; exit }' "$work"/*-"$last".err
+echo
+echo "| policy | decode tok/s (median of $last) | vs full | tokens attended | KV read/token: device KB | host KB | disk KB |"
+echo "|---|---|---|---|---|---|---|"
+# {"tiers":{"device":{"bytes_read":N,...},"host":{...},"disk":{...}},...}: tier $1's bytes_read in file $2
+read_bytes() { sed -n "s/.*\"$1\":{\"bytes_read\":\([0-9]*\).*/\1/p" "$2"; }
 for policy in $policies; do
   rate=$(median "$work/$policy.rates")
-  attended=$(sed -n 's/^attention: policy .*tokens, \([0-9.]*%\) of the visible.*/\1/p' "$work/$policy-${REPS:-5}.err")
-  disk=$(sed -n 's/.*"disk":{"bytes_read":\([0-9]*\).*/\1/p' "$work/$policy-${REPS:-5}.json")
-  awk -v p="$policy" -v r="$rate" -v f="$full" -v a="${attended:-100%}" -v d="${disk:-0}" \
-    'BEGIN { printf "| %s | %.1f | %.2fx | %s | %.0f |\n", p, r, (f > 0 ? r / f : 0), a, d / 1e6 }'
+  attended=$(sed -n 's/^attention: policy .*tokens, \([0-9.]*%\) of the visible.*/\1/p' "$work/$policy-$last.err")
+  json="$work/$policy-$last.json"
+  awk -v p="$policy" -v r="$rate" -v f="$full" -v a="${attended:-100%}" -v n="${N_TOKENS:-32}" \
+    -v dev="$(read_bytes device "$json")" -v host="$(read_bytes host "$json")" -v disk="$(read_bytes disk "$json")" \
+    'BEGIN { printf "| %s | %.1f | %.2fx | %s | %.1f | %.1f | %.1f |\n", p, r, (f > 0 ? r / f : 0), a,
+             dev / n / 1e3, host / n / 1e3, disk / n / 1e3 }'
 done

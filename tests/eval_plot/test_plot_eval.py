@@ -42,6 +42,12 @@ def passkey_score(policy, budget, ctx, depth, seed):
     return 1.0 if depth == 0.0 or (budget == 0.2 and seed == 0) else 0.0
 
 
+def attended_pct(policy, budget):
+    """The made-up share of tokens attended: leoam attends a quarter more than its budget (its
+    finer chunks), quest its budget, full everything."""
+    return 100.0 if policy == "full" else 100.0 * budget * (1.25 if policy == "leoam" else 1.0)
+
+
 def result_line(task, ctx, depth, seed, policy, budget, **fields):
     row = {"task": task, "ctx": ctx, "depth": depth, "seed": seed, "policy": policy, "budget": budget}
     row.update(fields)
@@ -58,7 +64,7 @@ def passkey_lines():
                     score = passkey_score(policy, budget, ctx, depth, seed)
                     lines.append(result_line("passkey", ctx, depth, seed, policy, budget, needle_pos=ctx // 2,
                                              answers=["12345"], output="12345" if score else "999",
-                                             score=score, tokens_attended_pct=100.0 * budget,
+                                             score=score, tokens_attended_pct=attended_pct(policy, budget),
                                              bytes_read={"device": 4096, "host": 0, "disk": 0},
                                              n_generated=2, decode_ms=1.5))
     return lines
@@ -75,7 +81,7 @@ def ppl_lines():
             nll = 2000.0 + (0.0 if policy == "full" else PPL_N_TOKENS * 0.01 / budget)
             lines.append(result_line("ppl", 1024, 0.0, seed, policy, budget, nll_sum=nll, n_tokens=PPL_N_TOKENS,
                                      n_bytes=4000, ppl=math.exp(nll / PPL_N_TOKENS), bits_per_byte=0.7,
-                                     tokens_attended_pct=50.0, decode_ms=3.0))
+                                     tokens_attended_pct=attended_pct(policy, budget), decode_ms=3.0))
     return lines
 
 
@@ -143,7 +149,12 @@ def test_numbers(tmp):
     assert full == (1.0, 0.0, 6), full
     assert sorted(series) == ["leoam", "quest"]
     # leoam: depth 1 fails; at 0.05 seed 1 fails too -> 2/6, else 4/6.
-    assert [(p[0], p[2], p[4]) for p in series["leoam"]] == [(0.05, 2 / 6, 6), (0.1, 4 / 6, 6), (0.2, 4 / 6, 6)]
+    assert [(p[1], p[2], p[4]) for p in series["leoam"]] == [(0.05, 2 / 6, 6), (0.1, 4 / 6, 6), (0.2, 4 / 6, 6)]
+    # Each point sits at the share its runs attended, not at its budget: leoam's a quarter more.
+    for p in series["leoam"]:
+        assert math.isclose(p[0], 1.25 * p[1]), p
+    for p in series["quest"]:
+        assert math.isclose(p[0], p[1]), p
     # quest: depth 0 (2 samples), plus seed 0 at depth 0.5 at budget 0.2 -> 2/6, 2/6, 3/6.
     assert [p[2] for p in series["quest"]] == [2 / 6, 2 / 6, 3 / 6]
     # standard error of 2/6 over six 0/1 samples: sqrt(var / n), var with n - 1.
@@ -163,8 +174,9 @@ def test_numbers(tmp):
     # ppl relative to full: exp(0.01 / budget) per token.
     ppl_ctx, ppl_series = pe.ppl_ratios(rows)
     assert ppl_ctx == 1024 and sorted(ppl_series) == ["leoam"]
-    for (fraction, budget, ratio, n_windows), b in zip(ppl_series["leoam"], BUDGETS):
-        assert fraction == budget == b and n_windows == 2
+    for (share, budget, ratio, n_windows), b in zip(ppl_series["leoam"], BUDGETS):
+        assert budget == b and n_windows == 2
+        assert math.isclose(share, 1.25 * b), (b, share)
         assert math.isclose(ratio, math.exp(0.01 / b)), (b, ratio)
 
     # Windows scored after a prefill (depth 0.5) compare with full's at that depth, not at 0:
@@ -174,13 +186,19 @@ def test_numbers(tmp):
         r["depth"], r["n_tokens"] = 0.5, 512
         r["nll_sum"] = 1000.0 + (0.0 if r["policy"] == "full" else 512 * 0.02)
     _, both = pe.ppl_ratios(rows + prefilled)
-    for (fraction, budget, ratio, n_windows), b in zip(both["leoam"], BUDGETS):
+    for (share, budget, ratio, n_windows), b in zip(both["leoam"], BUDGETS):
         assert n_windows == 4, n_windows
         expected = math.exp((2 * PPL_N_TOKENS * 0.01 / b + 2 * 512 * 0.02) / (2 * PPL_N_TOKENS + 2 * 512))
         assert math.isclose(ratio, expected), (b, ratio, expected)
 
     # A token-count budget is a share of the context.
     assert pe.budget_fraction(512, 8192) == 0.0625 and pe.budget_fraction(0.1, 8192) == 0.1
+    # Lines without tokens_attended_pct (older sweeps) sit at their budget.
+    old = [dict(r) for r in rows if r["task"] == "passkey"]
+    for r in old:
+        r.pop("tokens_attended_pct")
+    _, old_series, _ = pe.accuracy_series(old, "passkey")
+    assert [p[0] for p in old_series["leoam"]] == list(BUDGETS), old_series["leoam"]
 
 
 def test_bad_json(tmp):

@@ -4,17 +4,22 @@
     tools/eval/plot_eval.py RESULTS.jsonl [more.jsonl ...] --out DIR [--title-prefix S]
 
 Writes into DIR, for what the files hold:
-  accuracy_vs_budget_<task>.png       each retrieval task: mean score per policy against the
-                                      budget, at the task's largest context (full is a dashed line)
+  accuracy_vs_budget_<task>.png       each retrieval task: mean score per policy against the share
+                                      of tokens it attended, at the task's largest context (full is
+                                      a dashed line)
   passkey_heatmap_<policy>_<budget>.png  each (policy, budget) with passkey lines: mean score per
                                       context length (x) and needle depth (y)
   ppl_vs_budget.png                   --task ppl lines: perplexity relative to full per policy
-                                      against the budget, at the largest context
+                                      against the share of tokens it attended, at the largest context
 and prints the paths written, one a line. A kind with nothing to plot is said and skipped.
 
-The line fields are those tools/leoam/eval_command.cpp writes. A budget <= 1 is a fraction of the
-context, > 1 a token count; full's budget is recorded as 1. Several files are merged; a run (task,
-ctx, depth, seed, policy, budget) found twice counts once.
+The line fields are those tools/leoam/eval_command.cpp writes. Each (policy, budget) point sits at
+the share of tokens its runs attended (the mean of their tokens_attended_pct), not at its budget:
+policies differ in what one budget attends (chunk grain, first steps), so points at equal x compare
+equal attention. Each point is labelled with its budget. Lines without tokens_attended_pct fall
+back to the budget (a fraction of the far tokens, <= 1, or a count of them, > 1, taken as a share
+of the context). Full's budget is recorded as 1. Several files are merged; a run (task, ctx,
+depth, seed, policy, budget) found twice counts once.
 
 Exit status: 0 done (also when there is nothing to plot), 1 matplotlib missing, 2 a bad argument,
 an unreadable file or a line that is not a result line (the message names the file and line). A
@@ -135,20 +140,30 @@ def retrieval_tasks(rows):
 
 
 def budget_fraction(budget, ctx):
-    """A budget as a fraction of the context: > 1 is a token count."""
+    """A budget as a fraction of the context: > 1 is a count (of far tokens), over the context."""
     return budget / ctx if budget > 1 else budget
+
+
+def attended_share(rows, budget, ctx):
+    """Where a point sits: the mean share of tokens its `rows` attended (tokens_attended_pct / 100),
+    or budget_fraction(budget, ctx) when a line lacks it (written before the field existed)."""
+    if all(isinstance(r.get("tokens_attended_pct"), (int, float)) for r in rows):
+        return sum(r["tokens_attended_pct"] for r in rows) / len(rows) / 100.0
+    return budget_fraction(budget, ctx)
 
 
 def accuracy_series(rows, task):
     """The accuracy plot's data for `task` at its largest ctx:
-    (ctx, {policy: [(budget_fraction, budget, mean, sem, n), ...] sorted by fraction},
+    (ctx, {policy: [(attended_share, budget, mean, sem, n), ...] sorted by share},
      full: (mean, sem, n) or None)."""
     task_rows = [r for r in rows if r["task"] == task]
     ctx = max(r["ctx"] for r in task_rows)
     scores = {}  # (policy, budget) -> [score]
+    point_rows = {}  # (policy, budget) -> [line]
     for r in task_rows:
         if r["ctx"] == ctx:
             scores.setdefault((r["policy"], r["budget"]), []).append(float(r["score"]))
+            point_rows.setdefault((r["policy"], r["budget"]), []).append(r)
     # full's budget is irrelevant (recorded as 1): all its lines pool into one value.
     full_scores = [v for (policy, _), values in scores.items() if policy == "full" for v in values]
     full = (*mean_and_sem(full_scores), len(full_scores)) if full_scores else None
@@ -156,7 +171,8 @@ def accuracy_series(rows, task):
     for (policy, budget), values in scores.items():
         if policy != "full":
             mean, sem = mean_and_sem(values)
-            series.setdefault(policy, []).append((budget_fraction(budget, ctx), budget, mean, sem, len(values)))
+            share = attended_share(point_rows[(policy, budget)], budget, ctx)
+            series.setdefault(policy, []).append((share, budget, mean, sem, len(values)))
     for points in series.values():
         points.sort()
     return ctx, series, full
@@ -178,9 +194,9 @@ def heatmap_cells(rows, task="passkey"):
 
 
 def ppl_ratios(rows):
-    """The ppl plot's data at the largest ppl ctx: (ctx, {policy: [(budget_fraction, budget,
-    ratio, n_windows), ...] sorted by fraction}), ratio = perplexity / full's perplexity over
-    the windows both have. None when there are no ppl lines; (ctx, None) when full has none at
+    """The ppl plot's data at the largest ppl ctx: (ctx, {policy: [(attended_share, budget,
+    ratio, n_windows), ...] sorted by share}), ratio = perplexity / full's perplexity over
+    the windows both have (the share too is over those windows). None when there are no ppl lines; (ctx, None) when full has none at
     that ctx."""
     ppl_rows = [r for r in rows if r["task"] == PPL_TASK]
     if not ppl_rows:
@@ -188,10 +204,12 @@ def ppl_ratios(rows):
     ctx = max(r["ctx"] for r in ppl_rows)
     # A window is its depth (the share prefilled before scoring) and its index (the seed).
     windows = {}  # (policy, budget) -> {(depth, seed): (nll_sum, n_tokens)}
+    lines = {}  # (policy, budget) -> {(depth, seed): line}
     for r in ppl_rows:
         if r["ctx"] == ctx:
             windows.setdefault((r["policy"], r["budget"]), {})[(r["depth"], r["seed"])] = (
                 float(r["nll_sum"]), float(r["n_tokens"]))
+            lines.setdefault((r["policy"], r["budget"]), {})[(r["depth"], r["seed"])] = r
     full = {}
     for (policy, _), w in windows.items():
         if policy == "full":
@@ -210,7 +228,8 @@ def ppl_ratios(rows):
         # Same windows, same tokens: ppl / ppl_full = exp((nll - nll_full) / n_tokens).
         delta_nll = sum(w[s][0] - full[s][0] for s in common)
         ratio = math.exp(delta_nll / n_tokens)
-        series.setdefault(policy, []).append((budget_fraction(budget, ctx), budget, ratio, len(common)))
+        share = attended_share([lines[(policy, budget)][s] for s in common], budget, ctx)
+        series.setdefault(policy, []).append((share, budget, ratio, len(common)))
     for points in series.values():
         points.sort()
     return ctx, series
@@ -231,18 +250,23 @@ def import_pyplot():
     return plt
 
 
-def percent_budget_axis(ax, fractions):
-    """A log x axis of budget fractions, ticked at the budgets present and labelled in percent."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+def percent_share_axis(ax, shares):
+    """A log x axis of attended shares, ticked at 1-2-5 steps and labelled in percent."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
     ax.set_xscale("log")
-    ticks = sorted(set(fractions))
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{100 * x:g}%"))
     ax.xaxis.set_minor_locator(NullLocator())
-    # A margin of a quarter decade on each side; a single budget still gets a visible span.
-    lo, hi = min(ticks), max(ticks)
+    # A margin of a quarter decade on each side; a single point still gets a visible span.
+    lo, hi = min(shares), max(shares)
     ax.set_xlim(lo / 10 ** 0.25, hi * 10 ** 0.25)
-    ax.set_xlabel("budget (share of the context attended)")
+    ax.set_xlabel("tokens attended (measured share; points labelled with their budget)")
+
+
+def label_budgets(ax, xs, ys, budgets):
+    """Writes each point's budget beside it."""
+    for x, y, b in zip(xs, ys, budgets):
+        ax.annotate(format_budget(b), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
 
 
 def n_label(counts):
@@ -265,12 +289,13 @@ def plot_accuracy(plt, rows, task, out_dir, prefix, written):
     from matplotlib.ticker import FuncFormatter
     ctx, series, full = accuracy_series(rows, task)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    fractions = [p[0] for points in series.values() for p in points] or [1.0]
-    percent_budget_axis(ax, fractions)
+    shares = [p[0] for points in series.values() for p in points] or [1.0]
+    percent_share_axis(ax, shares)
     for policy in sorted(series):
         points = series[policy]
         ax.errorbar([p[0] for p in points], [p[2] for p in points], yerr=[p[3] for p in points],
                     marker="o", capsize=3, label=f"{policy} (n={n_label([p[4] for p in points])})")
+        label_budgets(ax, [p[0] for p in points], [p[2] for p in points], [p[1] for p in points])
     if full is not None:
         mean, sem, n = full
         ax.axhline(mean, color="black", linestyle="--", label=f"full ({n=})")
@@ -316,11 +341,12 @@ def plot_heatmap(plt, policy, budget, ctxs, depths, cells, out_dir, prefix, writ
 
 def plot_ppl(plt, ctx, series, out_dir, prefix, written):
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    percent_budget_axis(ax, [p[0] for points in series.values() for p in points])
+    percent_share_axis(ax, [p[0] for points in series.values() for p in points])
     for policy in sorted(series):
         points = series[policy]
         ax.plot([p[0] for p in points], [p[2] for p in points], marker="o",
                 label=f"{policy} ({n_label([p[3] for p in points])} windows)")
+        label_budgets(ax, [p[0] for p in points], [p[2] for p in points], [p[1] for p in points])
     ax.axhline(1.0, color="black", linestyle="--", label="full")
     ax.set_ylabel("perplexity / full's perplexity")
     ax.set_title(title(prefix, f"perplexity, {ctx}-token windows"))
