@@ -46,6 +46,23 @@ void update_abstract(const ChunkGeometry& g, const void* chunk, int64_t t0, int6
   }
 }
 
+void widen_abstract_box(const ChunkGeometry& g, const void* chunk, int64_t t0, int64_t t1, float* abstract) {
+  assert(0 <= t0 && t0 <= t1 && t1 <= g.chunk_tokens);
+  const int64_t n = g.row_elements();
+  float* min = abstract;
+  float* max = abstract + n;
+  const uint8_t* k = static_cast<const uint8_t*>(chunk);
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* row = k + static_cast<size_t>(t) * g.row_bytes();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = g.dtype == KvDtype::kF32 ? reinterpret_cast<const float*>(row)[i]
+                                               : f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+      min[i] = std::min(min[i], v);
+      max[i] = std::max(max[i], v);
+    }
+  }
+}
+
 bool abstracts_equal(const ChunkGeometry& g, const float* a, const float* b) {
   // == rather than memcmp for the box: -0 and +0 bound a dot product the same way. The signs are bits.
   return std::equal(a, a + g.box_floats(), b) &&

@@ -71,6 +71,10 @@ void reset_abstract(const ChunkGeometry& g, float* abstract);
 // abstract as [0, b).
 void update_abstract(const ChunkGeometry& g, const void* chunk, int64_t t0, int64_t t1, float* abstract);
 
+// Widens `abstract`'s box, and only its box, to cover rows [t0, t1) of the K half of `chunk`:
+// the decoded form of a chunk whose signs the abstract already holds (kv_codec.h keeps them).
+void widen_abstract_box(const ChunkGeometry& g, const void* chunk, int64_t t0, int64_t t1, float* abstract);
+
 // True when a and b are equal element for element (both empty counts as equal).
 bool abstracts_equal(const ChunkGeometry& g, const float* a, const float* b);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 
 #include "core/fp16.h"
@@ -42,8 +43,13 @@ uint16_t f16_round_up(double x) {
 }
 
 
-// x[n], n <= 32 -> one block at dst (block_bytes(codec) long).
-void encode_group(KvCodec codec, const float* x, int n, uint8_t* dst) {
+// The decoded value of `code`, computed as decode_group does.
+float decoded_value(float min, float scale, int code) { return min + scale * static_cast<float>(code); }
+
+// x[n], n <= 32 -> one block at dst (block_bytes(codec) long). With keep_signs, a code whose
+// value has the other sign than x moves one step toward x's side of 0 (x >= 0 decodes >= 0, x <= 0
+// decodes <= 0, by sign bit), so that a key's sign bit in an abstract holds for its decoded form.
+void encode_group(KvCodec codec, const float* x, int n, bool keep_signs, uint8_t* dst) {
   const int levels = codec_levels(codec);
   float lo = x[0], hi = x[0];
   for (int i = 1; i < n; ++i) {
@@ -62,7 +68,14 @@ void encode_group(KvCodec codec, const float* x, int n, uint8_t* dst) {
     for (int i = 0; i < n; ++i) {
       const double q = (static_cast<double>(x[i]) - min) / scale + 0.5;
       // q >= 1 false for NaN too: a cast of NaN to an integer is undefined.
-      codes[i] = q >= 1.0 ? static_cast<uint8_t>(std::min(q, static_cast<double>(levels))) : 0;
+      int code = q >= 1.0 ? static_cast<int>(std::min(q, static_cast<double>(levels))) : 0;
+      if (keep_signs) {
+        // One step is enough: x lies within half a step of the code's value, and [min, min +
+        // levels * scale] holds x, so the neighbour on x's side exists and is at most a step away.
+        if (!std::signbit(x[i]) && decoded_value(min, static_cast<float>(scale), code) < 0.0f) ++code;
+        if (std::signbit(x[i]) && decoded_value(min, static_cast<float>(scale), code) > 0.0f) --code;
+      }
+      codes[i] = static_cast<uint8_t>(code);
     }
   }
   std::memcpy(dst, &scale_h, sizeof(scale_h));
@@ -86,7 +99,7 @@ void decode_group(KvCodec codec, const uint8_t* src, int n, float* x) {
   for (int i = 0; i < n; ++i) {
     const int code = codec == KvCodec::kInt8 ? q[i] : (q[i / 2] >> (4 * (i % 2))) & 0xf;
     // scale * code is exact in f32 (11 + 8 significant bits), so only the sum rounds.
-    x[i] = min + scale * static_cast<float>(code);
+    x[i] = decoded_value(min, scale, code);
   }
 }
 
@@ -130,7 +143,7 @@ void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_
     for (int64_t e0 = 0; e0 < n; e0 += kKvCodecGroup) {
       const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
       load_kv_values(g.dtype, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype), len, x);
-      encode_group(codec, x, len, dst);
+      encode_group(codec, x, len, /*keep_signs=*/r < g.chunk_tokens, dst);  // K rows come first
       dst += n_block_bytes;
     }
   }

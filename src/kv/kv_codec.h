@@ -16,7 +16,9 @@
 //   group is constant at min, and then every code is 0); codes are round-to-nearest of
 //   (x - min) / scale, clamped. Rounding min down and scale up keeps every x inside
 //   [min, min + 255 * scale], so |decoded - x| <= scale / 2 (plus the f16 rounding of the output
-//   when dtype is f16), even for a narrow group far from 0 in an f32 chunk.
+//   when dtype is f16), even for a narrow group far from 0 in an f32 chunk. Keys keep their sign:
+//   a K code whose value lies on the other side of 0 than x takes its neighbour on x's side
+//   (error at most one scale), so an abstract's sign bits (chunk_layout.h) hold for decoded keys.
 //
 // Keys and values are taken to be finite and within f16 range (|x| <= 65504), as f16 KV is.
 //

@@ -155,6 +155,12 @@ void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
   update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
 }
 
+void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
+  if (options_.host_codec == KvCodec::kNone) return;
+  decode_chunk(geometry_, options_.host_codec, stored, row_scratch_.data());
+  widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, c.abstract.data());
+}
+
 void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const {
   std::memset(dst, 0, disk_->slot_bytes());
   if (tier == Tier::kDevice) {
@@ -188,6 +194,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     if (move.needs_write) {
       uint8_t* dst = write_buffer_.data();
       disk_slot_of(c, from, dst);
+      cover_stored_form(c, dst);
       LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, index, dst, c.n_filled, c.abstract.data()));
     }
     c.device.reset();
@@ -217,10 +224,12 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     } else {
       std::memcpy(host.get(), stored, host_chunk_bytes_);
     }
-    if (codec != KvCodec::kNone || from == Tier::kDisk) {
-      // The abstract describes the keys as they will be served: decoded, when the codec is lossy.
+    if (from == Tier::kDisk) {
+      // The disk copy's abstract stayed on disk: recompute it from the keys as they are served.
       decode_chunk(geometry_, codec, host.get(), row_scratch_.data());
       recompute_abstract(c, row_scratch_.data());
+    } else {
+      cover_stored_form(c, host.get());
     }
     c.host = std::move(host);
     c.device.reset();
@@ -339,11 +348,12 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
     return Status::ok();
   };
   for (int64_t i = first; i < static_cast<int64_t>(L.chunks.size()); ++i) {
-    const Chunk& ch = L.chunks[i];
+    Chunk& ch = L.chunks[i];
     const ChunkResidency* r = residency_.find({layer, i});
     if (!ch.sealed || r == nullptr || r->on_disk || r->tier == Tier::kDisk) continue;
     uint8_t* dst = write_buffer_.data() + batch.size() * slot;
     disk_slot_of(ch, r->tier, dst);
+    cover_stored_form(ch, dst);
     batch.push_back({i, dst, ch.n_filled, ch.abstract.data()});
     if (batch.size() == n_slots) LEOAM_RETURN_IF_ERROR(flush());
   }
@@ -481,7 +491,13 @@ Status TieredKvCache::promote_after_read(int layer, std::span<const GatherItem> 
     const GatherItem& it = items[i];
     if (it.source == Tier::kDevice || (i > 0 && items[i - 1].index == it.index)) continue;
     const ChunkKey key{layer, it.index};
-    LEOAM_ASSIGN_OR_RETURN(Residency::Plan plan, residency_.plan_promote(key, Tier::kDevice));
+    // A lossy codec's chunks stay in their stored form once they leave the device: a decoded
+    // copy on the device would be encoded anew when demoted, into other values than the ones its
+    // abstract bounds (the codec is not idempotent).
+    Residency::Plan plan;
+    if (options_.host_codec == KvCodec::kNone) {
+      LEOAM_ASSIGN_OR_RETURN(plan, residency_.plan_promote(key, Tier::kDevice));
+    }
     if (plan.moves.empty() && it.source == Tier::kDisk && options_.host_budget_bytes > 0) {
       LEOAM_ASSIGN_OR_RETURN(plan, residency_.plan_promote(key, Tier::kHost));
     }

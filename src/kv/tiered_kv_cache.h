@@ -21,7 +21,12 @@
 // gather_batch_bytes of scratch: device chunks are used in place, host chunks in place or
 // decoded, and disk chunks read in one io_uring batch per gather batch and checked. After a
 // batch is used, chunks read from below are promoted when free space (or less important
-// residents) allow. Every gather counts in stats().
+// residents) allow; with a lossy host codec only from the disk to the host, so the device holds
+// only keys as they were appended. Every gather counts in stats().
+//
+// Abstracts: a sealed chunk's abstract bounds every form of its keys that is ever served: as
+// appended, and decoded from its stored form (the box covers both; the codec keeps key signs).
+// So an abstract a policy read once stays sound wherever the chunk moves.
 //
 // Memory: the device and host tiers hold at most their budgets; besides them the store keeps the
 // in-memory abstracts of device and host chunks (disk chunks' abstracts stay on disk), one gather
@@ -150,6 +155,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // (encoded) or the host (as it is).
   void disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const;
   void recompute_abstract(Chunk& c, const uint8_t* compute_ready);
+  // Widens c's box to cover its keys decoded from `stored` (its stored form) when the codec is
+  // lossy: a sealed chunk's abstract then bounds both forms of its keys, in every tier.
+  void cover_stored_form(Chunk& c, const uint8_t* stored);
   // The abstracts of disk chunks [i0, i1) of `layer`, recomputed from their KV, read in full in
   // batches of the gather scratch (AbstractSource::kKv).
   Status abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst);

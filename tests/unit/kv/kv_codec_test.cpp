@@ -97,6 +97,16 @@ double f16_half_ulp(double y) {
   return std::ldexp(1.0, std::ilogb(a) - 11);
 }
 
+// The stored form of `original` and the values decoded from it.
+std::pair<std::vector<uint8_t>, std::vector<float>> round_trip(const ChunkGeometry& g, KvCodec codec,
+                                                               const std::vector<uint8_t>& original) {
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
+  encode_chunk(g, codec, original.data(), encoded.data());
+  std::vector<uint8_t> decoded(g.chunk_bytes());
+  decode_chunk(g, codec, encoded.data(), decoded.data());
+  return {encoded, load_chunk(g, decoded)};
+}
+
 TEST(KvCodecTest, NamesRoundTrip) {
   for (KvCodec c : {KvCodec::kNone, KvCodec::kInt8, KvCodec::kInt4}) {
     const auto parsed = parse_kv_codec(kv_codec_name(c));
@@ -148,11 +158,7 @@ TEST_P(KvCodecRoundTripTest, ErrorIsAtMostHalfAScalePerGroup) {
   const auto original = store_chunk(g, random_values(g, 11));
   const std::vector<float> x = load_chunk(g, original);  // the values as stored, dtype-rounded
 
-  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
-  encode_chunk(g, codec, original.data(), encoded.data());
-  std::vector<uint8_t> decoded_bytes(g.chunk_bytes());
-  decode_chunk(g, codec, encoded.data(), decoded_bytes.data());
-  const std::vector<float> y = load_chunk(g, decoded_bytes);
+  const auto [encoded, y] = round_trip(g, codec, original);
 
   const int64_t n = g.row_elements();
   const int64_t n_groups = (n + 31) / 32;
@@ -229,6 +235,48 @@ TEST_P(KvCodecRoundTripTest, ZeroRowsEncodeToZeroAndStayZero) {
   std::vector<uint8_t> decoded(g.chunk_bytes(), 0xAB);
   decode_chunk(g, codec, encoded.data(), decoded.data());
   EXPECT_TRUE(std::all_of(decoded.begin() + 3 * g.row_bytes(), decoded.end(), [](uint8_t v) { return v == 0; }));
+}
+
+// Keys keep their side of 0 (x >= 0 decodes >= 0, a set sign bit decodes <= 0), so an abstract's
+// sign bits hold for decoded keys; a key moved for it is within one step, every other value (and
+// every V value) within half a step.
+TEST_P(KvCodecRoundTripTest, KeysKeepTheirSignWithinOneStep) {
+  const auto [shape, dtype, codec] = GetParam();
+  const ChunkGeometry g = geometry(shape.first, shape.second, 8, dtype);
+  std::mt19937 rng(21);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(2 * g.chunk_tokens * g.row_elements()));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = (i % 11 == 0) ? (i % 2 ? -0.0f : 0.0f) : 0.3f + dist(rng);
+  const auto original = store_chunk(g, values);
+  const std::vector<float> x = load_chunk(g, original);
+  const auto [encoded, y] = round_trip(g, codec, original);
+  const int64_t n = g.row_elements();
+  const int64_t n_groups = (n + 31) / 32;
+  int n_moved = 0;
+  for (int64_t r = 0; r < 2 * g.chunk_tokens; ++r) {
+    const bool key = r < g.chunk_tokens;
+    for (int64_t e = 0; e < n; ++e) {
+      const Block b = parse_block(codec, encoded.data() + (r * n_groups + e / 32) * block_size(codec));
+      const double xi = x[r * n + e], yi = y[r * n + e];
+      const double exact = static_cast<double>(b.min) + static_cast<double>(b.scale) * b.codes[e % 32];
+      const bool moved = std::fabs(exact - xi) > 0.5 * b.scale * (1 + 1e-9);
+      SCOPED_TRACE("row " + std::to_string(r) + " element " + std::to_string(e));
+      if (key) {
+        if (std::signbit(x[r * n + e])) {
+          EXPECT_LE(yi, 0.0);
+        } else {
+          EXPECT_GE(yi, 0.0);
+        }
+        EXPECT_LE(std::fabs(exact - xi), b.scale * (1 + 1e-9));
+        n_moved += moved ? 1 : 0;
+      } else {
+        EXPECT_FALSE(moved);
+      }
+    }
+  }
+  if (codec == KvCodec::kInt4) {
+    EXPECT_GT(n_moved, 0) << "no key was near enough to 0 to need moving";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
