@@ -51,6 +51,9 @@ class AttentionSelector {
   // over the query heads; so the mass sums to n_head.
   virtual void observe_attention(int /*layer*/, int64_t /*pos*/, std::span<const TokenRange> /*ranges*/,
                                  std::span<const float> /*mass*/) {}
+  // The context was cut back to positions [0, n_tokens) (a failed batch rolled back): forget what
+  // was learned from the positions past it.
+  virtual void truncate(int64_t /*n_tokens*/) {}
 };
 
 }  // namespace leoam

@@ -197,6 +197,7 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
     Status st = forward_batch(tokens.data() + done, n_chunk, n_past0 + done, all_logits, out);
     if (!st.is_ok()) {
       (void)kv_->truncate(n_past0);  // leave the context as it was
+      if (options_.selector != nullptr) options_.selector->truncate(n_past0);
       return st;
     }
     done += n_chunk;

@@ -76,7 +76,7 @@ std::vector<TokenRange> pick_top_chunks(std::span<const float> scores, ChunkSpan
   int64_t used = 0;
   for (int64_t i : order) {
     const int64_t n = chunk_part(span.i0 + i, far, chunk_tokens).size();
-    if (used + n > budget_tokens) break;
+    if (used + n > budget_tokens && !picked.empty()) break;
     used += n;
     picked.push_back(span.i0 + i);
   }
@@ -94,7 +94,7 @@ std::vector<TokenRange> pick_top_chunks(std::span<const float> scores, ChunkSpan
 }
 
 RangePick pick_top_ranges(std::span<const float> scores, std::span<const TokenRange> units, TokenRange far,
-                          int64_t budget_tokens) {
+                          int64_t budget_tokens, int64_t unsplittable_tokens) {
   auto far_part = [&](int64_t i) {
     const int64_t begin = std::max(units[i].begin, far.begin);
     const int64_t end = std::min(units[i].end, far.end);
@@ -107,7 +107,8 @@ RangePick pick_top_ranges(std::span<const float> scores, std::span<const TokenRa
   int64_t used = 0;
   for (int64_t i : order) {
     const int64_t n = far_part(i).size();
-    if (used + n > budget_tokens) break;
+    const bool best_cannot_split = pick.picked.empty() && units[i].size() <= unsplittable_tokens;
+    if (used + n > budget_tokens && !best_cannot_split) break;
     used += n;
     pick.picked.push_back(i);
   }

@@ -69,19 +69,23 @@ void fold_normalized(std::span<const float> bounds, float scale, std::span<float
 
 // The chunks of `span` (scores[i] for chunk span.i0 + i) in decreasing score, ties to the lower
 // index, taken while the far tokens they hold stay within budget_tokens; the ranking stops at the
-// first chunk that does not fit, so a selection is always a prefix of the ranking. Returns the
+// first chunk that does not fit, so a selection is always a prefix of the ranking. The best chunk
+// is taken even when it alone holds more than the budget (a budget below one chunk would
+// otherwise select nothing: the selection's grain is the chunk). Returns the
 // chunks' parts inside `far`, sorted, with adjacent parts merged.
 std::vector<TokenRange> pick_top_chunks(std::span<const float> scores, ChunkSpan span, TokenRange far,
                                         int chunk_tokens, int64_t budget_tokens);
 
 // pick_top_chunks over chunks of any size (an adaptive chunk tree's leaves, chunk_tree.h):
 // units[i] (sorted, disjoint, each overlapping far) scores scores[i]; the same ranking, budget and
-// stop rule, each unit counting only its tokens inside far.
+// stop rule, each unit counting only its tokens inside far. The best unit is taken over the
+// budget only when it is no larger than unsplittable_tokens (a larger one selects nothing: the
+// tree splits it, until it fits or cannot split).
 struct RangePick {
   std::vector<int64_t> picked;     // indices into units, ascending
   std::vector<TokenRange> ranges;  // their parts inside far, sorted, adjacent parts merged
 };
 RangePick pick_top_ranges(std::span<const float> scores, std::span<const TokenRange> units, TokenRange far,
-                          int64_t budget_tokens);
+                          int64_t budget_tokens, int64_t unsplittable_tokens);
 
 }  // namespace leoam::sparse

@@ -214,7 +214,7 @@ class LeoamPolicy final : public SelectionPolicy {
       s.desert = true;
     } else {
       scores = score(query, upper, leaves, l0, l1);
-      pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens);
+      pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens, tree->options().min_tokens);
       s.ranges = pick.ranges;
     }
     LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0, s));

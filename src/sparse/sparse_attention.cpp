@@ -86,6 +86,14 @@ void SparseAttention::begin_position(int64_t pos) {
   last_pos_ = pos;
 }
 
+void SparseAttention::truncate(int64_t n_tokens) {
+  if (n_tokens > last_pos_) return;
+  first_decode_pos_ = -1;
+  last_pos_ = -1;
+  for (std::vector<float>& p : picks_) p.clear();
+  policy_->reset();
+}
+
 Status SparseAttention::observe_layer_input(int layer, int64_t pos, const float* x) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
   begin_position(pos);

@@ -80,6 +80,9 @@ class SparseAttention final : public AttentionSelector {
                          std::span<const float> mass) override {
     policy_->observe_attention(layer, pos, ranges, mass);
   }
+  // A cut below a position the policy has seen starts the sequence over (policy reset): its
+  // state (leoam's trees, h2o's scores) may hold keys of the positions that were rolled back.
+  void truncate(int64_t n_tokens) override;
 
   const std::vector<LayerSparseStats>& stats() const { return stats_; }
   // The per-layer stats summed over the layers.

@@ -53,7 +53,9 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember(policy_names()))
       ->group(group);
-  cmd.add_option("--budget", o.budget, std::string("far tokens attended per layer and step: ") + kBudgetUnits)
+  cmd.add_option("--budget", o.budget,
+                 std::string("far tokens attended per layer and step: ") + kBudgetUnits +
+                     "; quest, leoam and oracle take whole chunks, at least the best one")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(group);

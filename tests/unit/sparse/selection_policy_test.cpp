@@ -184,9 +184,30 @@ TEST(QuestPolicy, BudgetCountsFarTokensExactly) {
   EXPECT_EQ(pick(7), (Ranges{{6, 8}, {24, 26}}));            // chunk 3 would make 8: the ranking stops
   EXPECT_EQ(pick(12), (Ranges{{6, 16}, {24, 26}}));
   EXPECT_EQ(pick(20), (Ranges{{6, 26}}));
-  EXPECT_EQ(pick(1), Ranges{});  // not even chunk 6's 2 tokens
+  EXPECT_EQ(pick(1), (Ranges{{24, 26}}));  // the best chunk, though over a budget below it
   EXPECT_EQ(catalog.loads().size(), 5u);
   for (const Load& l : catalog.loads()) EXPECT_EQ(l, (Load{kLayer, 1, 7}));
+}
+
+// A budget below one chunk attends the best chunk, in quest and leoam (fixed and adaptive chunks),
+// rather than nothing.
+TEST(SelectionPolicy, ABudgetBelowOneChunkTakesTheBestChunk) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
+  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  const std::vector<float> q = {1, 0};
+  PolicyOptions fixed;
+  fixed.adaptive = false;
+  fixed.desert = false;
+  PolicyOptions adaptive;
+  adaptive.desert = false;
+  for (auto& [name, options] : {std::pair<std::string, PolicyOptions>{"quest", {}}, {"leoam", fixed}, {"leoam", adaptive}}) {
+    SCOPED_TRACE(name + (options.adaptive ? " adaptive" : ""));
+    auto p = policy(name, options);
+    for (const int64_t budget : {1, 3}) {
+      EXPECT_EQ(select_ok(*p, make_query(q, 1, 1, 2, budget), catalog).ranges, (Ranges{{24, 28}})) << budget;
+    }
+  }
 }
 
 TEST(QuestPolicy, TiesGoToTheLowerIndex) {

@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/llama_forward.h"
+#include "keys_catalog.h"
 #include "small_model_test.h"
 
 namespace leoam::sparse {
@@ -108,6 +109,44 @@ TEST(SparseAttention, PickedChunksTellTheStoreTheyMatter) {
   EXPECT_EQ((*kv)->residency().find({1, 5})->importance, 3.0f);
   EXPECT_EQ((*kv)->residency().find({1, 6})->importance, 0.0f);
   EXPECT_EQ((*kv)->residency().find({0, 5})->importance, 0.0f);  // another layer
+}
+
+// A failed batch rolls the context back (LlamaForward truncates the store, then the selector):
+// leoam's trees, grown over the rolled-back position, must not keep its keys. Layer 2 (leaves of
+// 64 at a budget of 256), far [4, 596) at position 599: the edge leaf [576, 600) overlaps far. A
+// huge key at 599 makes it the best leaf; after the rollback 599 holds a zero key, and the leaf
+// with the keys (1, 0) wins, as for a selector that never saw the first key.
+TEST(SparseAttention, ARollbackForgetsWhatThePolicyLearnedPastIt) {
+  testing_util::KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 600, {0, 0});
+  catalog.set_keys(64, 128, {1, 0});
+  catalog.set_keys(599, 600, {100, 0});
+  SparseAttentionOptions o;
+  o.policy = "leoam";
+  o.n_sink = 4;
+  o.n_recent = 4;
+  o.budget = 256;
+  o.policy_options.desert = false;
+  const AttentionShape shape{3, 1, 1, 2, 1.0f / std::sqrt(2.0f)};
+  const std::vector<float> q = {1, 0};
+  ThreadPool pool(1);
+  auto pick = [&](SparseAttention& s) {
+    auto r = s.select(2, 599, q.data(), pool);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return r.is_ok() ? *r : std::vector<TokenRange>{};
+  };
+  auto seen = SparseAttention::create(o, &catalog, shape);
+  ASSERT_TRUE(seen.is_ok()) << seen.status().message();
+  const std::vector<TokenRange> with_huge = pick(**seen);
+  EXPECT_TRUE(std::any_of(with_huge.begin(), with_huge.end(), [](const TokenRange& r) { return r.end == 600; }));
+
+  catalog.set_keys(599, 600, {0, 0});  // the retried token's key
+  (*seen)->truncate(599);
+  auto fresh = SparseAttention::create(o, &catalog, shape);
+  ASSERT_TRUE(fresh.is_ok());
+  const std::vector<TokenRange> want = pick(**fresh);
+  EXPECT_NE(want, with_huge);
+  EXPECT_EQ(pick(**seen), want);
 }
 
 TEST(SparseAttention, RejectsBadOptions) {
