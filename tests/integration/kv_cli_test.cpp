@@ -176,21 +176,39 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
   }
 }
 
-// Every policy runs end to end through the tiered store with the KV mostly on disk. At a 100%
-// budget each gives the text of full attention; at 10% each attends about a tenth of the context
-// and --kv-stats says how much, with the chunk abstracts scored, the deserts and the tier bytes.
-TEST_F(KvCliTest, SparsePoliciesRunOnTheStoreAndAFullBudgetChangesNothing) {
+// Every policy runs end to end through the tiered store with the KV mostly on disk. Just below a
+// full budget (0.99: a full budget skips the policy and gives full attention's text, checked
+// once) each policy chooses, and leaves out a little; at 10% each attends about a tenth of the
+// context and --kv-stats says how much, with the chunk abstracts scored, the deserts and the tier
+// bytes.
+TEST_F(KvCliTest, SparsePoliciesRunOnTheStoreJustBelowAFullBudgetAndAtATenth) {
   CliResult full = run({"-f", prompt_, "--temp", "0", "-n", "16"});
   ASSERT_EQ(full.status, 0) << full.err;
+  std::vector<std::string> skip = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", "leoam", "--budget", "1",
+                                   "--kv-stats"};
+  for (const std::string& a : tiny_tiers("kv-all")) skip.push_back(a);
+  CliResult all = run(skip);
+  ASSERT_EQ(all.status, 0) << all.err;
+  EXPECT_EQ(all.out, full.out);
+  EXPECT_NE(all.err.find("100.0% of the visible ones"), std::string::npos) << all.err;
+  EXPECT_NE(all.err.find("; 0 chunk abstracts scored"), std::string::npos) << all.err;
   for (const std::string policy : {"streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam", "oracle"}) {
     SCOPED_TRACE(policy);
-    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "1",
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "0.99",
                                      "--kv-stats"};
-    for (const std::string& a : tiny_tiers("kv-all-" + policy)) args.push_back(a);
-    CliResult all = run(args);
-    ASSERT_EQ(all.status, 0) << all.err;
-    EXPECT_EQ(all.out, full.out);
-    EXPECT_NE(all.err.find("100.0% of the visible ones"), std::string::npos) << all.err;
+    for (const std::string& a : tiny_tiers("kv-most-" + policy)) args.push_back(a);
+    CliResult near_full = run(args);
+    ASSERT_EQ(near_full.status, 0) << near_full.err;
+    const std::string share_head = "tokens, ";
+    const size_t line_at = near_full.err.find("attention: policy " + policy + ": attended ");
+    ASSERT_NE(line_at, std::string::npos) << near_full.err;
+    const std::string most_line = near_full.err.substr(line_at, near_full.err.find('\n', line_at) - line_at);
+    const double share = std::stod(most_line.substr(most_line.find(share_head) + share_head.size()));
+    EXPECT_LT(share, 100.0) << most_line;
+    EXPECT_GT(share, 90.0) << most_line;
+    if (policy == "quest" || policy == "leoam") {
+      EXPECT_EQ(most_line.find("; 0 chunk abstracts scored"), std::string::npos) << most_line;
+    }
 
     args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", policy, "--budget", "0.1",
             "--kv-stats", "--kv-stats-json", dir_ + "/stats-" + policy + ".json"};

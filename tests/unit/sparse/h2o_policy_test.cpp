@@ -1,7 +1,8 @@
 // h2o and h2o-chunked on constructed attention-mass sequences (observe_attention called directly,
 // then select): exact heavy hitters, ties to the lower position, permanent eviction, the first
 // step that attends everything, reset(); and end to end through SparseAttention and a synthetic
-// model: at a full budget the logits of full attention, at a small one the budget kept.
+// model: just below a full budget, full attention on the first step and then the lightest left
+// out; at a small one the budget kept.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -320,14 +321,34 @@ class H2oEndToEnd : public SmallModelTest {
   std::vector<int32_t> prompt_, decode_;
 };
 
-TEST_F(H2oEndToEnd, AFullBudgetGivesTheLogitsOfFullAttention) {
-  const auto want_memory = run("", 1.0, false);
-  ASSERT_EQ(want_memory.size(), decode_.size());
-  EXPECT_EQ(run("h2o", 1.0, false), want_memory);
-  const auto want_tiered = run("", 1.0, true);
-  ASSERT_EQ(want_tiered.size(), decode_.size());
-  EXPECT_EQ(run("h2o", 1.0, true), want_tiered);
-  EXPECT_EQ(run("h2o-chunked", 1.0, true), want_tiered);
+// Just below a full budget (ceil(0.99 far) = far - 1: a full budget would skip the policy) the
+// first step attends everything, so its logits are full attention's; from the second step h2o
+// evicts its lightest far token and h2o-chunked its lightest chunk (at most 8 tokens a step, each
+// step at least one more), so the logits leave full attention's.
+TEST_F(H2oEndToEnd, JustBelowAFullBudgetTheFirstStepIsFullThenTheLightestGoes) {
+  for (const auto& [policy, tiered] : {std::pair<std::string, bool>{"h2o", false}, {"h2o", true},
+                                       {"h2o-chunked", true}}) {
+    SCOPED_TRACE(policy + (tiered ? " tiered" : " in memory"));
+    std::vector<std::vector<int64_t>> attended;
+    const auto rows = run(policy, 0.99, tiered, &attended);
+    const auto full = run("", 1.0, tiered);
+    ASSERT_EQ(rows.size(), full.size());
+    ASSERT_EQ(attended.size(), decode_.size());
+    EXPECT_EQ(rows[0], full[0]);
+    for (int64_t n : attended[0]) EXPECT_EQ(n, 151);
+    for (size_t step = 1; step < attended.size(); ++step) {
+      const int64_t visible = 151 + static_cast<int64_t>(step);
+      EXPECT_NE(rows[step], full[step]) << "step " << step;
+      for (int64_t n : attended[step]) {
+        if (policy == "h2o") {
+          EXPECT_EQ(n, visible - 1) << "step " << step;
+        } else {
+          EXPECT_LT(n, visible) << "step " << step;
+          EXPECT_GE(n, visible - 8 * static_cast<int64_t>(step)) << "step " << step;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(H2oEndToEnd, ASmallBudgetIsKeptAfterTheFirstStep) {

@@ -373,9 +373,10 @@ TEST(InfinigenPolicy, SpeculatesTheNextLayerFromThisLayersInput) {
   EXPECT_EQ(got2->ranges, reference_selection(hp, true_query(*m->model, 1, pos, x0), keys2, far, budget, cols));
 }
 
-// Decoding with SparseAttention: at a full budget the logits are those of full attention; at 30%
-// every step attends the sink, the recent window and exactly ceil(0.3 far) far tokens.
-TEST(InfinigenPolicy, DecodesWithinTheBudgetAndExactlyAtAFullBudget) {
+// Decoding with SparseAttention just below a full budget (ceil(0.99 far) = far - 1 here: a full
+// budget would skip the policy) and at 30%: every step scores every far token and attends the
+// sink, the recent window and exactly ceil(b far) far tokens, so the logits leave full attention's.
+TEST(InfinigenPolicy, DecodesExactlyWithinTheBudgetJustBelowFullAndAtThirtyPercent) {
   const auto m = make_model(small_spec(ModelArch::kLlama));
   const ModelHparams& hp = m->model->hparams();
   std::mt19937 rng(3);
@@ -417,22 +418,26 @@ TEST(InfinigenPolicy, DecodesWithinTheBudgetAndExactlyAtAFullBudget) {
     return rows;
   };
   const auto want = run(0.0);
-  EXPECT_EQ(run(1.0), want);
-
-  const auto sparse = run(0.3);
-  EXPECT_NE(sparse, want);
-  int64_t attended = 0, visible = 0, far = 0;
-  for (int64_t n = 151; n <= 160; ++n) {
-    attended += 4 + 16 + static_cast<int64_t>(std::ceil(0.3 * static_cast<double>(n - 4 - 16)));
-    visible += n;
-    far += n - 4 - 16;
-  }
-  ASSERT_EQ(stats.size(), static_cast<size_t>(hp.n_layer));
-  for (const LayerSparseStats& s : stats) {
-    EXPECT_EQ(s.n_queries, 10);
-    EXPECT_EQ(s.n_visible, visible);
-    EXPECT_EQ(s.n_attended, attended);
-    EXPECT_EQ(s.n_chunks_scored, far);
+  for (const double budget : {0.99, 0.3}) {
+    SCOPED_TRACE(budget);
+    const auto sparse = run(budget);
+    EXPECT_NE(sparse, want);
+    int64_t attended = 0, visible = 0, far = 0;
+    for (int64_t n = 151; n <= 160; ++n) {
+      attended += 4 + 16 + static_cast<int64_t>(std::ceil(budget * static_cast<double>(n - 4 - 16)));
+      visible += n;
+      far += n - 4 - 16;
+    }
+    if (budget == 0.99) {
+      EXPECT_EQ(visible - attended, 10);  // one far token a step
+    }
+    ASSERT_EQ(stats.size(), static_cast<size_t>(hp.n_layer));
+    for (const LayerSparseStats& s : stats) {
+      EXPECT_EQ(s.n_queries, 10);
+      EXPECT_EQ(s.n_visible, visible);
+      EXPECT_EQ(s.n_attended, attended);
+      EXPECT_EQ(s.n_chunks_scored, far);
+    }
   }
 }
 

@@ -171,8 +171,6 @@ TEST(SparseAttention, RejectsBadOptions) {
   EXPECT_NE(SparseAttention::create(o, nullptr, shape_of(2)).status().message().find("layer 2"), std::string::npos);
 }
 
-// With a budget of every token, each policy attends to what full attention does: the logits of
-// every decode step are the same.
 // SmallModelTest with a tiered store per run and a selector over it.
 class SparseForwardTest : public SmallModelTest {
  protected:
@@ -207,31 +205,73 @@ class SparseForwardTest : public SmallModelTest {
     EXPECT_TRUE(ctx.is_ok());
     return ctx.is_ok() ? std::move(ctx).value() : nullptr;
   }
-
 };
 
-TEST_F(SparseForwardTest, EveryPolicyAtAFullBudgetGivesTheLogitsOfFullAttention) {
-  std::mt19937 rng(3);
-  const std::vector<int32_t> prompt = random_tokens(150, rng);
-  const std::vector<int32_t> decode = random_tokens(10, rng);
-  // Decode logits with a selector (no policy: full attention).
-  auto run = [&](const std::string& policy) -> std::vector<std::vector<float>> {
+// The decode logits of 10 steps after a 150-token prompt, and the selector's per-layer stats.
+struct DecodeRun {
+  std::vector<std::vector<float>> rows;
+  std::vector<LayerSparseStats> stats;
+};
+
+class SparseDecodeTest : public SparseForwardTest {
+ protected:
+  DecodeRun run(const std::string& policy, double budget) {
+    std::mt19937 rng(3);
+    const std::vector<int32_t> prompt = random_tokens(150, rng);
+    const std::vector<int32_t> decode = random_tokens(10, rng);
     std::unique_ptr<SparseAttention> selector;
-    std::unique_ptr<ForwardContext> ctx = context(policy, 1.0, 16, 512, selector);
-    if (ctx == nullptr) return {};
+    std::unique_ptr<ForwardContext> ctx = context(policy, budget, 16, 512, selector);
+    DecodeRun r;
+    if (ctx == nullptr) return r;
     std::vector<float> logits;
     EXPECT_TRUE(ctx->eval(prompt, false, logits).is_ok());
-    std::vector<std::vector<float>> rows;
     for (int32_t tok : decode) {
       const int32_t one[1] = {tok};
       EXPECT_TRUE(ctx->eval(one, false, logits).is_ok());
-      rows.push_back(logits);
+      r.rows.push_back(logits);
     }
-    return rows;
-  };
-  const auto want = run("");
+    if (selector != nullptr) r.stats = selector->stats();
+    return r;
+  }
+};
+
+// A budget of every far token skips the policy (nothing to choose): full attention's logits, and
+// no chunk scored.
+TEST_F(SparseDecodeTest, AFullBudgetSkipsThePolicyAndGivesTheLogitsOfFullAttention) {
+  const auto want = run("", 1.0).rows;
   for (const char* policy : {"full", "streaming", "quest", "leoam"}) {
-    EXPECT_EQ(run(policy), want) << policy;
+    const DecodeRun r = run(policy, 1.0);
+    EXPECT_EQ(r.rows, want) << policy;
+    for (const LayerSparseStats& s : r.stats) {
+      EXPECT_EQ(s.n_attended, s.n_visible) << policy;
+      EXPECT_EQ(s.n_chunks_scored, 0) << policy;
+    }
+  }
+}
+
+// Just below a full budget (ceil(0.99 far) = far - 1 far tokens: far is 130..139) each policy runs
+// and leaves out its least wanted unit, and only that (every other fits): streaming the oldest far
+// token, quest its lowest-ranked chunk (a far part of 4 or 8 tokens, chunks of 8), leoam its
+// lowest-ranked leaf (at most 32 tokens: four leaves fit the budget). The logits leave full
+// attention's.
+TEST_F(SparseDecodeTest, JustBelowAFullBudgetEachPolicyLeavesOutItsLowestRankedUnit) {
+  const auto want = run("", 1.0).rows;
+  for (const auto& [policy, most] : {std::pair<std::string, int64_t>{"streaming", 1}, {"quest", 8}, {"leoam", 32}}) {
+    SCOPED_TRACE(policy);
+    const DecodeRun r = run(policy, 0.99);
+    EXPECT_NE(r.rows, want);
+    ASSERT_EQ(r.stats.size(), static_cast<size_t>(spec_.n_layer));
+    for (const LayerSparseStats& s : r.stats) {
+      EXPECT_EQ(s.n_queries, 10);
+      const int64_t left_out = s.n_visible - s.n_attended;
+      EXPECT_GE(left_out, 10);  // at least one token a step
+      EXPECT_LE(left_out, 10 * most);
+      if (policy == "streaming") {
+        EXPECT_EQ(s.n_chunks_scored, 0);
+      } else {
+        EXPECT_GT(s.n_chunks_scored, 0);
+      }
+    }
   }
 }
 
