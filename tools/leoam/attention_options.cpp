@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "cli_common.h"
 #include "model/model.h"
 
 namespace leoam::cli {
@@ -41,7 +42,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
                  "tokens attended per layer and step, sink and recent window included: a fraction of the context "
                  "(<= 1) or a token count (> 1)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(positive<double>())
       ->group(group);
   cmd.add_option("--layer-budget", o.layer_budgets,
                  "per-layer budgets, LAYER=BUDGET,... (default for leoam and oracle with a fractional --budget: at "
@@ -64,7 +65,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   cmd.add_option("--partial-ratio", o.partial_ratio,
                  "infinigen: the fraction of each head's columns in the partial query/key projection")
       ->capture_default_str()
-      ->check(CLI::Range(0.01, 1.0))
+      ->check(in_range(0.01, 1.0))
       ->group(group);
 }
 
