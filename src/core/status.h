@@ -18,6 +18,7 @@ enum class StatusCode : int {
   kUnsupported,      // well-formed input that this build cannot handle (tensor type, arch)
   kIoError,          // the OS reported an error (EIO, ENOSPC, short read)
   kInternal,         // a bug: an invariant did not hold
+  kCancelled,        // stopped early because the caller asked (a should_stop callback said so)
 };
 
 class [[nodiscard]] Status {
@@ -49,6 +50,7 @@ inline Status corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
 // A value of type T, or the Status that explains why there is none.
 template <typename T>

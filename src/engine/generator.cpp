@@ -61,8 +61,15 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
 
   const std::span<const int32_t> to_eval = prompt_tokens.subspan(static_cast<size_t>(n_reused));
   const auto t_prefill = std::chrono::steady_clock::now();
-  LEOAM_RETURN_IF_ERROR(ctx.eval(to_eval, /*all_logits=*/want_logits, logits));
+  const Status prefilled = ctx.eval(to_eval, /*all_logits=*/want_logits, logits);
   stats.prefill_ms = ms_since(t_prefill);
+  stats.n_prefilled = ctx.n_past() - n_reused;
+  if (prefilled.code() == StatusCode::kCancelled) {
+    stats.stop_reason = StopReason::kInterrupted;
+    stats.sampler_rng_state = sampler.rng_state();
+    return stats;
+  }
+  LEOAM_RETURN_IF_ERROR(prefilled);
   if (callbacks.on_prefill_done) callbacks.on_prefill_done(n_prompt);
 
   std::span<const float> row(logits);
@@ -85,6 +92,10 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
     }
     if (ctx.n_past() >= ctx.n_ctx()) {
       stats.stop_reason = StopReason::kContextFull;
+      break;
+    }
+    if (options.should_stop && options.should_stop()) {
+      stats.stop_reason = StopReason::kInterrupted;
       break;
     }
     const int32_t token = sampler.sample(row);

@@ -22,6 +22,12 @@
 // End-of-generation tokens are counted in n_generated and passed to the sampler's history but
 // their piece (empty for control tokens) is streamed like any other.
 //
+// Stopping early (Ctrl-C): when options.should_stop says true, the call returns its stats so far
+// with StopReason::kInterrupted. It is polled before each token is sampled, and during the prefill
+// between chunks (the context must have been created with the same callback as
+// ForwardOptions::should_stop); a prefill stopped there leaves prefill_complete() false, and the
+// context holds the KV of the chunks done.
+//
 // Logits sink: when on_logits is set, it receives one row of n_vocab logits per evaluated
 // position, in order: every prompt position the prefill evaluates (it runs with all_logits; the
 // n_reused_tokens positions whose KV the context already held get no row), then every generated
@@ -52,17 +58,22 @@ struct GenerateOptions {
   // non-empty: the sampler's random stream continues from this state (a resumed session); see
   // GenerateStats::sampler_rng_state and Sampler::rng_state.
   std::string sampler_rng_state;
+  // Polled before each token is sampled; true stops the call (see the header comment). May be empty.
+  std::function<bool()> should_stop;
 };
 
 enum class StopReason : uint8_t {
   kEndOfGeneration,  // sampled an EOG token
   kMaxTokens,        // generated n_predict tokens
   kContextFull,      // no room left in the context for another token
+  kInterrupted,      // should_stop said so
 };
 
 struct GenerateStats {
   int64_t n_prompt_tokens = 0;
   int64_t n_reused_tokens = 0;  // prompt positions whose KV the context already held (not evaluated)
+  // prompt positions the prefill evaluated: n_prompt_tokens - n_reused_tokens, unless interrupted
+  int64_t n_prefilled = 0;
   int64_t n_generated = 0;
   double prefill_ms = 0.0;  // the prefill eval (of the n_prompt_tokens - n_reused_tokens others)
   double decode_ms = 0.0;   // from the end of the prefill to the last token sampled (or evaluated)
@@ -73,8 +84,9 @@ struct GenerateStats {
   std::vector<int32_t> tokens;    // the whole sequence: prompt tokens, then the generated ones
   std::string sampler_rng_state;  // the sampler's state after the last token was sampled
 
+  bool prefill_complete() const { return n_reused_tokens + n_prefilled == n_prompt_tokens; }
   double prefill_tokens_per_s() const {
-    return prefill_ms > 0 ? static_cast<double>(n_prompt_tokens - n_reused_tokens) * 1000.0 / prefill_ms : 0.0;
+    return prefill_ms > 0 ? static_cast<double>(n_prefilled) * 1000.0 / prefill_ms : 0.0;
   }
   double decode_tokens_per_s() const { return decode_ms > 0 ? n_generated * 1000.0 / decode_ms : 0.0; }
 };

@@ -25,6 +25,8 @@ struct ForwardOptions {
   KvDtype kv_dtype = KvDtype::kF16;
   // Called after each prefill chunk with (tokens done, tokens total); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
+  // Polled after each prefill chunk but the last; true stops eval there (see eval). May be empty.
+  std::function<bool()> should_stop;
   // Chooses the positions each decoded token attends to, per layer (sparse attention); null:
   // every position. Not owned; must outlive the context.
   AttentionSelector* selector = nullptr;
@@ -43,7 +45,9 @@ class ForwardContext {
   // Evaluates `tokens` at positions [n_past(), n_past() + tokens.size()) and appends their KV.
   // logits is resized to tokens.size() * n_vocab when all_logits, else to n_vocab (the last
   // position's). Fails, changing nothing, when a token id is out of range or the tokens do not
-  // fit in the context ("... exceeds the context size of N tokens (-c)").
+  // fit in the context ("... exceeds the context size of N tokens (-c)"). When options.should_stop
+  // says true between two prefill chunks, fails with kCancelled and keeps the KV of the chunks
+  // done: n_past() says how far it got, and the logits are unset.
   virtual Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
 
   virtual int64_t n_past() const = 0;

@@ -202,6 +202,9 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
     }
     done += n_chunk;
     if (options_.progress) options_.progress(done, n);
+    if (done < n && options_.should_stop && options_.should_stop()) {
+      return cancelled("prefill stopped after " + std::to_string(done) + " of " + std::to_string(n) + " tokens");
+    }
   }
   return Status::ok();
 }

@@ -2,9 +2,12 @@
 // and the exit status. Shared by the CLI integration tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -58,5 +61,29 @@ inline CliResult run_leoam(const std::string& scratch_dir, const std::vector<std
   r.err = read_file(err_path);
   return r;
 }
+
+// The third-party fixtures the tests run on.
+inline const std::string kStoriesModel = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
+inline const std::string kBookText = std::string(LEOAM_FIXTURES_DIR) + "/text/pg19_firstbook.txt";
+
+// A test on stories260K and the book (skipped when either is absent), with a fresh scratch
+// directory dir_ that is removed after.
+class StoriesCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    namespace fs = std::filesystem;
+    if (!fs::exists(kStoriesModel) || !fs::exists(kBookText)) {
+      GTEST_SKIP() << "fixture absent: " << kStoriesModel << " or " << kBookText;
+    }
+    char tmpl[] = "/tmp/leoam_cli_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir_;
+};
 
 }  // namespace leoam::testing_cli

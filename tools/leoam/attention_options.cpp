@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "cli_common.h"
 #include "model/model.h"
 #include "sparse/budget_schedule.h"
 
@@ -57,7 +58,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
                  std::string("far tokens attended per layer and step: ") + kBudgetUnits +
                      "; quest, leoam and oracle take whole chunks, at least the best one")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(positive<double>())
       ->group(group);
   cmd.add_option("--layer-budget", o.layer_budgets,
                  std::string("per-layer budgets for every policy, LAYER=BUDGET,... in --budget's units (default "
@@ -81,7 +82,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   cmd.add_option("--partial-ratio", o.partial_ratio,
                  "infinigen: the fraction of each head's columns in the partial query/key projection")
       ->capture_default_str()
-      ->check(CLI::Range(0.01, 1.0))
+      ->check(in_range(0.01, 1.0))
       ->group(group);
 }
 

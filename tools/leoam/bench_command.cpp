@@ -97,26 +97,26 @@ class BenchCommand : public Command {
     });
     cmd->add_option("-p,--n-prompt", options_.n_prompt, "prompt tokens of the pp test (0: no pp test)")
         ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 20));
+        ->check(in_range(0, 1 << 20));
     cmd->add_option("-n,--n-gen", options_.n_gen, "tokens generated in the tg test (0: no tg test)")
         ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 20));
+        ->check(in_range(0, 1 << 20));
     cmd->add_option("-t,--threads", options_.n_threads,
                     "thread counts, comma-separated (0: the physical cores, " +
                         std::to_string(ThreadPool::default_thread_count()) + " here)")
         ->delimiter(',')
         ->capture_default_str()
-        ->check(CLI::Range(0, 1024))
+        ->check(in_range(0, 1024))
         ->type_name("N[,N...]");
     cmd->add_option("-d,--depth", options_.depths,
                     "context depths, comma-separated: tokens already in the KV cache when timing starts")
         ->delimiter(',')
         ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 24))
+        ->check(in_range(0, 1 << 24))
         ->type_name("D[,D...]");
     cmd->add_option("-r,--repetitions", options_.n_reps, "timed repetitions per test (the median is reported)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000));
+        ->check(in_range(1, 1000));
     cmd->add_flag("--json", json_, "print one JSON document instead of the table");
     cmd->add_flag("--no-bound", no_bound_, "skip measuring the DRAM bandwidth and peak rates (and the bound columns)");
     return cmd;

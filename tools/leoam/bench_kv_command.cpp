@@ -45,7 +45,7 @@ class BenchKvCommand : public Command {
     cmd->add_option("--chunk", options_.chunk_tokens, "chunk sizes in tokens, comma-separated")
         ->delimiter(',')
         ->capture_default_str()
-        ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
+        ->check(in_range(kMinChunkTokens, kMaxChunkTokens))
         ->type_name("C[,C...]");
     cmd->add_option("--shape", shape_texts_, "KV shapes, comma-separated KV heads x head dim (7B-shaped, GQA)")
         ->delimiter(',')
@@ -59,7 +59,7 @@ class BenchKvCommand : public Command {
         ->type_name("HxD[,HxD...]");
     cmd->add_option("--file-mb", file_mb_, "MiB of KV written to disk per configuration")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(in_range<uint64_t>(1, 1 << 20));
     cmd->add_option("--fraction", options_.select_fraction, "fraction of the chunks each gather reads, in (0, 1]")
         ->capture_default_str()
         ->check(CLI::Validator(
@@ -72,10 +72,10 @@ class BenchKvCommand : public Command {
             "(0,1]"));
     cmd->add_option("--queue-depth", options_.queue_depth, "disk reads in flight at once (io_uring)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 4096));
+        ->check(in_range(1, 4096));
     cmd->add_option("-r,--repetitions", options_.n_reps, "timed gather and raw reps each (the median is reported)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000));
+        ->check(in_range(1, 1000));
     cmd->add_option("--seed", options_.seed, "seed of the KV contents and the chunk selections")->capture_default_str();
     cmd->add_flag("--json", json_, "print one JSON object instead of the table");
     return cmd;

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace leoam::cli {
 
@@ -32,6 +33,35 @@ CLI::Validator readable_file() {
         if (S_ISDIR(st.st_mode)) return "cannot read '" + path + "': it is a directory";
         std::ifstream in(path, std::ios::binary);
         if (!in) return "cannot read '" + path + "': " + std::strerror(errno);
+        return {};
+      },
+      "");
+}
+
+CLI::Validator writable_dir() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        const std::string what_to_do = "; give a directory you can write to";
+        // The nearest existing directory on the way to `path`: files are made there.
+        std::string dir = path;
+        struct stat st {};
+        while (::stat(dir.c_str(), &st) != 0) {
+          // ENOTDIR: a file on the way, which the walk up then finds.
+          if (errno != ENOENT && errno != ENOTDIR) return "cannot use '" + dir + "': " + std::strerror(errno) + what_to_do;
+          while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+          const size_t slash = dir.rfind('/');
+          dir = slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash);
+        }
+        if (!S_ISDIR(st.st_mode)) {
+          return "'" + dir + "' is a file, not a directory" + (dir == path ? "" : " (on the way to '" + path + "')") +
+                 what_to_do;
+        }
+        // access(W_OK) says yes to root in /proc, where no file can be made: making one is the test.
+        std::string probe = dir + "/.leoam-probe-XXXXXX";
+        const int fd = ::mkstemp(probe.data());
+        if (fd < 0) return "cannot create files in '" + dir + "': " + std::strerror(errno) + what_to_do;
+        ::close(fd);
+        ::unlink(probe.c_str());
         return {};
       },
       "");

@@ -3,13 +3,17 @@
 //
 // Exit status: 0 success; 1 (kExitFailure) a failure while loading or running (corrupt model,
 // prompt too long, write error); 2 (kExitUsage) a usage error found before any work starts (bad
-// or missing flag, a missing or unreadable input file). Every error is one line on stderr:
+// or missing flag, a missing or unreadable input file); 130 (kExitInterrupted, 128 + SIGINT, as
+// shells report it) a run stopped by Ctrl-C. Every error is one line on stderr:
 //   leoam: error: <what went wrong>
 #pragma once
 
+#include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -20,6 +24,7 @@ namespace leoam::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInterrupted = 130;
 
 // One subcommand: registers its flags on the app (binding them to its own members), then runs
 // when the parse selected it.
@@ -48,6 +53,25 @@ int fail(const Status& status);
 // Error text: "cannot read 'PATH': No such file or directory".
 CLI::Validator readable_file();
 
+// A CLI11 validator: DIR is a directory where files can be made, or can be created as one
+// (checked by making and removing a file in it, or in the nearest existing parent, which is
+// left unchanged). Error text, after CLI11's "--kv-dir: ": "cannot create files in '/ro':
+// Permission denied; give a directory you can write to".
+CLI::Validator writable_dir();
+
+// CLI11 validators for numeric options, whose errors read "--budget: must be > 0, got 0" and
+// "--threads: 'x' is not a whole number" (CLI11's PositiveNumber and Range print DBL_MAX as a
+// bound, and "Could not convert" for a bad number). T is the option's type: an integral T takes
+// whole numbers only, a floating T finite ones. number<T>() checks only that.
+template <typename T>
+CLI::Validator number();
+template <typename T>
+CLI::Validator positive();
+template <typename T>
+CLI::Validator non_negative();
+template <typename T>
+CLI::Validator in_range(T lo, T hi);
+
 // The whole contents of `path`.
 Result<std::string> read_text_file(const std::string& path);
 
@@ -58,5 +82,62 @@ void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_
 // The prompt selected by add_prompt_options: -p's text, or -f's file contents minus one trailing
 // newline (as llama.cpp does; a file saved by an editor ends in one).
 Result<std::string> resolve_prompt(const std::string& prompt, const std::string& prompt_file);
+
+namespace detail {
+
+template <typename T>
+std::string number_text(T x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+// `text` as a T in `x`, or why it is not one.
+template <typename T>
+std::string parse_number(const std::string& text, T& x) {
+  if constexpr (std::is_integral_v<T>) {
+    if (!CLI::detail::lexical_cast(text, x)) return "'" + text + "' is not a whole number";
+  } else {
+    if (!CLI::detail::lexical_cast(text, x)) return "'" + text + "' is not a number";
+    if (!std::isfinite(x)) return "must be a finite number, got " + text;
+  }
+  return {};
+}
+
+// A validator that accepts a T for which ok(x), else says "must be <rule>, got <text>".
+template <typename T, typename Ok>
+CLI::Validator number_check(Ok ok, const std::string& rule, const std::string& description) {
+  return CLI::Validator(
+      [ok, rule](std::string& text) -> std::string {
+        T x{};
+        if (std::string why = parse_number(text, x); !why.empty()) return why;
+        return ok(x) ? std::string() : "must be " + rule + ", got " + text;
+      },
+      description);
+}
+
+}  // namespace detail
+
+template <typename T>
+CLI::Validator number() {
+  return detail::number_check<T>([](T) { return true; }, "", "");
+}
+
+template <typename T>
+CLI::Validator positive() {
+  return detail::number_check<T>([](T x) { return x > T{0}; }, "> 0", "POSITIVE");
+}
+
+template <typename T>
+CLI::Validator non_negative() {
+  return detail::number_check<T>([](T x) { return x >= T{0}; }, ">= 0", "NONNEGATIVE");
+}
+
+template <typename T>
+CLI::Validator in_range(T lo, T hi) {
+  const std::string a = detail::number_text(lo), b = detail::number_text(hi);
+  return detail::number_check<T>([lo, hi](T x) { return lo <= x && x <= hi; }, "from " + a + " to " + b,
+                                 "in [" + a + ", " + b + "]");
+}
 
 }  // namespace leoam::cli

@@ -357,22 +357,22 @@ class EvalCommand : public Command {
     cmd->add_option("--ctx", ctxs_, "context lengths in tokens (the whole prompt, BOS included), comma-separated")
         ->required()
         ->delimiter(',')
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+        ->check(in_range(int64_t{1}, int64_t{1} << 30));
     depth_option_ = cmd->add_option("--depth", depths_,
                                     "needle depths in [0, 1], comma-separated. --task ppl: the share of each window "
                                     "prefilled as a prompt (full attention) before the rest is decoded through the "
                                     "policy and scored (default there 0: every position decoded)")
         ->capture_default_str()
         ->delimiter(',')
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(in_range(0.0, 1.0));
     cmd->add_option("--seeds", n_seeds_,
                     "samples per context and depth (seeds 0 .. N-1, or from --first-seed; ignored for --task ppl)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(in_range(1, 1 << 20));
     cmd->add_option("--first-seed", first_seed_,
                     "the first sample seed: the samples use seeds S .. S + --seeds - 1 (ignored for --task ppl)")
         ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 30));
+        ->check(in_range(0, 1 << 30));
     cmd->add_option("--out", out_path_,
                     "append one JSON line per run to FILE; the runs it holds are skipped. A line has bytes_read "
                     "{device, host, disk}: the bytes read out of each KV tier during the run, as `run --kv-stats` "
@@ -396,18 +396,18 @@ class EvalCommand : public Command {
         ->type_name("FILE");
     cmd->add_option("--windows", n_windows_, "--task ppl: score at most N windows of each --ctx (0: every whole one)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<int64_t>());
     cmd->add_option("-c,--ctx-size", n_ctx_, "context size in tokens (0: the model's training context); every --ctx "
                                              "plus the answer tokens must fit")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<int>());
     cmd->add_option("-b,--batch-size", n_batch_, "prompt tokens per forward pass")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(in_range(1, 1 << 20));
     cmd->add_option("-t,--threads", n_threads_,
                     "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<int>());
     add_kv_options(*cmd, kv_options_);
     add_attention_options(*cmd, attention_options_);
     // --policy and --budget are lists here: the sweep runs each policy at each budget.
@@ -424,13 +424,7 @@ class EvalCommand : public Command {
                     "step, a fraction of them (<= 1) or a whole count (> 1); see --layer-budget")
         ->capture_default_str()
         ->delimiter(',')
-        ->check(CLI::Validator(
-            [](std::string& value) {
-              double x = 0.0;
-              return CLI::detail::lexical_cast(value, x) && x > 0.0 ? std::string()
-                                                                    : "'" + value + "' is not a positive number";
-            },
-            "POSITIVE"))
+        ->check(positive<double>())
         ->group("Sparse attention");
     return cmd;
   }

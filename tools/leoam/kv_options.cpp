@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "cli_common.h"
 #include "kv/memory_kv_cache.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/model.h"
@@ -21,23 +22,25 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   CLI::Option* dir = cmd.add_option("--kv-dir", o.dir,
                  "keep the KV in the tiered store, with its disk tier in DIR (created if missing; its files are "
                  "unlinked once open, so none outlives the run); without it the KV lives in RAM")
+      ->check(writable_dir())
       ->type_name("DIR")
       ->group(group);
   cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV (RAM on the CPU)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(positive<double>())
       ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-host-mb", o.host_mb, "host tier budget in MiB: RAM, in the --kv-host-codec form (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative<double>())
       ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-chunk", o.chunk_tokens,
-                 "tokens per KV chunk (default: for --policy leoam, whose adaptive chunks split down to one store "
-                 "chunk, and for oracle: 8, or 4 or 2 when the far budget holds fewer than 16 chunks of 8 or 4; 16 "
-                 "for quest, its page size; else 64)")
-      ->check(CLI::Range(kMinChunkTokens, kMaxChunkTokens))
+                 "tokens per KV chunk, any size (not only powers of two: leoam's adaptive chunks are C times a "
+                 "power of two, halved down to C) (default: for --policy leoam, whose adaptive chunks split down to "
+                 "one store chunk, and for oracle: 8, or 4 or 2 when the far budget holds fewer than 16 chunks of 8 "
+                 "or 4; 16 for quest, its page size; else 64)")
+      ->check(in_range(kMinChunkTokens, kMaxChunkTokens))
       ->group(group);
   cmd.add_option("--kv-host-codec", o.host_codec, "form of the KV on the host and disk tiers: none, int8 or int4 (lossy)")
       ->capture_default_str()
@@ -46,15 +49,15 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->group(group);
   cmd.add_option("--kv-sink", o.n_sink, "first tokens (the sink): pinned to the device tier, and always attended")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative<int>())
       ->group(group);
   cmd.add_option("--kv-recent", o.n_recent, "last tokens (the recent window): pinned to the device tier, and always attended")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative<int>())
       ->group(group);
   cmd.add_option("--kv-queue-depth", o.queue_depth, "disk reads in flight at once (io_uring)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096))
+      ->check(in_range(1, 4096))
       ->needs(dir)
       ->group(group);
   cmd.add_flag("--kv-stats", o.print_stats, "print the KV tiers' traffic, hits and I/O latency at the end (stderr)")

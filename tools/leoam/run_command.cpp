@@ -5,6 +5,11 @@
 // `leoam run ... > out.txt` captures exactly prompt + completion + "\n". Diagnostics, the
 // prefill progress bar (terminal only, long prompts only) and the closing speed summary go to
 // stderr.
+//
+// Ctrl-C (SigintScope): the first stops the prefill at its next batch, or the generation before its
+// next token; the run then prints its summary and --kv-stats, saves --kv-save if generation had
+// begun (a prefill cut short leaves nothing to save, and no file), and exits with status 130. A
+// second Ctrl-C exits at once.
 #include <unistd.h>
 
 #include <charconv>
@@ -27,6 +32,7 @@
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "progress_bar.h"
+#include "sigint_scope.h"
 #include "tokenizer/tokenizer.h"
 
 namespace leoam::cli {
@@ -76,6 +82,7 @@ const char* stop_reason_text(StopReason reason) {
     case StopReason::kEndOfGeneration: return "end of generation token";
     case StopReason::kMaxTokens: return "-n tokens generated";
     case StopReason::kContextFull: return "context full (-c)";
+    case StopReason::kInterrupted: return "interrupted (Ctrl-C)";
   }
   return "?";
 }
@@ -102,34 +109,38 @@ class RunCommand : public Command {
     add_prompt_options(*cmd, prompt_, prompt_file_, "--kv-load");
     cmd->add_option("-n,--n-predict", options_.n_predict, "tokens to generate at most (-1: until end of generation or a full context)")
         ->capture_default_str()
-        ->check(CLI::Range(-1, 1 << 30));
+        ->check(in_range(-1, 1 << 30));
     cmd->add_option("-c,--ctx-size", n_ctx_, "context size in tokens (0: the model's training context)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<int>());
     cmd->add_option("-b,--batch-size", n_batch_,
                     "prompt tokens per forward pass (1: every prompt token is decoded alone, through the sparse "
                     "attention policy, so --dump-logits scores the policy on the prompt)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(in_range(1, 1 << 20));
     cmd->add_option("-t,--threads", n_threads_,
                     "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<int>());
     SamplerOptions& s = options_.sampler;
-    cmd->add_option("--temp", s.temperature, "temperature (<= 0: greedy, always the most likely token)")->capture_default_str();
-    cmd->add_option("--top-k", s.top_k, "keep the K most likely tokens (<= 0: all)")->capture_default_str();
+    cmd->add_option("--temp", s.temperature, "temperature (<= 0: greedy, always the most likely token)")
+        ->capture_default_str()
+        ->check(number<float>());
+    cmd->add_option("--top-k", s.top_k, "keep the K most likely tokens (<= 0: all)")
+        ->capture_default_str()
+        ->check(number<int>());
     cmd->add_option("--top-p", s.top_p, "keep the most likely tokens up to probability mass P (1: off)")
         ->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(in_range(0.0f, 1.0f));
     cmd->add_option("--min-p", s.min_p, "drop tokens less likely than P times the most likely one (0: off)")
         ->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(in_range(0.0f, 1.0f));
     cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalize tokens seen in the last --repeat-last-n (1: off)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(positive<float>());
     cmd->add_option("--repeat-last-n", s.repeat_last_n, "tokens of history the repeat penalty looks at (0: off)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<int>());
     seed_option_ = cmd->add_option("--seed", s.seed, "random seed for sampling (default: random; --verbose prints it)");
     cmd->add_flag("--no-bos", no_bos_, "do not prepend the BOS token to the prompt");
     cmd->add_flag("--parse-special", options_.parse_special, "recognize special tokens such as </s> written in the prompt");
@@ -141,6 +152,7 @@ class RunCommand : public Command {
     add_attention_options(*cmd, attention_options_);
     cmd->add_option("--kv-save", kv_save_dir_,
                     "at the end, save the session (tokens, KV, sampler state) to DIR, for --kv-load")
+        ->check(writable_dir())
         ->type_name("DIR")
         ->group("KV store (tiers)");
     cmd->add_option("--kv-load", kv_load_dir_,
@@ -178,6 +190,8 @@ class RunCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.n_batch = n_batch_;
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    fwd.should_stop = &SigintScope::interrupted;
+    options_.should_stop = &SigintScope::interrupted;
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
     if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
     Result<std::unique_ptr<KvCache>> kv =
@@ -227,16 +241,20 @@ class RunCommand : public Command {
     if (!dump_logits_path_.empty()) callbacks.on_logits = [&dump](std::span<const float> row) { dump.write_row(row); };
 
     const bool strip_leading_space = kv_load_dir_.empty() && prompt_text.empty();
+    SigintScope sigint;
     Result<GenerateStats> stats =
         generate_from_tokens(**ctx, **tokenizer, tokens, strip_leading_space, options_, callbacks);
     bar.clear();
     if (!stats.is_ok()) return fail(stats.status());
-    write_stdout("\n");
+    if (stats->prefill_complete()) write_stdout("\n");
     if (!dump_logits_path_.empty()) {
       if (Status st = dump.close(); !st.is_ok()) return fail(st);
     }
     print_summary(*stats);
-    if (!kv_save_dir_.empty()) {
+    if (!kv_save_dir_.empty() && !stats->prefill_complete()) {
+      std::fprintf(stderr, "leoam: --kv-save: nothing saved to %s: interrupted before the whole prompt was evaluated\n",
+                   kv_save_dir_.c_str());
+    } else if (!kv_save_dir_.empty()) {
       KvSession session;
       session.model_hash = model_hash;
       session.tokens = stats->tokens;
@@ -251,7 +269,7 @@ class RunCommand : public Command {
       std::fprintf(stderr, "%sattention: %s\n", (*selector)->stats_text().c_str(),
                    budget_rule_text(attention_options_, kv_options_, (*model)->hparams().n_layer).c_str());
     }
-    return kExitOk;
+    return stats->stop_reason == StopReason::kInterrupted ? kExitInterrupted : kExitOk;
   }
 
  private:
@@ -276,8 +294,12 @@ class RunCommand : public Command {
   }
 
   static void print_summary(const GenerateStats& st) {
-    std::fprintf(stderr, "leoam: prompt    %6lld tokens %10.1f ms %10.1f tok/s\n",
-                 static_cast<long long>(st.n_prompt_tokens), st.prefill_ms, st.prefill_tokens_per_s());
+    std::string cut;
+    if (!st.prefill_complete()) {
+      cut = " (interrupted: " + std::to_string(st.n_reused_tokens + st.n_prefilled) + " of them evaluated)";
+    }
+    std::fprintf(stderr, "leoam: prompt    %6lld tokens %10.1f ms %10.1f tok/s%s\n",
+                 static_cast<long long>(st.n_prompt_tokens), st.prefill_ms, st.prefill_tokens_per_s(), cut.c_str());
     std::fprintf(stderr, "leoam: generated %6lld tokens %10.1f ms %10.1f tok/s (stopped: %s)\n",
                  static_cast<long long>(st.n_generated), st.decode_ms, st.decode_tokens_per_s(),
                  stop_reason_text(st.stop_reason));

@@ -89,6 +89,23 @@ TEST(GeneratorTest, StreamsTheDetokenizedTextAndStopsAtEog) {
   EXPECT_EQ(r.text, tok.detokenize({T::kA, T::kTime, T::kComma, T::kEos}, /*remove_leading_space=*/false));
 }
 
+TEST(GeneratorTest, ShouldStopEndsTheRunBeforeTheNextToken) {
+  FakeForwardContext ctx(10, 64, script({}, T::kTime));
+  GenerateOptions options = greedy(100);
+  int n_polls = 0;
+  options.should_stop = [&n_polls] { return ++n_polls > 3; };
+  RunResult r = run_generate(ctx, "Once", options);
+  ASSERT_TRUE(r.stats.is_ok()) << r.stats.status().message();
+  EXPECT_EQ(r.stats->stop_reason, StopReason::kInterrupted);
+  EXPECT_EQ(r.stats->n_generated, 3);
+  EXPECT_EQ(n_polls, 4);
+  EXPECT_TRUE(r.stats->prefill_complete());
+  EXPECT_EQ(r.stats->n_prefilled, 2);
+  EXPECT_EQ(r.text, " time time time");
+  // Every generated token was evaluated, so the context holds a whole session to save.
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{2, 1, 1, 1}));
+}
+
 TEST(GeneratorTest, RespectsNPredict) {
   FakeForwardContext ctx(10, 64, script({}, T::kTime));
   RunResult r = run_generate(ctx, "Once", greedy(5));

@@ -141,6 +141,27 @@ TEST(ForwardContext, ProgressIsReportedPerChunk) {
   EXPECT_EQ((*ctx)->n_ctx(), 32);  // the model's context_length by default
 }
 
+TEST(ForwardContext, ShouldStopCancelsThePrefillBetweenChunks) {
+  testing_util::TempFile file("stop");
+  auto model = load_synthetic(small_spec(ModelArch::kLlama, GgmlType::kF32), file);
+  ASSERT_NE(model, nullptr);
+  ForwardOptions o;
+  o.n_threads = 1;
+  o.n_batch = 4;
+  int n_polls = 0;
+  o.should_stop = [&n_polls] { return ++n_polls == 2; };
+  auto ctx = ForwardContext::create(*model, o);
+  ASSERT_TRUE(ctx.is_ok());
+  std::vector<float> logits;
+  const Status st = (*ctx)->eval(kPrompt, false, logits);  // 11 tokens: chunks of 4, 4, 3
+  EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.message();
+  EXPECT_EQ((*ctx)->n_past(), 8);  // the two chunks done stay
+  EXPECT_EQ(n_polls, 2);
+  // A single token, as when decoding, is one chunk: never polled.
+  ASSERT_TRUE((*ctx)->eval(std::vector<int32_t>{kPrompt[8]}, false, logits).is_ok());
+  EXPECT_EQ(n_polls, 2);
+}
+
 TEST(ForwardContext, ResetStartsOverWithTheSameResult) {
   testing_util::TempFile file("reset");
   auto model = load_synthetic(small_spec(ModelArch::kLlama, GgmlType::kF16), file);
