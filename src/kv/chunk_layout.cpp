@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/fp16.h"
 
@@ -51,14 +52,12 @@ void widen_abstract_box(const ChunkGeometry& g, const void* chunk, int64_t t0, i
   const int64_t n = g.row_elements();
   float* min = abstract;
   float* max = abstract + n;
-  const uint8_t* k = static_cast<const uint8_t*>(chunk);
+  std::vector<float> row(static_cast<size_t>(n));
   for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* row = k + static_cast<size_t>(t) * g.row_bytes();
+    load_kv_values(g.dtype, static_cast<const uint8_t*>(chunk) + static_cast<size_t>(t) * g.row_bytes(), n, row.data());
     for (int64_t i = 0; i < n; ++i) {
-      const float v = g.dtype == KvDtype::kF32 ? reinterpret_cast<const float*>(row)[i]
-                                               : f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
-      min[i] = std::min(min[i], v);
-      max[i] = std::max(max[i], v);
+      min[i] = std::min(min[i], row[i]);
+      max[i] = std::max(max[i], row[i]);
     }
   }
 }

@@ -228,7 +228,8 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
       // The disk copy's abstract stayed on disk: recompute it from the keys as they are served.
       decode_chunk(geometry_, codec, host.get(), row_scratch_.data());
       recompute_abstract(c, row_scratch_.data());
-    } else {
+    } else if (const ChunkResidency* r = residency_.find(move.chunk); r == nullptr || !r->on_disk) {
+      // Not yet written through (a demotion within its append): its box has not seen this form.
       cover_stored_form(c, host.get());
     }
     c.host = std::move(host);
