@@ -19,6 +19,7 @@ enum class StatusCode : int {
   kIoError,          // the OS reported an error (EIO, ENOSPC, short read)
   kInternal,         // a bug: an invariant did not hold
   kCancelled,        // stopped early because the caller asked (a should_stop callback said so)
+  kResourceExhausted,  // the work needs more than a budget the caller set (--kv-meta-mb)
 };
 
 class [[nodiscard]] Status {
@@ -51,6 +52,7 @@ inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 
 // A value of type T, or the Status that explains why there is none.
 template <typename T>

@@ -173,6 +173,12 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions&
   return tier;
 }
 
+uint64_t DiskTier::abstract_file_bytes() const {
+  uint64_t total = 0;
+  for (const Layer& L : layers_) total += L.abstract_file_bytes;
+  return total;
+}
+
 std::string DiskTier::io_mode() const {
   if (layers_.empty() || layers_[0].chunks == nullptr) return "none";
   const auto describe = [&](const FileIoInfo& info) {

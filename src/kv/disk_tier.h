@@ -92,6 +92,8 @@ class DiskTier {
   size_t stored_bytes() const { return stored_bytes_; }  // encoded_chunk_bytes
   size_t slot_bytes() const { return slot_bytes_; }      // stored_bytes rounded up to 4096
   size_t record_bytes() const { return record_bytes_; }
+  // The abstract files' bytes on disk, all layers (records and block padding).
+  uint64_t abstract_file_bytes() const;
   // The I/O mode in effect, e.g. "O_DIRECT + io_uring (queue depth 32), chunks and abstracts",
   // or the fallback note ("buffered (page cache)" where O_DIRECT was refused).
   std::string io_mode() const;

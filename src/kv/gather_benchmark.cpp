@@ -94,7 +94,8 @@ Result<std::vector<Config>> plan_configs(const GatherBenchOptions& o) {
       cfg.n_chunks = static_cast<int64_t>(o.file_bytes / cfg.slot_bytes);
       s.shape.n_ctx = cfg.n_chunks * c;
       s.device_budget_bytes = TieredKvCache::min_device_budget_bytes(s);
-      const int64_t n_device_chunks = static_cast<int64_t>(s.device_budget_bytes / g.chunk_bytes());
+      const int64_t n_device_chunks =
+          static_cast<int64_t>(s.device_budget_bytes / TieredKvCache::chunk_budget_bytes(s, Tier::kDevice));
       if (cfg.n_chunks <= n_device_chunks) {
         const uint64_t least_mib = ((n_device_chunks + 1) * cfg.slot_bytes + (1 << 20) - 1) >> 20;
         return invalid_argument("KV gather benchmark: " + mib_text(o.file_bytes) + " of KV holds " +

@@ -42,7 +42,24 @@ nlohmann::ordered_json latency_json(const LatencyHistogram& h) {
   return j;
 }
 
+nlohmann::ordered_json policy_memory_json(const PolicyMemoryStats& m) {
+  nlohmann::ordered_json j;
+  j["policy"] = m.policy;
+  j["bytes"] = m.bytes;
+  j["peak_bytes"] = m.peak_bytes;
+  j["budget_bytes"] = m.budget_bytes;
+  return j;
+}
+
 }  // namespace
+
+std::string PolicyMemoryStats::to_text() const {
+  return "policy " + policy + " holds " + human_bytes(bytes) + " about the KV (peak " + human_bytes(peak_bytes) +
+         "), in RAM; " + (budget_bytes > 0 ? "budget " + human_bytes(budget_bytes) : std::string("no budget")) +
+         " (--kv-meta-mb)";
+}
+
+std::string PolicyMemoryStats::to_json() const { return policy_memory_json(*this).dump(); }
 
 std::string human_bytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -84,14 +101,15 @@ double LatencyHistogram::quantile_upper_us(double p) const {
 std::string KvStats::to_text() const {
   // Cells first, then pad every column to its widest cell: the numbers right-aligned.
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"tier", "read", "written", "hits", "misses", "evictions", "resident"});
+  rows.push_back({"tier", "read", "written", "hits", "misses", "evictions", "resident KV", "abstracts (peak)"});
   for (Tier t : kTiers) {
     const TierStats& s = (*this)[t];
     const int i = static_cast<int>(t);
     rows.push_back({tier_name(t), human_bytes(s.bytes_read), human_bytes(s.bytes_written), std::to_string(s.hits),
                     std::to_string(s.misses), std::to_string(s.evictions),
                     human_bytes(resident_bytes[i]) + " in " + std::to_string(resident_chunks[i]) +
-                        (resident_chunks[i] == 1 ? " chunk" : " chunks")});
+                        (resident_chunks[i] == 1 ? " chunk" : " chunks"),
+                    human_bytes(abstract_bytes[i]) + " (" + human_bytes(peak_abstract_bytes[i]) + ")"});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -112,6 +130,9 @@ std::string KvStats::to_text() const {
   out += latency_line("disk read latency: ", disk_read_latency) + '\n';
   out += latency_line("disk write latency:", disk_write_latency) + '\n';
   out += "disk I/O: " + (disk_io_mode.empty() ? std::string("unknown") : disk_io_mode) + '\n';
+  out += "abstracts: on the device and host in memory, inside their tier's budget; on disk in the abstract files\n";
+  out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
+  if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
   return out;
 }
 
@@ -128,6 +149,8 @@ std::string KvStats::to_json() const {
     j["evictions"] = s.evictions;
     j["resident_bytes"] = resident_bytes[i];
     j["resident_chunks"] = resident_chunks[i];
+    j["abstract_bytes"] = abstract_bytes[i];
+    j["peak_abstract_bytes"] = peak_abstract_bytes[i];
     tiers_json[tier_name(t)] = std::move(j);
   }
   nlohmann::ordered_json root;
@@ -135,6 +158,8 @@ std::string KvStats::to_json() const {
   root["disk_read_latency_us"] = latency_json(disk_read_latency);
   root["disk_write_latency_us"] = latency_json(disk_write_latency);
   root["disk_io_mode"] = disk_io_mode;
+  root["buffer_bytes"] = buffer_bytes;
+  if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   return root.dump();
 }
 

@@ -54,6 +54,20 @@ class LatencyHistogram {
   double max_us_ = 0.0;
 };
 
+// What the attention selection policy holds in RAM about the KV (trees, abstracts read, scores,
+// partial keys; sparse/sparse_attention.h), for the report: its budget, 0 for none.
+struct PolicyMemoryStats {
+  std::string policy;  // empty: no policy ran
+  uint64_t bytes = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t budget_bytes = 0;
+
+  // "policy leoam holds 5.2 MiB about the KV (peak 6.1 MiB), in RAM; budget 64.0 MiB (--kv-meta-mb)"
+  std::string to_text() const;
+  // {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..}
+  std::string to_json() const;
+};
+
 struct KvStats {
   std::array<TierStats, kNumTiers> tiers{};  // indexed by Tier
   LatencyHistogram disk_read_latency;   // one sample per read batch (chunks or abstracts)
@@ -62,6 +76,12 @@ struct KvStats {
   std::array<uint64_t, kNumTiers> resident_bytes{};
   std::array<int64_t, kNumTiers> resident_chunks{};
   std::string disk_io_mode;  // "O_DIRECT + io_uring", or the fallback in effect and why
+  // The chunks' abstracts (box and key sign sketch): device and host, in memory, counted in their
+  // tier's budget, now and the most at once; disk, the abstract files.
+  std::array<uint64_t, kNumTiers> abstract_bytes{};
+  std::array<uint64_t, kNumTiers> peak_abstract_bytes{};
+  uint64_t buffer_bytes = 0;  // the store's gather scratch and write-through buffer
+  PolicyMemoryStats policy_memory;
 
   TierStats& operator[](Tier t) { return tiers[static_cast<int>(t)]; }
   const TierStats& operator[](Tier t) const { return tiers[static_cast<int>(t)]; }
@@ -70,10 +90,13 @@ struct KvStats {
   std::string to_text() const;
   // The same as one JSON object:
   //   {"tiers": {"device": {"bytes_read":..,"bytes_written":..,"hits":..,"misses":..,
-  //    "evictions":..,"resident_bytes":..,"resident_chunks":..}, "host": {..}, "disk": {..}},
+  //    "evictions":..,"resident_bytes":..,"resident_chunks":..,"abstract_bytes":..,
+  //    "peak_abstract_bytes":..}, "host": {..}, "disk": {..}},
   //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
-  //    "disk_io_mode": ".."}
+  //    "disk_io_mode": "..", "buffer_bytes":..,
+  //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..}}
+  // (resident_bytes: the KV alone; policy_memory only when a policy ran).
   // with p50/p99 as bucket upper bounds (quantile_upper_us) and only the non-empty buckets,
   // ascending, upper_us an integer.
   std::string to_json() const;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -13,9 +14,10 @@
 namespace leoam {
 namespace {
 
+// In MiB to the thousandth, rounded up: a budget the message asks for is enough when given as printed.
 std::string mib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.10g MiB", std::ceil(static_cast<double>(bytes) * 1000.0 / (1 << 20)) / 1000.0);
   return buf;
 }
 
@@ -40,8 +42,14 @@ TieredKvCache::TieredKvCache(const TieredKvCacheOptions& options)
     : options_(options),
       geometry_{options.shape.n_kv_heads, options.shape.head_dim, options.chunk_tokens, options.dtype},
       host_chunk_bytes_(encoded_chunk_bytes(geometry_, options.host_codec)),
-      residency_(ResidencyOptions{options.device_budget_bytes, options.host_budget_bytes, geometry_.chunk_bytes(),
-                                  host_chunk_bytes_}) {}
+      residency_(ResidencyOptions{options.device_budget_bytes, options.host_budget_bytes,
+                                  chunk_budget_bytes(options, Tier::kDevice), chunk_budget_bytes(options, Tier::kHost)}) {}
+
+uint64_t TieredKvCache::chunk_budget_bytes(const TieredKvCacheOptions& o, Tier tier) {
+  const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
+  const uint64_t kv = tier == Tier::kHost ? encoded_chunk_bytes(g, o.host_codec) : g.chunk_bytes();
+  return kv + g.abstract_bytes();
+}
 
 TieredKvCache::~TieredKvCache() = default;
 
@@ -50,17 +58,17 @@ uint64_t TieredKvCache::min_device_budget_bytes(const TieredKvCacheOptions& o) {
   const int64_t sink_chunks = (std::max(o.n_sink_tokens, 0) + c - 1) / c;
   // The recent window can straddle one more chunk than it fills; the open chunk is always there.
   const int64_t recent_chunks = o.n_recent_tokens > 0 ? (o.n_recent_tokens + c - 1) / c + 1 : 1;
-  const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
   // One chunk more: a new chunk is inserted while the others are still pinned.
-  return (static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * (sink_chunks + recent_chunks) + 1) * g.chunk_bytes();
+  return (static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * (sink_chunks + recent_chunks) + 1) *
+         chunk_budget_bytes(o, Tier::kDevice);
 }
 
 uint64_t TieredKvCache::in_memory_device_budget_bytes(const TieredKvCacheOptions& o) {
   const int64_t c = std::max(o.chunk_tokens, 1);
   const int64_t n_chunks = (std::max<int64_t>(o.shape.n_ctx, 0) + c - 1) / c;
-  const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
   // One chunk more, as in min_device_budget_bytes: a new chunk is inserted before any leaves.
-  return std::max((static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * n_chunks + 1) * g.chunk_bytes(),
+  return std::max((static_cast<uint64_t>(std::max(o.shape.n_layer, 0)) * n_chunks + 1) *
+                      chunk_budget_bytes(o, Tier::kDevice),
                   min_device_budget_bytes(o));
 }
 
@@ -145,6 +153,10 @@ Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stor
   for (const Residency::Move& move : plan.moves) {
     LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk));
     residency_.apply(move);
+    if (move.to != Tier::kDisk) {
+      uint64_t& peak = peak_abstract_bytes_[static_cast<int>(move.to)];
+      peak = std::max(peak, static_cast<uint64_t>(residency_.n_chunks(move.to)) * geometry_.abstract_bytes());
+    }
   }
   return Status::ok();
 }
@@ -681,9 +693,19 @@ KvStats TieredKvCache::stats() const {
   for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
     s.resident_chunks[static_cast<int>(t)] = residency_.n_chunks(t);
   }
-  s.resident_bytes[static_cast<int>(Tier::kDevice)] = residency_.used_bytes(Tier::kDevice);
-  s.resident_bytes[static_cast<int>(Tier::kHost)] = residency_.used_bytes(Tier::kHost);
-  s.resident_bytes[static_cast<int>(Tier::kDisk)] = static_cast<uint64_t>(residency_.n_chunks(Tier::kDisk)) * slot_bytes_;
+  const auto n = [this](Tier t) { return static_cast<uint64_t>(residency_.n_chunks(t)); };
+  s.resident_bytes[static_cast<int>(Tier::kDevice)] = n(Tier::kDevice) * geometry_.chunk_bytes();
+  s.resident_bytes[static_cast<int>(Tier::kHost)] = n(Tier::kHost) * host_chunk_bytes_;
+  s.resident_bytes[static_cast<int>(Tier::kDisk)] = n(Tier::kDisk) * slot_bytes_;
+  for (Tier t : {Tier::kDevice, Tier::kHost}) {
+    s.abstract_bytes[static_cast<int>(t)] = n(t) * geometry_.abstract_bytes();
+    s.peak_abstract_bytes[static_cast<int>(t)] = peak_abstract_bytes_[static_cast<int>(t)];
+  }
+  if (disk_ != nullptr) {
+    s.abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();
+    s.peak_abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();  // the files only grow
+  }
+  s.buffer_bytes = scratch_.size() + write_buffer_.size() + row_scratch_.capacity();
   return s;
 }
 

@@ -28,11 +28,14 @@
 // appended, and decoded from its stored form (the box covers both; the codec keeps key signs).
 // So an abstract a policy read once stays sound wherever the chunk moves.
 //
-// Memory: the device and host tiers hold at most their budgets; besides them the store keeps the
-// in-memory abstracts of device and host chunks (disk chunks' abstracts stay on disk), one gather
-// batch of scratch, and a write-through buffer (the disk queue depth of slots, at most 8 MiB).
+// Memory: a device or host chunk costs its tier's budget its KV and its in-memory abstract (box
+// and key sign sketch; chunk_budget_bytes), so each tier holds at most its budget, abstracts
+// included; disk chunks' abstracts stay on disk. Besides the tiers the store keeps one gather
+// batch of scratch and a write-through buffer (the disk queue depth of slots, at most 8 MiB), which
+// stats() reports as buffer_bytes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -81,6 +84,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   static uint64_t min_device_budget_bytes(const TieredKvCacheOptions& options);
   // Device bytes that every chunk of a full context needs: the least budget without a disk tier.
   static uint64_t in_memory_device_budget_bytes(const TieredKvCacheOptions& options);
+  // What one chunk costs the budget of the device (compute-ready KV) or the host (its stored
+  // form): its KV and its in-memory abstract.
+  static uint64_t chunk_budget_bytes(const TieredKvCacheOptions& options, Tier tier);
   ~TieredKvCache() override;
 
   const KvCacheShape& shape() const override { return options_.shape; }
@@ -111,7 +117,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   const Residency& residency() const { return residency_; }
   // The in-memory abstract of a device or host chunk (nullptr for disk chunks).
   const float* abstract_of(ChunkKey key) const;
-  // Statistics so far, with the resident bytes and chunks as they stand now.
+  // Statistics so far, with the resident bytes, chunks and abstracts as they stand now.
   KvStats stats() const;
   bool has_disk_tier() const { return disk_ != nullptr; }
   const DiskTier& disk() const { return *disk_; }  // only when has_disk_tier()
@@ -180,6 +186,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   std::vector<LayerState> layers_;
   KvStats stats_;
   uint64_t tick_ = 0;
+  std::array<uint64_t, kNumTiers> peak_abstract_bytes_{};  // device and host: the most held at once
   AlignedBuffer scratch_;        // gather batch: [n_slots][slot_bytes] stored + decoded chunks
   AlignedBuffer write_buffer_;   // write-through batch: [n][slot_bytes], aligned for O_DIRECT
   std::vector<uint8_t> row_scratch_;

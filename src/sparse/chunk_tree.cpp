@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "sparse/policy_memory.h"
+
 namespace leoam::sparse {
 namespace {
 
@@ -145,6 +147,8 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   leaves_.insert(leaves_.end(), leaves.begin(), leaves.end());
   sizes_.insert(sizes_.end(), sizes.begin(), sizes.end());
   n_tokens_ = n_tokens;
+  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(chunks) + capacity_bytes(signs) +
+                                          capacity_bytes(leaves) + capacity_bytes(sizes));
   return Status::ok();
 }
 
@@ -207,7 +211,14 @@ Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t>
     dst += 2 * stride;
   }
   apply(change, halves);
+  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(halves) + capacity_bytes(chunks) +
+                                          capacity_bytes(change));
   return Status::ok();
+}
+
+uint64_t ChunkTree::memory_bytes() const {
+  return capacity_bytes(leaves_) + capacity_bytes(sizes_) + capacity_bytes(history_) + capacity_bytes(abstracts_) +
+         capacity_bytes(signs_) + capacity_bytes(blocks_);
 }
 
 void ChunkTree::move_leaf(int64_t from, int64_t to) {

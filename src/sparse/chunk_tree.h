@@ -78,6 +78,10 @@ class ChunkTree {
   // cut by n_tokens() ([2][n_kv_heads][head_dim], as leaf abstracts).
   const float* block_box(int64_t b) const { return blocks_.data() + b * layout_.chunk_stride; }
   const ChunkTreeOptions& options() const { return options_; }
+  // The bytes the tree's arrays take now, and the most it held at once so far, the abstracts and
+  // signs read by a grow or a split included.
+  uint64_t memory_bytes() const;
+  uint64_t peak_bytes() const { return peak_bytes_; }
   int store_chunk_tokens() const { return store_chunk_tokens_; }
 
   // Leaf i is full-sized (not cut by n) and larger than min_tokens.
@@ -134,6 +138,7 @@ class ChunkTree {
   HugeVector<float> abstracts_;      // [n_leaves][2][n_kv_heads][head_dim]
   HugeVector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
   HugeVector<float> blocks_;         // key_signs: [blocks][2][n_kv_heads][head_dim]
+  uint64_t peak_bytes_ = 0;
 };
 
 }  // namespace leoam::sparse

@@ -64,6 +64,12 @@ class H2oPolicy final : public SelectionPolicy {
   }
   void reset() override { layers_.clear(); }
 
+  // The scores and eviction marks, kept between steps; a step's candidates and chunk scores besides.
+  PolicyMemory memory() const override {
+    const uint64_t kept = kept_bytes();
+    return {kept, std::max(peak_bytes_, kept)};
+  }
+
   void observe_attention(int layer, int64_t /*pos*/, std::span<const TokenRange> ranges,
                          std::span<const float> mass) override {
     if (layer < 0) return;
@@ -116,6 +122,7 @@ class H2oPolicy final : public SelectionPolicy {
     for (int64_t p = query.far.begin; p < query.far.end; ++p) {
       if (s.evicted[static_cast<size_t>(p)] == 0) candidates.push_back(p);
     }
+    note_peak(capacity_bytes(candidates));
     sel.n_chunks_scored = static_cast<int64_t>(candidates.size());
     const auto n_keep = static_cast<size_t>(std::clamp<int64_t>(query.budget_tokens, 0, sel.n_chunks_scored));
     // A strict total order (mass descending, then position ascending) makes the top n_keep unique.
@@ -149,6 +156,7 @@ class H2oPolicy final : public SelectionPolicy {
       scores[static_cast<size_t>(c - span.i0)] = sum;
     }
     sel.n_chunks_scored = static_cast<int64_t>(candidates.size());
+    note_peak(capacity_bytes(candidates) + capacity_bytes(scores));
     // candidates are in index order: stable_sort sends ties to the lower index.
     std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) {
       return scores[static_cast<size_t>(a - span.i0)] > scores[static_cast<size_t>(b - span.i0)];
@@ -169,8 +177,16 @@ class H2oPolicy final : public SelectionPolicy {
     }
   }
 
+  uint64_t kept_bytes() const {
+    uint64_t b = capacity_bytes(layers_);
+    for (const LayerState& s : layers_) b += capacity_bytes(s.mass) + capacity_bytes(s.evicted);
+    return b;
+  }
+  void note_peak(uint64_t working) { peak_bytes_ = std::max(peak_bytes_, kept_bytes() + working); }
+
   bool chunked_;
   std::vector<LayerState> layers_;  // [layer]
+  uint64_t peak_bytes_ = 0;  // the most held at once, a step's working copies included
 };
 
 }  // namespace

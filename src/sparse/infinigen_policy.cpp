@@ -62,6 +62,12 @@ class InfinigenPolicy final : public SelectionPolicy {
 
   void reset() override { std::fill(spec_pos_.begin(), spec_pos_.end(), -1); }
 
+  // The partial keys and speculated queries, kept between steps; a step's token scores besides.
+  PolicyMemory memory() const override {
+    const uint64_t kept = kept_bytes();
+    return {kept, std::max(peak_bytes_, kept)};
+  }
+
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {
     if (layer < 0 || layer >= proj_.n_layer() || pos0 < 0 || n < 0) {
       return invalid_argument("infinigen: keys for layer " + std::to_string(layer) + " at position " +
@@ -123,6 +129,7 @@ class InfinigenPolicy final : public SelectionPolicy {
     const auto better = [&](int64_t a, int64_t b) { return best[a] > best[b] || (best[a] == best[b] && a < b); };
     std::nth_element(order.begin(), order.begin() + (n_keep - 1), order.end(), better);
     order.resize(static_cast<size_t>(n_keep));
+    peak_bytes_ = std::max(peak_bytes_, kept_bytes() + capacity_bytes(best) + capacity_bytes(head) + capacity_bytes(order));
     std::sort(order.begin(), order.end());
     for (int64_t t : order) {
       const int64_t p = query.far.begin + t;
@@ -163,7 +170,15 @@ class InfinigenPolicy final : public SelectionPolicy {
     return Status::ok();
   }
 
+  uint64_t kept_bytes() const {
+    uint64_t b = capacity_bytes(keys_) + capacity_bytes(spec_) + capacity_bytes(spec_pos_);
+    for (const std::vector<float>& k : keys_) b += capacity_bytes(k);
+    for (const std::vector<float>& q : spec_) b += capacity_bytes(q);
+    return b;
+  }
+
   PartialProjection proj_;
+  uint64_t peak_bytes_ = 0;  // the most held at once, a step's scores included
   std::vector<std::vector<float>> keys_;  // [layer][position][n_kv_sel(layer)] partial keys, f32
   std::vector<std::vector<float>> spec_;  // [layer][n_sel(layer)] the speculated partial query
   std::vector<int64_t> spec_pos_;         // [layer] the position spec_ was made for; -1: none

@@ -157,13 +157,27 @@ class LeoamPolicy final : public SelectionPolicy {
 
   void reset() override { trees_.clear(); }
 
+  // The trees, and the most they and a step's working copies (the abstracts a flat step reads,
+  // every leaf's bounds) held at once.
+  PolicyMemory memory() const override {
+    PolicyMemory m;
+    uint64_t tree_peaks = 0;
+    for (const std::optional<ChunkTree>& t : trees_) {
+      if (!t) continue;
+      m.bytes += t->memory_bytes();
+      tree_peaks += t->peak_bytes();
+    }
+    m.peak_bytes = std::max({peak_bytes_, tree_peaks, m.bytes});
+    return m;
+  }
+
  private:
   AbstractSource source() const { return options_.lka ? AbstractSource::kLka : AbstractSource::kKv; }
   // Whether to score with the key sign sketch: asked for, and the catalog has it.
   bool key_signs(const KvCatalog& catalog) const { return options_.key_signs && catalog.has_key_signs(); }
 
   // The store's fixed chunks.
-  Result<Selection> select_flat(const SelectionQuery& query, KvCatalog& catalog) const {
+  Result<Selection> select_flat(const SelectionQuery& query, KvCatalog& catalog) {
     Selection s;
     const int chunk_tokens = catalog.chunk_tokens();
     const ChunkSpan far = chunks_overlapping(query.far, chunk_tokens);
@@ -179,6 +193,7 @@ class LeoamPolicy final : public SelectionPolicy {
       refined.owner.push_back(i);
     }
     const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout, refined);
+    note_working_bytes(capacity_bytes(abstracts.data) + capacity_bytes(abstracts.sign_words) + capacity_bytes(upper.data));
     if (options_.desert && is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks, upper)) {
       s.desert = true;
       return s;
@@ -208,6 +223,7 @@ class LeoamPolicy final : public SelectionPolicy {
     s.n_chunks_scored = tree->n_leaves();
     const HeadBounds upper =
         upper_bounds(query, tree->abstracts(0), tree->n_leaves(), tree->layout(), refined_units(*tree, leaves));
+    note_working_bytes(capacity_bytes(upper.data) + capacity_bytes(leaves));
     std::vector<float> scores;
     RangePick pick;
     if (options_.desert && is_desert(query, tree->abstracts(0), tree->layout(), leaves, upper)) {
@@ -219,6 +235,13 @@ class LeoamPolicy final : public SelectionPolicy {
     }
     LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0, s));
     return s;
+  }
+
+  // peak_bytes_ follows the trees and `working` bytes a step holds besides them.
+  void note_working_bytes(uint64_t working) {
+    uint64_t held = working;
+    for (const std::optional<ChunkTree>& t : trees_) held += t ? t->memory_bytes() : 0;
+    peak_bytes_ = std::max(peak_bytes_, held);
   }
 
   // The layer's tree, created or rebuilt when it does not fit the query or the catalog.
@@ -454,6 +477,7 @@ class LeoamPolicy final : public SelectionPolicy {
 
   PolicyOptions options_;
   std::vector<std::optional<ChunkTree>> trees_;  // [layer], adaptive only
+  uint64_t peak_bytes_ = 0;  // what memory() reports as peak, besides the trees' own peaks
 };
 
 }  // namespace

@@ -39,6 +39,11 @@ class OraclePolicy final : public SelectionPolicy {
 
   std::string_view name() const override { return "oracle"; }
   SelectorNeeds needs() const override { return {.keys = true}; }
+  // Every key, kept between steps; a step's attention masses besides.
+  PolicyMemory memory() const override {
+    const uint64_t kept = kept_bytes();
+    return {kept, std::max(peak_bytes_, kept)};
+  }
 
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {
     if (layer < 0 || static_cast<size_t>(layer) >= keys_.size() || pos0 < 0 || n < 0) {
@@ -98,6 +103,7 @@ class OraclePolicy final : public SelectionPolicy {
       }
     }
     std::vector<float> scores(static_cast<size_t>(far.size()));
+    peak_bytes_ = std::max(peak_bytes_, kept_bytes() + capacity_bytes(mass) + capacity_bytes(p) + capacity_bytes(scores));
     for (int64_t i = 0; i < far.size(); ++i) {
       const int64_t tokens = chunk_part(far.i0 + i, query.far, chunk_tokens).size();
       double best = 0.0;
@@ -109,7 +115,14 @@ class OraclePolicy final : public SelectionPolicy {
   }
 
  private:
+  uint64_t kept_bytes() const {
+    uint64_t b = capacity_bytes(keys_);
+    for (const std::vector<float>& k : keys_) b += capacity_bytes(k);
+    return b;
+  }
+
   int64_t row_;  // key channels a position: n_kv_heads * head_dim
+  uint64_t peak_bytes_ = 0;  // the most held at once, a step's masses included
   std::vector<std::vector<float>> keys_;  // per layer: [positions][n_kv_heads][head_dim]
 };
 

@@ -2,6 +2,7 @@
 // bound of its kv head's abstracts, normalized to its own best chunk; a chunk scores its best
 // rank over the heads, so a chunk that one head needs is kept even when the others prefer
 // different chunks.
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -18,6 +19,8 @@ class QuestPolicy final : public SelectionPolicy {
       : source_(options.lka ? AbstractSource::kLka : AbstractSource::kKv) {}
 
   std::string_view name() const override { return "quest"; }
+  // Nothing between steps; a step holds the far chunks' abstracts, read again each time.
+  PolicyMemory memory() const override { return {0, peak_bytes_}; }
 
   Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) override {
     LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
@@ -35,11 +38,13 @@ class QuestPolicy final : public SelectionPolicy {
     }
     s.ranges = pick_top_chunks(scores, far, query.far, catalog.chunk_tokens(), query.budget_tokens);
     s.n_chunks_scored = far.size();
+    peak_bytes_ = std::max(peak_bytes_, capacity_bytes(abstracts.data) + capacity_bytes(bounds) + capacity_bytes(scores));
     return s;
   }
 
  private:
   AbstractSource source_;
+  uint64_t peak_bytes_ = 0;
 };
 
 }  // namespace

@@ -44,6 +44,7 @@
 #include "kv/kv_catalog.h"
 #include "model/attention_selector.h"  // SelectorNeeds
 #include "sparse/chunk_bound.h"
+#include "sparse/policy_memory.h"
 
 namespace leoam {
 class Model;
@@ -120,6 +121,11 @@ class SelectionPolicy {
   }
   virtual void observe_attention(int /*layer*/, int64_t /*pos*/, std::span<const TokenRange> /*ranges*/,
                                  std::span<const float> /*mass*/) {}
+
+  // The bytes the policy holds about the KV (trees, abstracts and sign sketches read, scores,
+  // partial keys): now, and the most at once so far, a step's working copies included. RAM the
+  // --kv-meta-mb budget covers (sparse_attention.h).
+  virtual PolicyMemory memory() const { return {}; }
 };
 
 // "full streaming h2o h2o-chunked quest infinigen leoam oracle"

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "kv/kv_stats.h"  // human_bytes
 #include "sparse/budget_schedule.h"
 
 namespace leoam::sparse {
@@ -94,10 +95,36 @@ void SparseAttention::truncate(int64_t n_tokens) {
   policy_->reset();
 }
 
+PolicyMemory SparseAttention::memory() const {
+  PolicyMemory m = policy_->memory();
+  uint64_t picks = capacity_bytes(picks_);
+  for (const std::vector<float>& p : picks_) picks += capacity_bytes(p);
+  m.bytes += picks;
+  m.peak_bytes = std::max({m.peak_bytes + picks, m.bytes, peak_bytes_});
+  return m;
+}
+
+Status SparseAttention::check_memory() {
+  const PolicyMemory m = memory();
+  peak_bytes_ = m.peak_bytes;
+  if (options_.memory_budget_bytes > 0 && m.peak_bytes > options_.memory_budget_bytes) {
+    return resource_exhausted("policy '" + options_.policy + "' held " + human_bytes(m.peak_bytes) +
+                              " about the KV (its trees, abstracts, scores or partial keys), past its budget of " +
+                              human_bytes(options_.memory_budget_bytes) + "; raise --kv-meta-mb");
+  }
+  return Status::ok();
+}
+
+Status SparseAttention::observe_keys(int layer, int64_t pos0, int64_t n, const float* k) {
+  LEOAM_RETURN_IF_ERROR(policy_->observe_keys(layer, pos0, n, k));
+  return check_memory();
+}
+
 Status SparseAttention::observe_layer_input(int layer, int64_t pos, const float* x) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
   begin_position(pos);
-  return policy_->observe_layer_input(layer, pos, x);
+  LEOAM_RETURN_IF_ERROR(policy_->observe_layer_input(layer, pos, x));
+  return check_memory();
 }
 
 Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q,
@@ -130,6 +157,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
       KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_chunk_catalog();
       LEOAM_ASSIGN_OR_RETURN(picked, policy_->select(query, catalog));
       hint_importance(layer, picked.ranges, catalog);
+      LEOAM_RETURN_IF_ERROR(check_memory());
     }
   }
 

@@ -40,6 +40,9 @@ struct SparseAttentionOptions {
   int n_sink = 4;
   int n_recent = 64;
   PolicyOptions policy_options;
+  // RAM for what the policy keeps about the KV (memory()); 0: no limit. Past it, the call that
+  // went past fails (kResourceExhausted).
+  uint64_t memory_budget_bytes = 0;
 };
 
 struct AttentionShape {
@@ -72,9 +75,7 @@ class SparseAttention final : public AttentionSelector {
   Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q, ThreadPool& pool) override;
   // The policy's (SelectionPolicy::needs and observe_*), passed through.
   SelectorNeeds needs() const override { return policy_->needs(); }
-  Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {
-    return policy_->observe_keys(layer, pos0, n, k);
-  }
+  Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override;
   Status observe_layer_input(int layer, int64_t pos, const float* x) override;
   void observe_attention(int layer, int64_t pos, std::span<const TokenRange> ranges,
                          std::span<const float> mass) override {
@@ -84,7 +85,11 @@ class SparseAttention final : public AttentionSelector {
   // state (leoam's trees, h2o's scores) may hold keys of the positions that were rolled back.
   void truncate(int64_t n_tokens) override;
 
+  std::string_view policy_name() const { return policy_->name(); }
   const std::vector<LayerSparseStats>& stats() const { return stats_; }
+  // What the policy holds about the KV (SelectionPolicy::memory) and the chunk pick counts that
+  // drive the store's importance hints: now, and the most at once so far (kept across resets).
+  PolicyMemory memory() const;
   // The per-layer stats summed over the layers.
   LayerSparseStats total() const;
   // "policy leoam, budget 10%: attended 9.8% of the visible tokens; deserts 12.0% of layer steps;
@@ -99,6 +104,8 @@ class SparseAttention final : public AttentionSelector {
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
   // Notes the decode position; a position that goes back starts a new sequence (policy reset).
   void begin_position(int64_t pos);
+  // Notes the memory held now in the peak; fails when it passes memory_budget_bytes.
+  Status check_memory();
 
   SparseAttentionOptions options_;
   KvCatalog* catalog_;
@@ -108,6 +115,7 @@ class SparseAttention final : public AttentionSelector {
   std::vector<std::vector<float>> picks_;  // [layer][chunk]: times a policy picked the chunk
   int64_t first_decode_pos_ = -1;  // the position of the first decoded token; steps count from it
   int64_t last_pos_ = -1;
+  uint64_t peak_bytes_ = 0;  // memory()'s peak
 };
 
 }  // namespace leoam::sparse

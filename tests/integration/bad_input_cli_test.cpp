@@ -117,7 +117,7 @@ TEST_F(BadInputCliTest, KvChunkNotAPowerOfTwoWorksThroughTheDiskTier) {
   CliResult in_ram = run(ram);
   ASSERT_EQ(in_ram.status, 0) << in_ram.err;
   std::vector<std::string> disk = common;
-  disk.insert(disk.end(), {"--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.07", "--kv-host-mb", "0.01"});
+  disk.insert(disk.end(), {"--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.078", "--kv-host-mb", "0.01"});
   CliResult on_disk = run(disk);
   ASSERT_EQ(on_disk.status, 0) << on_disk.err;
   EXPECT_NE(on_disk.err.find("chunks of 12 tokens"), std::string::npos) << on_disk.err;

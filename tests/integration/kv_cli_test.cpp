@@ -74,9 +74,9 @@ class KvCliTest : public ::testing::Test {
     args.insert(args.begin(), {"run", "-m", kStories, "-c", "1536", "-t", "1"});
     return leoam::testing_cli::run_leoam(dir_, args);
   }
-  // The tiered store at budgets of 0.016 + 0.004 MiB: the least the pinned chunks allow.
+  // The tiered store at budgets of 0.022 + 0.004 MiB: the least the pinned chunks (KV and abstracts) allow.
   std::vector<std::string> tiny_tiers(const std::string& name) const {
-    return {"--kv-dir", dir_ + "/" + name, "--kv-device-mb", "0.016", "--kv-host-mb", "0.004",
+    return {"--kv-dir", dir_ + "/" + name, "--kv-device-mb", "0.022", "--kv-host-mb", "0.004",
             "--kv-chunk", "8", "--kv-recent", "8"};
   }
 
@@ -121,14 +121,14 @@ TEST_F(KvCliTest, KvTwentyTimesTheBudgetsRunsFromDiskAndMatchesTheMemoryRun) {
   EXPECT_LT(relative_l2(logits_tiered, logits_memory), 5e-4);
 
   const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/stats.json"));
-  const double budget = (0.016 + 0.004) * 1024 * 1024;
+  const double budget = (0.022 + 0.004) * 1024 * 1024;
   const double kv_bytes = static_cast<double>(logits_memory.size()) * kKvBytesPerPosition;
   EXPECT_GE(kv_bytes, 20 * budget) << "the run must hold at least 20x the budgets";
   const auto& tiers = stats.at("tiers");
   EXPECT_GT(tiers.at("disk").at("bytes_read").get<double>(), kv_bytes) << stats.dump(1);
   EXPECT_GT(tiers.at("disk").at("hits").get<double>(), 0) << stats.dump(1);
-  EXPECT_LE(tiers.at("device").at("resident_bytes").get<double>(), 0.016 * 1024 * 1024);
-  EXPECT_LE(tiers.at("host").at("resident_bytes").get<double>(), 0.004 * 1024 * 1024);
+  EXPECT_LE(tiers.at("device").at("resident_bytes").get<double>() + tiers.at("device").at("abstract_bytes").get<double>(), 0.022 * 1024 * 1024);
+  EXPECT_LE(tiers.at("host").at("resident_bytes").get<double>() + tiers.at("host").at("abstract_bytes").get<double>(), 0.004 * 1024 * 1024);
   EXPECT_GT(stats.at("disk_read_latency_us").at("count").get<double>(), 0);
   // --kv-stats prints the table on stderr, and the disk tier's I/O mode is reported.
   EXPECT_NE(tiered.err.find("disk"), std::string::npos) << tiered.err;
@@ -251,7 +251,7 @@ TEST_F(KvCliTest, LeoamAtHalfTheFarTokensKeepsTheGreedyTextFromBos) {
                                    "--policy", "leoam", "--budget", "0.5", "--kv-stats",
                                    "--kv-stats-json", dir_ + "/stats.json"};
   for (const std::string& a :
-       std::vector<std::string>{"--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.05", "--kv-host-mb", "0.004"}) {
+       std::vector<std::string>{"--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.076", "--kv-host-mb", "0.004"}) {
     args.push_back(a);
   }
   CliResult leoam = run(args);
@@ -267,6 +267,57 @@ TEST_F(KvCliTest, LeoamAtHalfTheFarTokensKeepsTheGreedyTextFromBos) {
   EXPECT_LT(std::stod(leoam.err.substr(leoam.err.rfind(' ', at - 1) + 1)), 100.0) << leoam.err;
   const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/stats.json"));
   EXPECT_GT(stats.at("tiers").at("disk").at("bytes_read").get<double>(), 0) << stats.dump(1);
+}
+
+// What the store and the policy keep about the KV is reported next to the KV: the abstracts per
+// tier (in memory inside the tier budgets, on disk the .lka files) and the policy's state, which
+// --kv-meta-mb bounds. A run that goes past that bound stops with an error naming the flag; a
+// run without the tiered store (infinigen in RAM) still reports its policy's partial keys.
+TEST_F(KvCliTest, MemoryKeptAboutTheKvIsReportedAndBounded) {
+  std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "8", "--policy", "leoam", "--budget", "0.1",
+                                   "--kv-stats", "--kv-stats-json", dir_ + "/stats.json"};
+  for (const std::string& a : tiny_tiers("kv")) args.push_back(a);
+  CliResult leoam = run(args);
+  ASSERT_EQ(leoam.status, 0) << leoam.err;
+  const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/stats.json"));
+  const auto& tiers = stats.at("tiers");
+  for (const char* tier : {"device", "host", "disk"}) {
+    SCOPED_TRACE(tier);
+    EXPECT_GT(tiers.at(tier).at("abstract_bytes").get<double>(), 0) << stats.dump(1);
+    EXPECT_GE(tiers.at(tier).at("peak_abstract_bytes").get<double>(), tiers.at(tier).at("abstract_bytes").get<double>());
+  }
+  const auto& policy = stats.at("policy_memory");
+  EXPECT_EQ(policy.at("policy").get<std::string>(), "leoam");
+  // Its trees hold a box a leaf and the key signs of every position: 5 layers x ~900 positions x
+  // 32 channels / 8 = 18 KB of signs at least.
+  const double kept = policy.at("bytes").get<double>();
+  EXPECT_GT(kept, 18000.0) << stats.dump(1);
+  EXPECT_GE(policy.at("peak_bytes").get<double>(), kept);
+  EXPECT_EQ(policy.at("budget_bytes").get<double>(), 0.0);
+  EXPECT_NE(leoam.err.find("policy leoam holds"), std::string::npos) << leoam.err;
+  EXPECT_NE(leoam.err.find("abstracts (peak)"), std::string::npos) << leoam.err;
+
+  // A bound below what the trees need stops the run.
+  args.push_back("--kv-meta-mb");
+  args.push_back("0.01");
+  args[std::find(args.begin(), args.end(), "--kv-dir") - args.begin() + 1] = dir_ + "/kv-bounded";
+  CliResult bounded = run(args);
+  EXPECT_EQ(bounded.status, 1) << bounded.err;
+  EXPECT_NE(bounded.err.find("raise --kv-meta-mb"), std::string::npos) << bounded.err;
+  // One the run's peak fits in lets it through.
+  args.back() = std::to_string(policy.at("peak_bytes").get<double>() / (1 << 20) + 0.001);
+  args[std::find(args.begin(), args.end(), "--kv-dir") - args.begin() + 1] = dir_ + "/kv-fits";
+  CliResult fits = run(args);
+  EXPECT_EQ(fits.status, 0) << fits.err;
+  EXPECT_EQ(fits.out, leoam.out);
+
+  CliResult in_ram = run({"-p", "Once upon a time", "--temp", "0", "-n", "4", "--policy", "infinigen", "--kv-stats-json",
+                          dir_ + "/ram.json"});
+  ASSERT_EQ(in_ram.status, 0) << in_ram.err;
+  const nlohmann::json ram = nlohmann::json::parse(read_file(dir_ + "/ram.json"));
+  EXPECT_TRUE(ram.at("kv_in_memory").get<bool>());
+  EXPECT_EQ(ram.at("policy_memory").at("policy").get<std::string>(), "infinigen");
+  EXPECT_GT(ram.at("policy_memory").at("bytes").get<double>(), 0) << ram.dump(1);
 }
 
 TEST_F(KvCliTest, BadKvFlagsAndSessionsGiveOneLineErrors) {

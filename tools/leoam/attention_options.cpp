@@ -141,6 +141,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   s.budget = o.budget;
   s.n_sink = kv_options.n_sink;
   s.n_recent = kv_options.n_recent;
+  s.memory_budget_bytes = mib_to_bytes(kv_options.meta_mb);
   s.policy_options.group_combine = o.group_combine == "sum" ? sparse::GroupCombine::kSum : sparse::GroupCombine::kMax;
   s.policy_options.desert = !o.no_desert;
   s.policy_options.adaptive = !o.no_adaptive;

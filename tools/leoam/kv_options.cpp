@@ -8,14 +8,12 @@
 #include "cli_common.h"
 #include "kv/memory_kv_cache.h"
 #include "kv/tiered_kv_cache.h"
+#include "sparse/sparse_attention.h"
 #include "model/model.h"
 
 namespace leoam::cli {
-namespace {
 
 uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 1024.0); }
-
-}  // namespace
 
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   const std::string group = "KV store (tiers)";
@@ -25,12 +23,12 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->check(writable_dir())
       ->type_name("DIR")
       ->group(group);
-  cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV (RAM on the CPU)")
+  cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV and its chunks' abstracts (RAM on the CPU)")
       ->capture_default_str()
       ->check(positive<double>())
       ->needs(dir)
       ->group(group);
-  cmd.add_option("--kv-host-mb", o.host_mb, "host tier budget in MiB: RAM, in the --kv-host-codec form (0: none)")
+  cmd.add_option("--kv-host-mb", o.host_mb, "host tier budget in MiB: RAM, the KV in the --kv-host-codec form and its chunks' abstracts (0: none)")
       ->capture_default_str()
       ->check(non_negative<double>())
       ->needs(dir)
@@ -59,6 +57,12 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->capture_default_str()
       ->check(in_range(1, 4096))
       ->needs(dir)
+      ->group(group);
+  cmd.add_option("--kv-meta-mb", o.meta_mb,
+                 "RAM budget in MiB for what the attention policy keeps about the KV (trees, abstracts read, scores, "
+                 "partial keys); a run that needs more stops with an error (0: no budget; --kv-stats reports it)")
+      ->capture_default_str()
+      ->check(non_negative<double>())
       ->group(group);
   cmd.add_flag("--kv-stats", o.print_stats, "print the KV tiers' traffic, hits and I/O latency at the end (stderr)")
       ->group(group);
@@ -104,18 +108,33 @@ std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
   return buf + tiered->disk().io_mode();
 }
 
-Status report_kv_stats(const KvCliOptions& o, const KvCache& kv) {
+Status report_kv_stats(const KvCliOptions& o, const KvCache& kv, const sparse::SparseAttention* selector) {
   if (!o.print_stats && o.stats_json_path.empty()) return Status::ok();
-  const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
-  if (tiered == nullptr) {
-    std::fprintf(stderr, "leoam: --kv-stats: the KV is in memory (no --kv-dir): no tier traffic to report\n");
-    return Status::ok();
+  PolicyMemoryStats policy;
+  if (selector != nullptr) {
+    const sparse::PolicyMemory m = selector->memory();
+    policy = {std::string(selector->policy_name()), m.bytes, m.peak_bytes, mib_to_bytes(o.meta_mb)};
   }
-  const KvStats stats = tiered->stats();
-  if (o.print_stats) std::fprintf(stderr, "%s", stats.to_text().c_str());
+  std::string text;
+  std::string json;
+  if (const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv); tiered != nullptr) {
+    KvStats stats = tiered->stats();
+    stats.policy_memory = policy;
+    text = stats.to_text();
+    json = stats.to_json();
+  } else {
+    text = "leoam: --kv-stats: the KV is in memory (no --kv-dir): no tier traffic to report\n";
+    json = "{\"kv_in_memory\":true";
+    if (!policy.policy.empty()) {
+      text += policy.to_text() + "\n";
+      json += ",\"policy_memory\":" + policy.to_json();
+    }
+    json += "}";
+  }
+  if (o.print_stats) std::fprintf(stderr, "%s", text.c_str());
   if (!o.stats_json_path.empty()) {
     std::ofstream out(o.stats_json_path);
-    out << stats.to_json() << "\n";
+    out << json << "\n";
     if (!out) return io_error("cannot write --kv-stats-json file '" + o.stats_json_path + "': " + std::strerror(errno));
   }
   return Status::ok();

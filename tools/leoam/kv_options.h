@@ -16,6 +16,9 @@
 namespace leoam {
 class Model;
 }
+namespace leoam::sparse {
+class SparseAttention;
+}
 
 namespace leoam::cli {
 
@@ -28,13 +31,17 @@ struct KvCliOptions {
   int n_sink = 4;
   int n_recent = 64;
   int queue_depth = 32;
+  double meta_mb = 0.0;  // the policy's memory budget (SparseAttentionOptions::memory_budget_bytes); 0: none
   bool print_stats = false;
   std::string stats_json_path;
 };
 
 // Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-sink,
-// --kv-recent, --kv-queue-depth, --kv-stats and --kv-stats-json on `cmd`.
+// --kv-recent, --kv-queue-depth, --kv-meta-mb, --kv-stats and --kv-stats-json on `cmd`.
 void add_kv_options(CLI::App& cmd, KvCliOptions& options);
+
+// A flag's MiB as bytes.
+uint64_t mib_to_bytes(double mb);
 
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with
 // --kv-dir, else the in-memory cache; or, when `need_chunks` (a policy that scores chunk
@@ -46,7 +53,8 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& options, cons
 // One line on how the disk tier does its I/O ("leoam: KV disk tier DIR: O_DIRECT + io_uring ...").
 std::string kv_store_summary(const KvCliOptions& options, const KvCache& kv);
 
-// Prints --kv-stats to stderr and writes --kv-stats-json, as asked.
-Status report_kv_stats(const KvCliOptions& options, const KvCache& kv);
+// Prints --kv-stats to stderr and writes --kv-stats-json, as asked: the store's tiers (with the
+// tiered store) and what `selector`'s policy holds about the KV (when one ran; may be null).
+Status report_kv_stats(const KvCliOptions& options, const KvCache& kv, const sparse::SparseAttention* selector);
 
 }  // namespace leoam::cli

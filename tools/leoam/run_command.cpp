@@ -264,7 +264,7 @@ class RunCommand : public Command {
       if (Status st = save_kv_session(kv_cache, session, kv_save_dir_); !st.is_ok()) return fail(st);
       if (verbose_) std::fprintf(stderr, "leoam: saved the session to %s\n", kv_save_dir_.c_str());
     }
-    if (Status st = report_kv_stats(kv_options_, kv_cache); !st.is_ok()) return fail(st);
+    if (Status st = report_kv_stats(kv_options_, kv_cache, selector->get()); !st.is_ok()) return fail(st);
     if (kv_options_.print_stats && *selector != nullptr) {
       std::fprintf(stderr, "%sattention: %s\n", (*selector)->stats_text().c_str(),
                    budget_rule_text(attention_options_, kv_options_, (*model)->hparams().n_layer).c_str());

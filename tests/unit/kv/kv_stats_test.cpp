@@ -62,6 +62,9 @@ KvStats example_stats() {
   s[Tier::kDisk] = {.bytes_read = 3ull << 30, .bytes_written = 1, .hits = 1234567, .misses = 11, .evictions = 0};
   s.resident_bytes = {1ull << 20, 3ull << 10, 0};
   s.resident_chunks = {16, 1, 0};
+  s.abstract_bytes = {3ull << 20, 1ull << 10, 5ull << 12};
+  s.peak_abstract_bytes = {4ull << 20, 2ull << 10, 5ull << 12};
+  s.buffer_bytes = 40ull << 20;
   s.disk_read_latency.record_us(1.5);
   s.disk_read_latency.record_us(1000.0);
   s.disk_write_latency.record_us(40.0);
@@ -73,12 +76,12 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   const KvStats s = example_stats();
   const nlohmann::json j = nlohmann::json::parse(s.to_json());
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j.size(), 4u);
+  EXPECT_EQ(j.size(), 5u);  // no policy_memory: no policy ran
   const char* names[] = {"device", "host", "disk"};
   for (int t = 0; t < kNumTiers; ++t) {
     const nlohmann::json& tj = j.at("tiers").at(names[t]);
     SCOPED_TRACE(names[t]);
-    EXPECT_EQ(tj.size(), 7u);
+    EXPECT_EQ(tj.size(), 9u);
     EXPECT_EQ(tj.at("bytes_read").get<uint64_t>(), s.tiers[t].bytes_read);
     EXPECT_EQ(tj.at("bytes_written").get<uint64_t>(), s.tiers[t].bytes_written);
     EXPECT_EQ(tj.at("hits").get<uint64_t>(), s.tiers[t].hits);
@@ -86,7 +89,10 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
     EXPECT_EQ(tj.at("evictions").get<uint64_t>(), s.tiers[t].evictions);
     EXPECT_EQ(tj.at("resident_bytes").get<uint64_t>(), s.resident_bytes[t]);
     EXPECT_EQ(tj.at("resident_chunks").get<int64_t>(), s.resident_chunks[t]);
+    EXPECT_EQ(tj.at("abstract_bytes").get<uint64_t>(), s.abstract_bytes[t]);
+    EXPECT_EQ(tj.at("peak_abstract_bytes").get<uint64_t>(), s.peak_abstract_bytes[t]);
   }
+  EXPECT_EQ(j.at("buffer_bytes").get<uint64_t>(), s.buffer_bytes);
   const nlohmann::json& r = j.at("disk_read_latency_us");
   EXPECT_EQ(r.at("count").get<uint64_t>(), 2u);
   EXPECT_DOUBLE_EQ(r.at("mean").get<double>(), 500.75);
@@ -99,6 +105,24 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   EXPECT_EQ(w.at("p50").get<double>(), 64.0);
   EXPECT_EQ(w.at("buckets"), nlohmann::json::parse("[[64, 1]]"));
   EXPECT_EQ(j.at("disk_io_mode").get<std::string>(), "O_DIRECT + io_uring");
+}
+
+TEST(KvStatsTest, PolicyMemoryIsReportedWhenAPolicyRan) {
+  KvStats s = example_stats();
+  s.policy_memory = {"leoam", 5ull << 20, 6ull << 20, 64ull << 20};
+  const nlohmann::json j = nlohmann::json::parse(s.to_json());
+  const nlohmann::json& p = j.at("policy_memory");
+  EXPECT_EQ(p.at("policy").get<std::string>(), "leoam");
+  EXPECT_EQ(p.at("bytes").get<uint64_t>(), 5ull << 20);
+  EXPECT_EQ(p.at("peak_bytes").get<uint64_t>(), 6ull << 20);
+  EXPECT_EQ(p.at("budget_bytes").get<uint64_t>(), 64ull << 20);
+  EXPECT_EQ(nlohmann::json::parse(s.policy_memory.to_json()), p);
+  const std::string text = s.to_text();
+  EXPECT_NE(text.find("policy leoam holds 5.0 MiB about the KV (peak 6.0 MiB), in RAM; budget 64.0 MiB (--kv-meta-mb)"),
+            std::string::npos)
+      << text;
+  s.policy_memory.budget_bytes = 0;
+  EXPECT_NE(s.to_text().find("no budget (--kv-meta-mb)"), std::string::npos);
 }
 
 TEST(KvStatsTest, EmptyStatsAreValidJson) {
@@ -114,14 +138,14 @@ TEST(KvStatsTest, TextIsAnAlignedTableThenLatencies) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 7u) << text;
+  ASSERT_EQ(lines.size(), 9u) << text;
   // Header and one row per tier, in tier order, all the same width.
   EXPECT_EQ(lines[0].rfind("tier", 0), 0u) << lines[0];
   EXPECT_EQ(lines[1].rfind("device", 0), 0u) << lines[1];
   EXPECT_EQ(lines[2].rfind("host", 0), 0u) << lines[2];
   EXPECT_EQ(lines[3].rfind("disk", 0), 0u) << lines[3];
   for (int i = 1; i < 4; ++i) EXPECT_EQ(lines[i].size(), lines[0].size()) << lines[i];
-  for (const char* column : {"read", "written", "hits", "misses", "evictions", "resident"}) {
+  for (const char* column : {"read", "written", "hits", "misses", "evictions", "resident KV", "abstracts (peak)"}) {
     EXPECT_NE(lines[0].find(column), std::string::npos) << column;
   }
   // Human units: 12897485 B = 12.3 MiB, 3 GiB, 512 B; the resident chunks counted.
@@ -142,6 +166,11 @@ TEST(KvStatsTest, TextIsAnAlignedTableThenLatencies) {
   EXPECT_NE(lines[5].find("count 1"), std::string::npos) << lines[5];
   EXPECT_EQ(lines[4].find("count"), lines[5].find("count")) << "latency lines line up";
   EXPECT_EQ(lines[6], "disk I/O: O_DIRECT + io_uring");
+  // Each tier's abstracts next to its KV, with their peak; then the buffers.
+  EXPECT_NE(lines[1].find("3.0 MiB (4.0 MiB)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[3].find("20.0 KiB (20.0 KiB)"), std::string::npos) << lines[3];
+  EXPECT_EQ(lines[7].rfind("abstracts:", 0), 0u) << lines[7];
+  EXPECT_EQ(lines[8], "buffers: 40.0 MiB (gather scratch and write-through)");
 }
 
 }  // namespace

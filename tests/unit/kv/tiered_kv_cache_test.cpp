@@ -35,8 +35,9 @@ TieredKvCacheOptions small_options(const std::string& dir) {
   o.session = "test";
   o.n_sink_tokens = 4;
   o.n_recent_tokens = 8;
-  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * 2 * kChunk * kHeads * kHeadDim * 2;
-  o.host_budget_bytes = 3 * 2 * kChunk * kHeads * kHeadDim * 2;  // three chunks
+  // A chunk costs its tier's budget its KV and its abstract.
+  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
+  o.host_budget_bytes = 3 * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);  // three chunks
   o.gather_batch_bytes = 5 * kDirectIoAlignment;                 // five chunks a batch: many batches
   return o;
 }
@@ -195,8 +196,45 @@ TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
   EXPECT_GT(stats[Tier::kDisk].bytes_read, 0u);
   EXPECT_GT(stats[Tier::kDisk].hits, 0u);
   EXPECT_GT(stats[Tier::kDevice].evictions, 0u);
-  EXPECT_LE(stats.resident_bytes[0], twin.tiered().residency().options().device_budget_bytes);
-  EXPECT_LE(stats.resident_bytes[1], twin.tiered().residency().options().host_budget_bytes);
+  EXPECT_LE(stats.resident_bytes[0] + stats.abstract_bytes[0], twin.tiered().residency().options().device_budget_bytes);
+  EXPECT_LE(stats.resident_bytes[1] + stats.abstract_bytes[1], twin.tiered().residency().options().host_budget_bytes);
+}
+
+// A device or host chunk costs its tier's budget its KV and its in-memory abstract, and the stats
+// report both per tier: the abstracts in memory now and at their peak, and on disk the abstract
+// files as they lie in the directory.
+TEST(TieredKvCache, AbstractsCountInTheirTierBudgetAndTheStatsShowThem) {
+  TempDir dir;
+  TieredKvCacheOptions o = small_options(dir.path());
+  o.visible_files = true;
+  const ChunkGeometry g{kHeads, kHeadDim, kChunk, KvDtype::kF16};
+  ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kDevice), g.chunk_bytes() + g.abstract_bytes());
+  // Room for three chunks' KV but not for their abstracts too: the host holds two.
+  o.host_budget_bytes = 3 * g.chunk_bytes();
+  Twin twin(o);
+  for (const int64_t n : {40, 100, 13, 83}) ASSERT_TRUE(twin.append(n).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  EXPECT_EQ(kv.residency().n_chunks(Tier::kHost), 2);
+  const KvStats stats = kv.stats();
+  for (const Tier t : {Tier::kDevice, Tier::kHost}) {
+    SCOPED_TRACE(tier_name(t));
+    const int i = static_cast<int>(t);
+    const uint64_t n = static_cast<uint64_t>(kv.residency().n_chunks(t));
+    EXPECT_EQ(stats.resident_bytes[i], n * g.chunk_bytes());  // no codec: the host holds them as they are
+    EXPECT_EQ(stats.abstract_bytes[i], n * g.abstract_bytes());
+    EXPECT_GE(stats.peak_abstract_bytes[i], stats.abstract_bytes[i]);
+    const uint64_t budget = t == Tier::kDevice ? o.device_budget_bytes : o.host_budget_bytes;
+    EXPECT_LE(stats.resident_bytes[i] + stats.abstract_bytes[i], budget);
+    EXPECT_LE(stats.peak_abstract_bytes[i], budget);
+    EXPECT_EQ(kv.residency().used_bytes(t), stats.resident_bytes[i] + stats.abstract_bytes[i]);
+  }
+  uint64_t lka_bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".lka") lka_bytes += entry.file_size();
+  }
+  EXPECT_GT(lka_bytes, 0u);
+  EXPECT_EQ(stats.abstract_bytes[static_cast<int>(Tier::kDisk)], lka_bytes);
+  EXPECT_GE(stats.buffer_bytes, o.gather_batch_bytes);
 }
 
 // Write-through: every chunk an append seals is written to disk by the end of the append, where
@@ -206,8 +244,7 @@ TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
 TEST(TieredKvCache, SealedChunksAreWrittenThroughAndDemotedWithoutAWrite) {
   TempDir dir;
   TieredKvCacheOptions o = small_options(dir.path());
-  const uint64_t chunk_bytes = 2 * kChunk * kHeads * kHeadDim * 2;
-  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * 8 * chunk_bytes;
+  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * 8 * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
   o.host_budget_bytes = 0;  // device -> disk: a demotion would be the only other writer
   Twin twin(o);
   const uint64_t per_chunk = twin.tiered().disk().slot_bytes() + twin.tiered().disk().record_bytes();
@@ -256,8 +293,9 @@ TEST(TieredKvCache, PropertyBudgetsResidencyAndAbstractsHold) {
     TempDir dir;
     TieredKvCacheOptions o = small_options(dir.path());
     std::mt19937 pick(seed);
-    o.host_budget_bytes = std::uniform_int_distribution<uint64_t>(0, 6)(pick) * 2 * kChunk * kHeads * kHeadDim * 2;
-    o.device_budget_bytes += std::uniform_int_distribution<uint64_t>(0, 4)(pick) * 2 * kChunk * kHeads * kHeadDim * 2;
+    o.host_budget_bytes = std::uniform_int_distribution<uint64_t>(0, 6)(pick) * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);
+    o.device_budget_bytes +=
+        std::uniform_int_distribution<uint64_t>(0, 4)(pick) * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
     Twin twin(o, seed);
     TieredKvCache& kv = twin.tiered();
     for (int step = 0; step < 25; ++step) {
@@ -433,14 +471,13 @@ TEST(TieredKvCache, CompressedHostServesCloseRowsAndBoundingAbstracts) {
 // Budgets from no host tier to a host that holds most chunks; gathers of scattered ranges promote
 // chunks from the disk and the host, and appends push them back down.
 TEST(TieredKvCache, AbstractsBoundTheServedKeysInEveryTierAndCodec) {
-  const uint64_t chunk = 2 * kChunk * kHeads * kHeadDim * 2;
   for (const KvCodec codec : {KvCodec::kNone, KvCodec::kInt8, KvCodec::kInt4}) {
     for (const uint64_t host_chunks : {0, 3, 40}) {
       SCOPED_TRACE(std::string(kv_codec_name(codec)) + ", host tier of " + std::to_string(host_chunks) + " chunks");
       TempDir dir;
       TieredKvCacheOptions o = small_options(dir.path());
       o.host_codec = codec;
-      o.host_budget_bytes = host_chunks * chunk;
+      o.host_budget_bytes = host_chunks * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);
       Twin twin(o, 7);
       TieredKvCache& kv = twin.tiered();
       std::vector<std::vector<std::vector<float>>> first_seen(kLayers);  // [layer][chunk]: as first read

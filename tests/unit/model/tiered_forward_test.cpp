@@ -62,7 +62,7 @@ TEST_P(TieredForward, LogitsMatchTheMemoryCacheInPrefillAndDecode) {
   t.n_recent_tokens = 16;
   t.dir = dir.path();
   t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
-  t.host_budget_bytes = 4 * 2 * 16 * t.shape.row_elements() * 2;  // four chunks
+  t.host_budget_bytes = 4 * TieredKvCache::chunk_budget_bytes(t, Tier::kHost);  // four chunks
   t.gather_batch_bytes = GetParam().gather_batch_bytes;
   auto tiered = TieredKvCache::create(t);
   ASSERT_TRUE(tiered.is_ok()) << tiered.status().message();

@@ -360,9 +360,8 @@ TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
     so.session = "tree";
     so.n_sink_tokens = 4;
     so.n_recent_tokens = 8;
-    const uint64_t chunk_bytes = 2ull * c.store_chunk * kRow * sizeof(float);
-    so.device_budget_bytes = TieredKvCache::min_device_budget_bytes(so) + chunk_bytes;
-    so.host_budget_bytes = 2 * chunk_bytes;
+    so.device_budget_bytes = TieredKvCache::min_device_budget_bytes(so) + TieredKvCache::chunk_budget_bytes(so, Tier::kDevice);
+    so.host_budget_bytes = 2 * TieredKvCache::chunk_budget_bytes(so, Tier::kHost);
     auto store = TieredKvCache::create(so);
     ASSERT_TRUE(store.is_ok()) << store.status().message();
     TieredKvCache& kv = **store;

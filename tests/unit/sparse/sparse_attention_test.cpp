@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,7 +178,8 @@ class SparseForwardTest : public SmallModelTest {
   // A forward context over a fresh tiered store (chunks of 8, `n_recent` pinned), with `policy` at
   // `budget` selecting its decode steps (no policy: no selector), which *selector then points to.
   std::unique_ptr<ForwardContext> context(const std::string& policy, double budget, int n_recent, int n_batch,
-                                          std::unique_ptr<SparseAttention>& selector) {
+                                          std::unique_ptr<SparseAttention>& selector,
+                                          uint64_t memory_budget_bytes = 0) {
     TieredKvCacheOptions t;
     t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
     t.chunk_tokens = 8;
@@ -193,6 +195,8 @@ class SparseForwardTest : public SmallModelTest {
       o.policy = policy;
       o.budget = budget;
       o.n_recent = n_recent;
+      o.policy_options.model = model_.get();
+      o.memory_budget_bytes = memory_budget_bytes;
       auto s = SparseAttention::create(o, kv->get(), {spec_.n_layer, spec_.n_head, spec_.n_head_kv, 16, 0.25f});
       EXPECT_TRUE(s.is_ok()) << s.status().message();
       if (s.is_ok()) selector = std::move(s).value();
@@ -272,6 +276,74 @@ TEST_F(SparseDecodeTest, JustBelowAFullBudgetEachPolicyLeavesOutItsLowestRankedU
         EXPECT_GT(s.n_chunks_scored, 0);
       }
     }
+  }
+}
+
+// What each policy keeps about the KV after a 150-token prompt and 10 decoded tokens (160
+// positions, 2 layers, 2 KV heads of 16: E = 32 key channels a position) is reported, at least
+// what its state must hold: leoam its trees (a box of 2E floats a leaf of at most 64 tokens, a
+// sign bit a key channel), h2o a mass a position, infinigen a partial key column a position,
+// oracle every key; quest keeps nothing but reads the far chunks' boxes each step (peak).
+TEST_F(SparseDecodeTest, EveryPolicyReportsWhatItKeepsAboutTheKv) {
+  constexpr uint64_t kLayers = 2, kPositions = 160, kE = 32;
+  const std::map<std::string, uint64_t> least_kept = {
+      {"leoam", kLayers * (kPositions * kE / 8 + 3 * 2 * kE * 4)},
+      {"h2o", kLayers * kPositions * 4},
+      {"h2o-chunked", kLayers * kPositions * 4},
+      {"infinigen", kLayers * kPositions * 4},
+      {"oracle", kLayers * kPositions * kE * 4},
+      {"quest", 0},
+      {"streaming", 0}};
+  for (const auto& [policy, least] : least_kept) {
+    SCOPED_TRACE(policy);
+    std::mt19937 rng(3);
+    std::unique_ptr<SparseAttention> selector;
+    std::unique_ptr<ForwardContext> ctx = context(policy, 0.25, 16, 512, selector);
+    ASSERT_NE(ctx, nullptr);
+    std::vector<float> logits;
+    ASSERT_TRUE(ctx->eval(random_tokens(150, rng), false, logits).is_ok());
+    for (int32_t tok : random_tokens(10, rng)) {
+      const int32_t one[1] = {tok};
+      ASSERT_TRUE(ctx->eval(one, false, logits).is_ok());
+    }
+    const PolicyMemory m = selector->memory();
+    EXPECT_GE(m.bytes, least);
+    EXPECT_GT(m.bytes, 0u) << "the chunk pick counts at least";
+    EXPECT_GE(m.peak_bytes, m.bytes);
+    if (policy == "quest") {
+      EXPECT_GE(m.peak_bytes, 16 * 2 * kE * 4) << "the boxes of 16 far chunks or more";
+    }
+  }
+}
+
+// Past --kv-meta-mb's budget the call that went past fails (kResourceExhausted), naming the
+// flag: leoam as its trees grow in the decode steps, infinigen as its partial keys grow in the
+// prompt. A budget of exactly the peak an unbounded run reached lets the same run through.
+TEST_F(SparseDecodeTest, APolicyPastItsMemoryBudgetStopsTheRun) {
+  for (const std::string policy : {"leoam", "infinigen"}) {
+    SCOPED_TRACE(policy);
+    const auto attempt = [&](uint64_t budget, uint64_t* peak) {
+      std::mt19937 rng(3);
+      std::unique_ptr<SparseAttention> selector;
+      std::unique_ptr<ForwardContext> ctx = context(policy, 0.25, 16, 512, selector, budget);
+      EXPECT_NE(ctx, nullptr);
+      if (ctx == nullptr) return internal_error("no context");
+      std::vector<float> logits;
+      LEOAM_RETURN_IF_ERROR(ctx->eval(random_tokens(150, rng), false, logits));
+      for (int32_t tok : random_tokens(10, rng)) {
+        const int32_t one[1] = {tok};
+        LEOAM_RETURN_IF_ERROR(ctx->eval(one, false, logits));
+      }
+      if (peak != nullptr) *peak = selector->memory().peak_bytes;
+      return Status::ok();
+    };
+    uint64_t peak = 0;
+    ASSERT_TRUE(attempt(0, &peak).is_ok());
+    ASSERT_GT(peak, 1000u);
+    EXPECT_TRUE(attempt(peak, nullptr).is_ok());
+    const Status st = attempt(peak - 1, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.message();
+    EXPECT_NE(st.message().find("--kv-meta-mb"), std::string::npos) << st.message();
   }
 }
 

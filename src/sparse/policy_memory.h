@@ -1,0 +1,20 @@
+// What a selection policy holds in RAM about the KV, as it reports it (SelectionPolicy::memory):
+// the bytes its trees, abstracts, scores and partial keys take now, and the most at once so far.
+#pragma once
+
+#include <cstdint>
+
+namespace leoam::sparse {
+
+struct PolicyMemory {
+  uint64_t bytes = 0;
+  uint64_t peak_bytes = 0;
+};
+
+// The bytes a vector's allocation takes (its capacity, not its size: what the process holds).
+template <class V>
+uint64_t capacity_bytes(const V& v) {
+  return static_cast<uint64_t>(v.capacity()) * sizeof(typename V::value_type);
+}
+
+}  // namespace leoam::sparse
