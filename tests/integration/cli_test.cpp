@@ -79,7 +79,7 @@ TEST_F(CliTest, HelpListsEveryFlag) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " missing from:\n" << r.out;
   }
   // Defaults are shown.
-  for (const char* def : {"=128", "=0.8", "=40", "=0.95", "=0.05", "=64", "default: random"}) {
+  for (const char* def : {"=128", "=0.8", "=40", "=0.95", "=0.05", "=64", "-1: a random one"}) {
     EXPECT_NE(r.out.find(def), std::string::npos) << def;
   }
 
@@ -189,6 +189,19 @@ TEST_P(StoriesCliTest, SameSeedSameTextDifferentSeedDifferentText) {
   };
   EXPECT_EQ(gen("1234"), gen("1234"));
   EXPECT_NE(gen("1234"), gen("98765"));
+  // -1 asks for a random seed, as in llama.cpp: not 2^64 - 1, and not the same twice.
+  const auto seed_of = [&](const char* seed) {
+    CliResult r = run({"run", "-m", model, "-p", "", "-n", "1", "--seed", seed, "--verbose"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    const size_t at = r.err.find("sampling: seed ");
+    return at == std::string::npos ? std::string() : r.err.substr(at + 15, r.err.find(',', at) - at - 15);
+  };
+  const std::string random = seed_of("-1");
+  EXPECT_FALSE(random.empty());
+  EXPECT_NE(random, "18446744073709551615");
+  EXPECT_NE(random, seed_of("-1"));
+  EXPECT_EQ(seed_of("42"), "42");
+  EXPECT_EQ(run({"run", "-m", model, "-p", "", "--seed", "-2"}).status, 2);
 }
 
 TEST_P(StoriesCliTest, TokenizePrintsOneIdPerLineBosFirst) {

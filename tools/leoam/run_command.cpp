@@ -15,6 +15,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -141,7 +142,9 @@ class RunCommand : public Command {
     cmd->add_option("--repeat-last-n", s.repeat_last_n, "tokens of history the repeat penalty looks at (0: off)")
         ->capture_default_str()
         ->check(non_negative<int>());
-    seed_option_ = cmd->add_option("--seed", s.seed, "random seed for sampling (default: random; --verbose prints it)");
+    cmd->add_option("--seed", seed_, "random seed for sampling (-1: a random one; --verbose prints it)")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(-1, std::numeric_limits<int64_t>::max()));
     cmd->add_flag("--no-bos", no_bos_, "do not prepend the BOS token to the prompt");
     cmd->add_flag("--parse-special", options_.parse_special, "recognize special tokens such as </s> written in the prompt");
     cmd->add_option("--dump-logits", dump_logits_path_,
@@ -166,9 +169,11 @@ class RunCommand : public Command {
     Result<std::string> prompt = resolve_prompt(prompt_, prompt_file_);
     if (!prompt.is_ok()) return fail(prompt.status());
     options_.add_bos = !no_bos_;
-    if (seed_option_->count() == 0) {
+    if (seed_ == kRandomSeed) {
       std::random_device rd;
       options_.sampler.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    } else {
+      options_.sampler.seed = static_cast<uint64_t>(seed_);
     }
 
     LogitsDump dump;
@@ -219,7 +224,7 @@ class RunCommand : public Command {
       Result<KvSession> session = load_kv_session(kv_load_dir_, model_hash, kv_cache);
       if (!session.is_ok()) return fail(session.status());
       tokens = std::move(session->tokens);
-      if (seed_option_->count() == 0) options_.sampler_rng_state = session->sampler_state;
+      if (seed_ == kRandomSeed) options_.sampler_rng_state = session->sampler_state;
       if (verbose_) {
         std::fprintf(stderr, "leoam: loaded %s: %zu tokens, KV of %lld\n", kv_load_dir_.c_str(), tokens.size(),
                      static_cast<long long>(session->n_kv));
@@ -319,7 +324,8 @@ class RunCommand : public Command {
   bool no_bos_ = false;
   bool verbose_ = false;
   GenerateOptions options_;
-  CLI::Option* seed_option_ = nullptr;
+  static constexpr int64_t kRandomSeed = -1;  // as llama.cpp's --seed -1
+  int64_t seed_ = kRandomSeed;
 };
 
 }  // namespace
