@@ -133,6 +133,18 @@ std::string KvStats::to_text() const {
   out += "abstracts: on the device and host in memory, inside their tier's budget; on disk in the abstract files\n";
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
+  if (prefill.known) {
+    const TierStats& disk = (*this)[Tier::kDisk];
+    out += "disk during the prefill: read " + human_bytes(prefill.disk_bytes_read) + ", written " +
+           human_bytes(prefill.disk_bytes_written) + "; during the decode: read " +
+           human_bytes(disk.bytes_read - prefill.disk_bytes_read) + ", written " +
+           human_bytes(disk.bytes_written - prefill.disk_bytes_written) + '\n';
+    out += prefill.working_set_budget_bytes == 0
+               ? std::string("prefill working set: none, batch by batch (--prefill-mb 0)\n")
+               : "prefill working set: " + human_bytes(prefill.working_set_bytes) + " at most, of " +
+                     human_bytes(prefill.working_set_budget_bytes) + " (--prefill-mb), " +
+                     std::to_string(prefill.n_segments) + (prefill.n_segments == 1 ? " segment\n" : " segments\n");
+  }
   return out;
 }
 
@@ -160,6 +172,20 @@ std::string KvStats::to_json() const {
   root["disk_io_mode"] = disk_io_mode;
   root["buffer_bytes"] = buffer_bytes;
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
+  if (prefill.known) {
+    const TierStats& disk = (*this)[Tier::kDisk];
+    nlohmann::ordered_json p;
+    p["disk_bytes_read"] = prefill.disk_bytes_read;
+    p["disk_bytes_written"] = prefill.disk_bytes_written;
+    p["working_set_budget_bytes"] = prefill.working_set_budget_bytes;
+    p["working_set_bytes"] = prefill.working_set_bytes;
+    p["segments"] = prefill.n_segments;
+    root["prefill"] = std::move(p);
+    nlohmann::ordered_json d;
+    d["disk_bytes_read"] = disk.bytes_read - prefill.disk_bytes_read;
+    d["disk_bytes_written"] = disk.bytes_written - prefill.disk_bytes_written;
+    root["decode"] = std::move(d);
+  }
   return root.dump();
 }
 

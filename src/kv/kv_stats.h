@@ -68,6 +68,18 @@ struct PolicyMemoryStats {
   std::string to_json() const;
 };
 
+// The prompt's part of a run, for the report: its disk traffic (the rest of the run's is the
+// decode's) and the layered prefill's working set (ForwardOptions::prefill_working_set_bytes).
+// Filled by the caller that ran the prompt; known is false when none did.
+struct PrefillIoStats {
+  bool known = false;
+  uint64_t disk_bytes_read = 0;
+  uint64_t disk_bytes_written = 0;
+  uint64_t working_set_budget_bytes = 0;  // 0: the prompt ran batch by batch
+  uint64_t working_set_bytes = 0;         // the most the working set held
+  int64_t n_segments = 0;
+};
+
 struct KvStats {
   std::array<TierStats, kNumTiers> tiers{};  // indexed by Tier
   LatencyHistogram disk_read_latency;   // one sample per read batch (chunks or abstracts)
@@ -82,6 +94,7 @@ struct KvStats {
   std::array<uint64_t, kNumTiers> peak_abstract_bytes{};
   uint64_t buffer_bytes = 0;  // the store's gather scratch and write-through buffer
   PolicyMemoryStats policy_memory;
+  PrefillIoStats prefill;
 
   TierStats& operator[](Tier t) { return tiers[static_cast<int>(t)]; }
   const TierStats& operator[](Tier t) const { return tiers[static_cast<int>(t)]; }
@@ -95,8 +108,11 @@ struct KvStats {
   //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
   //    "disk_io_mode": "..", "buffer_bytes":..,
-  //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..}}
-  // (resident_bytes: the KV alone; policy_memory only when a policy ran).
+  //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..},
+  //    "prefill": {"disk_bytes_read":..,"disk_bytes_written":..,"working_set_budget_bytes":..,
+  //    "working_set_bytes":..,"segments":..}, "decode": {"disk_bytes_read":..,"disk_bytes_written":..}}
+  // (resident_bytes: the KV alone; policy_memory only when a policy ran; prefill and decode only
+  // when the prefill is known, decode being the rest of the run's disk traffic).
   // with p50/p99 as bucket upper bounds (quantile_upper_us) and only the non-empty buckets,
   // ascending, upper_us an integer.
   std::string to_json() const;

@@ -266,4 +266,18 @@ Status attention(KvCache& kv, int layer, std::span<const TokenRange> ranges, con
   return batches.finish();
 }
 
+Status attention(KvCache& kv, int layer, int64_t stored_end, const KvView& tail, const AttentionParams& params,
+                 const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool) {
+  LEOAM_RETURN_IF_ERROR(check_params(params));
+  if (n_tokens <= 0) return Status::ok();
+  BatchedAttention batches(params, q, pos0, n_tokens, out, pool, {});
+  if (stored_end > 0) {
+    const TokenRange stored{0, stored_end};
+    LEOAM_RETURN_IF_ERROR(
+        kv.for_each_view(layer, {&stored, 1}, [&batches](const KvView& view) { return batches.add(view); }));
+  }
+  if (tail.n_tokens() > 0) LEOAM_RETURN_IF_ERROR(batches.add(tail));
+  return batches.finish();
+}
+
 }  // namespace leoam

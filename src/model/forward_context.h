@@ -30,6 +30,21 @@ struct ForwardOptions {
   // Chooses the positions each decoded token attends to, per layer (sparse attention); null:
   // every position. Not owned; must outlive the context.
   AttentionSelector* selector = nullptr;
+  // The layered prefill's working set; 0: a prompt runs batch by batch through every layer. With
+  // a working set, a prompt of more than one batch runs layer by layer, in segments of as many
+  // batches as the working set holds (the residual stream of the segment's rows and one layer's
+  // KV of them): each layer's prompt KV is appended to the store and attended from the working
+  // set, so a store that keeps its KV on disk never reads the prompt's back. A segment attends
+  // to the positions before it through the store. Logits are those of the batch order (bit for
+  // bit where the segment starts at position 0, as over an in-memory cache).
+  uint64_t prefill_working_set_bytes = 0;
+};
+
+// What the layered prefill did (ForwardOptions::prefill_working_set_bytes), for the reports.
+struct PrefillStats {
+  uint64_t working_set_bytes = 0;  // the most its buffers held at once
+  int64_t n_segments = 0;          // segments run, over every eval
+  int64_t n_layered_tokens = 0;    // prompt tokens that ran layer by layer
 };
 
 class ForwardContext {
@@ -46,14 +61,15 @@ class ForwardContext {
   // logits is resized to tokens.size() * n_vocab when all_logits, else to n_vocab (the last
   // position's). Fails, changing nothing, when a token id is out of range or the tokens do not
   // fit in the context ("... exceeds the context size of N tokens (-c)"). When options.should_stop
-  // says true between two prefill chunks, fails with kCancelled and keeps the KV of the chunks
-  // done: n_past() says how far it got, and the logits are unset.
+  // says true between two prefill chunks (layered: segments), fails with kCancelled and keeps the
+  // KV of the chunks done: n_past() says how far it got, and the logits are unset.
   virtual Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
 
   virtual int64_t n_past() const = 0;
   virtual int64_t n_ctx() const = 0;
   virtual int32_t n_vocab() const = 0;
   virtual int n_threads() const = 0;
+  virtual PrefillStats prefill_stats() const { return {}; }
   // Forgets every position: the next eval starts at position 0.
   virtual void reset() = 0;
 };

@@ -9,6 +9,7 @@
 #include "kernels/cpu/matvec.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "kv/kv_dtype.h"
 #include "kv/memory_kv_cache.h"
 #include "model/attention_selector.h"
 
@@ -182,11 +183,19 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
   }
 
   logits.resize(static_cast<size_t>(all_logits ? n : 1) * hp_.n_vocab);
+  // The batches: n_batch tokens each, the last two rebalanced so that a lone last token does not
+  // run as a decode step (through the selector): a prompt's last position attends like the rest.
+  std::vector<std::pair<int64_t, int64_t>> chunks;
   for (int64_t done = 0; done < n;) {
     int64_t n_chunk = std::min(n_batch_, n - done);
-    // A lone last token would run as a decode step, through the selector: a prompt's last
-    // position attends like the rest of it, so the chunk before gives it company.
     if (n - done - n_chunk == 1 && n_chunk > 2) --n_chunk;
+    chunks.emplace_back(done, n_chunk);
+    done += n_chunk;
+  }
+  if (options_.prefill_working_set_bytes > 0 && chunks.size() > 1) {
+    return eval_layered(tokens, chunks, all_logits, logits);
+  }
+  for (const auto& [done, n_chunk] : chunks) {
     const bool last = done + n_chunk == n;
     float* out = nullptr;
     if (all_logits) {
@@ -200,41 +209,209 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
       if (options_.selector != nullptr) options_.selector->truncate(n_past0);
       return st;
     }
-    done += n_chunk;
-    if (options_.progress) options_.progress(done, n);
-    if (done < n && options_.should_stop && options_.should_stop()) {
-      return cancelled("prefill stopped after " + std::to_string(done) + " of " + std::to_string(n) + " tokens");
+    if (options_.progress) options_.progress(done + n_chunk, n);
+    if (!last && options_.should_stop && options_.should_stop()) {
+      return cancelled("prefill stopped after " + std::to_string(done + n_chunk) + " of " + std::to_string(n) +
+                       " tokens");
     }
   }
   return Status::ok();
 }
 
-Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits) {
+Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,
+                                  bool all_logits, std::vector<float>& logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t n_past0 = n_past();
   const int64_t n_embd = hp_.n_embd;
+  const float eps = hp_.rms_eps;
+  const size_t kv_row_bytes = static_cast<size_t>(hp_.n_embd_kv()) * kv_dtype_size(kv_->dtype());
+  // A segment: whole batches, as many as the working set holds (one at least).
+  const uint64_t row_bytes = static_cast<uint64_t>(n_embd) * sizeof(float) + 2 * kv_row_bytes;
+  const int64_t segment_rows =
+      std::max<int64_t>(n_batch_, static_cast<int64_t>(options_.prefill_working_set_bytes / row_bytes));
+  ThreadPool& pool = *pool_;
+  AttentionSelector* selector = options_.selector;
+  const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
+  const auto fail = [&](const Status& st) {
+    (void)kv_->truncate(n_past0);  // as the batch order does: the context as it was
+    if (selector != nullptr) selector->truncate(n_past0);
+    return st;
+  };
+  // The working set lives for the prompt only: decoding does not need it.
+  struct Release {
+    LlamaForward& f;
+    ~Release() {
+      std::vector<float>().swap(f.seg_x_);
+      std::vector<uint8_t>().swap(f.seg_k_);
+      std::vector<uint8_t>().swap(f.seg_v_);
+    }
+  } release{*this};
+
+  for (size_t c0 = 0; c0 < chunks.size();) {
+    size_t c1 = c0 + 1;
+    while (c1 < chunks.size() && chunks[c1].first + chunks[c1].second - chunks[c0].first <= segment_rows) ++c1;
+    const int64_t s0 = chunks[c0].first;  // the segment: prompt tokens [s0, s1)
+    const int64_t s1 = chunks[c1 - 1].first + chunks[c1 - 1].second;
+    const auto len = static_cast<size_t>(s1 - s0);
+    seg_x_.resize(std::max(seg_x_.size(), len * n_embd));
+    seg_k_.resize(std::max(seg_k_.size(), len * kv_row_bytes));
+    seg_v_.resize(std::max(seg_v_.size(), len * kv_row_bytes));
+    prefill_stats_.working_set_bytes = std::max<uint64_t>(
+        prefill_stats_.working_set_bytes, seg_x_.capacity() * sizeof(float) + seg_k_.capacity() + seg_v_.capacity());
+    embed(tokens.data() + s0, s1 - s0, seg_x_.data());
+
+    for (int il = 0; il < hp_.n_layer; ++il) {
+      const LayerWeights& L = w_.layers[il];
+      const bool last_layer = il + 1 == hp_.n_layer;
+      for (size_t c = c0; c < c1; ++c) {
+        const auto [t0, nt] = chunks[c];
+        const int64_t pos = n_past0 + t0;
+        float* x = seg_x_.data() + (t0 - s0) * n_embd;
+        float* xn = xn_.data();
+        // The residual stream holds layer il's input (the previous layer's FFN added): its norm.
+        for_each_row(pool, nt, 4 * n_embd, [&](int64_t t) {
+          kernels::rmsnorm(x + t * n_embd, L.attn_norm, n_embd, eps, xn + t * n_embd);
+        });
+        rope_.fill_tables(pos, nt, cos_.data(), sin_.data());
+        project_qkv(L, xn, nt, pos);
+        if (Status st = kv_->append(il, pos, nt, k_.data(), v_.data()); !st.is_ok()) return fail(st);
+        if (needs.keys) {
+          if (Status st = selector->observe_keys(il, pos, nt, k_.data()); !st.is_ok()) return fail(st);
+        }
+        const size_t row0 = static_cast<size_t>(t0 - s0);
+        store_kv_values(kv_->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
+        store_kv_values(kv_->dtype(), v_.data(), nt * hp_.n_embd_kv(), seg_v_.data() + row0 * kv_row_bytes);
+        // The segment's positions so far from the working set, those before it from the store.
+        const KvSegment seen{n_past0 + s0, t0 + nt - s0, seg_k_.data(), seg_v_.data(), kv_->dtype(), kv_row_bytes};
+        const KvView tail(hp_.n_head_kv, hp_.head_dim, {seen});
+        if (Status st = attention(*kv_, il, n_past0 + s0, tail, attn_params_, q_.data(), pos, nt, attn_.data(), pool);
+            !st.is_ok()) {
+          return fail(st);
+        }
+        output_and_ffn(L, x, xn, nt);
+        if (last_layer) {
+          // The logits' rows: every row with all_logits, else the prompt's last.
+          if (all_logits) {
+            output_logits(x, nt, true, logits.data() + t0 * hp_.n_vocab);
+          } else if (t0 + nt == n) {
+            output_logits(x, nt, false, logits.data());
+          }
+        } else {
+          const float* proj = proj_.data();
+          for_each_row(pool, nt, n_embd, [&](int64_t t) { kernels::add(x + t * n_embd, proj + t * n_embd, n_embd); });
+        }
+      }
+      if (options_.progress) {
+        options_.progress(s0 + (s1 - s0) * (il + 1) / hp_.n_layer, n);
+      }
+    }
+    ++prefill_stats_.n_segments;
+    prefill_stats_.n_layered_tokens += s1 - s0;
+    if (s1 < n && options_.should_stop && options_.should_stop()) {
+      return cancelled("prefill stopped after " + std::to_string(s1) + " of " + std::to_string(n) + " tokens");
+    }
+    c0 = c1;
+  }
+  return Status::ok();
+}
+
+void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0) {
   const int64_t n_q = hp_.n_embd_q();
   const int64_t n_kv = hp_.n_embd_kv();
-  const int64_t n_ff = hp_.n_ff;
   const int64_t n_pairs = hp_.rope.n_rot / 2;
+  const kernels::RopeShape q_shape = rope_.shape(hp_.n_head);
+  const kernels::RopeShape k_shape = rope_.shape(hp_.n_head_kv);
+  ThreadPool& pool = *pool_;
+  if (n == 1) {
+    const MatvecTask qkv[] = {{&L.attn_q, xn, q_.data(), L.attn_q_bias},
+                              {&L.attn_k, xn, k_.data(), L.attn_k_bias},
+                              {&L.attn_v, xn, v_.data(), L.attn_v_bias}};
+    fused_matvecs(qkv, pool, *inline_pool_);
+    kernels::rope(q_.data(), q_shape, cos_.data(), sin_.data());
+    kernels::rope(k_.data(), k_shape, cos_.data(), sin_.data());
+    scale_query(q_.data(), n_q, hp_.query_scale(pos0));
+    return;
+  }
+  kernels::matmul(L.attn_q, xn, n, q_.data(), pool);
+  kernels::matmul(L.attn_k, xn, n, k_.data(), pool);
+  kernels::matmul(L.attn_v, xn, n, v_.data(), pool);
+  add_bias(q_.data(), L.attn_q_bias, n, n_q);
+  add_bias(k_.data(), L.attn_k_bias, n, n_kv);
+  add_bias(v_.data(), L.attn_v_bias, n, n_kv);
+  const int64_t rope_cost = 4 * (n_q + n_kv);
+  for_each_row(pool, n, rope_cost, [&](int64_t t) {
+    kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
+    kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
+    scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(pos0 + t));
+  });
+}
+
+void LlamaForward::output_and_ffn(const LayerWeights& L, float* x, float* xn, int64_t n) {
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_ff = hp_.n_ff;
+  ThreadPool& pool = *pool_;
+  float* proj = proj_.data();
+  if (n == 1) {
+    const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, nullptr}};
+    fused_matvecs(out_proj, pool, *inline_pool_);
+  } else {
+    kernels::matmul(L.attn_output, attn_.data(), n, proj, pool);
+  }
+  for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
+    kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, L.ffn_norm, n_embd, hp_.rms_eps, xn + t * n_embd);
+  });
+  if (n == 1) {
+    ffn_gate_up_swiglu(L.ffn_gate, L.ffn_up, xn, gate_.data(), up_.data(), pool, *inline_pool_);
+    const MatvecTask down[] = {{&L.ffn_down, gate_.data(), proj, nullptr}};
+    fused_matvecs(down, pool, *inline_pool_);
+  } else {
+    kernels::matmul(L.ffn_gate, xn, n, gate_.data(), pool);
+    kernels::matmul(L.ffn_up, xn, n, up_.data(), pool);
+    for_each_row(pool, n, 16 * n_ff, [&](int64_t t) {
+      kernels::swiglu(gate_.data() + t * n_ff, up_.data() + t * n_ff, n_ff, gate_.data() + t * n_ff);
+    });
+    kernels::matmul(L.ffn_down, gate_.data(), n, proj, pool);
+  }
+}
+
+void LlamaForward::output_logits(float* x, int64_t n, bool all_rows, float* logits) {
+  const int64_t n_embd = hp_.n_embd;
+  ThreadPool& pool = *pool_;
+  const int64_t first = all_rows ? 0 : n - 1;
+  const int64_t n_out = n - first;
+  float* xn = xn_.data();
+  float* proj = proj_.data();
+  for_each_row(pool, n_out, 4 * n_embd, [&](int64_t i) {
+    const int64_t t = first + i;
+    kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, w_.output_norm, n_embd, hp_.rms_eps, xn + i * n_embd);
+  });
+  if (n_out == 1) {
+    const MatvecTask out[] = {{&w_.output, xn, logits, nullptr}};
+    fused_matvecs(out, pool, *inline_pool_);
+  } else {
+    kernels::matmul(w_.output, xn, n_out, logits, pool);
+  }
+}
+
+void LlamaForward::embed(const int32_t* tokens, int64_t n, float* x) const {
+  for (int64_t t = 0; t < n; ++t) {
+    const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + static_cast<size_t>(tokens[t]) * w_.token_embd.row_bytes;
+    kernels::dequantize_row(w_.token_embd.type, row, x + t * hp_.n_embd, hp_.n_embd);
+  }
+}
+
+Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits) {
+  const int64_t n_embd = hp_.n_embd;
   const float eps = hp_.rms_eps;
   const bool decode = n == 1;
   ThreadPool& pool = *pool_;
-  ThreadPool& inline_pool = *inline_pool_;
   float* x = x_.data();
   float* xn = xn_.data();
   float* proj = proj_.data();
 
-  for (int64_t t = 0; t < n; ++t) {
-    const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + static_cast<size_t>(tokens[t]) * w_.token_embd.row_bytes;
-    kernels::dequantize_row(w_.token_embd.type, row, x + t * n_embd, n_embd);
-  }
+  embed(tokens, n, x);
   rope_.fill_tables(pos0, n, cos_.data(), sin_.data());
-  const kernels::RopeShape q_shape = rope_.shape(hp_.n_head);
-  const kernels::RopeShape k_shape = rope_.shape(hp_.n_head_kv);
-
-  // Costs of the row-wise steps, in the pool's unit (about one multiply-add), for its hint.
   const int64_t norm_cost = 4 * n_embd;
-  const int64_t rope_cost = 4 * (n_q + n_kv);
-  const int64_t swiglu_cost = 16 * n_ff;
 
   // The attention norm of layer 0; every later norm is fused with the residual add before it.
   for_each_row(pool, n, norm_cost, [&](int64_t t) {
@@ -246,28 +423,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     if (decode && needs.layer_inputs) LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, pos0, x));
-    if (decode) {
-      const MatvecTask qkv[] = {{&L.attn_q, xn, q_.data(), L.attn_q_bias},
-                                {&L.attn_k, xn, k_.data(), L.attn_k_bias},
-                                {&L.attn_v, xn, v_.data(), L.attn_v_bias}};
-      fused_matvecs(qkv, pool, inline_pool);
-      kernels::rope(q_.data(), q_shape, cos_.data(), sin_.data());
-      kernels::rope(k_.data(), k_shape, cos_.data(), sin_.data());
-      scale_query(q_.data(), n_q, hp_.query_scale(pos0));
-    } else {
-      kernels::matmul(L.attn_q, xn, n, q_.data(), pool);
-      kernels::matmul(L.attn_k, xn, n, k_.data(), pool);
-      kernels::matmul(L.attn_v, xn, n, v_.data(), pool);
-      add_bias(q_.data(), L.attn_q_bias, n, n_q);
-      add_bias(k_.data(), L.attn_k_bias, n, n_kv);
-      add_bias(v_.data(), L.attn_v_bias, n, n_kv);
-      for_each_row(pool, n, rope_cost, [&](int64_t t) {
-        kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
-        kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
-        scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(pos0 + t));
-      });
-    }
-
+    project_qkv(L, xn, n, pos0);
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (decode && selector != nullptr) {
@@ -286,28 +442,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       const TokenRange visible{0, pos0 + n};
       LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
     }
-    if (decode) {
-      const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, nullptr}};
-      fused_matvecs(out_proj, pool, inline_pool);
-    } else {
-      kernels::matmul(L.attn_output, attn_.data(), n, proj, pool);
-    }
-    for_each_row(pool, n, norm_cost, [&](int64_t t) {
-      kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, L.ffn_norm, n_embd, eps, xn + t * n_embd);
-    });
-
-    if (decode) {
-      ffn_gate_up_swiglu(L.ffn_gate, L.ffn_up, xn, gate_.data(), up_.data(), pool, inline_pool);
-      const MatvecTask down[] = {{&L.ffn_down, gate_.data(), proj, nullptr}};
-      fused_matvecs(down, pool, inline_pool);
-    } else {
-      kernels::matmul(L.ffn_gate, xn, n, gate_.data(), pool);
-      kernels::matmul(L.ffn_up, xn, n, up_.data(), pool);
-      for_each_row(pool, n, swiglu_cost, [&](int64_t t) {
-        kernels::swiglu(gate_.data() + t * n_ff, up_.data() + t * n_ff, n_ff, gate_.data() + t * n_ff);
-      });
-      kernels::matmul(L.ffn_down, gate_.data(), n, proj, pool);
-    }
+    output_and_ffn(L, x, xn, n);
     if (il + 1 < hp_.n_layer) {
       const float* next_norm = w_.layers[il + 1].attn_norm;
       for_each_row(pool, n, norm_cost, [&](int64_t t) {
@@ -317,19 +452,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   }
 
   // The last residual add is needed only by the rows whose logits are wanted.
-  if (logits == nullptr) return Status::ok();
-  const int64_t first = all_rows ? 0 : n - 1;
-  const int64_t n_out = n - first;
-  for_each_row(pool, n_out, norm_cost, [&](int64_t i) {
-    const int64_t t = first + i;
-    kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, w_.output_norm, n_embd, eps, xn + i * n_embd);
-  });
-  if (n_out == 1) {
-    const MatvecTask out[] = {{&w_.output, xn, logits, nullptr}};
-    fused_matvecs(out, pool, inline_pool);
-  } else {
-    kernels::matmul(w_.output, xn, n_out, logits, pool);
-  }
+  if (logits != nullptr) output_logits(x, n, all_rows, logits);
   return Status::ok();
 }
 

@@ -17,6 +17,21 @@
 // would hold one token, which would run as a decode step (with n_batch 2 it still does; n_batch 1
 // decodes every token alone); every scratch buffer is sized for n_batch tokens once, at create().
 //
+// Layered prefill (ForwardOptions::prefill_working_set_bytes): the batch order above attends each
+// batch to every earlier batch's KV of each layer, which a store that keeps its KV on disk reads
+// back, batch after batch. With a working set, a prompt of several batches runs layer by layer
+// instead, over segments of whole batches:
+//
+//   for each segment (as many batches as the working set holds):
+//     x[segment rows] = token_embd[...]                      the working set: x, and one layer's
+//     for each layer, for each batch of the segment:          K and V of the segment's rows
+//       q, k, v of the batch; append k, v to the store and to the working set
+//       attention: [0, segment start) from the store, the segment's rows from the working set
+//       x += attention and FFN, as above
+//
+// The same operations on the same batches: where the segment starts at position 0, the logits are
+// those of an in-memory cache bit for bit. Its buffers live for the eval only.
+//
 // Decoding one token issues few parallel regions, since each costs a wake-up of the workers:
 // per layer Q, K and V share one region, gate and up (with the SwiGLU) another, attention,
 // attn_output and ffn_down one each, and regions too small to pay for the hand-off run inline
@@ -24,6 +39,8 @@
 #pragma once
 
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -50,6 +67,7 @@ class LlamaForward final : public ForwardContext {
   void reset() override { kv_->clear(); }
 
   const KvCache& kv_cache() const { return *kv_; }
+  PrefillStats prefill_stats() const override { return prefill_stats_; }
 
  private:
   LlamaForward(const Model& model, const ForwardOptions& options, Rope rope);
@@ -57,6 +75,20 @@ class LlamaForward final : public ForwardContext {
   // Runs tokens[0, n) at positions [pos0, pos0 + n). Writes the logits of every row to
   // logits ([n][n_vocab]) when all_rows, else the last row's ([n_vocab]); none when logits is null.
   Status forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits);
+  // A prompt layer by layer (options_.prefill_working_set_bytes, the header comment); `chunks`
+  // are the batches eval cut it into, as (first token, tokens).
+  Status eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,
+                      bool all_logits, std::vector<float>& logits);
+  // The steps of a layer that both orders share, on n rows at positions [pos0, pos0 + n):
+  // q_, k_, v_ = xn's projections, RoPE'd (cos_ and sin_ filled for them), the queries scaled;
+  void project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0);
+  // x += attn_ Wo^T, xn = ffn_norm(x), proj_ = the FFN of xn (the caller adds proj_ to x);
+  void output_and_ffn(const LayerWeights& L, float* x, float* xn, int64_t n);
+  // logits of the last row (all rows when all_rows) after the last layer: x += proj_, then the
+  // output norm and projection.
+  void output_logits(float* x, int64_t n, bool all_rows, float* logits);
+  // x[n][n_embd] = the token embeddings.
+  void embed(const int32_t* tokens, int64_t n, float* x) const;
 
   const ModelHparams& hp_;
   const ModelWeights& w_;
@@ -83,6 +115,12 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> cos_;     // [n_batch][n_rot/2]
   std::vector<float> sin_;     // [n_batch][n_rot/2]
   std::vector<float> key_mass_;  // [positions attended] for a selector that watches attention mass
+  // The layered prefill's working set, sized per prompt: the residual stream of a segment's rows
+  // and one layer's K and V of them, in the store's dtype.
+  std::vector<float> seg_x_;    // [segment][n_embd]
+  std::vector<uint8_t> seg_k_;  // [segment][n_head_kv][head_dim]
+  std::vector<uint8_t> seg_v_;
+  PrefillStats prefill_stats_;
 };
 
 }  // namespace leoam

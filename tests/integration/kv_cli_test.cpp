@@ -320,6 +320,39 @@ TEST_F(KvCliTest, MemoryKeptAboutTheKvIsReportedAndBounded) {
   EXPECT_GT(ram.at("policy_memory").at("bytes").get<double>(), 0) << ram.dump(1);
 }
 
+// With --kv-dir the prompt runs layer by layer and reads none of its KV back from disk; the
+// report splits the disk traffic between prefill and decode, and gives the working set. With
+// --prefill-mb 0 the batch order reads the earlier batches back, and the text is the same.
+TEST_F(KvCliTest, LayeredPrefillReadsNoPromptKvBackFromDisk) {
+  const auto run_with = [&](const std::string& prefill_mb, const std::string& name) {
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "8", "-b", "128", "--prefill-mb", prefill_mb,
+                                     "--kv-stats", "--kv-stats-json", dir_ + "/" + name + ".json"};
+    for (const std::string& a : tiny_tiers(name)) args.push_back(a);
+    return run(args);
+  };
+  CliResult layered = run_with("64", "layered");
+  ASSERT_EQ(layered.status, 0) << layered.err;
+  const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/layered.json"));
+  const auto& prefill = stats.at("prefill");
+  EXPECT_EQ(prefill.at("disk_bytes_read").get<double>(), 0.0) << stats.dump(1);
+  EXPECT_GT(prefill.at("disk_bytes_written").get<double>(), 0.0);
+  EXPECT_EQ(prefill.at("segments").get<int>(), 1);
+  EXPECT_EQ(prefill.at("working_set_budget_bytes").get<double>(), 64.0 * 1024 * 1024);
+  EXPECT_GT(prefill.at("working_set_bytes").get<double>(), 0.0);
+  EXPECT_GT(stats.at("decode").at("disk_bytes_read").get<double>(), 0.0);
+  EXPECT_NE(layered.err.find("disk during the prefill: read 0 B"), std::string::npos) << layered.err;
+
+  CliResult batch = run_with("0", "batch");
+  ASSERT_EQ(batch.status, 0) << batch.err;
+  const nlohmann::json batch_stats = nlohmann::json::parse(read_file(dir_ + "/batch.json"));
+  EXPECT_GT(batch_stats.at("prefill").at("disk_bytes_read").get<double>(), 0.0) << batch_stats.dump(1);
+  EXPECT_EQ(batch.out, layered.out);
+
+  CliResult no_dir = run({"-p", "x", "--prefill-mb", "8"});
+  EXPECT_EQ(no_dir.status, 2);
+  EXPECT_NE(no_dir.err.find("--kv-dir"), std::string::npos) << no_dir.err;
+}
+
 TEST_F(KvCliTest, BadKvFlagsAndSessionsGiveOneLineErrors) {
   CliResult no_dir = run({"-p", "x", "--kv-device-mb", "1"});
   EXPECT_EQ(no_dir.status, 2);

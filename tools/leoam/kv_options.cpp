@@ -15,6 +15,8 @@ namespace leoam::cli {
 
 uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 1024.0); }
 
+uint64_t prefill_working_set_bytes(const KvCliOptions& o) { return o.dir.empty() ? 0 : mib_to_bytes(o.prefill_mb); }
+
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   const std::string group = "KV store (tiers)";
   CLI::Option* dir = cmd.add_option("--kv-dir", o.dir,
@@ -56,6 +58,14 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   cmd.add_option("--kv-queue-depth", o.queue_depth, "disk reads in flight at once (io_uring)")
       ->capture_default_str()
       ->check(in_range(1, 4096))
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--prefill-mb", o.prefill_mb,
+                 "with --kv-dir, the prompt runs layer by layer and attends to each layer's prompt KV in this much "
+                 "RAM instead of reading it back from disk (its rows' residual stream and one layer's KV; a longer "
+                 "prompt runs in segments that read the earlier ones from the store); 0: batch by batch")
+      ->capture_default_str()
+      ->check(non_negative<double>())
       ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-meta-mb", o.meta_mb,
@@ -108,7 +118,8 @@ std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
   return buf + tiered->disk().io_mode();
 }
 
-Status report_kv_stats(const KvCliOptions& o, const KvCache& kv, const sparse::SparseAttention* selector) {
+Status report_kv_stats(const KvCliOptions& o, const KvCache& kv, const sparse::SparseAttention* selector,
+                       const PrefillIoStats& prefill) {
   if (!o.print_stats && o.stats_json_path.empty()) return Status::ok();
   PolicyMemoryStats policy;
   if (selector != nullptr) {
@@ -120,6 +131,7 @@ Status report_kv_stats(const KvCliOptions& o, const KvCache& kv, const sparse::S
   if (const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv); tiered != nullptr) {
     KvStats stats = tiered->stats();
     stats.policy_memory = policy;
+    stats.prefill = prefill;
     text = stats.to_text();
     json = stats.to_json();
   } else {

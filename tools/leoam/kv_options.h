@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_stats.h"
 
 namespace leoam {
 class Model;
@@ -31,17 +32,22 @@ struct KvCliOptions {
   int n_sink = 4;
   int n_recent = 64;
   int queue_depth = 32;
+  double prefill_mb = 1024.0;  // the layered prefill's working set, with a dir (ForwardOptions)
   double meta_mb = 0.0;  // the policy's memory budget (SparseAttentionOptions::memory_budget_bytes); 0: none
   bool print_stats = false;
   std::string stats_json_path;
 };
 
 // Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-sink,
-// --kv-recent, --kv-queue-depth, --kv-meta-mb, --kv-stats and --kv-stats-json on `cmd`.
+// --kv-recent, --kv-queue-depth, --prefill-mb, --kv-meta-mb, --kv-stats and --kv-stats-json on `cmd`.
 void add_kv_options(CLI::App& cmd, KvCliOptions& options);
 
 // A flag's MiB as bytes.
 uint64_t mib_to_bytes(double mb);
+
+// ForwardOptions::prefill_working_set_bytes: --prefill-mb with a disk tier (--kv-dir), else 0 (a
+// store in RAM reads nothing back from disk: batch by batch).
+uint64_t prefill_working_set_bytes(const KvCliOptions& options);
 
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with
 // --kv-dir, else the in-memory cache; or, when `need_chunks` (a policy that scores chunk
@@ -55,6 +61,8 @@ std::string kv_store_summary(const KvCliOptions& options, const KvCache& kv);
 
 // Prints --kv-stats to stderr and writes --kv-stats-json, as asked: the store's tiers (with the
 // tiered store) and what `selector`'s policy holds about the KV (when one ran; may be null).
-Status report_kv_stats(const KvCliOptions& options, const KvCache& kv, const sparse::SparseAttention* selector);
+// `prefill` splits the disk traffic between the prompt and the decode, when known.
+Status report_kv_stats(const KvCliOptions& options, const KvCache& kv, const sparse::SparseAttention* selector,
+                       const PrefillIoStats& prefill = {});
 
 }  // namespace leoam::cli

@@ -26,6 +26,7 @@
 #include "io/mapped_file.h"
 #include "kernels/cpu/blas_core.h"
 #include "kv/kv_session.h"
+#include "kv/tiered_kv_cache.h"
 #include "attention_options.h"
 #include "kv_options.h"
 #include "core/thread_pool.h"
@@ -196,6 +197,7 @@ class RunCommand : public Command {
     fwd.n_batch = n_batch_;
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     fwd.should_stop = &SigintScope::interrupted;
+    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
     options_.should_stop = &SigintScope::interrupted;
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
     if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
@@ -237,7 +239,15 @@ class RunCommand : public Command {
 
     GenerateCallbacks callbacks;
     const std::string& prompt_text = *prompt;
+    const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv_cache);
+    PrefillIoStats prefill;
     callbacks.on_prefill_done = [&](int64_t n_prompt_tokens) {
+      if (tiered != nullptr) {
+        const KvStats at_end = tiered->stats();
+        prefill.known = true;
+        prefill.disk_bytes_read = at_end[Tier::kDisk].bytes_read;
+        prefill.disk_bytes_written = at_end[Tier::kDisk].bytes_written;
+      }
       bar.clear();
       if (verbose_) std::fprintf(stderr, "leoam: prompt: %lld tokens\n", static_cast<long long>(n_prompt_tokens));
       write_stdout(prompt_text);
@@ -269,7 +279,11 @@ class RunCommand : public Command {
       if (Status st = save_kv_session(kv_cache, session, kv_save_dir_); !st.is_ok()) return fail(st);
       if (verbose_) std::fprintf(stderr, "leoam: saved the session to %s\n", kv_save_dir_.c_str());
     }
-    if (Status st = report_kv_stats(kv_options_, kv_cache, selector->get()); !st.is_ok()) return fail(st);
+    const PrefillStats layered = (*ctx)->prefill_stats();
+    prefill.working_set_budget_bytes = fwd.prefill_working_set_bytes;
+    prefill.working_set_bytes = layered.working_set_bytes;
+    prefill.n_segments = layered.n_segments;
+    if (Status st = report_kv_stats(kv_options_, kv_cache, selector->get(), prefill); !st.is_ok()) return fail(st);
     if (kv_options_.print_stats && *selector != nullptr) {
       std::fprintf(stderr, "%sattention: %s\n", (*selector)->stats_text().c_str(),
                    budget_rule_text(attention_options_, kv_options_, (*model)->hparams().n_layer).c_str());

@@ -125,6 +125,34 @@ TEST(KvStatsTest, PolicyMemoryIsReportedWhenAPolicyRan) {
   EXPECT_NE(s.to_text().find("no budget (--kv-meta-mb)"), std::string::npos);
 }
 
+// The prompt's disk traffic apart from the decode's (the rest of the run's), and the layered
+// prefill's working set, once the prefill is known.
+TEST(KvStatsTest, PrefillAndDecodeDiskTrafficAreSplit) {
+  KvStats s = example_stats();
+  s[Tier::kDisk].bytes_read = 5ull << 20;
+  s[Tier::kDisk].bytes_written = 3ull << 20;
+  EXPECT_EQ(nlohmann::json::parse(s.to_json()).count("prefill"), 0u);
+  s.prefill = {true, 1ull << 20, 3ull << 20, 1ull << 30, 16ull << 20, 2};
+  const nlohmann::json j = nlohmann::json::parse(s.to_json());
+  EXPECT_EQ(j.at("prefill").at("disk_bytes_read").get<uint64_t>(), 1ull << 20);
+  EXPECT_EQ(j.at("prefill").at("disk_bytes_written").get<uint64_t>(), 3ull << 20);
+  EXPECT_EQ(j.at("prefill").at("working_set_budget_bytes").get<uint64_t>(), 1ull << 30);
+  EXPECT_EQ(j.at("prefill").at("working_set_bytes").get<uint64_t>(), 16ull << 20);
+  EXPECT_EQ(j.at("prefill").at("segments").get<int64_t>(), 2);
+  EXPECT_EQ(j.at("decode").at("disk_bytes_read").get<uint64_t>(), 4ull << 20);
+  EXPECT_EQ(j.at("decode").at("disk_bytes_written").get<uint64_t>(), 0u);
+  const std::string text = s.to_text();
+  EXPECT_NE(text.find("disk during the prefill: read 1.0 MiB, written 3.0 MiB; during the decode: read 4.0 MiB, "
+                      "written 0 B"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prefill working set: 16.0 MiB at most, of 1.0 GiB (--prefill-mb), 2 segments"),
+            std::string::npos)
+      << text;
+  s.prefill.working_set_budget_bytes = 0;
+  EXPECT_NE(s.to_text().find("prefill working set: none, batch by batch (--prefill-mb 0)"), std::string::npos);
+}
+
 TEST(KvStatsTest, EmptyStatsAreValidJson) {
   const nlohmann::json j = nlohmann::json::parse(KvStats{}.to_json());
   EXPECT_EQ(j.at("tiers").at("disk").at("hits").get<uint64_t>(), 0u);
