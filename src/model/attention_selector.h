@@ -9,6 +9,9 @@
 //                    selection (InfiniGen speculates the next layer's query from it)
 //   attention mass   after each decode attention, how much softmax mass each attended position
 //                    got, summed over the query heads (H2O's accumulated attention)
+//   stored           after each prompt batch is appended to a layer, how many positions the store
+//                    holds: leoam builds its chunk trees from the abstracts as the KV is written,
+//                    while they are still in memory, not by reading them back at the first step
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@ struct SelectorNeeds {
   bool keys = false;
   bool layer_inputs = false;
   bool attention_mass = false;
+  bool stored = false;
 };
 
 class AttentionSelector {
@@ -41,6 +45,9 @@ class AttentionSelector {
   [[nodiscard]] virtual Status observe_keys(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/, const float* /*k*/) {
     return Status::ok();
   }
+  // The store now holds positions [0, n_tokens) of `layer`: called after each append of a prompt
+  // batch (not of a decoded token, which select() sees).
+  [[nodiscard]] virtual Status observe_stored(int /*layer*/, int64_t /*n_tokens*/) { return Status::ok(); }
   // The residual stream entering `layer` for the decoded token at `pos`: [n_embd], before the
   // layer's attention norm. Called before select(layer, pos, ...).
   [[nodiscard]] virtual Status observe_layer_input(int /*layer*/, int64_t /*pos*/, const float* /*x*/) {

@@ -162,6 +162,11 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
   return ctx;
 }
 
+void LlamaForward::reset() {
+  kv_->clear();
+  if (options_.selector != nullptr) options_.selector->truncate(0);
+}
+
 Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t n_past0 = n_past();
@@ -277,6 +282,9 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         if (Status st = kv_->append(il, pos, nt, k_.data(), v_.data()); !st.is_ok()) return fail(st);
         if (needs.keys) {
           if (Status st = selector->observe_keys(il, pos, nt, k_.data()); !st.is_ok()) return fail(st);
+        }
+        if (needs.stored) {
+          if (Status st = selector->observe_stored(il, pos + nt); !st.is_ok()) return fail(st);
         }
         const size_t row0 = static_cast<size_t>(t0 - s0);
         store_kv_values(kv_->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
@@ -426,6 +434,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     project_qkv(L, xn, n, pos0);
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
+    if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (decode && selector != nullptr) {
       LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, selector->select(il, pos0, q_.data(), pool));
       if (needs.attention_mass) {

@@ -64,7 +64,8 @@ class LlamaForward final : public ForwardContext {
   int64_t n_ctx() const override { return kv_->n_ctx(); }
   int32_t n_vocab() const override { return static_cast<int32_t>(hp_.n_vocab); }
   int n_threads() const override { return pool_->n_threads(); }
-  void reset() override { kv_->clear(); }
+  // The store and the selector forget every position.
+  void reset() override;
 
   const KvCache& kv_cache() const { return *kv_; }
   PrefillStats prefill_stats() const override { return prefill_stats_; }

@@ -52,12 +52,53 @@ SignSketch ChunkTree::key_signs() const {
 
 void ChunkTree::reset() {
   n_tokens_ = 0;
+  edited_ = false;
   leaves_.clear();
   sizes_.clear();
   history_.clear();
   abstracts_.clear();
   signs_.clear();
   blocks_.clear();
+}
+
+Status ChunkTree::coarsen(int initial_tokens) {
+  if (edited_) return invalid_argument("chunk tree: cannot coarsen after a split or a merge");
+  if (initial_tokens < options_.initial_tokens || initial_tokens > options_.max_tokens ||
+      !is_pow2_multiple(initial_tokens, options_.min_tokens)) {
+    return invalid_argument("chunk tree: cannot coarsen leaves of " + std::to_string(options_.initial_tokens) +
+                            " tokens to " + std::to_string(initial_tokens));
+  }
+  const int64_t stride = layout_.chunk_stride;
+  const int64_t half = stride / 2;
+  // dst = the union of the boxes of `src` (one a fine unit of `fine` tokens, aligned) that the
+  // coarse unit [begin, end) covers.
+  const auto unite = [&](const float* src, int64_t fine, TokenRange range, float* dst) {
+    std::fill(dst, dst + half, std::numeric_limits<float>::infinity());
+    std::fill(dst + half, dst + stride, -std::numeric_limits<float>::infinity());
+    for (int64_t u = range.begin / fine; u * fine < range.end; ++u) {
+      const float* a = src + u * stride;
+      for (int64_t e = 0; e < half; ++e) dst[e] = std::min(dst[e], a[e]);
+      for (int64_t e = half; e < stride; ++e) dst[e] = std::max(dst[e], a[e]);
+    }
+  };
+  const int64_t fine = options_.initial_tokens;
+  const int64_t n_coarse = (n_tokens_ + initial_tokens - 1) / initial_tokens;
+  // The grown leaves are the fine blocks, in order (the edge one cut by n): leaf u holds block u.
+  HugeVector<float> abstracts(static_cast<size_t>(n_coarse * stride));
+  HugeVector<float> blocks(options_.key_signs ? abstracts.size() : 0);
+  std::vector<TokenRange> leaves(static_cast<size_t>(n_coarse));
+  for (int64_t b = 0; b < n_coarse; ++b) {
+    leaves[b] = {b * initial_tokens, std::min((b + 1) * initial_tokens, n_tokens_)};
+    unite(abstracts_.data(), fine, leaves[b], abstracts.data() + b * stride);
+    if (options_.key_signs) unite(blocks_.data(), fine, leaves[b], blocks.data() + b * stride);
+  }
+  leaves_ = std::move(leaves);
+  sizes_.assign(static_cast<size_t>(n_coarse), initial_tokens);
+  history_.assign(static_cast<size_t>(n_coarse), LeafHistory{});
+  abstracts_ = std::move(abstracts);
+  blocks_ = std::move(blocks);
+  options_.initial_tokens = initial_tokens;
+  return Status::ok();
 }
 
 bool ChunkTree::is_full(int64_t i) const { return leaves_[i].size() == sizes_[i]; }
@@ -160,6 +201,7 @@ Status ChunkTree::split(int64_t i, KvCatalog& catalog, int layer, AbstractSource
 void ChunkTree::merge(int64_t i) {
   // An invariant, not an input error: the policy checks can_merge first.
   assert(can_merge(i));
+  edited_ = true;
   std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
   change[i] = LeafChange::kMergeFirst;
   change[i + 1] = LeafChange::kMergeSecond;
@@ -211,6 +253,7 @@ Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t>
     dst += 2 * stride;
   }
   apply(change, halves);
+  edited_ = true;
   peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(halves) + capacity_bytes(chunks) +
                                           capacity_bytes(change));
   return Status::ok();

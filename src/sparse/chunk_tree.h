@@ -64,6 +64,14 @@ class ChunkTree {
   [[nodiscard]] Status grow(KvCatalog& catalog, int layer, int64_t n_tokens, AbstractSource source);
   // Forgets every leaf (a new sequence).
   void reset();
+  // Leaves and blocks of initial_tokens become those of `initial_tokens` (larger, min * 2^k, at
+  // most max): the tree grown with it from the start, exactly (unions of the abstracts, no I/O;
+  // histories fresh). For a tree built while the KV was written (the prompt), when the budget of
+  // the first selection allows larger leaves than the prompt's early budget did. Fails on a size
+  // that is not allowed, or after a split or merge (the leaves are no longer the initial ones).
+  [[nodiscard]] Status coarsen(int initial_tokens);
+  // Whether a split or merge has changed the leaves since they were grown.
+  bool edited() const { return edited_; }
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t n_leaves() const { return static_cast<int64_t>(leaves_.size()); }
@@ -139,6 +147,7 @@ class ChunkTree {
   HugeVector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
   HugeVector<float> blocks_;         // key_signs: [blocks][2][n_kv_heads][head_dim]
   uint64_t peak_bytes_ = 0;
+  bool edited_ = false;
 };
 
 }  // namespace leoam::sparse

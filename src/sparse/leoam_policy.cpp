@@ -45,14 +45,18 @@
 // IAKM, the adaptive chunks (LeoAM: "chunks start at 64 tokens, or at 8 in the first two layers
 // and the first decode steps; a chunk whose upper bound stays high is split, down to 8, so less
 // unneeded KV is read; neighbouring chunks that stay cold are merged so fewer abstracts are
-// scored"). One ChunkTree per layer, grown to n_tokens at each select (only the edge is read),
-// rebuilt when n_tokens goes back; reset() forgets them all. With C the store's chunk:
+// scored"). One ChunkTree per layer, grown as the prompt is written (SelectorNeeds::stored: after
+// each prompt batch, from the abstracts still in memory, so the first step reads none back) and to
+// n_tokens at each select (only the edge is read), rebuilt when n_tokens goes back; reset()
+// forgets them all. With C the store's chunk:
 //
 //   min_tokens      C (LeoAM's 8 by default, finer for small budgets: the CLI's default_chunk_tokens)
 //   max_tokens      the largest min * 2^k <= max(512, min)           (kIakmMaxTokens = 512)
 //   initial_tokens  layers [0, 2): min; others the smallest min * 2^k >= 64, at most max
 //                                                   (kIakmFineLayers = 2, kIakmInitialTokens = 64)
 //                   and at most the budget cap below, for the budget of the step the tree is built
+//                   (a tree built from the prompt coarsens to the first step's, exactly: the same
+//                   tree as one built at that step)
 //   budget cap      the largest min * 2^k with kIakmLeavesPerBudget = 4 such leaves within the far
 //                   budget (at least min): a leaf larger than the budget could never be selected
 //
@@ -157,6 +161,17 @@ class LeoamPolicy final : public SelectionPolicy {
 
   void reset() override { trees_.clear(); }
 
+  // The adaptive trees grow as the prompt is written, from the abstracts still in memory.
+  SelectorNeeds needs() const override { return {.stored = options_.adaptive}; }
+  Status observe_stored(int layer, int64_t n_tokens, int64_t budget_tokens, KvCatalog& catalog) override {
+    if (!options_.adaptive) return Status::ok();
+    LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(layer, catalog.catalog_kv_heads(), catalog.catalog_head_dim(),
+                                                      n_tokens, budget_tokens, catalog));
+    LEOAM_RETURN_IF_ERROR(tree->grow(catalog, layer, n_tokens, source()));
+    note_working_bytes(0);
+    return Status::ok();
+  }
+
   // The trees, and the most they and a step's working copies (the abstracts a flat step reads,
   // every leaf's bounds) held at once.
   PolicyMemory memory() const override {
@@ -205,7 +220,8 @@ class LeoamPolicy final : public SelectionPolicy {
 
   // The leaves of the layer's chunk tree, which then adapts (the header comment).
   Result<Selection> select_adaptive(const SelectionQuery& query, KvCatalog& catalog) {
-    LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query, catalog));
+    LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query.layer, query.n_head_kv, query.head_dim, query.n_tokens,
+                                                      query.budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, query.layer, query.n_tokens, source()));
     std::vector<TokenRange> leaves(static_cast<size_t>(tree->n_leaves()));
     for (int64_t i = 0; i < tree->n_leaves(); ++i) leaves[i] = tree->leaf(i);
@@ -244,18 +260,23 @@ class LeoamPolicy final : public SelectionPolicy {
     peak_bytes_ = std::max(peak_bytes_, held);
   }
 
-  // The layer's tree, created or rebuilt when it does not fit the query or the catalog.
-  Result<ChunkTree*> tree_for(const SelectionQuery& query, const KvCatalog& catalog) {
-    if (query.layer < 0) return invalid_argument("leoam: layer " + std::to_string(query.layer) + " is negative");
-    if (trees_.size() <= static_cast<size_t>(query.layer)) trees_.resize(static_cast<size_t>(query.layer) + 1);
-    std::optional<ChunkTree>& tree = trees_[query.layer];
-    if (!tree || tree->n_tokens() > query.n_tokens || tree->store_chunk_tokens() != catalog.chunk_tokens() ||
-        tree->layout().n_kv_heads != query.n_head_kv || tree->layout().head_dim != query.head_dim ||
-        tree->options().key_signs != key_signs(catalog)) {
-      ChunkTreeOptions o = iakm_tree_options(query.layer, catalog.chunk_tokens(), query.budget_tokens);
-      o.key_signs = key_signs(catalog);
-      LEOAM_ASSIGN_OR_RETURN(ChunkTree t, ChunkTree::create(o, catalog.chunk_tokens(), query.n_head_kv, query.head_dim));
+  // The layer's tree for a query or prompt of n_tokens at a far budget of budget_tokens: created,
+  // or rebuilt when it does not fit the query or the catalog; one grown from the prompt (no split
+  // or merge yet) coarsens to the leaves this budget starts them at, as if built now.
+  Result<ChunkTree*> tree_for(int layer, int n_head_kv, int head_dim, int64_t n_tokens, int64_t budget_tokens,
+                              const KvCatalog& catalog) {
+    if (layer < 0) return invalid_argument("leoam: layer " + std::to_string(layer) + " is negative");
+    if (trees_.size() <= static_cast<size_t>(layer)) trees_.resize(static_cast<size_t>(layer) + 1);
+    std::optional<ChunkTree>& tree = trees_[layer];
+    ChunkTreeOptions o = iakm_tree_options(layer, catalog.chunk_tokens(), budget_tokens);
+    o.key_signs = key_signs(catalog);
+    if (!tree || tree->n_tokens() > n_tokens || tree->store_chunk_tokens() != catalog.chunk_tokens() ||
+        tree->layout().n_kv_heads != n_head_kv || tree->layout().head_dim != head_dim ||
+        tree->options().key_signs != o.key_signs) {
+      LEOAM_ASSIGN_OR_RETURN(ChunkTree t, ChunkTree::create(o, catalog.chunk_tokens(), n_head_kv, head_dim));
       tree = std::move(t);
+    } else if (!tree->edited() && tree->options().initial_tokens < o.initial_tokens) {
+      LEOAM_RETURN_IF_ERROR(tree->coarsen(o.initial_tokens));
     }
     return &*tree;
   }

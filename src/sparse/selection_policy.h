@@ -121,6 +121,12 @@ class SelectionPolicy {
   }
   virtual void observe_attention(int /*layer*/, int64_t /*pos*/, std::span<const TokenRange> /*ranges*/,
                                  std::span<const float> /*mass*/) {}
+  // The store holds positions [0, n_tokens) of `layer` after a prompt batch (SelectorNeeds::stored);
+  // budget_tokens is the far budget a query at position n_tokens - 1 would get.
+  [[nodiscard]] virtual Status observe_stored(int /*layer*/, int64_t /*n_tokens*/, int64_t /*budget_tokens*/,
+                                              KvCatalog& /*catalog*/) {
+    return Status::ok();
+  }
 
   // The bytes the policy holds about the KV (trees, abstracts and sign sketches read, scores,
   // partial keys): now, and the most at once so far, a step's working copies included. RAM the

@@ -79,20 +79,22 @@ int64_t SparseAttention::far_budget(int layer, int64_t n_far) const {
 }
 
 void SparseAttention::begin_position(int64_t pos) {
-  if (first_decode_pos_ < 0 || pos < last_pos_) {  // a new sequence
-    first_decode_pos_ = pos;
-    for (std::vector<float>& p : picks_) p.clear();
-    policy_->reset();
-  }
+  if (pos < last_pos_) reset_sequence();  // a position that goes back: a new sequence
+  if (first_decode_pos_ < 0) first_decode_pos_ = pos;
   last_pos_ = pos;
+  seen_end_ = std::max(seen_end_, pos + 1);
+}
+
+void SparseAttention::reset_sequence() {
+  first_decode_pos_ = -1;
+  last_pos_ = -1;
+  seen_end_ = 0;
+  for (std::vector<float>& p : picks_) p.clear();
+  policy_->reset();
 }
 
 void SparseAttention::truncate(int64_t n_tokens) {
-  if (n_tokens > last_pos_) return;
-  first_decode_pos_ = -1;
-  last_pos_ = -1;
-  for (std::vector<float>& p : picks_) p.clear();
-  policy_->reset();
+  if (n_tokens < seen_end_) reset_sequence();
 }
 
 PolicyMemory SparseAttention::memory() const {
@@ -117,6 +119,20 @@ Status SparseAttention::check_memory() {
 
 Status SparseAttention::observe_keys(int layer, int64_t pos0, int64_t n, const float* k) {
   LEOAM_RETURN_IF_ERROR(policy_->observe_keys(layer, pos0, n, k));
+  return check_memory();
+}
+
+Status SparseAttention::observe_stored(int layer, int64_t n_tokens) {
+  if (layer < 0 || layer >= shape_.n_layer || n_tokens < 0) {
+    return invalid_argument("sparse attention: bad layer or position");
+  }
+  if (n_tokens == 0) return Status::ok();
+  // The far positions of a query at n_tokens - 1, as select() cuts them.
+  const int64_t sink_end = std::min<int64_t>(options_.n_sink, n_tokens);
+  const int64_t far = std::max<int64_t>(0, n_tokens - options_.n_recent - sink_end);
+  KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_chunk_catalog();
+  seen_end_ = std::max(seen_end_, n_tokens);
+  LEOAM_RETURN_IF_ERROR(policy_->observe_stored(layer, n_tokens, far_budget(layer, far), catalog));
   return check_memory();
 }
 

@@ -76,13 +76,15 @@ class SparseAttention final : public AttentionSelector {
   // The policy's (SelectionPolicy::needs and observe_*), passed through.
   SelectorNeeds needs() const override { return policy_->needs(); }
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override;
+  Status observe_stored(int layer, int64_t n_tokens) override;
   Status observe_layer_input(int layer, int64_t pos, const float* x) override;
   void observe_attention(int layer, int64_t pos, std::span<const TokenRange> ranges,
                          std::span<const float> mass) override {
     policy_->observe_attention(layer, pos, ranges, mass);
   }
-  // A cut below a position the policy has seen starts the sequence over (policy reset): its
-  // state (leoam's trees, h2o's scores) may hold keys of the positions that were rolled back.
+  // A cut below a position the policy has seen (stored or decoded) starts the sequence over
+  // (policy reset): its state (leoam's trees, h2o's scores) may hold keys of the positions that
+  // were rolled back.
   void truncate(int64_t n_tokens) override;
 
   std::string_view policy_name() const { return policy_->name(); }
@@ -104,6 +106,8 @@ class SparseAttention final : public AttentionSelector {
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
   // Notes the decode position; a position that goes back starts a new sequence (policy reset).
   void begin_position(int64_t pos);
+  // Forgets the sequence: the policy's state, the pick counts, the positions seen.
+  void reset_sequence();
   // Notes the memory held now in the peak; fails when it passes memory_budget_bytes.
   Status check_memory();
 
@@ -115,6 +119,7 @@ class SparseAttention final : public AttentionSelector {
   std::vector<std::vector<float>> picks_;  // [layer][chunk]: times a policy picked the chunk
   int64_t first_decode_pos_ = -1;  // the position of the first decoded token; steps count from it
   int64_t last_pos_ = -1;
+  int64_t seen_end_ = 0;  // one past the last position the policy has seen, stored or decoded
   uint64_t peak_bytes_ = 0;  // memory()'s peak
 };
 

@@ -497,5 +497,51 @@ TEST(ChunkTree, KeepsKeySignsAndBlockBoxes) {
   EXPECT_EQ(plain.key_signs().words, nullptr);
 }
 
+// A tree grown batch by batch with small leaves and then coarsened is the tree grown with the
+// larger leaves from the start: leaves, abstracts, block boxes and signs alike. After a split or a
+// merge, or to a size not allowed, coarsening fails and changes nothing.
+TEST(ChunkTree, CoarsenedIsTheTreeGrownWithTheLargerLeaves) {
+  KeysCatalog catalog(8, 2, 4);
+  catalog.with_key_signs();
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t p = 0; p < 203; ++p) catalog.set_keys(p, p + 1, {u(rng), u(rng), u(rng), u(rng)});
+  ChunkTreeOptions fine{8, 128, 8};
+  fine.key_signs = true;
+  ChunkTreeOptions coarse = fine;
+  coarse.initial_tokens = 32;
+  ChunkTree grown = make_tree(fine, 8, 2, 4);
+  for (const int64_t n : {37, 64, 100, 150, 203}) ASSERT_TRUE(grown.grow(catalog, kLayer, n, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(grown.coarsen(16).is_ok());  // in two steps, as a prompt's budget grows
+  ASSERT_TRUE(grown.coarsen(32).is_ok());
+  ChunkTree want = make_tree(coarse, 8, 2, 4);
+  ASSERT_TRUE(want.grow(catalog, kLayer, 203, AbstractSource::kLka).is_ok());
+  ASSERT_EQ(leaves_of(grown), leaves_of(want));
+  for (int64_t i = 0; i < want.n_leaves(); ++i) {
+    EXPECT_EQ(abstract_at(grown, i), abstract_at(want, i)) << "leaf " << i;
+    EXPECT_EQ(std::vector<float>(grown.block_box(i), grown.block_box(i) + 16),
+              std::vector<float>(want.block_box(i), want.block_box(i) + 16))
+        << "block " << i;
+  }
+  for (int64_t p = 0; p < 203; ++p) EXPECT_EQ(sign_word(grown, p, 1), sign_word(want, p, 1)) << p;
+  EXPECT_EQ(grown.options().initial_tokens, 32);
+  // And it grows on as the other does.
+  catalog.set_keys(203, 230, {1, -1, 2, -2});
+  ASSERT_TRUE(grown.grow(catalog, kLayer, 230, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(want.grow(catalog, kLayer, 230, AbstractSource::kLka).is_ok());
+  ASSERT_EQ(leaves_of(grown), leaves_of(want));
+  EXPECT_EQ(abstract_at(grown, grown.n_leaves() - 1), abstract_at(want, want.n_leaves() - 1));
+
+  EXPECT_FALSE(grown.coarsen(16).is_ok()) << "smaller";
+  EXPECT_FALSE(grown.coarsen(48).is_ok()) << "not min * 2^k";
+  EXPECT_FALSE(grown.coarsen(256).is_ok()) << "past max";
+  ASSERT_TRUE(grown.can_merge(0));
+  grown.merge(0);
+  EXPECT_TRUE(grown.edited());
+  const Ranges before = leaves_of(grown);
+  EXPECT_FALSE(grown.coarsen(64).is_ok());
+  EXPECT_EQ(leaves_of(grown), before);
+}
+
 }  // namespace
 }  // namespace leoam::sparse

@@ -347,6 +347,85 @@ TEST_F(SparseDecodeTest, APolicyPastItsMemoryBudgetStopsTheRun) {
   }
 }
 
+// The selector as it was before the prompt built leoam's trees: it hides SelectorNeeds::stored,
+// so the trees are built at the first decode step, from the abstracts read back.
+class PromptBlind final : public AttentionSelector {
+ public:
+  explicit PromptBlind(SparseAttention& inner) : inner_(inner) {}
+  Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q, ThreadPool& pool) override {
+    return inner_.select(layer, pos, q, pool);
+  }
+  SelectorNeeds needs() const override {
+    SelectorNeeds n = inner_.needs();
+    n.stored = false;
+    return n;
+  }
+
+ private:
+  SparseAttention& inner_;
+};
+
+// leoam's trees grow while the prompt is written (the layered prefill and the batch order alike),
+// from the abstracts still in memory: the first decode step reads fewer abstract bytes back from
+// disk, and every step selects, and so computes, exactly as with trees built at the first step.
+TEST_F(SparseForwardTest, LeoamTreesBuiltFromThePromptSelectAsTreesBuiltAtTheFirstStep) {
+  for (const uint64_t working_set : {uint64_t{0}, uint64_t{64} << 20}) {
+    SCOPED_TRACE(working_set == 0 ? "batch order" : "layered prefill");
+    struct Run {
+      std::vector<std::vector<float>> rows;
+      uint64_t first_step_disk_bytes = 0;
+      int64_t attended = 0;
+    };
+    const auto run = [&](bool blind) {
+      Run r;
+      TieredKvCacheOptions t;
+      t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
+      t.chunk_tokens = 8;
+      t.n_recent_tokens = 16;
+      t.dir = dir_.path() + (blind ? "/blind" : "/seeing");
+      t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
+      auto kv = TieredKvCache::create(t);
+      EXPECT_TRUE(kv.is_ok()) << kv.status().message();
+      if (!kv.is_ok()) return r;
+      TieredKvCache* store = kv->get();
+      SparseAttentionOptions o;
+      o.policy = "leoam";
+      o.budget = 0.25;
+      o.n_recent = 16;
+      auto s = SparseAttention::create(o, store, {spec_.n_layer, spec_.n_head, spec_.n_head_kv, 16, 0.25f});
+      EXPECT_TRUE(s.is_ok()) << s.status().message();
+      if (!s.is_ok()) return r;
+      PromptBlind blind_selector(**s);
+      ForwardOptions fo;
+      fo.n_threads = 1;
+      fo.n_batch = 64;
+      fo.prefill_working_set_bytes = working_set;
+      fo.selector = blind ? static_cast<AttentionSelector*>(&blind_selector) : s->get();
+      auto ctx = LlamaForward::create(*model_, fo, std::move(kv).value());
+      EXPECT_TRUE(ctx.is_ok());
+      if (!ctx.is_ok()) return r;
+      std::mt19937 rng(8);
+      std::vector<float> logits;
+      EXPECT_TRUE((*ctx)->eval(random_tokens(200, rng), false, logits).is_ok());
+      const uint64_t before = store->stats()[Tier::kDisk].bytes_read;
+      for (int step = 0; step < 8; ++step) {
+        const int32_t one[1] = {random_tokens(1, rng)[0]};
+        EXPECT_TRUE((*ctx)->eval(one, false, logits).is_ok());
+        if (step == 0) r.first_step_disk_bytes = store->stats()[Tier::kDisk].bytes_read - before;
+        r.rows.push_back(logits);
+      }
+      r.attended = (*s)->total().n_attended;
+      return r;
+    };
+    const Run seeing = run(false);
+    const Run blind = run(true);
+    ASSERT_EQ(seeing.rows.size(), 8u);
+    EXPECT_EQ(seeing.rows, blind.rows);
+    EXPECT_EQ(seeing.attended, blind.attended);
+    EXPECT_LT(seeing.first_step_disk_bytes, blind.first_step_disk_bytes);
+  }
+}
+
 TEST_F(SparseForwardTest, APromptAttendsInFullHoweverItsBatchesFall) {
   // 2 batches of 32 and one token more: that token must not run as a decode step.
   std::mt19937 rng(5);
