@@ -304,45 +304,71 @@ Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads) {
   return Status::ok();
 }
 
-Status DiskTier::read_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
-  if (i1 <= i0) return Status::ok();
+Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst) {
   Layer& L = layers_[layer];
-  for (int64_t i = i0; i < i1; ++i) {
-    if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
+  for (const ChunkRun& r : runs) {
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
+    }
   }
-  // The whole blocks that hold the records, so that the read can bypass the page cache.
+  // Per run, the whole blocks that hold its records, so that the read can bypass the page cache.
   RandomAccessFile& file = L.abstract_reads != nullptr ? *L.abstract_reads : *L.abstracts;
-  const uint64_t first = static_cast<uint64_t>(i0) * record_bytes_;
-  const uint64_t block0 = first / kDirectIoAlignment * kDirectIoAlignment;
-  const uint64_t block1 = align_up(static_cast<uint64_t>(i1) * record_bytes_, kDirectIoAlignment);
   const bool whole_blocks = L.abstract_reads != nullptr;
-  const uint64_t read0 = whole_blocks ? block0 : first;
-  const uint64_t read1 = whole_blocks ? block1 : static_cast<uint64_t>(i1) * record_bytes_;
-  if (read_scratch_.size() < read1 - read0) {
-    LEOAM_ASSIGN_OR_RETURN(read_scratch_, AlignedBuffer::allocate(static_cast<size_t>(read1 - read0)));
+  struct Span {
+    uint64_t first = 0;  // the run's first record
+    uint64_t read0 = 0, read1 = 0;
+    uint64_t at = 0;     // where its blocks land in the scratch
+  };
+  std::vector<Span> spans;
+  uint64_t total = 0;
+  for (const ChunkRun& r : runs) {
+    if (r.end <= r.begin) {
+      spans.push_back({});
+      continue;
+    }
+    Span sp;
+    sp.first = static_cast<uint64_t>(r.begin) * record_bytes_;
+    const uint64_t last = static_cast<uint64_t>(r.end) * record_bytes_;
+    sp.read0 = whole_blocks ? sp.first / kDirectIoAlignment * kDirectIoAlignment : sp.first;
+    sp.read1 = whole_blocks ? align_up(last, kDirectIoAlignment) : last;
+    sp.at = total;
+    total += align_up(sp.read1 - sp.read0, kDirectIoAlignment);
+    spans.push_back(sp);
   }
-  const ReadRequest req{read0, static_cast<size_t>(read1 - read0), read_scratch_.data()};
+  if (total == 0) return Status::ok();
+  if (read_scratch_.size() < total) {
+    LEOAM_ASSIGN_OR_RETURN(read_scratch_, AlignedBuffer::allocate(total));
+  }
+  std::vector<ReadRequest> reqs;
+  for (const Span& sp : spans) {
+    if (sp.read1 > sp.read0) reqs.push_back({sp.read0, static_cast<size_t>(sp.read1 - sp.read0), read_scratch_.data() + sp.at});
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  if (Status st = file.read({&req, 1}); !st.is_ok()) {
-    return chunk_error(st.code(), layer, i0, "reading abstracts: " + st.message());
+  if (Status st = file.read(reqs); !st.is_ok()) {
+    return chunk_error(st.code(), layer, runs.front().begin, "reading abstracts: " + st.message());
   }
   if (options_.stats != nullptr) {
     options_.stats->disk_read_latency.record_us(elapsed_us(t0));
-    (*options_.stats)[Tier::kDisk].bytes_read += req.n_bytes;
+    for (const ReadRequest& req : reqs) (*options_.stats)[Tier::kDisk].bytes_read += req.n_bytes;
   }
-  const uint8_t* records = read_scratch_.data() + (first - read0);
   const size_t n_abstract = options_.geometry.abstract_bytes();
-  for (int64_t i = i0; i < i1; ++i) {
-    const uint8_t* rec = records + (i - i0) * record_bytes_;
-    RecordHeader h;
-    std::memcpy(&h, rec, sizeof(h));
-    const Entry& e = L.entries[i];
-    if (h.record_checksum != e.record_checksum || record_checksum(rec, record_bytes_) != e.record_checksum) {
-      return chunk_error(StatusCode::kCorrupt, layer, i,
-                         "abstract checksum mismatch in " + abstract_path(layer) + " at offset " +
-                             std::to_string(static_cast<uint64_t>(i) * record_bytes_) + ": the abstract file is corrupt");
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const ChunkRun& r = runs[k];
+    const uint8_t* records = read_scratch_.data() + spans[k].at + (spans[k].first - spans[k].read0);
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const uint8_t* rec = records + (i - r.begin) * record_bytes_;
+      RecordHeader h;
+      std::memcpy(&h, rec, sizeof(h));
+      const Entry& e = L.entries[i];
+      if (h.record_checksum != e.record_checksum || record_checksum(rec, record_bytes_) != e.record_checksum) {
+        return chunk_error(StatusCode::kCorrupt, layer, i,
+                           "abstract checksum mismatch in " + abstract_path(layer) + " at offset " +
+                               std::to_string(static_cast<uint64_t>(i) * record_bytes_) +
+                               ": the abstract file is corrupt");
+      }
+      std::memcpy(dst, rec + kRecordHeaderBytes, n_abstract);
+      dst += options_.geometry.abstract_floats();
     }
-    std::memcpy(dst + (i - i0) * options_.geometry.abstract_floats(), rec + kRecordHeaderBytes, n_abstract);
   }
   return Status::ok();
 }

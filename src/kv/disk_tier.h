@@ -40,6 +40,7 @@
 #include "io/aligned_buffer.h"
 #include "io/file.h"
 #include "kv/chunk_layout.h"
+#include "kv/kv_catalog.h"  // ChunkRun
 #include "kv/kv_codec.h"
 #include "kv/kv_stats.h"
 
@@ -115,10 +116,15 @@ class DiskTier {
   [[nodiscard]] Status write_chunks(int layer, std::span<const DiskChunkWrite> writes);
   // Reads written chunks of one layer in one batch, and checks each.
   [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads);
-  // Reads the abstracts of chunks [i0, i1) of `layer` (all written) in one read of the blocks
-  // that hold them (O_DIRECT where the file system allows; bytes_read counts the blocks), checks
-  // them, and stores them in dst: [i1 - i0][abstract_floats] floats.
-  [[nodiscard]] Status read_abstracts(int layer, int64_t i0, int64_t i1, float* dst);
+  // Reads the abstracts of the chunks of `runs` of `layer` (all written) in one batch, a read of
+  // the blocks that hold each run (O_DIRECT where the file system allows; bytes_read counts the
+  // blocks, the latency one sample), checks them, and stores them run after run in dst:
+  // [chunks][abstract_floats] floats.
+  [[nodiscard]] Status read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst);
+  [[nodiscard]] Status read_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
+    const ChunkRun run{i0, i1};
+    return read_abstracts(layer, {&run, 1}, dst);
+  }
   // Makes every written chunk and abstract durable.
   [[nodiscard]] Status sync();
   // Forgets chunks at and past `index` of `layer` (their slots may be rewritten).

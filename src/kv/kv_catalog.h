@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
 #include "kv/chunk_layout.h"  // sign_words_per_head
@@ -20,6 +21,14 @@ namespace leoam {
 // read in full and summarized again (the ablation without LKA; the reads count as disk reads).
 // Device and host chunks answer from memory either way.
 enum class AbstractSource { kLka, kKv };
+
+// Chunks [begin, end) of one layer.
+struct ChunkRun {
+  int64_t begin = 0;
+  int64_t end = 0;
+
+  int64_t size() const { return end - begin; }
+};
 
 class KvCatalog {
  public:
@@ -38,6 +47,18 @@ class KvCatalog {
   // the boxes. Fails on I/O errors and checksum mismatches.
   [[nodiscard]] virtual Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
                                               uint32_t* signs = nullptr) = 0;
+  // The boxes of several runs of chunks of `layer` at once, run after run into dst (as
+  // load_abstracts lays them out): a store reads the disk chunks' records of every run in one
+  // batch. By default, one load_abstracts a run.
+  [[nodiscard]] virtual Status load_abstract_runs(int layer, std::span<const ChunkRun> runs, float* dst,
+                                                  AbstractSource source) {
+    const int64_t stride = 2 * static_cast<int64_t>(catalog_kv_heads()) * catalog_head_dim();
+    for (const ChunkRun& r : runs) {
+      LEOAM_RETURN_IF_ERROR(load_abstracts(layer, r.begin, r.end, dst, source));
+      dst += r.size() * stride;
+    }
+    return Status::ok();
+  }
   // Whether the abstracts carry the key sign sketch.
   virtual bool has_key_signs() const { return false; }
   // The sign words load_abstracts writes per chunk: chunk_tokens x n_kv_heads x

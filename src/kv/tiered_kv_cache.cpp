@@ -647,6 +647,53 @@ Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* d
   return Status::ok();
 }
 
+Status TieredKvCache::load_abstract_runs(int layer, std::span<const ChunkRun> runs, float* dst,
+                                         AbstractSource source) {
+  if (source != AbstractSource::kLka || disk_ == nullptr) return KvCatalog::load_abstract_runs(layer, runs, dst, source);
+  for (const ChunkRun& r : runs) {
+    if (layer < 0 || layer >= options_.shape.n_layer || r.begin < 0 || r.end > n_chunks(layer) || r.begin > r.end) {
+      return invalid_argument("KV abstracts: chunks [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                              ") of layer " + std::to_string(layer) + " out of range");
+    }
+  }
+  const int64_t n_box = geometry_.box_floats();
+  const int64_t n_floats = geometry_.abstract_floats();
+  const LayerState& L = layers_[layer];
+  // In-memory chunks are delivered at once; the disk ones are gathered into runs of their own,
+  // read together, and delivered where their chunks go.
+  std::vector<ChunkRun> disk_runs;
+  std::vector<float*> disk_dst;  // per disk run, where its first box goes
+  float* out = dst;
+  for (const ChunkRun& r : runs) {
+    for (int64_t i = r.begin; i < r.end;) {
+      if (!L.chunks[i].abstract.empty()) {
+        std::memcpy(out, L.chunks[i].abstract.data(), static_cast<size_t>(n_box) * sizeof(float));
+        out += n_box;
+        ++i;
+        continue;
+      }
+      int64_t end = i + 1;
+      while (end < r.end && L.chunks[end].abstract.empty()) ++end;
+      disk_runs.push_back({i, end});
+      disk_dst.push_back(out);
+      out += (end - i) * n_box;
+      i = end;
+    }
+  }
+  if (disk_runs.empty()) return Status::ok();
+  int64_t n_disk = 0;
+  for (const ChunkRun& r : disk_runs) n_disk += r.size();
+  std::vector<float, HugePageAllocator<float>> whole(static_cast<size_t>(n_disk * n_floats));
+  LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, disk_runs, whole.data()));
+  const float* src = whole.data();
+  for (size_t k = 0; k < disk_runs.size(); ++k) {
+    for (int64_t j = 0; j < disk_runs[k].size(); ++j, src += n_floats) {
+      std::memcpy(disk_dst[k] + j * n_box, src, static_cast<size_t>(n_box) * sizeof(float));
+    }
+  }
+  return Status::ok();
+}
+
 Status TieredKvCache::abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst) {
   const KvCodec codec = options_.host_codec;
   const size_t slot = disk_->slot_bytes();

@@ -109,6 +109,8 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Tier chunk_tier(int layer, int64_t index) const override;
   Status load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
                         uint32_t* signs = nullptr) override;
+  // The disk chunks of every run in one batch of reads (LKA; kKv reads run by run).
+  Status load_abstract_runs(int layer, std::span<const ChunkRun> runs, float* dst, AbstractSource source) override;
   bool has_key_signs() const override { return true; }
   // A hint from the selection policies: a more important chunk stays closer to compute.
   void set_importance(ChunkKey key, float importance) override;

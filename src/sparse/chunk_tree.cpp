@@ -238,18 +238,26 @@ Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t>
 
   const int64_t stride = layout_.chunk_stride;
   std::vector<float> halves(2 * splits.size() * static_cast<size_t>(stride));
-  std::vector<float> chunks;
+  // Every split's store chunks, read in one call (one batch of disk reads for a store).
+  std::vector<ChunkRun> runs;
+  for (int64_t i = 0; i < n_leaves(); ++i) {
+    if (change[i] == LeafChange::kSplit) runs.push_back({leaves_[i].begin / store_chunk_tokens_, leaves_[i].end / store_chunk_tokens_});
+  }
+  int64_t n_chunks = 0;
+  for (const ChunkRun& r : runs) n_chunks += r.size();
+  std::vector<float> chunks(static_cast<size_t>(n_chunks * stride));
+  LEOAM_RETURN_IF_ERROR(catalog.load_abstract_runs(layer, runs, chunks.data(), source));
   float* dst = halves.data();
+  const float* run_boxes = chunks.data();
+  size_t k = 0;
   for (int64_t i = 0; i < n_leaves(); ++i) {
     if (change[i] != LeafChange::kSplit) continue;
     const TokenRange whole = leaves_[i];
     const int64_t mid = whole.begin + sizes_[i] / 2;
-    const int64_t c0 = whole.begin / store_chunk_tokens_;
-    const int64_t c1 = whole.end / store_chunk_tokens_;
-    chunks.resize(static_cast<size_t>((c1 - c0) * stride));
-    LEOAM_RETURN_IF_ERROR(catalog.load_abstracts(layer, c0, c1, chunks.data(), source));
-    union_store_chunks(chunks.data(), c0, {whole.begin, mid}, dst);
-    union_store_chunks(chunks.data(), c0, {mid, whole.end}, dst + stride);
+    union_store_chunks(run_boxes, runs[k].begin, {whole.begin, mid}, dst);
+    union_store_chunks(run_boxes, runs[k].begin, {mid, whole.end}, dst + stride);
+    run_boxes += runs[k].size() * stride;
+    ++k;
     dst += 2 * stride;
   }
   apply(change, halves);

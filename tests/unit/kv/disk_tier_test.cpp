@@ -95,6 +95,37 @@ TEST(DiskTierAbstracts, EveryRangeReadsItsRecordsByWholeBlocks) {
   }
 }
 
+// Several runs in one batch: each run's records land in turn, each read by its own whole blocks,
+// and the batch is one latency sample.
+TEST(DiskTierAbstracts, SeveralRunsAreReadInOneBatch) {
+  TempDir dir;
+  KvStats stats;
+  auto tier = DiskTier::create(tier_options(dir.path(), &stats));
+  ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+  std::mt19937 rng(6);
+  write_all(**tier, rng);
+  const ChunkGeometry& g = (*tier)->geometry();
+  const uint64_t rb = (*tier)->record_bytes();
+  const std::vector<ChunkRun> runs = {{3, 5}, {5, 6}, {0, 1}, {7, 7}, {9, kChunks}};
+  std::vector<float> got(static_cast<size_t>((2 + 1 + 1 + (kChunks - 9)) * g.abstract_floats()));
+  const uint64_t samples = stats.disk_read_latency.count();
+  const uint64_t before = stats[Tier::kDisk].bytes_read;
+  ASSERT_TRUE((*tier)->read_abstracts(1, runs, got.data()).is_ok());
+  EXPECT_EQ(stats.disk_read_latency.count(), samples + 1);
+  uint64_t blocks = 0;
+  const float* at = got.data();
+  for (const ChunkRun& r : runs) {
+    for (int64_t i = r.begin; i < r.end; ++i, at += g.abstract_floats()) {
+      const std::vector<float> want = abstract_of(g, 1, i);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), at)) << "chunk " << i;
+    }
+    if (r.end > r.begin) {
+      blocks += align_up(r.end * rb, kDirectIoAlignment) - r.begin * rb / kDirectIoAlignment * kDirectIoAlignment;
+    }
+  }
+  EXPECT_EQ(stats[Tier::kDisk].bytes_read - before, blocks);
+}
+
 // Whether the pages of `path` are in the page cache (mincore over a mapping of the file).
 int64_t cached_pages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);

@@ -200,6 +200,35 @@ TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
   EXPECT_LE(stats.resident_bytes[1] + stats.abstract_bytes[1], twin.tiered().residency().options().host_budget_bytes);
 }
 
+// Runs of chunks across the tiers give the boxes load_abstracts gives run by run, with every run's
+// disk chunks read in one batch (one latency sample).
+TEST(TieredKvCache, AbstractRunsAreTheBoxesOfEachRunWithOneDiskBatch) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(236).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  const ChunkGeometry& g = kv.geometry();
+  const std::vector<ChunkRun> runs = {{0, 4}, {10, 12}, {20, 21}, {25, 30}};
+  int64_t n = 0;
+  for (const ChunkRun& r : runs) n += r.size();
+  std::vector<float> got(static_cast<size_t>(n * g.box_floats()));
+  const uint64_t samples = kv.stats().disk_read_latency.count();
+  ASSERT_TRUE(kv.load_abstract_runs(1, runs, got.data(), AbstractSource::kLka).is_ok());
+  EXPECT_EQ(kv.stats().disk_read_latency.count(), samples + 1);
+  const float* at = got.data();
+  for (const ChunkRun& r : runs) {
+    std::vector<float> want(static_cast<size_t>(r.size() * g.box_floats()));
+    ASSERT_TRUE(kv.load_abstracts(1, r.begin, r.end, want.data(), AbstractSource::kLka).is_ok());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), at)) << "[" << r.begin << ", " << r.end << ")";
+    at += want.size();
+  }
+  bool saw_disk = false, saw_memory = false;
+  for (const ChunkRun& r : runs) {
+    for (int64_t i = r.begin; i < r.end; ++i) (kv.chunk_tier(1, i) == Tier::kDisk ? saw_disk : saw_memory) = true;
+  }
+  EXPECT_TRUE(saw_disk && saw_memory) << "the runs must cross the tiers";
+}
+
 // A device or host chunk costs its tier's budget its KV and its in-memory abstract, and the stats
 // report both per tier: the abstracts in memory now and at their peak, and on disk the abstract
 // files as they lie in the directory.
