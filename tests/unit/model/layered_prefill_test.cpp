@@ -99,7 +99,9 @@ TEST_F(LayeredPrefill, OneSegmentReadsNoPromptKvBackAndGivesTheInMemoryLogits) {
   // The batch order over the same store reads the earlier batches' KV back from disk.
   TieredKvCache* batch_store = nullptr;
   std::vector<float> batch;
-  ASSERT_TRUE(context(0, small_store("batch", &batch_store))->eval(prompt_, true, batch).is_ok());
+  std::unique_ptr<ForwardContext> batch_ctx = context(0, small_store("batch", &batch_store));  // owns the store
+  ASSERT_NE(batch_ctx, nullptr);
+  ASSERT_TRUE(batch_ctx->eval(prompt_, true, batch).is_ok());
   EXPECT_GT(batch_store->stats()[Tier::kDisk].bytes_read, 0u);
   EXPECT_LT(rel_l2(batch, want), 1e-5);
 }
