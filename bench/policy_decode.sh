@@ -4,7 +4,8 @@
 # tiered store whose device tier holds a small part of it, decodes N tokens, and reports its
 # decode rate. Runs are interleaved over REPS rounds; the table gives each policy's median rate,
 # its ratio to full's median, and next to them the share of tokens it attended and the KV bytes
-# it read from each tier per generated token (the last round's run: --kv-stats and
+# it read from each tier per decode step (N tokens take N - 1 steps; the decode's bytes alone, not
+# the session load's; the last round's run: --kv-stats and
 # --kv-stats-json), under the budget rule line every sparse policy ran under.
 #
 #   bench/policy_decode.sh LEOAM_BINARY MODEL PROMPT_FILE [MORE LEOAM RUN FLAGS...]
@@ -45,13 +46,14 @@ awk '/^attention: budget rule: / { sub(/^attention: /, ""); print; exit }' "$wor
 echo
 echo "| policy | decode tok/s (median of $last) | vs full | tokens attended | KV read/token: device KB | host KB | disk KB |"
 echo "|---|---|---|---|---|---|---|"
-# {"tiers":{"device":{"bytes_read":N,...},"host":{...},"disk":{...}},...}: tier $1's bytes_read in file $2
-read_bytes() { sed -n "s/.*\"$1\":{\"bytes_read\":\([0-9]*\).*/\1/p" "$2"; }
+# The decode's bytes read from tier $1 (--kv-stats-json's "decode", the run's traffic after the
+# prompt: the session load and its last token are the prompt's) in file $2.
+read_bytes() { python3 -c 'import json, sys; print(json.load(open(sys.argv[2]))["decode"]["bytes_read"][sys.argv[1]])' "$1" "$2"; }
 for policy in $policies; do
   rate=$(median "$work/$policy.rates")
   attended=$(sed -n 's/^attention: policy .*tokens, \([0-9.]*%\) of the visible.*/\1/p' "$work/$policy-$last.err")
   json="$work/$policy-$last.json"
-  awk -v p="$policy" -v r="$rate" -v f="$full" -v a="${attended:-100%}" -v n="${N_TOKENS:-32}" \
+  awk -v p="$policy" -v r="$rate" -v f="$full" -v a="${attended:-100%}" -v n="$((${N_TOKENS:-32} - 1))" \
     -v dev="$(read_bytes device "$json")" -v host="$(read_bytes host "$json")" -v disk="$(read_bytes disk "$json")" \
     'BEGIN { printf "| %s | %.1f | %.2fx | %s | %.1f | %.1f | %.1f |\n", p, r, (f > 0 ? r / f : 0), a,
              dev / n / 1e3, host / n / 1e3, disk / n / 1e3 }'

@@ -134,11 +134,11 @@ std::string KvStats::to_text() const {
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
   if (prefill.known) {
-    const TierStats& disk = (*this)[Tier::kDisk];
-    out += "disk during the prefill: read " + human_bytes(prefill.disk_bytes_read) + ", written " +
-           human_bytes(prefill.disk_bytes_written) + "; during the decode: read " +
-           human_bytes(disk.bytes_read - prefill.disk_bytes_read) + ", written " +
-           human_bytes(disk.bytes_written - prefill.disk_bytes_written) + '\n';
+    const int d = static_cast<int>(Tier::kDisk);
+    out += "disk during the prefill: read " + human_bytes(prefill.bytes_read[d]) + ", written " +
+           human_bytes(prefill.bytes_written[d]) + "; during the decode: read " +
+           human_bytes(tiers[d].bytes_read - prefill.bytes_read[d]) + ", written " +
+           human_bytes(tiers[d].bytes_written - prefill.bytes_written[d]) + '\n';
     out += prefill.working_set_budget_bytes == 0
                ? std::string("prefill working set: none, batch by batch (--prefill-mb 0)\n")
                : "prefill working set: " + human_bytes(prefill.working_set_bytes) + " at most, of " +
@@ -173,17 +173,21 @@ std::string KvStats::to_json() const {
   root["buffer_bytes"] = buffer_bytes;
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   if (prefill.known) {
-    const TierStats& disk = (*this)[Tier::kDisk];
-    nlohmann::ordered_json p;
-    p["disk_bytes_read"] = prefill.disk_bytes_read;
-    p["disk_bytes_written"] = prefill.disk_bytes_written;
+    nlohmann::ordered_json p, d;
+    for (Tier t : kTiers) {
+      const int i = static_cast<int>(t);
+      p["bytes_read"][tier_name(t)] = prefill.bytes_read[i];
+      d["bytes_read"][tier_name(t)] = tiers[i].bytes_read - prefill.bytes_read[i];
+    }
+    for (Tier t : kTiers) {
+      const int i = static_cast<int>(t);
+      p["bytes_written"][tier_name(t)] = prefill.bytes_written[i];
+      d["bytes_written"][tier_name(t)] = tiers[i].bytes_written - prefill.bytes_written[i];
+    }
     p["working_set_budget_bytes"] = prefill.working_set_budget_bytes;
     p["working_set_bytes"] = prefill.working_set_bytes;
     p["segments"] = prefill.n_segments;
     root["prefill"] = std::move(p);
-    nlohmann::ordered_json d;
-    d["disk_bytes_read"] = disk.bytes_read - prefill.disk_bytes_read;
-    d["disk_bytes_written"] = disk.bytes_written - prefill.disk_bytes_written;
     root["decode"] = std::move(d);
   }
   return root.dump();

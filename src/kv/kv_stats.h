@@ -73,8 +73,8 @@ struct PolicyMemoryStats {
 // Filled by the caller that ran the prompt; known is false when none did.
 struct PrefillIoStats {
   bool known = false;
-  uint64_t disk_bytes_read = 0;
-  uint64_t disk_bytes_written = 0;
+  std::array<uint64_t, kNumTiers> bytes_read{};     // per tier (indexed by Tier), at the prefill's end
+  std::array<uint64_t, kNumTiers> bytes_written{};
   uint64_t working_set_budget_bytes = 0;  // 0: the prompt ran batch by batch
   uint64_t working_set_bytes = 0;         // the most the working set held
   int64_t n_segments = 0;
@@ -109,8 +109,9 @@ struct KvStats {
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
   //    "disk_io_mode": "..", "buffer_bytes":..,
   //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..},
-  //    "prefill": {"disk_bytes_read":..,"disk_bytes_written":..,"working_set_budget_bytes":..,
-  //    "working_set_bytes":..,"segments":..}, "decode": {"disk_bytes_read":..,"disk_bytes_written":..}}
+  //    "prefill": {"bytes_read": {"device":..,"host":..,"disk":..}, "bytes_written": {..},
+  //    "working_set_budget_bytes":..,"working_set_bytes":..,"segments":..},
+  //    "decode": {"bytes_read": {..}, "bytes_written": {..}}}
   // (resident_bytes: the KV alone; policy_memory only when a policy ran; prefill and decode only
   // when the prefill is known, decode being the rest of the run's disk traffic).
   // with p50/p99 as bucket upper bounds (quantile_upper_us) and only the non-empty buckets,

@@ -334,18 +334,18 @@ TEST_F(KvCliTest, LayeredPrefillReadsNoPromptKvBackFromDisk) {
   ASSERT_EQ(layered.status, 0) << layered.err;
   const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/layered.json"));
   const auto& prefill = stats.at("prefill");
-  EXPECT_EQ(prefill.at("disk_bytes_read").get<double>(), 0.0) << stats.dump(1);
-  EXPECT_GT(prefill.at("disk_bytes_written").get<double>(), 0.0);
+  EXPECT_EQ(prefill.at("bytes_read").at("disk").get<double>(), 0.0) << stats.dump(1);
+  EXPECT_GT(prefill.at("bytes_written").at("disk").get<double>(), 0.0);
   EXPECT_EQ(prefill.at("segments").get<int>(), 1);
   EXPECT_EQ(prefill.at("working_set_budget_bytes").get<double>(), 64.0 * 1024 * 1024);
   EXPECT_GT(prefill.at("working_set_bytes").get<double>(), 0.0);
-  EXPECT_GT(stats.at("decode").at("disk_bytes_read").get<double>(), 0.0);
+  EXPECT_GT(stats.at("decode").at("bytes_read").at("disk").get<double>(), 0.0);
   EXPECT_NE(layered.err.find("disk during the prefill: read 0 B"), std::string::npos) << layered.err;
 
   CliResult batch = run_with("0", "batch");
   ASSERT_EQ(batch.status, 0) << batch.err;
   const nlohmann::json batch_stats = nlohmann::json::parse(read_file(dir_ + "/batch.json"));
-  EXPECT_GT(batch_stats.at("prefill").at("disk_bytes_read").get<double>(), 0.0) << batch_stats.dump(1);
+  EXPECT_GT(batch_stats.at("prefill").at("bytes_read").at("disk").get<double>(), 0.0) << batch_stats.dump(1);
   EXPECT_EQ(batch.out, layered.out);
 
   CliResult no_dir = run({"-p", "x", "--prefill-mb", "8"});

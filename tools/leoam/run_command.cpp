@@ -245,8 +245,10 @@ class RunCommand : public Command {
       if (tiered != nullptr) {
         const KvStats at_end = tiered->stats();
         prefill.known = true;
-        prefill.disk_bytes_read = at_end[Tier::kDisk].bytes_read;
-        prefill.disk_bytes_written = at_end[Tier::kDisk].bytes_written;
+        for (int t = 0; t < kNumTiers; ++t) {
+          prefill.bytes_read[t] = at_end.tiers[t].bytes_read;
+          prefill.bytes_written[t] = at_end.tiers[t].bytes_written;
+        }
       }
       bar.clear();
       if (verbose_) std::fprintf(stderr, "leoam: prompt: %lld tokens\n", static_cast<long long>(n_prompt_tokens));

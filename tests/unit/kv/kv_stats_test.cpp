@@ -132,15 +132,19 @@ TEST(KvStatsTest, PrefillAndDecodeDiskTrafficAreSplit) {
   s[Tier::kDisk].bytes_read = 5ull << 20;
   s[Tier::kDisk].bytes_written = 3ull << 20;
   EXPECT_EQ(nlohmann::json::parse(s.to_json()).count("prefill"), 0u);
-  s.prefill = {true, 1ull << 20, 3ull << 20, 1ull << 30, 16ull << 20, 2};
+  s.prefill = {true, {500, 12897485, 1ull << 20}, {2000, 5, 3ull << 20}, 1ull << 30, 16ull << 20, 2};
   const nlohmann::json j = nlohmann::json::parse(s.to_json());
-  EXPECT_EQ(j.at("prefill").at("disk_bytes_read").get<uint64_t>(), 1ull << 20);
-  EXPECT_EQ(j.at("prefill").at("disk_bytes_written").get<uint64_t>(), 3ull << 20);
+  EXPECT_EQ(j.at("prefill").at("bytes_read").at("disk").get<uint64_t>(), 1ull << 20);
+  EXPECT_EQ(j.at("prefill").at("bytes_written").at("disk").get<uint64_t>(), 3ull << 20);
+  EXPECT_EQ(j.at("prefill").at("bytes_read").at("device").get<uint64_t>(), 500u);
+  EXPECT_EQ(j.at("decode").at("bytes_read").at("device").get<uint64_t>(), 12u);  // 512 in all
+  EXPECT_EQ(j.at("decode").at("bytes_read").at("host").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("decode").at("bytes_written").at("device").get<uint64_t>(), 48u);
   EXPECT_EQ(j.at("prefill").at("working_set_budget_bytes").get<uint64_t>(), 1ull << 30);
   EXPECT_EQ(j.at("prefill").at("working_set_bytes").get<uint64_t>(), 16ull << 20);
   EXPECT_EQ(j.at("prefill").at("segments").get<int64_t>(), 2);
-  EXPECT_EQ(j.at("decode").at("disk_bytes_read").get<uint64_t>(), 4ull << 20);
-  EXPECT_EQ(j.at("decode").at("disk_bytes_written").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("decode").at("bytes_read").at("disk").get<uint64_t>(), 4ull << 20);
+  EXPECT_EQ(j.at("decode").at("bytes_written").at("disk").get<uint64_t>(), 0u);
   const std::string text = s.to_text();
   EXPECT_NE(text.find("disk during the prefill: read 1.0 MiB, written 3.0 MiB; during the decode: read 4.0 MiB, "
                       "written 0 B"),
