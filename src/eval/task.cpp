@@ -5,6 +5,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 namespace leoam::eval {
@@ -34,7 +35,8 @@ uint64_t mix64(uint64_t x) {
 // length or depth, so a depth/context sweep with one seed asks for the same answer every time.
 // kNeedles places the needles after the first: like the answer, their depths depend only on
 // (task, seed).
-enum class Stream : uint64_t { kAnswer = 1, kHaystack = 2, kNeedles = 3 };
+// kStraddle draws where a needle placed across a chunk edge is cut (TaskParams::straddle_chunk).
+enum class Stream : uint64_t { kAnswer = 1, kHaystack = 2, kNeedles = 3, kStraddle = 4 };
 
 std::mt19937_64 make_rng(std::string_view task, uint64_t seed, Stream stream) {
   return std::mt19937_64(mix64(mix64(seed ^ fnv1a64(task)) + static_cast<uint64_t>(stream)));
@@ -215,22 +217,73 @@ TaskText vt_text(std::mt19937_64& rng) {
   return t;
 }
 
+// The other needles' seeded fractions in [0, 1], in 1e-6 steps (place_other_needles).
+constexpr int64_t kFractionSteps = 1000000;
+
+std::vector<int64_t> draw_fractions(std::mt19937_64& rng, size_t n) {
+  std::vector<int64_t> f;
+  for (size_t i = 0; i < n; ++i) f.push_back(draw(rng, 0, kFractionSteps));
+  return f;
+}
+
 // Where the other needles go, as haystack token boundaries in [0, n_haystack] (boundary b: after
 // haystack token b - 1). Each draws a seeded fraction f in [0, 1] (1e-6 steps, integer arithmetic
 // so it is exact everywhere): b = floor(f * n_haystack), anywhere in the haystack; or, for a chain
 // (others_follow), b = n_before + floor(f * (n_haystack - n_before)), sorted so the chain keeps its
 // order after the first needle. Needles are inserted whole at boundaries, so none can split
 // another; needles at one boundary sit side by side: the first needle, then the others in order.
-std::vector<int64_t> place_other_needles(const TaskText& text, std::mt19937_64& rng, int64_t n_haystack,
-                                         int64_t n_before) {
-  constexpr int64_t kSteps = 1000000;
+std::vector<int64_t> place_other_needles(const TaskText& text, const std::vector<int64_t>& fractions,
+                                         int64_t n_haystack, int64_t n_before) {
   std::vector<int64_t> at;
-  for (size_t i = 0; i < text.other_needles.size(); ++i) {
-    const int64_t f = draw(rng, 0, kSteps);
-    at.push_back(text.others_follow ? n_before + f * (n_haystack - n_before) / kSteps : f * n_haystack / kSteps);
+  for (const int64_t f : fractions) {
+    at.push_back(text.others_follow ? n_before + f * (n_haystack - n_before) / kFractionSteps
+                                    : f * n_haystack / kFractionSteps);
   }
   if (text.others_follow) std::sort(at.begin(), at.end());
   return at;
+}
+
+// --- needles across chunk edges (TaskParams::straddle_chunk) ---
+
+// How many of the first needle's tokens come before the chunk edge: all but the last `tail` of
+// the tokens that hold its answer's first occurrence (tail seeded, 1 or 2), so the edge cuts the
+// answer's tail off; clamped to [1, needle tokens - 1], so the edge falls strictly inside.
+Result<int64_t> straddle_split(const TaskText& text, const std::vector<int32_t>& needle, const TokenizeFn& tokenize,
+                               std::mt19937_64& rng) {
+  const std::string& answer = text.answers.front();
+  const size_t at = text.needle.find(answer);
+  if (at == std::string::npos || needle.size() < 2) {
+    return internal_error("the first needle does not hold the answer '" + answer + "' in two tokens or more");
+  }
+  // The needle up to the answer's end, tokenized alone: where it agrees with the needle's tokens,
+  // those end before the answer does; the first token that differs spans the answer's end.
+  const std::vector<int32_t> head = tokenize(std::string_view(text.needle).substr(0, at + answer.size()));
+  size_t same = 0;
+  while (same < head.size() && same < needle.size() && head[same] == needle[same]) ++same;
+  const int64_t last = same == head.size() ? static_cast<int64_t>(same) - 1 : static_cast<int64_t>(same);
+  const int64_t tail = draw(rng, 1, 2);
+  return std::clamp<int64_t>(last + 1 - tail, 1, static_cast<int64_t>(needle.size()) - 1);
+}
+
+// The haystack boundary for the first needle that puts a multiple of `chunk` tokens `split`
+// tokens into it: of those boundaries, the one whose needle start is nearest the start at
+// `n_before` (the requested depth), ties to the earlier. `others_at` are the other needles'
+// boundaries and `other_tokens` their lengths: those before the boundary push the needle later.
+// -1 when no boundary does.
+int64_t straddle_boundary(int64_t n_before, int64_t n_haystack, int64_t n_prefix, int64_t chunk, int64_t split,
+                          const std::vector<int64_t>& others_at, const std::vector<int64_t>& other_tokens) {
+  const auto start = [&](int64_t b) {
+    int64_t pos = n_prefix + b;
+    for (size_t i = 0; i < others_at.size(); ++i) pos += others_at[i] < b ? other_tokens[i] : 0;
+    return pos;
+  };
+  const int64_t wanted = start(n_before);
+  int64_t best = -1;
+  for (int64_t b = 0; b <= n_haystack; ++b) {
+    if ((start(b) + split) % chunk != 0) continue;
+    if (best < 0 || std::abs(start(b) - wanted) < std::abs(start(best) - wanted)) best = b;
+  }
+  return best;
 }
 
 // --- haystacks ---
@@ -368,6 +421,10 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
     return invalid_argument("eval task '" + params.task + "': depth " + std::to_string(params.depth) +
                             " is outside [0, 1] (0: the needle at the haystack's start, 1: at its end)");
   }
+  if (params.straddle_chunk < 0) {
+    return invalid_argument("eval task '" + params.task + "': straddle_chunk is " +
+                            std::to_string(params.straddle_chunk) + "; it must be 0 (off) or a chunk size in tokens");
+  }
   if (params.context_tokens < 1) {
     return invalid_argument("eval task '" + params.task + "': context_tokens is " +
                             std::to_string(params.context_tokens) + "; it must be at least 1");
@@ -402,12 +459,32 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
 
   // floor(depth * n): depth 0 puts the (first) needle before haystack token 0, depth 1 after the
   // last; other needles placed before it push it later by their lengths.
-  const int64_t n_before = std::min(
+  int64_t n_before = std::min(
       n_haystack, static_cast<int64_t>(std::floor(params.depth * static_cast<double>(n_haystack))));
 
   // Every needle as (haystack boundary, order at that boundary): the first needle, then the others.
   std::mt19937_64 needles_rng = make_rng(params.task, params.seed, Stream::kNeedles);
-  const std::vector<int64_t> other_at = place_other_needles(text, needles_rng, n_haystack, n_before);
+  const std::vector<int64_t> fractions = draw_fractions(needles_rng, others.size());
+  if (params.straddle_chunk > 0) {
+    std::mt19937_64 straddle_rng = make_rng(params.task, params.seed, Stream::kStraddle);
+    Result<int64_t> split = straddle_split(text, needle, tokenize, straddle_rng);
+    if (!split.is_ok()) return split.status().with_context("eval task '" + params.task + "'");
+    // A chain follows the first needle, so none of it comes before; others do not depend on n_before.
+    const std::vector<int64_t> before_at =
+        text.others_follow ? std::vector<int64_t>{} : place_other_needles(text, fractions, n_haystack, 0);
+    std::vector<int64_t> other_tokens;
+    for (const std::vector<int32_t>& o : others) other_tokens.push_back(static_cast<int64_t>(o.size()));
+    n_before = straddle_boundary(n_before, n_haystack, n_prefix, params.straddle_chunk, *split, before_at,
+                                 other_tokens);
+    if (n_before < 0) {
+      return invalid_argument("eval task '" + params.task + "': a context of " +
+                              std::to_string(params.context_tokens) + " tokens has no place where a multiple of " +
+                              std::to_string(params.straddle_chunk) +
+                              " tokens falls inside the needle (straddle_chunk); use a longer context or a "
+                              "smaller straddle_chunk");
+    }
+  }
+  const std::vector<int64_t> other_at = place_other_needles(text, fractions, n_haystack, n_before);
   struct Placed {
     int64_t boundary;
     size_t order;  // 0: the first needle; i + 1: others[i]

@@ -9,6 +9,14 @@
 // Multi-needle tasks put their other needles into the haystack too: "haystack tokens" counts the
 // haystack alone, and needle_pos grows by the lengths of the other needles placed before it.
 //
+// Across a chunk edge (straddle_chunk = N > 0): the first needle goes instead at the haystack
+// boundary whose needle_pos is nearest the depth's and puts a multiple of N (a store chunk's or
+// tree leaf's edge) strictly inside the needle, cutting its answer's tail off: the tokens that hold
+// the answer's first occurrence in the needle end 1 or 2 (seeded) tokens past the edge.
+//
+//   ... haystack ][ One of the special magic numbers for apple is: 12345|67. ][ haystack ...
+//                  ^ needle_pos                                          ^ a multiple of N (tail 2)
+//
 // Haystacks are filler sentences (the generator's own), or real long text (e.g. a book from
 // ../shared/fixtures/text), cut at token granularity to fill the context.
 //
@@ -21,12 +29,12 @@
 //   vt              "VAR ABCDE = 12345." then 4 hops "VAR FGHIJ = VAR ABCDE." ... after it; asks
 //                   which variables hold 12345 (recall over the 5 names; RULER's variable tracking)
 //
-// The first needle (needle_pos, needle_tokens) sits at the requested depth. The others go in
-// whole at haystack token boundaries, so no needle splits another: each draws a seeded fraction f
-// in [0, 1] and goes at boundary floor(f * haystack tokens); vt's hops go at
-// floor(f * haystack tokens after the first needle) past it, in chain order. Needles at the same
-// boundary sit side by side: the first needle, then the others in order. The fractions depend
-// only on (task, seed), like the answers.
+// The first needle (needle_pos, needle_tokens) sits at the requested depth (with straddle_chunk,
+// near it). The others go in whole at haystack token boundaries, so no needle splits another:
+// each draws a seeded fraction f in [0, 1] and goes at boundary floor(f * haystack tokens); vt's
+// hops go at floor(f * haystack tokens after the first needle) past it, in chain order. Needles
+// at the same boundary sit side by side: the first needle, then the others in order. The
+// fractions depend only on (task, seed), like the answers.
 //
 // Each text piece (instruction, needle, question, haystack) is tokenized on its own and the ids
 // concatenated, so the needle's tokens are exactly tokenize(needle text) wherever it lands. The
@@ -37,11 +45,12 @@
 // seeded token offset (wrapping to the text's start only when it has fewer tokens than needed);
 // otherwise seeded filler sentences (no digits, nothing like a needle), cut to n_haystack tokens.
 //
-// Determinism: a sample depends only on (task, seed, depth, context_tokens, haystack_text, the
-// tokenizer, bos). Seeds go through FNV-1a of the task name, splitmix64 and mt19937_64, reduced by
-// modulo (not std::uniform_int_distribution, whose algorithm is implementation-defined), so samples
-// are the same on every platform. The answer depends only on (task, seed): one seed asks for the
-// same value at every depth and context length.
+// Determinism: a sample depends only on (task, seed, depth, context_tokens, haystack_text,
+// straddle_chunk, the tokenizer, bos); straddle_chunk 0 gives the samples it always gave. Seeds
+// go through FNV-1a of the task name, splitmix64 and mt19937_64, reduced by modulo (not
+// std::uniform_int_distribution, whose algorithm is implementation-defined), so samples are the
+// same on every platform. The answer depends only on (task, seed): one seed asks for the
+// same value at every depth and context length, and so does the 1 or 2 of straddle_chunk.
 //
 // Scoring (ASCII case-insensitive; no answers scores 0):
 //   exact match  each answer in turn comes next in the output with only whitespace and punctuation
@@ -70,6 +79,7 @@ struct TaskParams {
   double depth = 0.5;            // in [0, 1]: where the needle sits in the haystack
   uint64_t seed = 0;
   std::string haystack_text;     // real text to cut the haystack from; empty: filler sentences
+  int64_t straddle_chunk = 0;    // > 0: the first needle straddles a multiple of this many tokens
 };
 
 struct Sample {
@@ -87,8 +97,9 @@ const char* task_names();
 Scoring task_scoring(std::string_view task);
 
 // The sample of `params` for a tokenizer; bos < 0: no BOS. Fails for an unknown task, a depth
-// outside [0, 1], or a context too short for the instruction, the needles and the question (the
-// message says how many tokens they need). Deterministic: the same params give the same sample.
+// outside [0, 1], a negative straddle_chunk, or a context too short for the instruction, the
+// needles and the question (the message says how many tokens they need) or with no place for the
+// needle across an edge. Deterministic: the same params give the same sample.
 Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize, int32_t bos);
 
 // The score of a model's output in [0, 1]: exact match (0 or 1) or recall, by the task's scoring.

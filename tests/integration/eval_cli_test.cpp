@@ -343,6 +343,35 @@ TEST_F(EvalCliTest, TableShowsWhatEachPolicyAttendedAndReadAndWarnsWhenUnmatched
   EXPECT_EQ(single.out.find("warning:"), std::string::npos) << single.out;
 }
 
+TEST_F(EvalCliTest, StraddleChunkIsPartOfARunsKeyAndItsTable) {
+  const std::string out = dir_ + "/results.jsonl";
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--task", "passkey", "--ctx", "256", "--depth", "0.5", "--policy", "full",
+                                     "--out", out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return eval(args);
+  };
+  CliResult straddled = run({"--straddle-chunk", "8"});
+  ASSERT_EQ(straddled.status, 0) << straddled.err;
+  CliResult plain = run({});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  CliResult again = run({"--straddle-chunk", "8"});
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_NE(again.err.find("1 runs, 1 skipped"), std::string::npos) << again.err;
+  const std::vector<std::string> lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 2u) << "the plain run is not the straddled one: " << read_file(out);
+  const nlohmann::json a = nlohmann::json::parse(lines[0]);
+  const nlohmann::json b = nlohmann::json::parse(lines[1]);
+  EXPECT_EQ(a.at("straddle_chunk"), 8);
+  EXPECT_FALSE(b.contains("straddle_chunk"));
+  EXPECT_NE(a.at("needle_pos"), b.at("needle_pos")) << "the needle moved to an edge";
+  EXPECT_EQ(a.at("answers"), b.at("answers"));
+  // Each table holds the lines of its own --straddle-chunk only.
+  for (const CliResult* r : {&straddled, &plain, &again}) {
+    EXPECT_NE(r->out.find("| passkey | full | 1 |"), std::string::npos) << r->out;
+  }
+}
+
 TEST_F(EvalCliTest, BadFlagsFailWithOneLineAndWriteNothing) {
   const std::string out = dir_ + "/results.jsonl";
   const std::vector<std::vector<std::string>> cases = {
@@ -457,6 +486,7 @@ TEST_F(EvalCliTest, PplBadFlagsFailWithOneLineAndWriteNothing) {
       {"--task", "ppl", "--ctx", "128"},                               // no --text
       {"--task", "passkey", "--ctx", "256", "--text", tiny},           // --text with another task
       {"--task", "ppl", "--ctx", "128", "--text", tiny},               // less than one window
+      {"--task", "ppl", "--ctx", "128", "--text", kBook, "--straddle-chunk", "8"},  // no needle to place
   };
   for (std::vector<std::string> args : cases) {
     args.insert(args.end(), {"--out", out});

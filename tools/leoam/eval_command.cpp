@@ -7,9 +7,11 @@
 // appended to --out and flushed as soon as it exists:
 //   {"task","ctx","depth","seed","policy","budget","needle_pos","answers","output","score",
 //    "tokens_attended_pct","bytes_read","kv_bytes_per_token","n_generated","decode_ms","first_step_ms"}
-// (first_step_ms: the first decode eval, part of decode_ms), so an interrupted sweep resumes:
-// the runs --out already holds are skipped, and a torn last line (an interrupted write) is cut
-// off and run again.
+// (first_step_ms: the first decode eval, part of decode_ms; with --straddle-chunk N, also
+// "straddle_chunk": N), so an interrupted sweep resumes: the runs --out already holds are skipped
+// (a run is its task, ctx, depth, seed, policy, budget and straddle_chunk), and a torn last line
+// (an interrupted write) is cut off and run again. The closing table covers the lines of the
+// task at this --straddle-chunk.
 //
 // bytes_read is {"device": N, "host": N, "disk": N}: the bytes the run (prefill and decode) read
 // out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h);
@@ -111,10 +113,10 @@ std::string policy_label(const std::string& policy, double budget) {
 
 // What identifies a run in --out: doubles print with 17 digits, which JSON reads back exactly.
 std::string run_key(const std::string& task, int64_t ctx, double depth, uint64_t seed, const std::string& policy,
-                    double budget) {
+                    double budget, int64_t straddle_chunk) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "%s|%lld|%.17g|%llu|%s|%.17g", task.c_str(), static_cast<long long>(ctx), depth,
-                static_cast<unsigned long long>(seed), policy.c_str(), budget);
+  std::snprintf(buf, sizeof(buf), "%s|%lld|%.17g|%llu|%s|%.17g|%lld", task.c_str(), static_cast<long long>(ctx), depth,
+                static_cast<unsigned long long>(seed), policy.c_str(), budget, static_cast<long long>(straddle_chunk));
   return buf;
 }
 
@@ -167,7 +169,8 @@ Result<ResultsFile> read_results(const std::string& path) {
 
 std::string key_of(const Json& j) {
   return run_key(j.at("task").get<std::string>(), j.at("ctx").get<int64_t>(), j.at("depth").get<double>(),
-                 j.at("seed").get<uint64_t>(), j.at("policy").get<std::string>(), j.at("budget").get<double>());
+                 j.at("seed").get<uint64_t>(), j.at("policy").get<std::string>(), j.at("budget").get<double>(),
+                 j.value("straddle_chunk", int64_t{0}));
 }
 
 // Tokens attended as a percentage of those visible, over every layer and query the selector saw.
@@ -390,6 +393,13 @@ class EvalCommand : public Command {
     cmd->add_option("--haystack", haystack_path_, "cut the haystack from this text file (default: filler sentences)")
         ->check(readable_file())
         ->type_name("FILE");
+    cmd->add_option("--straddle-chunk", straddle_chunk_,
+                    "place each sample's (first) needle across a multiple of N tokens, the edge of a KV chunk of N "
+                    "(e.g. 8, leoam's store chunk, or 64, its tree's first leaves): at the place nearest --depth "
+                    "where the edge cuts off the last 1 or 2 tokens of the needle's answer. 0: the needle at "
+                    "--depth exactly. Retrieval tasks only")
+        ->capture_default_str()
+        ->check(in_range(int64_t{0}, int64_t{1} << 20));
     cmd->add_option("--text", text_path_,
                     "--task ppl: the text to score, cut into consecutive windows of --ctx tokens (BOS included)")
         ->check(readable_file())
@@ -443,6 +453,10 @@ class EvalCommand : public Command {
     }
     if (!ppl && (!text_path_.empty() || n_windows_ != 0)) {
       print_error("--text and --windows apply to --task ppl only, not to --task " + task_);
+      return kExitUsage;
+    }
+    if (ppl && straddle_chunk_ != 0) {
+      print_error("--straddle-chunk applies to the retrieval tasks, not to --task ppl (which has no needle)");
       return kExitUsage;
     }
     if (ppl && !haystack_path_.empty()) {
@@ -527,6 +541,7 @@ class EvalCommand : public Command {
           params.depth = depth;
           params.seed = static_cast<uint64_t>(seed);
           params.haystack_text = haystack;
+          params.straddle_chunk = straddle_chunk_;
           Result<eval::Sample> sample = eval::make_sample(params, tokenize, bos);
           if (!sample.is_ok()) {  // e.g. a context too short for the task
             print_error(sample.status().message());
@@ -567,7 +582,7 @@ class EvalCommand : public Command {
     int n_skipped = 0, n_todo = 0;
     for (const SampleSpec& s : samples) {
       for (const PolicyRun& r : runs) {
-        (done.count(run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget)) != 0 ? n_skipped : n_todo)++;
+        (done.count(run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget, straddle_chunk_)) != 0 ? n_skipped : n_todo)++;
       }
     }
     std::fprintf(stderr, "leoam: eval: %d runs, %d skipped (already in %s)\n", n_todo + n_skipped, n_skipped,
@@ -584,7 +599,7 @@ class EvalCommand : public Command {
     for (const SampleSpec& s : samples) {
       bool prompt_shown = false;
       for (const PolicyRun& r : runs) {
-        const std::string key = run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget);
+        const std::string key = run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget, straddle_chunk_);
         if (done.count(key) != 0) continue;
         if (show_prompt_ && !prompt_shown) {
           status.clear();  // the last run's status line, on a terminal
@@ -747,6 +762,7 @@ class EvalCommand : public Command {
     j["policy"] = run.policy;
     j["budget"] = run.budget;
     j["needle_pos"] = sample.needle_pos;
+    if (straddle_chunk_ > 0) j["straddle_chunk"] = straddle_chunk_;
     j["answers"] = sample.answers;
     j["output"] = output;
     j["score"] = eval::score_output(eval::task_scoring(task_), sample.answers, output);
@@ -816,13 +832,14 @@ class EvalCommand : public Command {
     return j;
   }
 
-  // The task's lines of --out grouped by policy@budget, in the order the labels first appear:
-  // add(row, line) folds each line into its row (a Row starts with its label and counts lines in n).
+  // The task's lines of --out at this --straddle-chunk grouped by policy@budget, in the order the
+  // labels first appear: add(row, line) folds each line into its row (a Row starts with its label
+  // and counts lines in n).
   template <typename Row, typename Add>
   std::vector<Row> rows_by_label(const std::vector<Json>& lines, Add add) const {
     std::vector<Row> rows;
     for (const Json& j : lines) {
-      if (j.value("task", "") != task_) continue;
+      if (j.value("task", "") != task_ || j.value("straddle_chunk", int64_t{0}) != straddle_chunk_) continue;
       const std::string label = policy_label(j.value("policy", ""), j.value("budget", 1.0));
       auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.label == label; });
       if (it == rows.end()) it = rows.insert(rows.end(), Row{label});
@@ -883,8 +900,8 @@ class EvalCommand : public Command {
     std::fflush(stdout);
   }
 
-  // The markdown table over every line of --out for the task: one row per (policy, budget), in
-  // the order they first appear.
+  // The markdown table over every line of --out for the task at this --straddle-chunk: one row per
+  // (policy, budget), in the order they first appear.
   void print_table(const std::vector<Json>& lines) const {
     struct Row {
       std::string label;
@@ -929,6 +946,7 @@ class EvalCommand : public Command {
   std::string out_path_;
   std::string haystack_path_;
   std::string text_path_;  // --task ppl
+  int64_t straddle_chunk_ = 0;  // > 0: needles across a multiple of this many tokens
   int64_t n_windows_ = 0;  // --task ppl: 0 for every whole window
   bool show_ = false;
   bool show_prompt_ = false;

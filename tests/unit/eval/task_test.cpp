@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -682,6 +683,125 @@ TEST(EvalMultiNeedle, ScoringAndBudget) {
       EXPECT_DOUBLE_EQ(score_output(Scoring::kRecall, s.answers, " " + s.answers[1]), 1.0 / s.answers.size());
     }
   }
+}
+
+// --- 7. needles across chunk edges (TaskParams::straddle_chunk) ---
+
+const std::vector<std::string> kAllTasks = {"passkey", "niah_single", "niah_multikey", "niah_multivalue",
+                                            "niah_multiquery", "vt"};
+
+TaskParams straddled(std::string task, int64_t context, double depth, uint64_t seed, int64_t chunk) {
+  TaskParams p = params(std::move(task), context, depth, seed);
+  p.straddle_chunk = chunk;
+  return p;
+}
+
+// The prompt without its first needle.
+std::vector<int32_t> without_first_needle(const Sample& s) {
+  std::vector<int32_t> out(s.tokens.begin(), s.tokens.begin() + s.needle_pos);
+  out.insert(out.end(), s.tokens.begin() + s.needle_pos + s.needle_tokens, s.tokens.end());
+  return out;
+}
+
+TEST(EvalStraddle, AChunkEdgeCutsTheAnswersLastOneOrTwoTokensOff) {
+  // Byte tokens: the answer's first occurrence in the needle ends at byte a_end of it; the edge,
+  // a multiple of the chunk, falls 1 or 2 tokens before that end, strictly inside the needle.
+  for (const std::string& task : kAllTasks) {
+    std::set<int64_t> tails;
+    for (int64_t chunk : {3, 8, 16, 64, 100}) {
+      for (double depth : {0.0, 0.3, 0.5, 0.77, 1.0}) {
+        for (uint64_t seed = 0; seed < 4; ++seed) {
+          SCOPED_TRACE(task + " chunk " + std::to_string(chunk) + " depth " + std::to_string(depth) + " seed " +
+                       std::to_string(seed));
+          const Sample s = must_make(straddled(task, 4096, depth, seed, chunk));
+          const Sample plain = must_make(params(task, 4096, depth, seed));
+          ASSERT_EQ(s.tokens.size(), 4096u);
+          EXPECT_EQ(s.answers, plain.answers);
+          EXPECT_EQ(s.needle_tokens, plain.needle_tokens);
+          const std::string needle = bytes_of(s.tokens, static_cast<size_t>(s.needle_pos),
+                                              static_cast<size_t>(s.needle_pos + s.needle_tokens));
+          EXPECT_EQ(needle, bytes_of(plain.tokens, static_cast<size_t>(plain.needle_pos),
+                                     static_cast<size_t>(plain.needle_pos + plain.needle_tokens)));
+          const size_t at = needle.find(s.answers[0]);
+          ASSERT_NE(at, std::string::npos) << needle;
+          const int64_t answer_end = s.needle_pos + static_cast<int64_t>(at + s.answers[0].size());
+          int64_t tail = 0;
+          for (int64_t t : {1, 2}) {
+            if ((answer_end - t) % chunk == 0) tail = t;
+          }
+          ASSERT_NE(tail, 0) << "no multiple of " << chunk << " 1 or 2 tokens before the answer's end, needle at "
+                             << s.needle_pos << ": " << needle;
+          tails.insert(tail);
+          EXPECT_GT(answer_end - tail, s.needle_pos);
+          EXPECT_LT(answer_end - tail, s.needle_pos + s.needle_tokens);
+          // Nearest the requested depth: within half a chunk inside the haystack (a whole one where
+          // the haystack's end clamps it), plus, for the tasks whose other needles may come before
+          // it, the lengths of the 3 others (each under 64 bytes) that the nearest place may skip.
+          const int64_t slack = (depth > 0.0 && depth < 1.0 ? chunk / 2 + 1 : chunk) +
+                                (task == "passkey" || task == "niah_single" || task == "vt" ? 0 : 3 * 64);
+          EXPECT_LE(std::abs(s.needle_pos - plain.needle_pos), slack);
+          // Only the first needle moved: the rest of the prompt is the same (vt's chain is placed
+          // after the first needle, so it moves with it).
+          if (task != "vt") {
+            EXPECT_EQ(without_first_needle(s), without_first_needle(plain));
+          }
+        }
+      }
+    }
+    EXPECT_EQ(tails, (std::set<int64_t>{1, 2})) << task << ": the seed picks a tail of 1 or 2 tokens";
+  }
+  // The multi-needle layouts still hold (every needle whole and apart, each answer in its needle).
+  for (const std::string& task : kMultiTasks) {
+    const Sample s = must_make(straddled(task, 2000, 0.5, 2, 8));
+    EXPECT_EQ(find_needles(bytes_of(s.tokens, 0, s.tokens.size()), task).size(), task == "vt" ? 5u : 4u) << task;
+  }
+}
+
+TEST(EvalStraddle, TheEdgeCutsTheAnswerWithStories260K) {
+  const Tokenizer* tok = stories_tokenizer();
+  if (tok == nullptr) GTEST_SKIP() << "stories260K.gguf not found under " << LEOAM_FIXTURES_DIR;
+  const TokenizeFn fn = [tok](std::string_view t) { return tok->tokenize(t, false, false); };
+  // SentencePiece: the answer read up to the edge is incomplete, and complete 2 tokens later.
+  for (const char* task : {"passkey", "niah_single", "niah_multikey"}) {
+    for (int64_t chunk : {8, 64}) {
+      for (double depth : {0.1, 0.5, 0.9}) {
+        for (uint64_t seed : {0, 1}) {
+          SCOPED_TRACE(std::string(task) + " chunk " + std::to_string(chunk) + " depth " + std::to_string(depth));
+          const Sample s = must_make(straddled(task, 3000, depth, seed, chunk), fn, tok->bos_id());
+          ASSERT_EQ(s.tokens.size(), 3000u);
+          const auto text = [&](int64_t end) {
+            return tok->detokenize(std::vector<int32_t>(s.tokens.begin() + s.needle_pos, s.tokens.begin() + end), true);
+          };
+          bool cut = false;
+          for (int64_t edge = s.needle_pos + 1; edge < s.needle_pos + s.needle_tokens; ++edge) {
+            if (edge % chunk != 0) continue;
+            cut = cut || (text(edge).find(s.answers[0]) == std::string::npos &&
+                          text(std::min(edge + 2, s.needle_pos + s.needle_tokens)).find(s.answers[0]) !=
+                              std::string::npos);
+          }
+          EXPECT_TRUE(cut) << "no edge cuts the answer's tail off: " << text(s.needle_pos + s.needle_tokens);
+        }
+      }
+    }
+  }
+}
+
+TEST(EvalStraddle, OffChangesNothingAndBadChunksFail) {
+  // straddle_chunk 0 is the default: the samples the other tests pin.
+  for (const std::string& task : kAllTasks) {
+    const Sample a = must_make(straddled(task, 1500, 0.4, 5, 0));
+    const Sample b = must_make(params(task, 1500, 0.4, 5));
+    EXPECT_EQ(a.tokens, b.tokens) << task;
+    EXPECT_EQ(a.needle_pos, b.needle_pos) << task;
+  }
+  auto negative = make_sample(straddled("passkey", 1000, 0.5, 0, -8), byte_tokenize, kByteBos);
+  ASSERT_FALSE(negative.is_ok());
+  EXPECT_NE(negative.status().message().find("straddle_chunk is -8"), std::string::npos) << negative.status().message();
+  // One haystack token gives two places for the needle: neither puts a multiple of 1000 in it.
+  auto no_place = make_sample(straddled("passkey", 243, 0.5, 0, 1000), byte_tokenize, kByteBos);
+  ASSERT_FALSE(no_place.is_ok());
+  EXPECT_NE(no_place.status().message().find("no place where a multiple of 1000"), std::string::npos)
+      << no_place.status().message();
 }
 
 }  // namespace
