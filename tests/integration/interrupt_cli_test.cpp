@@ -1,6 +1,7 @@
 // Ctrl-C during `leoam run`, sent as SIGINT to the real binary: the first stops generation (or the
 // prefill, at a batch boundary), and the run still prints its timing and --kv-stats lines and
 // saves --kv-save (a prefill cut short saves nothing), exiting with 130; a second exits at once.
+// During `leoam eval` it stops the sweep, which the same command resumes.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -203,6 +204,40 @@ TEST_F(InterruptCliTest, SecondSigintExitsAtOnce) {
   const CliResult r = child.finish();
   EXPECT_EQ(r.status, 130) << r.err;
   EXPECT_EQ(r.err.find("leoam: prompt"), std::string::npos) << "no summary after a second Ctrl-C\n" << r.err;
+}
+
+// Ctrl-C during `leoam eval`: the run in progress stops and writes no line, the table of the
+// runs done is printed, the exit is 130, and the same command resumes from --out.
+TEST_F(InterruptCliTest, SigintStopsAnEvalSweepWhichTheSameCommandResumes) {
+  const std::string out = dir_ + "/results.jsonl";
+  const std::vector<std::string> args = {"eval", "-m", kStoriesModel, "-c", "512", "-t", "1", "--task", "passkey",
+                                         "--ctx", "256", "--depth", "0.1,0.3,0.5,0.7,0.9", "--seeds", "6",
+                                         "--policy", "full,leoam", "--budget", "0.5", "--out", out};
+  Child child(args, dir_ + "/stderr.txt");
+  ASSERT_TRUE(child.started());
+  const auto lines_in_out = [&] {
+    std::ifstream in(out);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  for (int i = 0; i < 5000 && lines_in_out() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GT(lines_in_out(), 0) << "no run finished\n" << child.err_so_far();
+  child.interrupt();
+  const CliResult r = child.finish();
+  EXPECT_EQ(r.status, 130) << r.err;
+  EXPECT_NE(r.err.find("leoam: eval: interrupted in run"), std::string::npos) << r.err;
+  const std::string written = read_file(out);
+  ASSERT_FALSE(written.empty());
+  EXPECT_EQ(written.back(), '\n') << "only whole lines";
+  const int done = lines_in_out();
+  EXPECT_LT(done, 60) << "the sweep was cut short";
+  EXPECT_NE(r.out.find("| passkey |"), std::string::npos) << "the table of the runs done\n" << r.out;
+
+  const CliResult rest = leoam::testing_cli::run_leoam(dir_, args);
+  ASSERT_EQ(rest.status, 0) << rest.err;
+  EXPECT_NE(rest.err.find("60 runs, " + std::to_string(done) + " skipped"), std::string::npos) << rest.err;
+  EXPECT_EQ(lines_in_out(), 60);
 }
 
 }  // namespace

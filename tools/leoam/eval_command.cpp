@@ -11,7 +11,8 @@
 // "straddle_chunk": N), so an interrupted sweep resumes: the runs --out already holds are skipped
 // (a run is its task, ctx, depth, seed, policy, budget and straddle_chunk), and a torn last line
 // (an interrupted write) is cut off and run again. The closing table covers the lines of the
-// task at this --straddle-chunk.
+// task at this --straddle-chunk. Ctrl-C stops the run in progress, which writes no line, prints
+// the table of the runs done and exits 130; a second Ctrl-C exits at once (SigintScope).
 //
 // bytes_read is {"device": N, "host": N, "disk": N}: the bytes the run (prefill and decode) read
 // out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h);
@@ -70,6 +71,7 @@
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "progress_bar.h"
+#include "sigint_scope.h"
 #include "sparse/budget_schedule.h"
 #include "sparse/selection_policy.h"
 #include "sparse/sparse_attention.h"
@@ -596,6 +598,10 @@ class EvalCommand : public Command {
     StatusLine status(on_terminal, "eval");
     int n_run = 0;
     int exit_code = kExitOk;
+    // Ctrl-C stops the run in progress (its line is not written), prints the table of the runs
+    // done, and exits 130: the same command resumes from --out.
+    SigintScope sigint;
+    bool interrupted = false;
     for (const SampleSpec& s : samples) {
       bool prompt_shown = false;
       for (const PolicyRun& r : runs) {
@@ -614,7 +620,15 @@ class EvalCommand : public Command {
                       static_cast<long long>(s.ctx), s.depth, static_cast<unsigned long long>(s.seed),
                       policy_label(r.policy, r.budget).c_str());
         status.show(what);
-        Result<Json> line = run_one(**model, tok, s, r, n_run);
+        Result<Json> line = SigintScope::interrupted() ? Result<Json>(cancelled("interrupted"))
+                                                       : run_one(**model, tok, s, r, n_run);
+        if (!line.is_ok() && line.status().code() == StatusCode::kCancelled) {
+          status.clear();
+          interrupted = true;
+          std::fprintf(stderr, "leoam: eval: interrupted in run %d of %d; its result is not written. The same "
+                       "command resumes from %s\n", n_run, n_todo, out_path_.c_str());
+          break;
+        }
         if (!line.is_ok()) {
           status.clear();
           exit_code = fail(line.status().with_context(what));
@@ -642,7 +656,7 @@ class EvalCommand : public Command {
         }
         lines.push_back(std::move(*line));
       }
-      if (exit_code != kExitOk) break;
+      if (exit_code != kExitOk || interrupted) break;
     }
     status.clear();
     if (std::fclose(out) != 0 && exit_code == kExitOk) {
@@ -654,7 +668,7 @@ class EvalCommand : public Command {
     } else {
       print_table(lines);
     }
-    return kExitOk;
+    return interrupted ? kExitInterrupted : kExitOk;
   }
 
  private:
@@ -736,6 +750,7 @@ class EvalCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.n_batch = n_batch_;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
+    fwd.should_stop = &SigintScope::interrupted;
     fwd.selector = selector.get();
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(kv)));
     const auto& tiered = dynamic_cast<const TieredKvCache&>(kv_cache);
@@ -745,6 +760,7 @@ class EvalCommand : public Command {
 
     GenerateOptions options;
     options.n_predict = sample.max_new_tokens;
+    options.should_stop = &SigintScope::interrupted;
     options.sampler.temperature = 0.0f;  // greedy
     std::string output;
     GenerateCallbacks callbacks;
@@ -753,6 +769,7 @@ class EvalCommand : public Command {
     callbacks.on_prefill_done = [&](int64_t) { at_prefill_end = tiered.stats(); };
     LEOAM_ASSIGN_OR_RETURN(GenerateStats stats, generate_from_tokens(*ctx, tok, sample.tokens,
                                                                      /*strip_leading_space=*/false, options, callbacks));
+    if (stats.stop_reason == StopReason::kInterrupted) return cancelled("interrupted");
 
     Json j;
     j["task"] = task_;
@@ -800,6 +817,7 @@ class EvalCommand : public Command {
     const auto t0 = std::chrono::steady_clock::now();
     // The last token predicts nothing in the window: it is never evaluated.
     for (size_t p = static_cast<size_t>(n_prefill); p + 1 < tokens.size(); ++p) {
+      if (SigintScope::interrupted()) return cancelled("interrupted");
       LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(&tokens[p], 1), /*all_logits=*/false, logits));
       // log-softmax in double: nll = logsumexp(logits) - logits[next]
       double max_logit = logits[0];
