@@ -169,24 +169,25 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   LEOAM_RETURN_IF_ERROR(
       catalog.load_abstracts(layer, c0, c1, chunks.data(), source, options_.key_signs ? signs.data() : nullptr));
   if (options_.key_signs) {
-    signs_.resize(static_cast<size_t>(c0 * words_per_chunk));
-    signs_.insert(signs_.end(), signs.begin(), signs.end());
-    blocks_.resize(static_cast<size_t>(b1 * layout_.chunk_stride));
+    grow_to(signs_, static_cast<size_t>(c0 * words_per_chunk) + signs.size());
+    std::copy(signs.begin(), signs.end(), signs_.begin() + c0 * words_per_chunk);
+    grow_to(blocks_, static_cast<size_t>(b1 * layout_.chunk_stride));
     for (int64_t b = b0; b < b1; ++b) {
       const TokenRange block{b * options_.initial_tokens, std::min((b + 1) * options_.initial_tokens, n_tokens)};
       union_store_chunks(chunks.data(), c0, block, blocks_.data() + b * layout_.chunk_stride);
     }
   }
 
-  leaves_.resize(static_cast<size_t>(first));
-  sizes_.resize(static_cast<size_t>(first));
-  history_.resize(static_cast<size_t>(first + static_cast<int64_t>(leaves.size())));  // the edge keeps its history
-  abstracts_.resize(static_cast<size_t>((first + static_cast<int64_t>(leaves.size())) * layout_.chunk_stride));
+  const auto n_after = static_cast<size_t>(first + static_cast<int64_t>(leaves.size()));
+  grow_to(history_, n_after);  // the edge keeps its history
+  grow_to(abstracts_, n_after * layout_.chunk_stride);
   for (size_t j = 0; j < leaves.size(); ++j) {
     union_store_chunks(chunks.data(), c0, leaves[j], abstracts_.data() + (first + j) * layout_.chunk_stride);
   }
-  leaves_.insert(leaves_.end(), leaves.begin(), leaves.end());
-  sizes_.insert(sizes_.end(), sizes.begin(), sizes.end());
+  grow_to(leaves_, n_after);
+  grow_to(sizes_, n_after);
+  std::copy(leaves.begin(), leaves.end(), leaves_.begin() + first);
+  std::copy(sizes.begin(), sizes.end(), sizes_.begin() + first);
   n_tokens_ = n_tokens;
   peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(chunks) + capacity_bytes(signs) +
                                           capacity_bytes(leaves) + capacity_bytes(sizes));
@@ -305,10 +306,10 @@ void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>&
   // Splits, backward: leaf r lands at d >= r, a split leaf as its halves at d and d + 1.
   const auto n_splits = static_cast<int64_t>(halves.size()) / (2 * stride);
   const int64_t n_after = w + n_splits;
-  leaves_.resize(static_cast<size_t>(n_after));
-  sizes_.resize(static_cast<size_t>(n_after));
-  history_.resize(static_cast<size_t>(n_after));
-  abstracts_.resize(static_cast<size_t>(n_after * stride));
+  grow_to(leaves_, static_cast<size_t>(n_after));
+  grow_to(sizes_, static_cast<size_t>(n_after));
+  grow_to(history_, static_cast<size_t>(n_after));
+  grow_to(abstracts_, static_cast<size_t>(n_after * stride));
   int64_t d = n_after;
   int64_t k = n_splits;
   for (int64_t r = w - 1; r >= 0 && d > r + 1; --r) {

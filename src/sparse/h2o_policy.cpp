@@ -113,7 +113,7 @@ class H2oPolicy final : public SelectionPolicy {
 
   template <typename T>
   static void grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n), T{});
+    if (static_cast<int64_t>(v.size()) < n) grow_to(v, static_cast<size_t>(n));
   }
 
   void select_tokens(const SelectionQuery& query, LayerState& s, Selection& sel) {

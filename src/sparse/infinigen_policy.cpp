@@ -76,7 +76,7 @@ class InfinigenPolicy final : public SelectionPolicy {
     const int64_t row = proj_.n_kv_sel(layer);
     const int64_t stride = int64_t{proj_.n_head_kv()} * proj_.head_dim();
     std::vector<float>& keys = keys_[layer];
-    if (static_cast<int64_t>(keys.size()) < (pos0 + n) * row) keys.resize(static_cast<size_t>((pos0 + n) * row));
+    if (static_cast<int64_t>(keys.size()) < (pos0 + n) * row) grow_to(keys, static_cast<size_t>((pos0 + n) * row));
     for (int64_t t = 0; t < n; ++t) proj_.gather_key(layer, k + t * stride, keys.data() + (pos0 + t) * row);
     return Status::ok();
   }

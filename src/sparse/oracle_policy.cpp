@@ -51,7 +51,7 @@ class OraclePolicy final : public SelectionPolicy {
                               std::to_string(pos0) + ": the model has " + std::to_string(keys_.size()) + " layers");
     }
     std::vector<float>& keys = keys_[layer];
-    if (static_cast<int64_t>(keys.size()) < (pos0 + n) * row_) keys.resize(static_cast<size_t>((pos0 + n) * row_));
+    if (static_cast<int64_t>(keys.size()) < (pos0 + n) * row_) grow_to(keys, static_cast<size_t>((pos0 + n) * row_));
     std::copy(k, k + n * row_, keys.begin() + pos0 * row_);
     return Status::ok();
   }

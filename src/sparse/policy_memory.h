@@ -17,4 +17,13 @@ uint64_t capacity_bytes(const V& v) {
   return static_cast<uint64_t>(v.capacity()) * sizeof(typename V::value_type);
 }
 
+// Resizes v to n; when its allocation must grow, to an eighth past n rather than to double its
+// size (the vector's own growth): state that grows a position or a leaf at a time then holds at
+// most an eighth of slack, and growing stays amortized O(1).
+template <class V>
+void grow_to(V& v, size_t n) {
+  if (n > v.capacity()) v.reserve(n + n / 8);
+  v.resize(n);
+}
+
 }  // namespace leoam::sparse

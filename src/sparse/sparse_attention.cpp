@@ -63,7 +63,7 @@ void SparseAttention::hint_importance(int layer, std::span<const TokenRange> ran
   int64_t last = -1;
   for (const TokenRange& r : ranges) {
     for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
-      if (static_cast<int64_t>(picks.size()) <= i) picks.resize(static_cast<size_t>(i) + 1, 0.0f);
+      if (static_cast<int64_t>(picks.size()) <= i) grow_to(picks, static_cast<size_t>(i) + 1);
       picks[i] += 1.0f;
       catalog.set_importance({layer, i}, picks[i]);
       last = i;
