@@ -20,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kStories = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = leoam::testing_cli::kStoriesModel;
 
 using leoam::testing_cli::CliResult;
 using leoam::testing_cli::shell_quote;

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kFixtures = LEOAM_FIXTURES_DIR;
-const std::string kStories = kFixtures + "/models/stories260K/stories260K.gguf";
+const std::string kStories = leoam::testing_cli::kStoriesModel;
 const std::string kStoriesV1 = kFixtures + "/models/stories260K/tinyllamas-stories-260k-f32.gguf";
 // Karpathy's documented greedy sample from BOS.
 const std::string kGreedyFromBos =

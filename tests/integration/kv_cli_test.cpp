@@ -24,7 +24,7 @@ using leoam::testing_cli::CliResult;
 using leoam::testing_cli::read_file;
 
 const std::string kFixtures = LEOAM_FIXTURES_DIR;
-const std::string kStories = kFixtures + "/models/stories260K/stories260K.gguf";
+const std::string kStories = leoam::testing_cli::kStoriesModel;
 const std::string kBook = kFixtures + "/text/pg19_firstbook.txt";
 
 // stories260K: 5 layers x 4 KV heads x 8 dims, f16: 640 bytes of KV per position.

@@ -18,7 +18,7 @@ using leoam::testing_cli::CliResult;
 using leoam::testing_cli::shell_quote;
 
 const std::string kFixtures = LEOAM_FIXTURES_DIR;
-const std::string kStories = kFixtures + "/models/stories260K/stories260K.gguf";
+const std::string kStories = leoam::testing_cli::kStoriesModel;
 
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> names;
