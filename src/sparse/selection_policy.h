@@ -110,7 +110,8 @@ class SelectionPolicy {
   virtual Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) = 0;
 
   // Learning from the forward pass (model/attention_selector.h): what the policy watches, and the
-  // observations. A new sequence (a decode position that goes back) calls reset() first.
+  // observations. A new sequence (a decode position that goes back, or the context cut below what
+  // the policy has seen: AttentionSelector::truncate) calls reset() first.
   virtual SelectorNeeds needs() const { return {}; }
   virtual void reset() {}
   [[nodiscard]] virtual Status observe_keys(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/, const float* /*k*/) {
