@@ -74,8 +74,15 @@ TEST_F(EvalCliTest, SweepWritesOneJsonLinePerRunAndATableRowPerPolicy) {
     const nlohmann::json j = nlohmann::json::parse(line);
     for (const char* field : {"task", "ctx", "depth", "seed", "policy", "budget", "needle_pos", "answers", "output",
                               "score", "tokens_attended_pct", "bytes_read", "n_generated", "decode_ms",
-                              "first_step_ms"}) {
+                              "first_step_ms", "policy_memory_peak_bytes"}) {
       EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
+    }
+    // leoam's trees hold some bytes about the KV; full keeps nothing.
+    const double memory = j.at("policy_memory_peak_bytes").get<double>();
+    if (j.at("policy") == "leoam") {
+      EXPECT_GT(memory, 0.0) << line;
+    } else {
+      EXPECT_EQ(memory, 0.0) << line;
     }
     EXPECT_EQ(j.at("task"), "passkey");
     EXPECT_EQ(j.at("ctx"), 256);

@@ -6,8 +6,10 @@
 // fresh context with a fresh KV store, and the output is scored. Each result is one JSON line
 // appended to --out and flushed as soon as it exists:
 //   {"task","ctx","depth","seed","policy","budget","needle_pos","answers","output","score",
-//    "tokens_attended_pct","bytes_read","kv_bytes_per_token","n_generated","decode_ms","first_step_ms"}
-// (first_step_ms: the first decode eval, part of decode_ms; with --straddle-chunk N, also
+//    "tokens_attended_pct","bytes_read","kv_bytes_per_token","policy_memory_peak_bytes","n_generated",
+//    "decode_ms","first_step_ms"}
+// (policy_memory_peak_bytes: the most the policy held about the KV, SparseAttention::memory, 0
+// for full; first_step_ms: the first decode eval, part of decode_ms; with --straddle-chunk N, also
 // "straddle_chunk": N), so an interrupted sweep resumes: the runs --out already holds are skipped
 // (a run is its task, ctx, depth, seed, policy, budget and straddle_chunk), and a torn last line
 // (an interrupted write) is cut off and run again. The closing table covers the lines of the
@@ -38,7 +40,8 @@
 // after a long prompt, the path of the retrieval tasks. Its lines, keyed with depth D and the
 // window index as seed:
 //   {"task":"ppl","ctx","depth","seed","policy","budget","prefill_tokens","nll_sum","n_tokens",
-//    "n_bytes","ppl","bits_per_byte","tokens_attended_pct","bytes_read","kv_bytes_per_token","decode_ms"}
+//    "n_bytes","ppl","bits_per_byte","tokens_attended_pct","bytes_read","kv_bytes_per_token",
+//    "policy_memory_peak_bytes","decode_ms"}
 // where n_tokens = ctx - 1 - P predictions are scored and decode_ms covers their single-token
 // evals.
 #include <unistd.h>
@@ -790,6 +793,7 @@ class EvalCommand : public Command {
     j["n_generated"] = stats.n_generated;
     j["decode_ms"] = stats.decode_ms;
     j["first_step_ms"] = stats.first_step_ms;
+    j["policy_memory_peak_bytes"] = selector != nullptr ? selector->memory().peak_bytes : 0;
     return j;
   }
 
@@ -847,6 +851,7 @@ class EvalCommand : public Command {
     j["bytes_read"] = bytes_read_json(tiered.stats());
     j["kv_bytes_per_token"] = kv_bytes_per_token_json(at_prefill_end, tiered.stats(), n_tokens);
     j["decode_ms"] = decode_ms;
+    j["policy_memory_peak_bytes"] = selector != nullptr ? selector->memory().peak_bytes : 0;
     return j;
   }
 
