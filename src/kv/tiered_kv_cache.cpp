@@ -613,43 +613,17 @@ Tier TieredKvCache::chunk_tier(int layer, int64_t index) const {
 
 Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
                                      uint32_t* signs) {
-  if (layer < 0 || layer >= options_.shape.n_layer || i0 < 0 || i1 > n_chunks(layer) || i0 > i1) {
-    return invalid_argument("KV abstracts: chunks [" + std::to_string(i0) + ", " + std::to_string(i1) +
-                            ") of layer " + std::to_string(layer) + " out of range");
-  }
-  const int64_t n_box = geometry_.box_floats();
-  const int64_t n_floats = geometry_.abstract_floats();
-  // One whole abstract (box, then signs) into the caller's two arrays.
-  const auto deliver = [&](int64_t i, const float* abstract) {
-    std::memcpy(dst + (i - i0) * n_box, abstract, static_cast<size_t>(n_box) * sizeof(float));
-    if (signs != nullptr) abstract_signs(geometry_, abstract, signs + (i - i0) * geometry_.sign_words());
-  };
-  const LayerState& L = layers_[layer];
-  // Whole abstracts of a run of disk chunks: MiBs when a tree first covers a long prompt.
-  std::vector<float, HugePageAllocator<float>> run;
-  for (int64_t i = i0; i < i1;) {
-    if (!L.chunks[i].abstract.empty()) {  // device or host: in memory
-      deliver(i, L.chunks[i].abstract.data());
-      ++i;
-      continue;
-    }
-    int64_t end = i + 1;  // a run of disk chunks
-    while (end < i1 && L.chunks[end].abstract.empty()) ++end;
-    run.resize(static_cast<size_t>((end - i) * n_floats));
-    if (source == AbstractSource::kLka) {  // one bulk read of their records
-      LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, i, end, run.data()));
-    } else {
-      LEOAM_RETURN_IF_ERROR(abstracts_from_kv(layer, i, end, run.data()));
-    }
-    for (int64_t j = i; j < end; ++j) deliver(j, run.data() + (j - i) * n_floats);
-    i = end;
-  }
-  return Status::ok();
+  const ChunkRun run{i0, i1};
+  return gather_abstracts(layer, {&run, 1}, dst, source, signs);
 }
 
 Status TieredKvCache::load_abstract_runs(int layer, std::span<const ChunkRun> runs, float* dst,
                                          AbstractSource source) {
-  if (source != AbstractSource::kLka || disk_ == nullptr) return KvCatalog::load_abstract_runs(layer, runs, dst, source);
+  return gather_abstracts(layer, runs, dst, source, nullptr);
+}
+
+Status TieredKvCache::gather_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, AbstractSource source,
+                                       uint32_t* signs) {
   for (const ChunkRun& r : runs) {
     if (layer < 0 || layer >= options_.shape.n_layer || r.begin < 0 || r.end > n_chunks(layer) || r.begin > r.end) {
       return invalid_argument("KV abstracts: chunks [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
@@ -658,38 +632,49 @@ Status TieredKvCache::load_abstract_runs(int layer, std::span<const ChunkRun> ru
   }
   const int64_t n_box = geometry_.box_floats();
   const int64_t n_floats = geometry_.abstract_floats();
+  // One whole abstract (box, then signs) into the caller's arrays, at output position k.
+  const auto deliver = [&](int64_t k, const float* abstract) {
+    std::memcpy(dst + k * n_box, abstract, static_cast<size_t>(n_box) * sizeof(float));
+    if (signs != nullptr) abstract_signs(geometry_, abstract, signs + k * geometry_.sign_words());
+  };
   const LayerState& L = layers_[layer];
-  // In-memory chunks are delivered at once; the disk ones are gathered into runs of their own,
-  // read together, and delivered where their chunks go.
+  // In-memory chunks (device, host) are delivered at once; the disk ones are gathered into runs of
+  // their own, read together, then delivered where their chunks go.
   std::vector<ChunkRun> disk_runs;
-  std::vector<float*> disk_dst;  // per disk run, where its first box goes
-  float* out = dst;
+  std::vector<int64_t> disk_at;  // per disk run, the output position of its first chunk
+  int64_t k = 0;
   for (const ChunkRun& r : runs) {
     for (int64_t i = r.begin; i < r.end;) {
       if (!L.chunks[i].abstract.empty()) {
-        std::memcpy(out, L.chunks[i].abstract.data(), static_cast<size_t>(n_box) * sizeof(float));
-        out += n_box;
+        deliver(k++, L.chunks[i].abstract.data());
         ++i;
         continue;
       }
       int64_t end = i + 1;
       while (end < r.end && L.chunks[end].abstract.empty()) ++end;
       disk_runs.push_back({i, end});
-      disk_dst.push_back(out);
-      out += (end - i) * n_box;
+      disk_at.push_back(k);
+      k += end - i;
       i = end;
     }
   }
   if (disk_runs.empty()) return Status::ok();
   int64_t n_disk = 0;
   for (const ChunkRun& r : disk_runs) n_disk += r.size();
+  // Whole abstracts of the disk chunks: MiBs when a tree first covers a long prompt.
   std::vector<float, HugePageAllocator<float>> whole(static_cast<size_t>(n_disk * n_floats));
-  LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, disk_runs, whole.data()));
-  const float* src = whole.data();
-  for (size_t k = 0; k < disk_runs.size(); ++k) {
-    for (int64_t j = 0; j < disk_runs[k].size(); ++j, src += n_floats) {
-      std::memcpy(disk_dst[k] + j * n_box, src, static_cast<size_t>(n_box) * sizeof(float));
+  if (source == AbstractSource::kLka) {  // their records, every run in one batch of reads
+    LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, disk_runs, whole.data()));
+  } else {  // their KV, read in full and summarized again
+    float* part = whole.data();
+    for (const ChunkRun& r : disk_runs) {
+      LEOAM_RETURN_IF_ERROR(abstracts_from_kv(layer, r.begin, r.end, part));
+      part += r.size() * n_floats;
     }
+  }
+  const float* src = whole.data();
+  for (size_t d = 0; d < disk_runs.size(); ++d) {
+    for (int64_t j = 0; j < disk_runs[d].size(); ++j, src += n_floats) deliver(disk_at[d] + j, src);
   }
   return Status::ok();
 }

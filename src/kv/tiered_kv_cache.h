@@ -166,6 +166,10 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // Widens c's box to cover its keys decoded from `stored` (its stored form) when the codec is
   // lossy: a sealed chunk's abstract then bounds both forms of its keys, in every tier.
   void cover_stored_form(Chunk& c, const uint8_t* stored);
+  // load_abstracts and load_abstract_runs: the runs' boxes (and signs, when not null) in order;
+  // device and host chunks from memory, the disk chunks of every run read in one batch.
+  Status gather_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, AbstractSource source,
+                          uint32_t* signs);
   // The abstracts of disk chunks [i0, i1) of `layer`, recomputed from their KV, read in full in
   // batches of the gather scratch (AbstractSource::kKv).
   Status abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst);

@@ -71,6 +71,14 @@ void SparseAttention::hint_importance(int layer, std::span<const TokenRange> ran
   }
 }
 
+SparseAttention::Window SparseAttention::window(int64_t n) const {
+  Window w;
+  w.sink = {0, std::min<int64_t>(options_.n_sink, n)};
+  w.recent = {std::max(w.sink.end, n - options_.n_recent), n};
+  w.far = {w.sink.end, w.recent.begin};
+  return w;
+}
+
 int64_t SparseAttention::far_budget(int layer, int64_t n_far) const {
   const auto it = options_.layer_budgets.find(layer);
   const double b = it != options_.layer_budgets.end() ? it->second : options_.budget;
@@ -127,12 +135,11 @@ Status SparseAttention::observe_stored(int layer, int64_t n_tokens) {
     return invalid_argument("sparse attention: bad layer or position");
   }
   if (n_tokens == 0) return Status::ok();
-  // The far positions of a query at n_tokens - 1, as select() cuts them.
-  const int64_t sink_end = std::min<int64_t>(options_.n_sink, n_tokens);
-  const int64_t far = std::max<int64_t>(0, n_tokens - options_.n_recent - sink_end);
+  // The far budget of a query at n_tokens - 1.
   KvCatalog& catalog = catalog_ != nullptr ? *catalog_ : no_chunk_catalog();
   seen_end_ = std::max(seen_end_, n_tokens);
-  LEOAM_RETURN_IF_ERROR(policy_->observe_stored(layer, n_tokens, far_budget(layer, far), catalog));
+  LEOAM_RETURN_IF_ERROR(
+      policy_->observe_stored(layer, n_tokens, far_budget(layer, window(n_tokens).far.size()), catalog));
   return check_memory();
 }
 
@@ -149,9 +156,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
   begin_position(pos);
 
   const int64_t n = pos + 1;
-  const TokenRange sink{0, std::min<int64_t>(options_.n_sink, n)};
-  const TokenRange recent{std::max(sink.end, n - options_.n_recent), n};
-  const TokenRange far{sink.end, recent.begin};
+  const auto [sink, recent, far] = window(n);
 
   Selection picked;
   if (far.size() > 0) {

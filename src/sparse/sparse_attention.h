@@ -101,6 +101,11 @@ class SparseAttention final : public AttentionSelector {
  private:
   SparseAttention(const SparseAttentionOptions& options, KvCatalog* catalog, const AttentionShape& shape,
                   std::unique_ptr<SelectionPolicy> policy);
+  // How a query that sees positions [0, n) cuts them (the header comment).
+  struct Window {
+    TokenRange sink, recent, far;
+  };
+  Window window(int64_t n) const;
   // The far tokens the policy may pick, of n_far.
   int64_t far_budget(int layer, int64_t n_far) const;
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
