@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace leoam::kernels {
 namespace {
@@ -34,7 +35,8 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
-// Quantized weights, built once per (type, shape): quantizing 16M elements takes a while.
+// Quantized weights, built once per (type, shape): quantizing 16M elements takes a while. Q4_0
+// and Q8_0 are in row groups (row_groups.h), as the model loader stores them.
 const std::vector<uint8_t>& weights(GgmlType type, int shape) {
   static std::map<std::pair<GgmlType, int>, std::vector<uint8_t>> cache;
   auto& w = cache[{type, shape}];
@@ -45,6 +47,11 @@ const std::vector<uint8_t>& weights(GgmlType type, int shape) {
     w.resize(row_bytes * static_cast<size_t>(s.n_rows));
     for (int64_t r = 0; r < s.n_rows; ++r) {
       quantize_row(type, f.data() + r * s.n_cols, w.data() + r * row_bytes, s.n_cols);
+    }
+    if (has_row_groups(type)) {
+      std::vector<uint8_t> grouped(w.size());
+      group_rows(type, w.data(), row_bytes, s.n_rows, grouped.data());
+      w.swap(grouped);
     }
   }
   return w;
@@ -65,7 +72,7 @@ void BM_gemm(benchmark::State& state, GgmlType type) {
   const std::vector<float> x = random_floats(static_cast<size_t>(s.n_cols * n_tokens), 4);
   std::vector<float> y(static_cast<size_t>(s.n_rows * n_tokens));
   ThreadPool pool(static_cast<int>(state.range(3)));
-  const MatrixView w{type, w_bytes.data(), s.n_cols, s.n_rows, ggml_row_size(type, s.n_cols)};
+  const MatrixView w{type, w_bytes.data(), s.n_cols, s.n_rows, ggml_row_size(type, s.n_cols), has_row_groups(type)};
   state.SetLabel(gemm_method_name(method));
   for (auto _ : state) {
     gemm(w, x.data(), n_tokens, y.data(), pool, GemmOptions{method});
@@ -99,6 +106,15 @@ void all_methods(benchmark::internal::Benchmark* b) {
     }
   }
 }
+// The types with row groups: their f32 method and the 8-bit one (kAuto picks one of them).
+void blas_and_q8(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"method", "shape", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  for (const auto m : {GemmMethod::kBlas, GemmMethod::kQ8}) {
+    for (int shape = 0; shape < 3; ++shape) {
+      for (int64_t t : kTokens) b->Args({static_cast<int64_t>(m), shape, t, 2});
+    }
+  }
+}
 void auto_only(benchmark::internal::Benchmark* b) {
   b->ArgNames({"method", "shape", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
   for (int shape = 0; shape < 3; ++shape) {
@@ -116,7 +132,8 @@ void sgemm_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_openblas_sgemm)->Apply(sgemm_args);
 BENCHMARK_CAPTURE(BM_gemm, F32, GgmlType::kF32)->Apply(all_methods);
 BENCHMARK_CAPTURE(BM_gemm, Q4_0, GgmlType::kQ4_0)->Apply(all_methods);
-BENCHMARK_CAPTURE(BM_gemm, Q8_0, GgmlType::kQ8_0)->Apply(auto_only);
+BENCHMARK_CAPTURE(BM_gemm, Q4_0_q8, GgmlType::kQ4_0)->Apply(blas_and_q8);
+BENCHMARK_CAPTURE(BM_gemm, Q8_0, GgmlType::kQ8_0)->Apply(blas_and_q8);
 BENCHMARK_CAPTURE(BM_gemm, F16, GgmlType::kF16)->Apply(auto_only);
 BENCHMARK_CAPTURE(BM_gemm, Q4_K, GgmlType::kQ4_K)->Apply(auto_only);
 

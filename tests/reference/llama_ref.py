@@ -4,12 +4,17 @@ Written from the ggml / llama.cpp conventions, apart from the C++ engine, so the
 engine's logits can be checked against it.
 
 CLI:
-    llama_ref.py --model M.gguf --tokens 1,2,3 [--kv-f16] [--n-ctx N] --out logits.txt
+    llama_ref.py --model M.gguf --tokens 1,2,3 [--kv-f16] [--q8-activations] [--n-ctx N] --out logits.txt
         writes logits of every position: one line per position, '%.9g' floats.
     llama_ref.py --model M.gguf --tokens 1 --greedy N
         prints the N greedily generated token ids (one line, space separated).
 
 Shapes: a GGUF weight with ne = [n_in, n_out] loads as numpy [n_out][n_in]; y = W @ x.
+
+--q8-activations: the inputs of the Q4_0 and Q8_0 matrices (all but an output tied to the
+embeddings) are rounded to 8 bits per block of 32 as the engine's integer products round them
+(kernels/cpu/q8_activation.h: d = amax / 127, q = round-half-even(x * (127 / amax)), both in
+float32). The engine does this in decode, and in prefill where its CPU has the 8-bit GEMM.
 """
 
 import argparse
@@ -20,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dequant import dequantize  # noqa: E402
+from dequant import Q4_0, Q8_0, dequantize  # noqa: E402
 from gguf_read import read_gguf  # noqa: E402
 
 
@@ -77,8 +82,11 @@ def load_model(path):
     meta, raw = read_gguf(path)
     hp = load_hparams(meta)
 
+    types = {}  # the GGUF type of every matrix loaded, by name
+
     def w(name):
         type_id, ne, data = raw[name]
+        types[name] = type_id
         return dequantize(type_id, ne, data)
 
     def w_opt(name):
@@ -96,13 +104,18 @@ def load_model(path):
         if missing:
             raise ValueError(f"{path}: layer {il} is missing tensors {missing}")
     tok_embd = w("token_embd.weight")                      # [n_vocab][n_embd]
+    output_tied = "output.weight" not in raw
+    q8_in = {k for k, t in types.items() if t in (Q4_0, Q8_0) and k != "token_embd.weight"}
+    for il, L in enumerate(layers):
+        L["q8_in"] = {k for k in L if f"blk.{il}.{k}.weight" in q8_in}
     return dict(
         hp=hp,
         meta=meta,
         tok_embd=tok_embd,
         layers=layers,
         output_norm=w("output_norm.weight"),
-        output=w("output.weight") if "output.weight" in raw else tok_embd,  # tied when absent
+        output=tok_embd if output_tied else w("output.weight"),  # tied when absent
+        output_q8_in=not output_tied and types["output.weight"] in (Q4_0, Q8_0),
         rope_freqs=w_opt("rope_freqs.weight"),               # [n_rot/2] or None
     )
 
@@ -190,7 +203,18 @@ def new_kv_cache(model):
     return [{"k": empty, "v": empty} for _ in range(hp["n_layer"])]
 
 
-def forward(model, tokens, cache, kv_f16=False, drop_keys=None):
+def q8_round(x):
+    """x [n][k] rounded to 8 bits per block of 32, as the engine's activation quantizer does."""
+    x32 = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    amax = np.abs(x32).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(x32 * inv)
+    d = (amax / np.float32(127)).astype(np.float32)
+    return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+
+
+def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=False):
     """Run tokens at positions [n_past, n_past + n_tok); append to cache.
     Returns logits [n_tok][n_vocab].
 
@@ -207,10 +231,13 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None):
     # causal mask over [n_tok][n_past + n_tok]: query t sees keys at pos <= n_past + t
     mask = np.arange(n_past + n_tok)[None, :] > positions[:, None]
 
+    def mm(h, L, name):  # h @ W.T, with the engine's 8-bit input where it has one
+        return (q8_round(h) if q8_activations and name in L["q8_in"] else h) @ L[name].T
+
     x = model["tok_embd"][np.asarray(tokens)]                # [n_tok][n_embd]
     for il, (L, kv) in enumerate(zip(model["layers"], cache)):
         h = rmsnorm(x, L["attn_norm"], hp["eps"])
-        q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
+        q, k, v = mm(h, L, "attn_q"), mm(h, L, "attn_k"), mm(h, L, "attn_v")
         for name, t in (("attn_q_bias", q), ("attn_k_bias", k), ("attn_v_bias", v)):
             if L[name] is not None:
                 t += L[name]
@@ -235,12 +262,13 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None):
         p = np.exp(scores)
         p /= p.sum(axis=-1, keepdims=True)
         attn = np.einsum("hts,shd->thd", p, V).reshape(n_tok, n_head * head_dim)
-        x = x + attn @ L["attn_output"].T
+        x = x + mm(attn, L, "attn_output")
 
         h = rmsnorm(x, L["ffn_norm"], hp["eps"])
-        x = x + (silu(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+        x = x + mm(silu(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
 
-    return rmsnorm(x, model["output_norm"], hp["eps"]) @ model["output"].T
+    h = rmsnorm(x, model["output_norm"], hp["eps"])
+    return (q8_round(h) if q8_activations and model["output_q8_in"] else h) @ model["output"].T
 
 
 def greedy(model, tokens, n_gen, kv_f16=False):
@@ -263,6 +291,8 @@ def main(argv=None):
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("--kv-f16", action="store_true", help="round K (after RoPE) and V to f16")
+    ap.add_argument("--q8-activations", action="store_true",
+                    help="round the inputs of Q4_0 and Q8_0 matrices to 8 bits, as the engine's integer products do")
     ap.add_argument("--n-ctx", type=int, default=0,
                     help="context capacity check (default: model context_length); "
                          "does not change the math (YaRN uses the model's original context)")
@@ -284,7 +314,7 @@ def main(argv=None):
         ap.error("nothing to do: give --out and/or --greedy")
 
     if args.out:
-        logits = forward(model, tokens, new_kv_cache(model), args.kv_f16)
+        logits = forward(model, tokens, new_kv_cache(model), args.kv_f16, q8_activations=args.q8_activations)
         with open(args.out, "w") as f:
             for row in logits:
                 f.write(" ".join("%.9g" % v for v in row) + "\n")

@@ -129,7 +129,9 @@ constexpr detail::Q8Kernels kScalarKernels = {ref::quantize_q8a32,
                                               dot_rows_q4_k_ref,
                                               dot_rows_q6_k_ref,
                                               dot_groups_ref<GgmlType::kQ4_0>,
-                                              dot_groups_ref<GgmlType::kQ8_0>};
+                                              dot_groups_ref<GgmlType::kQ8_0>,
+                                              nullptr,
+                                              nullptr};
 
 detail::DotRowsQ8Fn select_dot(const detail::Q8Kernels& k, GgmlType type) {
   switch (type) {
@@ -190,6 +192,28 @@ void dot_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t 
   assert(n % ggml_block_size(type) == 0 && has_row_groups(type));
   const detail::Q8Kernels& k = detail::q8_kernels();
   (type == GgmlType::kQ4_0 ? k.dot_groups_q4_0 : k.dot_groups_q8_0)(groups, row_bytes, n_groups, xq, n, out);
+}
+
+namespace {
+detail::GemmGroupsQ8Fn select_gemm(const detail::Q8Kernels& k, GgmlType type) {
+  return type == GgmlType::kQ4_0 ? k.gemm_groups_q4_0 : k.gemm_groups_q8_0;
+}
+}  // namespace
+
+void gemm_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                    size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy) {
+  assert(n % ggml_block_size(type) == 0 && has_row_groups(type));
+  if (const detail::GemmGroupsQ8Fn fn = select_gemm(detail::q8_kernels(), type)) {
+    fn(groups, row_bytes, n_groups, xq, xq_stride, n_tokens, n, y, ldy);
+    return;
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    dot_groups_q8(type, groups, row_bytes, n_groups, static_cast<const uint8_t*>(xq) + t * xq_stride, n, y + t * ldy);
+  }
+}
+
+bool gemm_groups_q8_is_fast(GgmlType type) {
+  return has_row_groups(type) && select_gemm(detail::q8_kernels(), type) != nullptr;
 }
 
 namespace ref {

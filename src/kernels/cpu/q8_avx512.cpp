@@ -18,6 +18,9 @@
 // (unsigned) and 128 * sum(x) is subtracted in int32 (the activation's sums come from one
 // vpdpbusd with ones, shared by all rows): exact, with no saturation anywhere (vpdpbusd sums in
 // 32 bits).
+#include <algorithm>
+#include <cstring>
+
 #include "core/cpu_features.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/q8_kernels.h"
@@ -177,11 +180,139 @@ LEOAM_AVX512 void dot_groups_q8_0_vnni(const void* groups, size_t row_bytes, int
   }
 }
 
+// ---- Several tokens at once (prefill): two row groups x T tokens, 512-bit vpdpbusd ----
+//
+// The two groups' chunk j (row groups g and g + 1, or g twice for an odd last group) fill one
+// 512-bit vector: lane i < 8 is row i of the first group, lane 8 + i row i of the second. The
+// weights of a block are unpacked once into unsigned bytes (Q4_0 nibbles; Q8_0 as w + 128) and
+// then reused by T tokens, each of which broadcasts its 4 matching activation bytes into a
+// vpdpbusd: 8 of them per block and token carry 16 rows x 32 elements. The offset of the
+// unsigned weights (8 or 128, times the activation sum s) comes off in the same fused step that
+// applies the token's scale: acc += d_w (d_x isum - k s).
+//
+// T = 8 keeps 8 int32 sums, 8 f32 accumulators and 8 unpacked weight vectors in registers.
+// A thread walks its group pairs in panels of kGemmPanelPairs; each panel meets every token, so
+// the panel's weights stay in L2 while the activations stream past.
+
+constexpr int kGemmTokens = 8;
+constexpr int64_t kGemmPanelPairs = 4;
+
+// The 8 f16 scales at a and the 8 at b, as 16 f32 lanes.
+LEOAM_AVX512 inline __m512 group_scales(const uint8_t* a, const uint8_t* b) {
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  return _mm512_cvtph_ps(h);
+}
+
+template <GgmlType kType>
+struct GroupBlock;
+
+template <>
+struct GroupBlock<GgmlType::kQ4_0> {
+  static constexpr size_t kBytes = kRowGroup * sizeof(BlockQ4_0);
+  static constexpr float kOffset = 8.0f;
+  // w[j] pairs with activation bytes 4j .. 4j + 3: chunk j's low nibbles are elements 4j.., its
+  // high nibbles 16 + 4j.. (w[4 + j]).
+  LEOAM_AVX512 static void unpack(const uint8_t* a, const uint8_t* b, __m512i* w) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i q = load_2x256(a + 16 + 32 * j, b + 16 + 32 * j);
+      w[j] = _mm512_and_si512(q, m4);
+      w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+  }
+};
+
+template <>
+struct GroupBlock<GgmlType::kQ8_0> {
+  static constexpr size_t kBytes = kRowGroup * sizeof(BlockQ8_0);
+  static constexpr float kOffset = 128.0f;
+  LEOAM_AVX512 static void unpack(const uint8_t* a, const uint8_t* b, __m512i* w) {
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int j = 0; j < 8; ++j) w[j] = _mm512_xor_si512(load_2x256(a + 16 + 32 * j, b + 16 + 32 * j), bias);
+  }
+};
+
+// Rows of groups a and b (16 lanes) against T tokens; writes all 16 lanes (pair) or the first 8.
+template <GgmlType kType, int T>
+LEOAM_AVX512 void gemm_pair(const uint8_t* a, const uint8_t* b, bool pair, const uint8_t* xq, size_t xq_stride,
+                            int64_t n_blocks, float* y, int64_t ldy) {
+  using G = GroupBlock<kType>;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < n_blocks; ++blk, a += G::kBytes, b += G::kBytes) {
+    __m512i w[8];
+    G::unpack(a, b, w);
+    const __m512 dw = group_scales(a, b);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const auto& x = reinterpret_cast<const BlockQ8A32*>(xq + static_cast<size_t>(t) * xq_stride)[blk];
+      __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        int32_t x4;
+        std::memcpy(&x4, x.qs + 4 * j, 4);
+        isum = _mm512_dpbusd_epi32(isum, w[j], _mm512_set1_epi32(x4));
+      }
+      const __m512 f = _mm512_fmsub_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(x.d), _mm512_set1_ps(G::kOffset * x.s));
+      acc[t] = _mm512_fmadd_ps(f, dw, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if (pair) {
+      _mm512_storeu_ps(y + t * ldy, acc[t]);
+    } else {
+      _mm512_mask_storeu_ps(y + t * ldy, 0x00FF, acc[t]);
+    }
+  }
+}
+
+// Token counts below kGemmTokens (the last few tokens of a batch).
+template <GgmlType kType, int T = kGemmTokens - 1>
+LEOAM_AVX512 void gemm_pair_tail(int n_tokens, const uint8_t* a, const uint8_t* b, bool pair, const uint8_t* xq,
+                                 size_t xq_stride, int64_t n_blocks, float* y, int64_t ldy) {
+  if constexpr (T >= 1) {
+    if (n_tokens == T) return gemm_pair<kType, T>(a, b, pair, xq, xq_stride, n_blocks, y, ldy);
+    gemm_pair_tail<kType, T - 1>(n_tokens, a, b, pair, xq, xq_stride, n_blocks, y, ldy);
+  }
+}
+
+template <GgmlType kType>
+LEOAM_AVX512 void gemm_groups_vnni(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                                   size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy) {
+  const auto* base = static_cast<const uint8_t*>(groups);
+  const auto* x = static_cast<const uint8_t*>(xq);
+  const size_t group_bytes = kRowGroup * row_bytes;
+  const int64_t n_blocks = n / 32;
+  const int64_t n_pairs = (n_groups + 1) / 2;
+  for (int64_t p0 = 0; p0 < n_pairs; p0 += kGemmPanelPairs) {
+    const int64_t p1 = std::min(n_pairs, p0 + kGemmPanelPairs);
+    for (int64_t t = 0; t < n_tokens; t += kGemmTokens) {
+      const int64_t nt = std::min<int64_t>(kGemmTokens, n_tokens - t);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t g = 2 * p;
+        const bool pair = g + 1 < n_groups;
+        const uint8_t* a = base + static_cast<size_t>(g) * group_bytes;
+        const uint8_t* b = pair ? a + group_bytes : a;
+        const uint8_t* xt = x + static_cast<size_t>(t) * xq_stride;
+        float* yt = y + t * ldy + g * kRowGroup;
+        if (nt == kGemmTokens) {
+          gemm_pair<kType, kGemmTokens>(a, b, pair, xt, xq_stride, n_blocks, yt, ldy);
+        } else {
+          gemm_pair_tail<kType>(static_cast<int>(nt), a, b, pair, xt, xq_stride, n_blocks, yt, ldy);
+        }
+      }
+    }
+  }
+}
+
 Q8Kernels make_vnni_table() {
   Q8Kernels k = *q8_kernels_avx2();
   k.dot_q8_0 = dot_q8_0_avx512;
   k.dot_groups_q4_0 = dot_groups_q4_0_vnni;
   k.dot_groups_q8_0 = dot_groups_q8_0_vnni;
+  k.gemm_groups_q4_0 = gemm_groups_vnni<GgmlType::kQ4_0>;
+  k.gemm_groups_q8_0 = gemm_groups_vnni<GgmlType::kQ8_0>;
   return k;
 }
 

@@ -15,6 +15,10 @@ using DotRowsQ8Fn = void (*)(const void* rows, size_t row_bytes, int n_rows, con
 // with xq, for g in [0, n_groups).
 using DotGroupsQ8Fn = void (*)(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq, int64_t n,
                                float* out);
+// y[t * ldy + 8 g + i] = the dot of row i of group g with token t's activation (at
+// xq + t * xq_stride), for g in [0, n_groups) and t in [0, n_tokens): prefill's product.
+using GemmGroupsQ8Fn = void (*)(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
+                                size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy);
 // Encodes x[0..n) into activation blocks at dst.
 using QuantizeActivationFn = void (*)(const float* x, int64_t n, void* dst);
 
@@ -27,6 +31,9 @@ struct Q8Kernels {
   DotRowsQ8Fn dot_q6_k;
   DotGroupsQ8Fn dot_groups_q4_0;
   DotGroupsQ8Fn dot_groups_q8_0;
+  // nullptr where the path has no multi-token kernel (gemm_q8.h then runs dot_groups per token).
+  GemmGroupsQ8Fn gemm_groups_q4_0;
+  GemmGroupsQ8Fn gemm_groups_q8_0;
 };
 
 // The tables of each instruction set; nullptr where the build has no such path (not x86).

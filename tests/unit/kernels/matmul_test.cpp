@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/dot_q8.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/row_groups.h"
@@ -71,9 +72,9 @@ TEST_P(MatmulTest, MatchesReference) {
 }
 
 // The same matrix in the row-group layout (row_groups.h), whole and as the view of its rows 8..
-// that a decode region takes: decode (1 token) within the reference's bound, and prefill exactly
-// equal to the row-major matrix's (gemm decodes the same rows; 72 x 128 blocks x 5 tokens is
-// above kBlasMinMacs, so both the tiled and the BLAS panels are covered).
+// that a decode region takes: decode (1 token) within the reference's bound, and prefill by each
+// f32 method of gemm exactly equal to the row-major matrix's (it decodes the same rows), by the
+// 8-bit method within the bound.
 class RowGroupsMatmulTest : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(RowGroupsMatmulTest, MatchRowMajor) {
@@ -100,15 +101,29 @@ TEST_P(RowGroupsMatmulTest, MatchRowMajor) {
         for (ThreadPool& pool : pools) {
           SCOPED_TRACE("rows " + std::to_string(s.n_rows) + " from " + std::to_string(r0) + " tokens " +
                        std::to_string(n_tokens) + " threads " + std::to_string(pool.n_threads()));
-          matmul(plain, x.data(), n_tokens, want.data(), pool);
-          matmul(view, x.data(), n_tokens, y.data(), pool);
-          for (int64_t t = 0; t < n_tokens; ++t) {
+          if (n_tokens == 1) {
+            matmul(plain, x.data(), n_tokens, want.data(), pool);
+            matmul(view, x.data(), n_tokens, y.data(), pool);
             for (int64_t r = 0; r < plain.n_rows; ++r) {
-              const size_t i = static_cast<size_t>(t * plain.n_rows + r);
-              if (n_tokens == 1) {
-                ASSERT_NEAR(y[i], want[i], m.tolerance(x.data(), t, r0 + r)) << "row " << r;
-              } else {
-                ASSERT_EQ(y[i], want[i]) << "token " << t << " row " << r;
+              ASSERT_NEAR(y[r], want[r], m.tolerance(x.data(), 0, r0 + r)) << "row " << r;
+            }
+            continue;
+          }
+          // The f32 methods decode the same rows from either layout: the same bits. kQ8 runs
+          // gemm_groups_q8 on the groups and dot_rows_q8 on the rows: the same integer sums,
+          // accumulated in another order.
+          for (const GemmMethod method : {GemmMethod::kTiled, GemmMethod::kBlas, GemmMethod::kQ8}) {
+            SCOPED_TRACE(gemm_method_name(method));
+            gemm(plain, x.data(), n_tokens, want.data(), pool, GemmOptions{method});
+            gemm(view, x.data(), n_tokens, y.data(), pool, GemmOptions{method});
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              for (int64_t r = 0; r < plain.n_rows; ++r) {
+                const size_t i = static_cast<size_t>(t * plain.n_rows + r);
+                if (method == GemmMethod::kQ8) {
+                  ASSERT_NEAR(y[i], want[i], m.tolerance(x.data(), t, r0 + r)) << "token " << t << " row " << r;
+                } else {
+                  ASSERT_EQ(y[i], want[i]) << "token " << t << " row " << r;
+                }
               }
             }
           }

@@ -237,6 +237,50 @@ TEST(DotQ8, RowGroupsEveryPathMatchesReference) {
   });
 }
 
+// The multi-token product of row groups (gemm_groups_q8, prefill): every path against
+// ref::dot_row_q8 per token and row, over 5 groups (two pairs and a lone group on the AVX-512
+// kernel) and token counts around its 8-token step; and each token's outputs are the same bits
+// whether it comes alone or with the others, so a prompt's chunking does not change them.
+TEST(DotQ8, GemmGroupsEveryPathMatchesReference) {
+  std::mt19937 rng(17);
+  for_each_path([&](CpuPath) {
+    for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+      for (int64_t n : {int64_t{32}, int64_t{96}, int64_t{2048}}) {
+        constexpr int64_t kGroups = 5, kRows = kGroups * kRowGroup, kTokens = 19;
+        const std::vector<uint8_t> rows = random_rows(type, n, kRows, rng);
+        const size_t row_bytes = ggml_row_size(type, n);
+        std::vector<uint8_t> grouped(rows.size());
+        group_rows(type, rows.data(), row_bytes, kRows, grouped.data());
+        const size_t stride = activation_bytes(type, n);
+        std::vector<uint8_t> xq(stride * kTokens);
+        for (int64_t t = 0; t < kTokens; ++t) {
+          ref::quantize_activation(type, random_floats(n, rng).data(), n, xq.data() + t * stride);
+        }
+        for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{kTokens}}) {
+          SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n) + " tokens=" + std::to_string(n_tokens));
+          constexpr int64_t kLdy = kRows + 3;  // a row stride wider than the rows
+          std::vector<float> y(static_cast<size_t>(n_tokens * kLdy), -1.0f);
+          gemm_groups_q8(type, grouped.data(), row_bytes, kGroups, xq.data(), stride, n_tokens, n, y.data(), kLdy);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            const uint8_t* xt = xq.data() + t * stride;
+            const std::vector<float> xd = dequantize_activation(type, std::vector<uint8_t>(xt, xt + stride), n);
+            std::vector<float> alone(kRows);
+            gemm_groups_q8(type, grouped.data(), row_bytes, kGroups, xt, stride, 1, n, alone.data(), kRows);
+            for (int64_t r = 0; r < kRows; ++r) {
+              const uint8_t* row = rows.data() + r * row_bytes;
+              const float got = y[t * kLdy + r];
+              ASSERT_NEAR(got, ref::dot_row_q8(type, row, xt, n), dot_tolerance(type, row, xd, n))
+                  << "token " << t << " row " << r;
+              ASSERT_EQ(got, alone[r]) << "token " << t << " row " << r << ": differs from the token alone";
+            }
+            for (int64_t r = kRows; r < kLdy; ++r) ASSERT_EQ(y[t * kLdy + r], -1.0f) << "wrote past the rows";
+          }
+        }
+      }
+    }
+  });
+}
+
 // 8-bit activations against the exact f32 activation, over a 64 x 4096 matrix of quantized
 // Gaussian weights: relative L2 error of y, for a Gaussian x and for the same x with one 20x
 // outlier channel in every 512 (as LLM activations have; a block holding an outlier quantizes

@@ -62,14 +62,17 @@ inline bool reference_available(std::string* why) {
 }
 
 // Runs the numpy reference on `model_path`; returns the logits of every position, [n_tokens][n_vocab]
-// flattened, or an empty vector (with *error set) on failure.
+// flattened, or an empty vector (with *error set) on failure. q8_activations: the reference rounds
+// the inputs of Q4_0 and Q8_0 matrices to 8 bits, as the engine's prefill does where
+// kernels::gemm_groups_q8_is_fast (llama_ref.py --q8-activations).
 inline std::vector<float> run_reference(const std::string& model_path, const std::vector<int32_t>& tokens,
-                                        bool kv_f16, std::string* error) {
+                                        bool kv_f16, std::string* error, bool q8_activations = false) {
   const std::string out = model_path + ".ref.txt";
   std::string ids;
   for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? "," : "") + std::to_string(tokens[i]);
   const std::string cmd = std::string(LEOAM_PYTHON) + " " + LEOAM_SOURCE_DIR + "/tests/reference/llama_ref.py --model '" +
-                          model_path + "' --tokens " + ids + (kv_f16 ? " --kv-f16" : "") + " --out '" + out +
+                          model_path + "' --tokens " + ids + (kv_f16 ? " --kv-f16" : "") +
+                          (q8_activations ? " --q8-activations" : "") + " --out '" + out +
                           "' 2>&1";
   std::string log;
   FILE* p = ::popen(cmd.c_str(), "r");

@@ -24,8 +24,9 @@ struct TieredCase {
   const char* name;
   GgmlType type;
   uint64_t gather_batch_bytes;  // small: attention reads the KV in many batches
-  // Bound on the decode logits' relative L2 error. Decode with Q8_0 weights rounds every matvec
-  // input to 8 bits per block of 32 (kernels/cpu/q8_activation.h), and the two caches' attention
+  // Bound on the logits' relative L2 error, prompt and decode. Decode with Q8_0 weights rounds
+  // every matvec input to 8 bits per block of 32 (kernels/cpu/q8_activation.h), and so does the
+  // prompt where the CPU has the 8-bit GEMM (gemm.h, kQ8); the two caches' attention
   // outputs differ by float rounding (~1e-7: other tile and batch boundaries, batches merged by
   // log-sum-exp), so an input that close to a rounding boundary moves by a whole step, max/127.
   // With 64-key decode tiles, element 16 of layer 1's FFN input at position 310 is 47.5000002
@@ -33,8 +34,9 @@ struct TieredCase {
   // The caches' distances in steps, summed over a decode step's inputs, predict such a flip
   // once in 5-10 steps; over prompt seeds 1-12, 7 seeds flipped with 32-key tiles and 9 with 64,
   // the worst step 1.2e-2. Bound 3e-2, as for decode against prefill in forward_context_test.cpp.
-  // F32 weights stay in f32: 1e-5.
-  double decode_rel_l2;
+  // The prompt, evaluated by the layered prefill in the tiered store, flipped one such input at
+  // 2.7e-3. F32 weights stay in f32: 1e-5.
+  double max_rel_l2;
 };
 void PrintTo(const TieredCase& c, std::ostream* os) { *os << c.name; }
 
@@ -82,13 +84,13 @@ TEST_P(TieredForward, LogitsMatchTheMemoryCacheInPrefillAndDecode) {
   std::vector<float> want, got;
   ASSERT_TRUE((*memory_ctx)->eval(prompt, true, want).is_ok());
   ASSERT_TRUE((*tiered_ctx)->eval(prompt, true, got).is_ok());
-  EXPECT_LT(rel_l2(got, want), 1e-5);
+  EXPECT_LT(rel_l2(got, want), GetParam().max_rel_l2) << "prompt";
 
   for (int step = 0; step < 12; ++step) {
     const int32_t next[1] = {static_cast<int32_t>(rng() % spec.n_vocab)};
     ASSERT_TRUE((*memory_ctx)->eval(next, false, want).is_ok());
     ASSERT_TRUE((*tiered_ctx)->eval(next, false, got).is_ok());
-    EXPECT_LT(rel_l2(got, want), GetParam().decode_rel_l2) << "decode step " << step;
+    EXPECT_LT(rel_l2(got, want), GetParam().max_rel_l2) << "decode step " << step;
   }
   const KvStats stats = store->stats();
   EXPECT_GT(stats[Tier::kDisk].hits, 0u);
