@@ -11,10 +11,10 @@ CLI:
 
 Shapes: a GGUF weight with ne = [n_in, n_out] loads as numpy [n_out][n_in]; y = W @ x.
 
---q8-activations: the inputs of the Q4_0 and Q8_0 matrices (all but an output tied to the
-embeddings) are rounded to 8 bits per block of 32 as the engine's integer products round them
-(kernels/cpu/q8_activation.h: d = amax / 127, q = round-half-even(x * (127 / amax)), both in
-float32). The engine does this in decode, and in prefill where its CPU has the 8-bit GEMM.
+--q8-activations: the inputs of the Q4_0, Q8_0, Q4_K and Q6_K matrices are rounded to 8 bits
+per block (32 elements for Q4_0 and Q8_0, 256 for the K-quants) as the engine's integer products
+round them (kernels/cpu/q8_activation.h: d = amax / 127, q = round-half-even(x * (127 / amax)),
+both in float32). The engine does this in decode, and in prefill where its CPU has the 8-bit GEMM.
 """
 
 import argparse
@@ -25,7 +25,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dequant import Q4_0, Q8_0, dequantize  # noqa: E402
+from dequant import Q4_0, Q4_K, Q6_K, Q8_0, dequantize  # noqa: E402
+
+Q8_BLOCK = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}  # the 8-bit activation block of each type
 from gguf_read import read_gguf  # noqa: E402
 
 
@@ -105,9 +107,9 @@ def load_model(path):
             raise ValueError(f"{path}: layer {il} is missing tensors {missing}")
     tok_embd = w("token_embd.weight")                      # [n_vocab][n_embd]
     output_tied = "output.weight" not in raw
-    q8_in = {k for k, t in types.items() if t in (Q4_0, Q8_0) and k != "token_embd.weight"}
-    for il, L in enumerate(layers):
-        L["q8_in"] = {k for k in L if f"blk.{il}.{k}.weight" in q8_in}
+    for il, L in enumerate(layers):  # the activation block of each matrix with an 8-bit product
+        L["q8_block"] = {k: Q8_BLOCK[types[f"blk.{il}.{k}.weight"]] for k in L
+                         if Q8_BLOCK.get(types.get(f"blk.{il}.{k}.weight")) is not None}
     return dict(
         hp=hp,
         meta=meta,
@@ -115,7 +117,7 @@ def load_model(path):
         layers=layers,
         output_norm=w("output_norm.weight"),
         output=tok_embd if output_tied else w("output.weight"),  # tied when absent
-        output_q8_in=not output_tied and types["output.weight"] in (Q4_0, Q8_0),
+        output_q8_block=Q8_BLOCK.get(types["token_embd.weight" if output_tied else "output.weight"]),
         rope_freqs=w_opt("rope_freqs.weight"),               # [n_rot/2] or None
     )
 
@@ -203,9 +205,9 @@ def new_kv_cache(model):
     return [{"k": empty, "v": empty} for _ in range(hp["n_layer"])]
 
 
-def q8_round(x):
-    """x [n][k] rounded to 8 bits per block of 32, as the engine's activation quantizer does."""
-    x32 = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+def q8_round(x, block):
+    """x [n][k] rounded to 8 bits per block, as the engine's activation quantizer does."""
+    x32 = x.astype(np.float32).reshape(x.shape[0], -1, block)
     amax = np.abs(x32).max(axis=-1, keepdims=True)
     with np.errstate(divide="ignore"):
         inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
@@ -231,8 +233,11 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
     # causal mask over [n_tok][n_past + n_tok]: query t sees keys at pos <= n_past + t
     mask = np.arange(n_past + n_tok)[None, :] > positions[:, None]
 
-    def mm(h, L, name):  # h @ W.T, with the engine's 8-bit input where it has one
-        return (q8_round(h) if q8_activations and name in L["q8_in"] else h) @ L[name].T
+    def q8(h, block):  # the engine's 8-bit input, where it has one
+        return q8_round(h, block) if q8_activations and block is not None else h
+
+    def mm(h, L, name):  # h @ W.T
+        return q8(h, L["q8_block"].get(name)) @ L[name].T
 
     x = model["tok_embd"][np.asarray(tokens)]                # [n_tok][n_embd]
     for il, (L, kv) in enumerate(zip(model["layers"], cache)):
@@ -268,7 +273,7 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
         x = x + mm(silu(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
 
     h = rmsnorm(x, model["output_norm"], hp["eps"])
-    return (q8_round(h) if q8_activations and model["output_q8_in"] else h) @ model["output"].T
+    return q8(h, model["output_q8_block"]) @ model["output"].T
 
 
 def greedy(model, tokens, n_gen, kv_f16=False):
@@ -292,7 +297,7 @@ def main(argv=None):
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("--kv-f16", action="store_true", help="round K (after RoPE) and V to f16")
     ap.add_argument("--q8-activations", action="store_true",
-                    help="round the inputs of Q4_0 and Q8_0 matrices to 8 bits, as the engine's integer products do")
+                    help="round the inputs of Q4_0/Q8_0/Q4_K/Q6_K matrices to 8 bits, as the engine's integer products do")
     ap.add_argument("--n-ctx", type=int, default=0,
                     help="context capacity check (default: model context_length); "
                          "does not change the math (YaRN uses the model's original context)")

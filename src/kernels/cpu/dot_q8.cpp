@@ -1,6 +1,7 @@
 // The integer dots' scalar reference and dispatch (see dot_q8.h).
 #include "kernels/cpu/dot_q8.h"
 
+#include <algorithm>
 #include <cassert>
 #include <vector>
 
@@ -131,6 +132,8 @@ constexpr detail::Q8Kernels kScalarKernels = {ref::quantize_q8a32,
                                               dot_groups_ref<GgmlType::kQ4_0>,
                                               dot_groups_ref<GgmlType::kQ8_0>,
                                               nullptr,
+                                              nullptr,
+                                              nullptr,
                                               nullptr};
 
 detail::DotRowsQ8Fn select_dot(const detail::Q8Kernels& k, GgmlType type) {
@@ -195,15 +198,37 @@ void dot_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t 
 }
 
 namespace {
-detail::GemmGroupsQ8Fn select_gemm(const detail::Q8Kernels& k, GgmlType type) {
-  return type == GgmlType::kQ4_0 ? k.gemm_groups_q4_0 : k.gemm_groups_q8_0;
+detail::GemmGroupsQ8Fn select_gemm_groups(const detail::Q8Kernels& k, GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return k.gemm_groups_q4_0;
+    case GgmlType::kQ8_0:
+      return k.gemm_groups_q8_0;
+    default:
+      return nullptr;
+  }
+}
+detail::GemmRowsQ8Fn select_gemm_rows(const detail::Q8Kernels& k, GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K:
+      return k.gemm_rows_q4_k;
+    case GgmlType::kQ6_K:
+      return k.gemm_rows_q6_k;
+    default:
+      return nullptr;
+  }
+}
+
+void dot_rows_per_token(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const uint8_t* xq,
+                        size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy) {
+  for (int64_t t = 0; t < n_tokens; ++t) dot_rows_q8(type, rows, row_bytes, n_rows, xq + t * xq_stride, n, y + t * ldy);
 }
 }  // namespace
 
 void gemm_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
                     size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy) {
   assert(n % ggml_block_size(type) == 0 && has_row_groups(type));
-  if (const detail::GemmGroupsQ8Fn fn = select_gemm(detail::q8_kernels(), type)) {
+  if (const detail::GemmGroupsQ8Fn fn = select_gemm_groups(detail::q8_kernels(), type)) {
     fn(groups, row_bytes, n_groups, xq, xq_stride, n_tokens, n, y, ldy);
     return;
   }
@@ -212,8 +237,39 @@ void gemm_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t
   }
 }
 
-bool gemm_groups_q8_is_fast(GgmlType type) {
-  return has_row_groups(type) && select_gemm(detail::q8_kernels(), type) != nullptr;
+void gemm_rows_q8(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const void* xq,
+                  size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy) {
+  assert(n % ggml_block_size(type) == 0 && has_dot_q8(type));
+  const detail::Q8Kernels& k = detail::q8_kernels();
+  const auto* x = static_cast<const uint8_t*>(xq);
+  if (const detail::GemmRowsQ8Fn fn = select_gemm_rows(k, type)) {
+    fn(rows, row_bytes, n_rows, xq, xq_stride, n_tokens, n, y, ldy);
+    return;
+  }
+  if (select_gemm_groups(k, type) == nullptr) {
+    dot_rows_per_token(type, rows, row_bytes, n_rows, x, xq_stride, n_tokens, n, y, ldy);
+    return;
+  }
+  constexpr int64_t kRows = 2 * kRowGroup;  // the groups kernel's two groups
+  thread_local std::vector<uint8_t> grouped;  // reused across calls
+  grouped.resize(kRows * row_bytes);
+  const auto* src = static_cast<const uint8_t*>(rows);
+  int64_t r0 = 0;
+  for (; r0 + kRowGroup <= n_rows; r0 += kRows) {
+    const int64_t n_groups = std::min<int64_t>(2, (n_rows - r0) / kRowGroup);
+    group_rows(type, src + r0 * row_bytes, row_bytes, n_groups * kRowGroup, grouped.data());
+    gemm_groups_q8(type, grouped.data(), row_bytes, n_groups, xq, xq_stride, n_tokens, n, y + r0, ldy);
+    if (n_groups < 2) {
+      r0 += n_groups * kRowGroup;
+      break;
+    }
+  }
+  if (r0 < n_rows) dot_rows_per_token(type, src + r0 * row_bytes, row_bytes, n_rows - r0, x, xq_stride, n_tokens, n, y + r0, ldy);
+}
+
+bool gemm_q8_is_fast(GgmlType type) {
+  const detail::Q8Kernels& k = detail::q8_kernels();
+  return select_gemm_groups(k, type) != nullptr || select_gemm_rows(k, type) != nullptr;
 }
 
 namespace ref {

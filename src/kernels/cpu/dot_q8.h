@@ -33,14 +33,22 @@ void dot_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t 
 
 // y[t * ldy + 8 g + i] = dot_groups_q8's out[8 g + i] for token t, whose activation is at
 // xq + t * xq_stride, for t in [0, n_tokens): the product prefill needs. Where the path has a
-// multi-token kernel (gemm_groups_q8_is_fast) each block of weights is unpacked once for several
+// multi-token kernel (gemm_q8_is_fast) each block of weights is unpacked once for several
 // tokens; elsewhere this is dot_groups_q8 token by token. The f32 accumulation order is the same
 // whatever n_tokens, so a prompt evaluated whole or in pieces gives the same bits.
 void gemm_groups_q8(GgmlType type, const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
                     size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy);
 
-// True where gemm_groups_q8 has a multi-token kernel for `type` on cpu_path() now (AVX-512 VNNI).
-bool gemm_groups_q8_is_fast(GgmlType type);
+// The same for n_rows row-major rows of any type with an integer dot: y[t * ldy + r] for row r
+// (at rows + r * row_bytes). Q4_K and Q6_K unpack 16 rows at a time into panels
+// (kquant_panel.h); Q4_0 and Q8_0 put 16 rows at a time into row groups for gemm_groups_q8;
+// without a multi-token kernel, dot_rows_q8 token by token. Invariant in n_tokens as above.
+void gemm_rows_q8(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const void* xq,
+                  size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy);
+
+// True where `type` has a multi-token kernel on cpu_path() now (AVX-512 VNNI): gemm_groups_q8
+// for Q4_0 and Q8_0, gemm_rows_q8 for every type with an integer dot.
+bool gemm_q8_is_fast(GgmlType type);
 
 namespace ref {
 // Exact integer sum per block, then sum_b d_w[b] * d_x[b] * isum[b] in double.

@@ -1,8 +1,8 @@
 // y = W x for a batch of tokens (prefill). Rows of W are split evenly across the pool.
 //
-// kQ8 (the default for Q4_0 and Q8_0 matrices in row groups where the CPU has AVX-512 VNNI): the
-// tokens are quantized to 8 bits once and gemm_groups_q8 (dot_q8.h) multiplies each block of 8
-// weight rows with 8 tokens at a time in integer vpdpbusd. Measured 2026-12-04 (bench_gemm, 2-core
+// kQ8 (the default for Q4_0, Q8_0, Q4_K and Q6_K where the CPU has AVX-512 VNNI): the tokens are
+// quantized to 8 bits once and gemm_groups_q8 / gemm_rows_q8 (dot_q8.h) multiply each block of 16
+// weight rows with several tokens at a time in integer vpdpbusd. Measured 2026-12-04 (bench_gemm, 2-core
 // AMD EPYC VM with AVX-512 VNNI, 2 threads, other work on the machine): 288-317 GFLOP/s over the
 // three shapes below at 32-512 tokens, against 42-90 for kBlas in the same run (3.3-7x); Q8_0 the
 // same. `leoam bench` on llama-1b Q4_0, pp512: 274 tok/s against 88 with kBlas.
@@ -242,21 +242,28 @@ void gemm_q8(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Th
     }
   });
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t n_groups = w.row_groups ? w.n_rows / kRowGroup : 0;
+  if (!w.row_groups) {
+    const int64_t n_units = (w.n_rows + 15) / 16;  // whole panels and row pairs of groups
+    pool.parallel_for(n_units, [&](int64_t begin, int64_t end, int) {
+      const int64_t r0 = begin * 16, r1 = std::min(end * 16, w.n_rows);
+      gemm_rows_q8(w.type, base + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, r1 - r0, xq, stride, n_tokens,
+                   w.n_cols, y + r0, w.n_rows);
+    });
+    return;
+  }
+  const int64_t n_groups = w.n_rows / kRowGroup;
   const int64_t n_pairs = (n_groups + 1) / 2;  // gemm_groups_q8 works on two groups at a time
   const int64_t r_tail = n_groups * kRowGroup;
   pool.parallel_for(n_pairs + (r_tail < w.n_rows ? 1 : 0), [&](int64_t begin, int64_t end, int) {
     const int64_t g0 = 2 * begin;
     const int64_t g1 = std::min(2 * end, n_groups);
     if (g0 < g1) {
-      gemm_groups_q8(w.type, base + static_cast<size_t>(g0) * kRowGroup * w.row_bytes, w.row_bytes, g1 - g0,
-                     xq, stride, n_tokens, w.n_cols, y + g0 * kRowGroup, w.n_rows);
+      gemm_groups_q8(w.type, base + static_cast<size_t>(g0) * kRowGroup * w.row_bytes, w.row_bytes, g1 - g0, xq,
+                     stride, n_tokens, w.n_cols, y + g0 * kRowGroup, w.n_rows);
     }
     if (end > n_pairs) {
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        dot_rows_q8(w.type, base + static_cast<size_t>(r_tail) * w.row_bytes, w.row_bytes, w.n_rows - r_tail,
-                    xq + static_cast<size_t>(t) * stride, w.n_cols, y + t * w.n_rows + r_tail);
-      }
+      gemm_rows_q8(w.type, base + static_cast<size_t>(r_tail) * w.row_bytes, w.row_bytes, w.n_rows - r_tail, xq,
+                   stride, n_tokens, w.n_cols, y + r_tail, w.n_rows);
     }
   });
 }
@@ -293,7 +300,7 @@ void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Threa
           const GemmOptions& options) {
   GemmMethod method = options.method;
   if (method == GemmMethod::kQ8 && !has_dot_q8(w.type)) method = GemmMethod::kBlas;
-  if (method == GemmMethod::kAuto && w.row_groups && gemm_groups_q8_is_fast(w.type)) method = GemmMethod::kQ8;
+  if (method == GemmMethod::kAuto && gemm_q8_is_fast(w.type)) method = GemmMethod::kQ8;
   if (method == GemmMethod::kAuto) {
     const double n_macs = static_cast<double>(w.n_rows) * static_cast<double>(w.n_cols) * static_cast<double>(n_tokens);
     method = n_macs < kBlasMinMacs ? GemmMethod::kTiled : GemmMethod::kBlas;

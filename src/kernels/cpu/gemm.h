@@ -1,9 +1,9 @@
 // Prefill products: y = W x for several tokens at once (see matmul.h for the shapes).
 //
 // Several methods compute the same product; kAuto picks the one measured fastest on the prompt
-// batches that matter (32-512 tokens, see the numbers at the top of gemm.cpp): kQ8 for Q4_0 and
-// Q8_0 matrices in row groups where the CPU has its kernel (AVX-512 VNNI), else kBlas, or kTiled
-// for tiny products. The others stay
+// batches that matter (32-512 tokens, see the numbers at the top of gemm.cpp): kQ8 for the types
+// with an integer dot where the CPU has its multi-token kernels (AVX-512 VNNI), else kBlas, or
+// kTiled for tiny products. The others stay
 // selectable so that tests cover each of them and the benchmark can keep comparing them.
 #pragma once
 
@@ -25,8 +25,8 @@ enum class GemmMethod : uint8_t {
   // (as many as the pool has) multiplies it. Kept for the comparison only.
   kBlasThreaded,
   // The tokens are quantized to 8-bit activations (q8_activation.h) and every output is an
-  // integer dot (dot_q8.h): gemm_groups_q8 over the row groups, dot_rows_q8 for other rows.
-  // For the types with an integer dot only; others take kBlas.
+  // integer dot (dot_q8.h): gemm_groups_q8 over row groups, gemm_rows_q8 over other rows.
+  // For the types with an integer dot only (Q4_0, Q8_0, Q4_K, Q6_K); others take kBlas.
   kQ8,
 };
 

@@ -456,7 +456,7 @@ void dot_q6_k_avx2(const void* rows, size_t row_bytes, int n_rows, const void* x
 constexpr Q8Kernels kAvx2Kernels = {quantize_q8a32_avx2,  quantize_q8k_avx2, dot_q4_0_avx2,
                                     dot_q8_0_avx2,        dot_q4_k_avx2,     dot_q6_k_avx2,
                                     dot_groups_q4_0_avx2, dot_groups_q8_0_avx2, nullptr,
-                                    nullptr};
+                                    nullptr,              nullptr,           nullptr};
 
 }  // namespace
 

@@ -20,8 +20,10 @@
 // 32 bits).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/kquant_panel.h"
 #include "kernels/cpu/q8_activation.h"
 #include "kernels/cpu/q8_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -306,6 +308,104 @@ LEOAM_AVX512 void gemm_groups_vnni(const void* groups, size_t row_bytes, int64_t
   }
 }
 
+// ---- Q4_K and Q6_K rows x several tokens (prefill): panels of 16 rows, 512-bit vpdpbusd ----
+//
+// Each panel of 16 rows is unpacked once (kquant_panel.h), then every token meets it: per
+// sub-block, kpanel's 4-element chunks of all 16 rows against 4 broadcast activation bytes in
+// vpdpbusd, the int32 sums times the sub-block's 16 scales (vpmulld) summed over the super-block
+// in int32 (exact: below 2^31 for both types); the offsets (Q4_K's mins, Q6_K's -32) as
+// vpdpwssd of the panel's int16 pairs with the activation's sums of 16. Then f32: d * dx times
+// the scaled sum, minus dmin * dx times the offset sum. 4 tokens at a time: 3 accumulators each.
+
+constexpr int kKPanelTokens = 4;
+
+struct alignas(64) Line64 {
+  uint8_t bytes[64];
+};
+
+template <int kNSub, int T>
+LEOAM_AVX512 void kpanel_times_tokens(const uint8_t* panel, size_t super_bytes, int64_t n_super, const uint8_t* xq,
+                                      size_t xq_stride, float* y, int64_t ldy, __mmask16 mask) {
+  constexpr int kChunks = 64 / kNSub;  // 4-element chunks per sub-block
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_super; ++b) {
+    const uint8_t* p = panel + b * super_bytes;
+    const BlockQ8K* x[T];
+    for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const BlockQ8K*>(xq + t * xq_stride) + b;
+    __m512i scaled[T], offset[T];
+    for (int t = 0; t < T; ++t) scaled[t] = offset[t] = _mm512_setzero_si512();
+    for (int s = 0; s < kNSub; ++s) {
+      const __m512i sc = _mm512_load_si512(p + 640 + 64 * s);
+      const uint8_t* q = p + 640 + 64 * kNSub + 64 * kChunks * s;
+      __m512i w[kChunks];
+      for (int c = 0; c < kChunks; ++c) w[c] = _mm512_load_si512(q + 64 * c);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        __m512i isum = _mm512_setzero_si512();
+        for (int c = 0; c < kChunks; ++c) {
+          int32_t x4;
+          std::memcpy(&x4, x[t]->qs + 4 * (kChunks * s + c), 4);
+          isum = _mm512_dpbusd_epi32(isum, w[c], _mm512_set1_epi32(x4));
+        }
+        scaled[t] = _mm512_add_epi32(scaled[t], _mm512_mullo_epi32(isum, sc));
+      }
+    }
+    for (int k = 0; k < 8; ++k) {
+      const __m512i mp = _mm512_load_si512(p + 128 + 64 * k);
+      for (int t = 0; t < T; ++t) {
+        int32_t sums;
+        std::memcpy(&sums, x[t]->bsums + 2 * k, 4);
+        offset[t] = _mm512_dpwssd_epi32(offset[t], mp, _mm512_set1_epi32(sums));
+      }
+    }
+    const __m512 d = _mm512_load_ps(p);
+    const __m512 dmin = _mm512_load_ps(p + 64);
+    for (int t = 0; t < T; ++t) {
+      const __m512 dx = _mm512_set1_ps(x[t]->d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(offset[t]), _mm512_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+}
+
+template <int kNSub, int T = kKPanelTokens - 1>
+LEOAM_AVX512 void kpanel_times_tail(int n_tokens, const uint8_t* panel, size_t super_bytes, int64_t n_super,
+                                    const uint8_t* xq, size_t xq_stride, float* y, int64_t ldy, __mmask16 mask) {
+  if constexpr (T >= 1) {
+    if (n_tokens == T) return kpanel_times_tokens<kNSub, T>(panel, super_bytes, n_super, xq, xq_stride, y, ldy, mask);
+    kpanel_times_tail<kNSub, T - 1>(n_tokens, panel, super_bytes, n_super, xq, xq_stride, y, ldy, mask);
+  }
+}
+
+template <GgmlType kType>
+LEOAM_AVX512 void gemm_rows_kquant_vnni(const void* rows, size_t row_bytes, int64_t n_rows, const void* xq,
+                                        size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy) {
+  constexpr int kNSub = kType == GgmlType::kQ4_K ? 8 : 16;
+  const size_t super_bytes = kpanel_super_bytes(kType);
+  const int64_t n_super = n / kQK_K;
+  thread_local std::vector<Line64> panel;  // reused across calls
+  panel.resize(static_cast<size_t>(n_super) * super_bytes / sizeof(Line64));
+  const auto* x = static_cast<const uint8_t*>(xq);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
+    const int n_panel_rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+    kpanel_pack(kType, static_cast<const uint8_t*>(rows) + r0 * row_bytes, row_bytes, n_panel_rows, n, panel.data());
+    const auto mask = static_cast<__mmask16>((1u << n_panel_rows) - 1);
+    const auto* p = reinterpret_cast<const uint8_t*>(panel.data());
+    for (int64_t t = 0; t < n_tokens; t += kKPanelTokens) {
+      const int64_t nt = std::min<int64_t>(kKPanelTokens, n_tokens - t);
+      float* yt = y + t * ldy + r0;
+      const uint8_t* xt = x + static_cast<size_t>(t) * xq_stride;
+      if (nt == kKPanelTokens) {
+        kpanel_times_tokens<kNSub, kKPanelTokens>(p, super_bytes, n_super, xt, xq_stride, yt, ldy, mask);
+      } else {
+        kpanel_times_tail<kNSub>(static_cast<int>(nt), p, super_bytes, n_super, xt, xq_stride, yt, ldy, mask);
+      }
+    }
+  }
+}
+
 Q8Kernels make_vnni_table() {
   Q8Kernels k = *q8_kernels_avx2();
   k.dot_q8_0 = dot_q8_0_avx512;
@@ -313,6 +413,8 @@ Q8Kernels make_vnni_table() {
   k.dot_groups_q8_0 = dot_groups_q8_0_vnni;
   k.gemm_groups_q4_0 = gemm_groups_vnni<GgmlType::kQ4_0>;
   k.gemm_groups_q8_0 = gemm_groups_vnni<GgmlType::kQ8_0>;
+  k.gemm_rows_q4_k = gemm_rows_kquant_vnni<GgmlType::kQ4_K>;
+  k.gemm_rows_q6_k = gemm_rows_kquant_vnni<GgmlType::kQ6_K>;
   return k;
 }
 

@@ -19,6 +19,10 @@ using DotGroupsQ8Fn = void (*)(const void* groups, size_t row_bytes, int64_t n_g
 // xq + t * xq_stride), for g in [0, n_groups) and t in [0, n_tokens): prefill's product.
 using GemmGroupsQ8Fn = void (*)(const void* groups, size_t row_bytes, int64_t n_groups, const void* xq,
                                 size_t xq_stride, int64_t n_tokens, int64_t n, float* y, int64_t ldy);
+// y[t * ldy + r] = the dot of row r (at rows + r * row_bytes) with token t's activation, for r in
+// [0, n_rows) and t in [0, n_tokens): prefill's product of row-major K-quant rows.
+using GemmRowsQ8Fn = void (*)(const void* rows, size_t row_bytes, int64_t n_rows, const void* xq, size_t xq_stride,
+                              int64_t n_tokens, int64_t n, float* y, int64_t ldy);
 // Encodes x[0..n) into activation blocks at dst.
 using QuantizeActivationFn = void (*)(const float* x, int64_t n, void* dst);
 
@@ -31,9 +35,12 @@ struct Q8Kernels {
   DotRowsQ8Fn dot_q6_k;
   DotGroupsQ8Fn dot_groups_q4_0;
   DotGroupsQ8Fn dot_groups_q8_0;
-  // nullptr where the path has no multi-token kernel (gemm_q8.h then runs dot_groups per token).
+  // nullptr where the path has no multi-token kernel (gemm_groups_q8 and gemm_rows_q8 then run
+  // the one-token dots per token).
   GemmGroupsQ8Fn gemm_groups_q4_0;
   GemmGroupsQ8Fn gemm_groups_q8_0;
+  GemmRowsQ8Fn gemm_rows_q4_k;
+  GemmRowsQ8Fn gemm_rows_q6_k;
 };
 
 // The tables of each instruction set; nullptr where the build has no such path (not x86).

@@ -1,7 +1,8 @@
 // matmul against its reference for every type, several shapes, 1..5 tokens and 1..3 threads.
 // Tolerance per output: |y - y_ref| <= 1e-5 * sum_c |w[r][c] x[t][c]| + 1e-6 (see quant_test.cpp
-// for why this bound). A single token with a quantized weight type is a decode matvec, which
-// quantizes x to 8 bits first: its reference is ref::quantize_activation + ref::dot_row_q8.
+// for why this bound). With a quantized weight type a single token (a decode matvec), and
+// several where the CPU has the 8-bit GEMM, quantize x to 8 bits first: their reference is
+// ref::quantize_activation + ref::dot_row_q8.
 #include "kernels/cpu/matmul.h"
 
 #include <gtest/gtest.h>
@@ -46,11 +47,15 @@ TEST_P(MatmulTest, MatchesReference) {
     for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
       const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
       std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
-      if (n_tokens == 1 && has_dot_q8(type)) {
+      // Decode, and prefill where the CPU has the 8-bit GEMM, take 8-bit activations.
+      if (has_dot_q8(type) && (n_tokens == 1 || gemm_q8_is_fast(type))) {
         std::vector<uint8_t> xq(activation_bytes(type, s.n_cols));
-        ref::quantize_activation(type, x.data(), s.n_cols, xq.data());
-        for (int64_t r = 0; r < s.n_rows; ++r) {
-          y_ref[static_cast<size_t>(r)] = ref::dot_row_q8(type, m.bytes.data() + r * w.row_bytes, xq.data(), s.n_cols);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          ref::quantize_activation(type, x.data() + t * s.n_cols, s.n_cols, xq.data());
+          for (int64_t r = 0; r < s.n_rows; ++r) {
+            y_ref[static_cast<size_t>(t * s.n_rows + r)] =
+                ref::dot_row_q8(type, m.bytes.data() + r * w.row_bytes, xq.data(), s.n_cols);
+          }
         }
       } else {
         ref::matmul(w, x.data(), n_tokens, y_ref.data());

@@ -281,6 +281,48 @@ TEST(DotQ8, GemmGroupsEveryPathMatchesReference) {
   });
 }
 
+// The multi-token product of row-major rows (gemm_rows_q8): every type with an integer dot on
+// every path, against ref::dot_row_q8; 37 rows are two 16-row panels (Q4_K, Q6_K) or two pairs
+// of groups (Q4_0, Q8_0) and a ragged rest, and token counts around the 4- and 8-token steps.
+// Each token's outputs are the same bits alone or with the others.
+TEST(DotQ8, GemmRowsEveryPathMatchesReference) {
+  std::mt19937 rng(19);
+  for_each_path([&](CpuPath) {
+    for (GgmlType type : kQ8Types) {
+      const int64_t bs = ggml_block_size(type);
+      for (int64_t n : {bs, 8 * bs}) {
+        constexpr int64_t kRows = 37, kTokens = 11, kLdy = kRows + 2;
+        const std::vector<uint8_t> rows = random_rows(type, n, kRows, rng);
+        const size_t row_bytes = ggml_row_size(type, n);
+        const size_t stride = activation_bytes(type, n);
+        std::vector<uint8_t> xq(stride * kTokens);
+        for (int64_t t = 0; t < kTokens; ++t) {
+          ref::quantize_activation(type, random_floats(n, rng).data(), n, xq.data() + t * stride);
+        }
+        for (int64_t n_tokens : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{kTokens}}) {
+          SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n) + " tokens=" + std::to_string(n_tokens));
+          std::vector<float> y(static_cast<size_t>(n_tokens * kLdy), -1.0f);
+          gemm_rows_q8(type, rows.data(), row_bytes, kRows, xq.data(), stride, n_tokens, n, y.data(), kLdy);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            const uint8_t* xt = xq.data() + t * stride;
+            const std::vector<float> xd = dequantize_activation(type, std::vector<uint8_t>(xt, xt + stride), n);
+            std::vector<float> alone(kRows);
+            gemm_rows_q8(type, rows.data(), row_bytes, kRows, xt, stride, 1, n, alone.data(), kRows);
+            for (int64_t r = 0; r < kRows; ++r) {
+              const uint8_t* row = rows.data() + r * row_bytes;
+              const float got = y[t * kLdy + r];
+              ASSERT_NEAR(got, ref::dot_row_q8(type, row, xt, n), dot_tolerance(type, row, xd, n))
+                  << "token " << t << " row " << r;
+              ASSERT_EQ(got, alone[r]) << "token " << t << " row " << r << ": differs from the token alone";
+            }
+            for (int64_t r = kRows; r < kLdy; ++r) ASSERT_EQ(y[t * kLdy + r], -1.0f) << "wrote past the rows";
+          }
+        }
+      }
+    }
+  });
+}
+
 // 8-bit activations against the exact f32 activation, over a 64 x 4096 matrix of quantized
 // Gaussian weights: relative L2 error of y, for a Gaussian x and for the same x with one 20x
 // outlier channel in every 512 (as LLM activations have; a block holding an outlier quantizes
