@@ -9,6 +9,7 @@
 #include "gguf/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "io/mapped_file.h"
+#include "../temp_dir.h"
 
 namespace leoam {
 namespace {
@@ -232,7 +233,8 @@ TEST(GgufBadInput, MissingAndEmptyFiles) {
   EXPECT_TRUE(fails_with(GgufFile::open("/nonexistent/dir/x.gguf"), "/nonexistent/dir/x.gguf: ",
                          "No such file or directory"));
   EXPECT_EQ(GgufFile::open("/nonexistent/dir/x.gguf").status().code(), StatusCode::kNotFound);
-  const std::string empty = ::testing::TempDir() + "/leoam_empty.gguf";
+  const testing_util::TempDir dir;  // removed with the file at the end
+  const std::string empty = dir.path() + "/empty.gguf";
   FILE* fp = std::fopen(empty.c_str(), "wb");
   ASSERT_NE(fp, nullptr);
   std::fclose(fp);
