@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "core/fp16.h"
+#include "sparse/box_f16.h"
 #include "sparse/policy_memory.h"
 
 namespace leoam::sparse {
@@ -32,8 +34,10 @@ Result<ChunkTree> ChunkTree::create(const ChunkTreeOptions& options, int store_c
                             std::to_string(store_chunk_tokens) + " tokens");
   }
   if (!is_pow2_multiple(options.initial_tokens, options.min_tokens) ||
-      !is_pow2_multiple(options.max_tokens, options.min_tokens) || options.initial_tokens > options.max_tokens) {
-    return invalid_argument(sizes + ": need min <= initial <= max, each min times a power of two");
+      !is_pow2_multiple(options.max_tokens, options.min_tokens) || options.initial_tokens > options.max_tokens ||
+      !is_pow2_multiple(options.block_tokens, options.min_tokens) || options.block_tokens > options.max_tokens) {
+    return invalid_argument(sizes + ", block " + std::to_string(options.block_tokens) +
+                            ": need min <= initial <= max and min <= block <= max, each min times a power of two");
   }
   return ChunkTree(options, store_chunk_tokens, n_kv_heads, head_dim);
 }
@@ -56,48 +60,49 @@ void ChunkTree::reset() {
   leaves_.clear();
   sizes_.clear();
   history_.clear();
-  abstracts_.clear();
   signs_.clear();
   blocks_.clear();
 }
 
-Status ChunkTree::coarsen(int initial_tokens) {
+Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
   if (edited_) return invalid_argument("chunk tree: cannot coarsen after a split or a merge");
-  if (initial_tokens < options_.initial_tokens || initial_tokens > options_.max_tokens ||
-      !is_pow2_multiple(initial_tokens, options_.min_tokens)) {
+  const auto allowed = [&](int now, int to) {
+    return to >= now && to <= options_.max_tokens && is_pow2_multiple(to, options_.min_tokens);
+  };
+  if (!allowed(options_.initial_tokens, initial_tokens) || !allowed(options_.block_tokens, block_tokens)) {
     return invalid_argument("chunk tree: cannot coarsen leaves of " + std::to_string(options_.initial_tokens) +
-                            " tokens to " + std::to_string(initial_tokens));
+                            " tokens and blocks of " + std::to_string(options_.block_tokens) + " to " +
+                            std::to_string(initial_tokens) + " and " + std::to_string(block_tokens));
   }
+  // Each coarse block's box is the union of the fine blocks' it covers (f16 min and max: exact).
   const int64_t stride = layout_.chunk_stride;
   const int64_t half = stride / 2;
-  // dst = the union of the boxes of `src` (one a fine unit of `fine` tokens, aligned) that the
-  // coarse unit [begin, end) covers.
-  const auto unite = [&](const float* src, int64_t fine, TokenRange range, float* dst) {
-    std::fill(dst, dst + half, std::numeric_limits<float>::infinity());
-    std::fill(dst + half, dst + stride, -std::numeric_limits<float>::infinity());
-    for (int64_t u = range.begin / fine; u * fine < range.end; ++u) {
-      const float* a = src + u * stride;
-      for (int64_t e = 0; e < half; ++e) dst[e] = std::min(dst[e], a[e]);
-      for (int64_t e = half; e < stride; ++e) dst[e] = std::max(dst[e], a[e]);
+  const int64_t fine = options_.block_tokens;
+  const int64_t n_coarse_blocks = (n_tokens_ + block_tokens - 1) / block_tokens;
+  HugeVector<uint16_t> blocks(static_cast<size_t>(n_coarse_blocks * stride));
+  for (int64_t b = 0; b < n_coarse_blocks; ++b) {
+    uint16_t* dst = blocks.data() + b * stride;
+    std::copy_n(block_box(b * (block_tokens / fine)), stride, dst);
+    for (int64_t u = b * (block_tokens / fine) + 1; u < n_blocks() && u * fine < (b + 1) * block_tokens; ++u) {
+      const uint16_t* a = block_box(u);
+      for (int64_t e = 0; e < half; ++e) {
+        if (f16_to_f32(a[e]) < f16_to_f32(dst[e])) dst[e] = a[e];
+      }
+      for (int64_t e = half; e < stride; ++e) {
+        if (f16_to_f32(a[e]) > f16_to_f32(dst[e])) dst[e] = a[e];
+      }
     }
-  };
-  const int64_t fine = options_.initial_tokens;
-  const int64_t n_coarse = (n_tokens_ + initial_tokens - 1) / initial_tokens;
-  // The grown leaves are the fine blocks, in order (the edge one cut by n): leaf u holds block u.
-  HugeVector<float> abstracts(static_cast<size_t>(n_coarse * stride));
-  HugeVector<float> blocks(options_.key_signs ? abstracts.size() : 0);
-  std::vector<TokenRange> leaves(static_cast<size_t>(n_coarse));
-  for (int64_t b = 0; b < n_coarse; ++b) {
-    leaves[b] = {b * initial_tokens, std::min((b + 1) * initial_tokens, n_tokens_)};
-    unite(abstracts_.data(), fine, leaves[b], abstracts.data() + b * stride);
-    if (options_.key_signs) unite(blocks_.data(), fine, leaves[b], blocks.data() + b * stride);
   }
+  // The grown leaves are blocks of initial_tokens, in order (the edge one cut by n).
+  const int64_t n_leaves = (n_tokens_ + initial_tokens - 1) / initial_tokens;
+  std::vector<TokenRange> leaves(static_cast<size_t>(n_leaves));
+  for (int64_t l = 0; l < n_leaves; ++l) leaves[l] = {l * initial_tokens, std::min((l + 1) * initial_tokens, n_tokens_)};
   leaves_ = std::move(leaves);
-  sizes_.assign(static_cast<size_t>(n_coarse), initial_tokens);
-  history_.assign(static_cast<size_t>(n_coarse), LeafHistory{});
-  abstracts_ = std::move(abstracts);
+  sizes_.assign(static_cast<size_t>(n_leaves), initial_tokens);
+  history_.assign(static_cast<size_t>(n_leaves), LeafHistory{});
   blocks_ = std::move(blocks);
   options_.initial_tokens = initial_tokens;
+  options_.block_tokens = block_tokens;
   return Status::ok();
 }
 
@@ -112,19 +117,6 @@ bool ChunkTree::can_merge(int64_t i) const {
   const int64_t s = sizes_[i];
   return sizes_[i + 1] == s && is_full(i) && is_full(i + 1) && leaves_[i].begin % (2 * s) == 0 &&
          2 * s <= options_.max_tokens;
-}
-
-void ChunkTree::union_store_chunks(const float* chunks, int64_t c0, TokenRange range, float* dst) const {
-  const int64_t half = layout_.chunk_stride / 2;
-  std::fill(dst, dst + half, std::numeric_limits<float>::infinity());
-  std::fill(dst + half, dst + layout_.chunk_stride, -std::numeric_limits<float>::infinity());
-  const int64_t i0 = range.begin / store_chunk_tokens_;
-  const int64_t i1 = (range.end + store_chunk_tokens_ - 1) / store_chunk_tokens_;
-  for (int64_t c = i0; c < i1; ++c) {
-    const float* a = chunks + (c - c0) * layout_.chunk_stride;
-    for (int64_t e = 0; e < half; ++e) dst[e] = std::min(dst[e], a[e]);
-    for (int64_t e = half; e < layout_.chunk_stride; ++e) dst[e] = std::max(dst[e], a[e]);
-  }
 }
 
 Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, AbstractSource source) {
@@ -157,12 +149,14 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
     p += s;
   }
 
-  // With key signs, from the block that holds p0 on (a block is a multiple of the store's chunk).
-  const int64_t b0 = p0 / options_.initial_tokens;
-  const int64_t b1 = (n_tokens + options_.initial_tokens - 1) / options_.initial_tokens;
-  const int64_t c0 = (options_.key_signs ? b0 * options_.initial_tokens : p0) / store_chunk_tokens_;
+  // The store chunks from the block that held the old end on (a block is a multiple of the store's chunk).
+  const int64_t block = options_.block_tokens;
+  const int64_t b0 = n_tokens_ / block;
+  const int64_t b1 = (n_tokens + block - 1) / block;
+  const int64_t c0 = b0 * block / store_chunk_tokens_;
   const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
-  HugeVector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
+  const int64_t stride = layout_.chunk_stride;
+  HugeVector<float> chunks(static_cast<size_t>((c1 - c0) * stride));
   // The signs of chunks [c0, c1) land at their positions, in a scratch copy too.
   const int64_t words_per_chunk = catalog.sign_words_per_chunk();
   HugeVector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
@@ -171,32 +165,38 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   if (options_.key_signs) {
     grow_to(signs_, static_cast<size_t>(c0 * words_per_chunk) + signs.size());
     std::copy(signs.begin(), signs.end(), signs_.begin() + c0 * words_per_chunk);
-    grow_to(blocks_, static_cast<size_t>(b1 * layout_.chunk_stride));
-    for (int64_t b = b0; b < b1; ++b) {
-      const TokenRange block{b * options_.initial_tokens, std::min((b + 1) * options_.initial_tokens, n_tokens)};
-      union_store_chunks(chunks.data(), c0, block, blocks_.data() + b * layout_.chunk_stride);
+  }
+  // Block b's box: the union of its store chunks' boxes, rounded outward to f16.
+  grow_to(blocks_, static_cast<size_t>(b1 * stride));
+  std::vector<float> box(static_cast<size_t>(stride));
+  const int64_t half = stride / 2;
+  const int64_t chunks_per_block = block / store_chunk_tokens_;
+  for (int64_t b = b0; b < b1; ++b) {
+    std::fill(box.begin(), box.begin() + half, std::numeric_limits<float>::infinity());
+    std::fill(box.begin() + half, box.end(), -std::numeric_limits<float>::infinity());
+    for (int64_t c = b * chunks_per_block; c < std::min(c1, (b + 1) * chunks_per_block); ++c) {
+      const float* a = chunks.data() + (c - c0) * stride;
+      for (int64_t e = 0; e < half; ++e) box[e] = std::min(box[e], a[e]);
+      for (int64_t e = half; e < stride; ++e) box[e] = std::max(box[e], a[e]);
     }
+    round_box_outward(box.data(), stride, blocks_.data() + b * stride);
   }
 
   const auto n_after = static_cast<size_t>(first + static_cast<int64_t>(leaves.size()));
   grow_to(history_, n_after);  // the edge keeps its history
-  grow_to(abstracts_, n_after * layout_.chunk_stride);
-  for (size_t j = 0; j < leaves.size(); ++j) {
-    union_store_chunks(chunks.data(), c0, leaves[j], abstracts_.data() + (first + j) * layout_.chunk_stride);
-  }
   grow_to(leaves_, n_after);
   grow_to(sizes_, n_after);
   std::copy(leaves.begin(), leaves.end(), leaves_.begin() + first);
   std::copy(sizes.begin(), sizes.end(), sizes_.begin() + first);
   n_tokens_ = n_tokens;
   peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(chunks) + capacity_bytes(signs) +
-                                          capacity_bytes(leaves) + capacity_bytes(sizes));
+                                          capacity_bytes(leaves) + capacity_bytes(sizes) + capacity_bytes(box));
   return Status::ok();
 }
 
-Status ChunkTree::split(int64_t i, KvCatalog& catalog, int layer, AbstractSource source) {
+Status ChunkTree::split(int64_t i) {
   const int64_t one[] = {i};
-  return edit(one, {}, catalog, layer, source);
+  return edit(one, {});
 }
 
 void ChunkTree::merge(int64_t i) {
@@ -206,16 +206,13 @@ void ChunkTree::merge(int64_t i) {
   std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
   change[i] = LeafChange::kMergeFirst;
   change[i + 1] = LeafChange::kMergeSecond;
-  apply(change, {});
+  apply(change, 0);
 }
 
-Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t> merges, KvCatalog& catalog,
-                       int layer, AbstractSource source) {
+Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t> merges) {
   // Every IAKM step calls this, most with no change: then it touches nothing.
   if (splits.empty() && merges.empty()) return Status::ok();
-  const auto where = [layer](int64_t i) {
-    return "chunk tree of layer " + std::to_string(layer) + ": leaf " + std::to_string(i);
-  };
+  const auto where = [](int64_t i) { return "chunk tree: leaf " + std::to_string(i); };
   std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
   for (const int64_t i : splits) {
     if (!can_split(i)) {
@@ -237,54 +234,25 @@ Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t>
     change[i + 1] = LeafChange::kMergeSecond;
   }
 
-  const int64_t stride = layout_.chunk_stride;
-  std::vector<float> halves(2 * splits.size() * static_cast<size_t>(stride));
-  // Every split's store chunks, read in one call (one batch of disk reads for a store).
-  std::vector<ChunkRun> runs;
-  for (int64_t i = 0; i < n_leaves(); ++i) {
-    if (change[i] == LeafChange::kSplit) runs.push_back({leaves_[i].begin / store_chunk_tokens_, leaves_[i].end / store_chunk_tokens_});
-  }
-  int64_t n_chunks = 0;
-  for (const ChunkRun& r : runs) n_chunks += r.size();
-  std::vector<float> chunks(static_cast<size_t>(n_chunks * stride));
-  LEOAM_RETURN_IF_ERROR(catalog.load_abstract_runs(layer, runs, chunks.data(), source));
-  float* dst = halves.data();
-  const float* run_boxes = chunks.data();
-  size_t k = 0;
-  for (int64_t i = 0; i < n_leaves(); ++i) {
-    if (change[i] != LeafChange::kSplit) continue;
-    const TokenRange whole = leaves_[i];
-    const int64_t mid = whole.begin + sizes_[i] / 2;
-    union_store_chunks(run_boxes, runs[k].begin, {whole.begin, mid}, dst);
-    union_store_chunks(run_boxes, runs[k].begin, {mid, whole.end}, dst + stride);
-    run_boxes += runs[k].size() * stride;
-    ++k;
-    dst += 2 * stride;
-  }
-  apply(change, halves);
+  apply(change, static_cast<int64_t>(splits.size()));
   edited_ = true;
-  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(halves) + capacity_bytes(chunks) +
-                                          capacity_bytes(change));
+  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(change));
   return Status::ok();
 }
 
 uint64_t ChunkTree::memory_bytes() const {
-  return capacity_bytes(leaves_) + capacity_bytes(sizes_) + capacity_bytes(history_) + capacity_bytes(abstracts_) +
-         capacity_bytes(signs_) + capacity_bytes(blocks_);
+  return capacity_bytes(leaves_) + capacity_bytes(sizes_) + capacity_bytes(history_) + capacity_bytes(signs_) +
+         capacity_bytes(blocks_);
 }
 
 void ChunkTree::move_leaf(int64_t from, int64_t to) {
   leaves_[to] = leaves_[from];
   sizes_[to] = sizes_[from];
   history_[to] = history_[from];
-  const int64_t stride = layout_.chunk_stride;
-  std::copy_n(abstracts_.begin() + from * stride, stride, abstracts_.begin() + to * stride);
 }
 
-void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>& halves) {
+void ChunkTree::apply(std::vector<LeafChange>& change, int64_t n_splits) {
   const int64_t n = n_leaves();
-  const int64_t stride = layout_.chunk_stride;
-  const int64_t half = stride / 2;
   // Merges, forward: leaf i lands at w <= i, and a merged pair at the first's place.
   int64_t w = 0;
   for (int64_t i = 0; i < n; ++i, ++w) {
@@ -293,10 +261,6 @@ void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>&
       change[w] = change[i];
     }
     if (change[w] != LeafChange::kMergeFirst) continue;
-    float* a = abstracts_.data() + w * stride;
-    const float* b = abstracts_.data() + (i + 1) * stride;
-    for (int64_t e = 0; e < half; ++e) a[e] = std::min(a[e], b[e]);
-    for (int64_t e = half; e < stride; ++e) a[e] = std::max(a[e], b[e]);
     leaves_[w].end = leaves_[i + 1].end;
     sizes_[w] *= 2;
     history_[w] = {};
@@ -304,28 +268,23 @@ void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>&
     ++i;  // the second of the pair is gone
   }
   // Splits, backward: leaf r lands at d >= r, a split leaf as its halves at d and d + 1.
-  const auto n_splits = static_cast<int64_t>(halves.size()) / (2 * stride);
   const int64_t n_after = w + n_splits;
   grow_to(leaves_, static_cast<size_t>(n_after));
   grow_to(sizes_, static_cast<size_t>(n_after));
   grow_to(history_, static_cast<size_t>(n_after));
-  grow_to(abstracts_, static_cast<size_t>(n_after * stride));
   int64_t d = n_after;
-  int64_t k = n_splits;
   for (int64_t r = w - 1; r >= 0 && d > r + 1; --r) {
     if (change[r] != LeafChange::kSplit) {
       move_leaf(r, --d);
       continue;
     }
     d -= 2;
-    --k;
     const TokenRange whole = leaves_[r];
     const int64_t size = sizes_[r] / 2;
     leaves_[d] = {whole.begin, whole.begin + size};
     leaves_[d + 1] = {whole.begin + size, whole.end};
     sizes_[d] = sizes_[d + 1] = size;
     history_[d] = history_[d + 1] = {};
-    std::copy_n(halves.begin() + 2 * k * stride, 2 * stride, abstracts_.begin() + d * stride);
   }
 }
 
