@@ -14,6 +14,14 @@ namespace {
 
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
+// A grow reads the store's f32 abstracts in pieces of about this many chunks (whole blocks): the
+// scratch of a grow over a long prompt stays that of one piece (32 chunks at 4 KV heads of 64:
+// 64 KiB), not as large as the f32 boxes of the whole prompt.
+constexpr int64_t kGrowPieceChunks = 32;
+// The tree's arrays grow by a 32nd past their need when they must grow: they hold at most that
+// much slack (policy_memory.h), and a long context reallocates them every 32nd of its length.
+constexpr size_t kTreeSlack = 32;
+
 // x is min * 2^k for some k >= 0.
 bool is_pow2_multiple(int64_t x, int64_t min) { return x >= min && x % min == 0 && is_pow2(x / min); }
 
@@ -57,8 +65,8 @@ SignSketch ChunkTree::key_signs() const {
 void ChunkTree::reset() {
   n_tokens_ = 0;
   edited_ = false;
-  leaves_.clear();
-  sizes_.clear();
+  begins_.clear();
+  edge_size_ = 0;
   history_.clear();
   signs_.clear();
   blocks_.clear();
@@ -93,12 +101,12 @@ Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
       }
     }
   }
-  // The grown leaves are blocks of initial_tokens, in order (the edge one cut by n).
+  // The grown leaves are blocks of initial_tokens, in order (the edge one cut by n): fewer than now.
   const int64_t n_leaves = (n_tokens_ + initial_tokens - 1) / initial_tokens;
-  std::vector<TokenRange> leaves(static_cast<size_t>(n_leaves));
-  for (int64_t l = 0; l < n_leaves; ++l) leaves[l] = {l * initial_tokens, std::min((l + 1) * initial_tokens, n_tokens_)};
-  leaves_ = std::move(leaves);
-  sizes_.assign(static_cast<size_t>(n_leaves), initial_tokens);
+  scratch_bytes_ = capacity_bytes(blocks_);  // the boxes replaced
+  for (int64_t l = 0; l < n_leaves; ++l) begins_[l] = l * initial_tokens;
+  begins_.resize(static_cast<size_t>(n_leaves));
+  edge_size_ = initial_tokens;
   history_.assign(static_cast<size_t>(n_leaves), LeafHistory{});
   blocks_ = std::move(blocks);
   options_.initial_tokens = initial_tokens;
@@ -106,16 +114,22 @@ Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
   return Status::ok();
 }
 
-bool ChunkTree::is_full(int64_t i) const { return leaves_[i].size() == sizes_[i]; }
+TokenRange ChunkTree::leaf(int64_t i) const {
+  return {begins_[i], i + 1 < n_leaves() ? begins_[i + 1] : n_tokens_};
+}
+
+int64_t ChunkTree::size_of(int64_t i) const { return i + 1 < n_leaves() ? begins_[i + 1] - begins_[i] : edge_size_; }
+
+bool ChunkTree::is_full(int64_t i) const { return leaf(i).size() == size_of(i); }
 
 bool ChunkTree::can_split(int64_t i) const {
-  return i >= 0 && i < n_leaves() && is_full(i) && sizes_[i] > options_.min_tokens;
+  return i >= 0 && i < n_leaves() && is_full(i) && size_of(i) > options_.min_tokens;
 }
 
 bool ChunkTree::can_merge(int64_t i) const {
   if (i < 0 || i + 1 >= n_leaves()) return false;
-  const int64_t s = sizes_[i];
-  return sizes_[i + 1] == s && is_full(i) && is_full(i + 1) && leaves_[i].begin % (2 * s) == 0 &&
+  const int64_t s = size_of(i);
+  return size_of(i + 1) == s && is_full(i) && is_full(i + 1) && begins_[i] % (2 * s) == 0 &&
          2 * s <= options_.max_tokens;
 }
 
@@ -129,68 +143,78 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   // The first leaf to (re)compute: the edge leaf when the old end cut it, else the first new one.
   int64_t first = n_leaves();
   if (first > 0 && !is_full(first - 1)) --first;
-  const int64_t p0 = first < n_leaves() ? leaves_[first].begin : n_tokens_;
+  const int64_t p0 = first < n_leaves() ? begins_[first] : n_tokens_;
 
-  // The new leaves from `first` on, in a scratch copy: the tree changes only once the read succeeded.
-  std::vector<TokenRange> leaves;
-  std::vector<int64_t> sizes;
+  // The begins of the new leaves after the old ones (the edge leaf keeps its begin, and its size
+  // in the tree), in a scratch copy: the tree changes only once the read succeeded.
+  std::vector<int64_t> begins;
   int64_t p = p0;
+  int64_t edge_size = 0;  // the last leaf's size in the tree
   if (first < n_leaves()) {
-    leaves.push_back({p, std::min(p + sizes_[first], n_tokens)});
-    sizes.push_back(sizes_[first]);
-    p += sizes_[first];
+    edge_size = edge_size_;
+    p += edge_size;
   }
   while (p < n_tokens) {
     // initial_tokens, halved until aligned at p (p is a multiple of min_tokens, so this stops there).
     int64_t s = options_.initial_tokens;
     while (p % s != 0) s /= 2;
-    leaves.push_back({p, std::min(p + s, n_tokens)});
-    sizes.push_back(s);
+    begins.push_back(p);
+    edge_size = s;
     p += s;
   }
 
-  // The store chunks from the block that held the old end on (a block is a multiple of the store's chunk).
+  // The store chunks from the block that held the old end on (a block is a multiple of the
+  // store's chunk), read in pieces of whole blocks: straight into the tree's signs and block boxes,
+  // the f32 boxes through a scratch of one piece. On a read error the edge block's box and the
+  // arrays' sizes go back to what they were.
   const int64_t block = options_.block_tokens;
-  const int64_t b0 = n_tokens_ / block;
-  const int64_t b1 = (n_tokens + block - 1) / block;
-  const int64_t c0 = b0 * block / store_chunk_tokens_;
-  const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
   const int64_t stride = layout_.chunk_stride;
-  HugeVector<float> chunks(static_cast<size_t>((c1 - c0) * stride));
-  // The signs of chunks [c0, c1) land at their positions, in a scratch copy too.
-  const int64_t words_per_chunk = catalog.sign_words_per_chunk();
-  HugeVector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
-  LEOAM_RETURN_IF_ERROR(
-      catalog.load_abstracts(layer, c0, c1, chunks.data(), source, options_.key_signs ? signs.data() : nullptr));
-  if (options_.key_signs) {
-    grow_to(signs_, static_cast<size_t>(c0 * words_per_chunk) + signs.size());
-    std::copy(signs.begin(), signs.end(), signs_.begin() + c0 * words_per_chunk);
-  }
-  // Block b's box: the union of its store chunks' boxes, rounded outward to f16.
-  grow_to(blocks_, static_cast<size_t>(b1 * stride));
-  std::vector<float> box(static_cast<size_t>(stride));
   const int64_t half = stride / 2;
   const int64_t chunks_per_block = block / store_chunk_tokens_;
-  for (int64_t b = b0; b < b1; ++b) {
-    std::fill(box.begin(), box.begin() + half, std::numeric_limits<float>::infinity());
-    std::fill(box.begin() + half, box.end(), -std::numeric_limits<float>::infinity());
-    for (int64_t c = b * chunks_per_block; c < std::min(c1, (b + 1) * chunks_per_block); ++c) {
-      const float* a = chunks.data() + (c - c0) * stride;
-      for (int64_t e = 0; e < half; ++e) box[e] = std::min(box[e], a[e]);
-      for (int64_t e = half; e < stride; ++e) box[e] = std::max(box[e], a[e]);
+  const int64_t b0 = n_tokens_ / block;
+  const int64_t b1 = (n_tokens + block - 1) / block;
+  const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
+  const int64_t blocks_per_piece = std::max<int64_t>(1, kGrowPieceChunks / chunks_per_block);
+  const int64_t words_per_chunk = catalog.sign_words_per_chunk();
+  const size_t old_signs = signs_.size();
+  const size_t old_blocks = blocks_.size();
+  const std::vector<uint16_t> edge_box(blocks_.begin() + std::min<int64_t>(b0 * stride, old_blocks),
+                                       blocks_.begin() + std::min<int64_t>((b0 + 1) * stride, old_blocks));
+  if (options_.key_signs) grow_to(signs_, static_cast<size_t>(c1 * words_per_chunk), kTreeSlack);
+  grow_to(blocks_, static_cast<size_t>(b1 * stride), kTreeSlack);
+  HugeVector<float> chunks(static_cast<size_t>(std::min(b1 - b0, blocks_per_piece) * chunks_per_block * stride));
+  std::vector<float> box(static_cast<size_t>(stride));
+  for (int64_t pb = b0; pb < b1; pb += blocks_per_piece) {
+    const int64_t pc0 = pb * chunks_per_block;
+    const int64_t pc1 = std::min(c1, (pb + blocks_per_piece) * chunks_per_block);
+    const Status read = catalog.load_abstracts(layer, pc0, pc1, chunks.data(), source,
+                                               options_.key_signs ? signs_.data() + pc0 * words_per_chunk : nullptr);
+    if (!read.is_ok()) {
+      std::copy(edge_box.begin(), edge_box.end(), blocks_.begin() + b0 * stride);
+      signs_.resize(old_signs);
+      blocks_.resize(old_blocks);
+      return read;
     }
-    round_box_outward(box.data(), stride, blocks_.data() + b * stride);
+    // Block b's box: the union of its store chunks' boxes, rounded outward to f16.
+    for (int64_t b = pb; b < std::min(b1, pb + blocks_per_piece); ++b) {
+      std::fill(box.begin(), box.begin() + half, std::numeric_limits<float>::infinity());
+      std::fill(box.begin() + half, box.end(), -std::numeric_limits<float>::infinity());
+      for (int64_t c = b * chunks_per_block; c < std::min(c1, (b + 1) * chunks_per_block); ++c) {
+        const float* a = chunks.data() + (c - pc0) * stride;
+        for (int64_t e = 0; e < half; ++e) box[e] = std::min(box[e], a[e]);
+        for (int64_t e = half; e < stride; ++e) box[e] = std::max(box[e], a[e]);
+      }
+      round_box_outward(box.data(), stride, blocks_.data() + b * stride);
+    }
   }
 
-  const auto n_after = static_cast<size_t>(first + static_cast<int64_t>(leaves.size()));
-  grow_to(history_, n_after);  // the edge keeps its history
-  grow_to(leaves_, n_after);
-  grow_to(sizes_, n_after);
-  std::copy(leaves.begin(), leaves.end(), leaves_.begin() + first);
-  std::copy(sizes.begin(), sizes.end(), sizes_.begin() + first);
+  const size_t n_before = begins_.size();
+  grow_to(history_, n_before + begins.size(), kTreeSlack);  // the edge keeps its history
+  grow_to(begins_, n_before + begins.size(), kTreeSlack);
+  std::copy(begins.begin(), begins.end(), begins_.begin() + static_cast<int64_t>(n_before));
+  edge_size_ = edge_size;
   n_tokens_ = n_tokens;
-  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(chunks) + capacity_bytes(signs) +
-                                          capacity_bytes(leaves) + capacity_bytes(sizes) + capacity_bytes(box));
+  scratch_bytes_ = capacity_bytes(chunks) + capacity_bytes(box) + capacity_bytes(edge_box) + capacity_bytes(begins);
   return Status::ok();
 }
 
@@ -236,24 +260,23 @@ Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t>
 
   apply(change, static_cast<int64_t>(splits.size()));
   edited_ = true;
-  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(change));
+  scratch_bytes_ = capacity_bytes(change);
   return Status::ok();
 }
 
 uint64_t ChunkTree::memory_bytes() const {
-  return capacity_bytes(leaves_) + capacity_bytes(sizes_) + capacity_bytes(history_) + capacity_bytes(signs_) +
-         capacity_bytes(blocks_);
+  return capacity_bytes(begins_) + capacity_bytes(history_) + capacity_bytes(signs_) + capacity_bytes(blocks_);
 }
 
 void ChunkTree::move_leaf(int64_t from, int64_t to) {
-  leaves_[to] = leaves_[from];
-  sizes_[to] = sizes_[from];
+  begins_[to] = begins_[from];
   history_[to] = history_[from];
 }
 
 void ChunkTree::apply(std::vector<LeafChange>& change, int64_t n_splits) {
   const int64_t n = n_leaves();
-  // Merges, forward: leaf i lands at w <= i, and a merged pair at the first's place.
+  // Merges, forward: leaf i lands at w <= i, and a merged pair at the first's place (its end is
+  // the begin of the leaf that lands next).
   int64_t w = 0;
   for (int64_t i = 0; i < n; ++i, ++w) {
     if (w != i) {
@@ -261,30 +284,30 @@ void ChunkTree::apply(std::vector<LeafChange>& change, int64_t n_splits) {
       change[w] = change[i];
     }
     if (change[w] != LeafChange::kMergeFirst) continue;
-    leaves_[w].end = leaves_[i + 1].end;
-    sizes_[w] *= 2;
+    if (i + 1 == n - 1) edge_size_ *= 2;  // the pair was the last two leaves
     history_[w] = {};
     change[w] = LeafChange::kKeep;
     ++i;  // the second of the pair is gone
   }
-  // Splits, backward: leaf r lands at d >= r, a split leaf as its halves at d and d + 1.
+  // Splits, backward: leaf r lands at d >= r, a split leaf (full) as its halves at d and d + 1.
   const int64_t n_after = w + n_splits;
-  grow_to(leaves_, static_cast<size_t>(n_after));
-  grow_to(sizes_, static_cast<size_t>(n_after));
-  grow_to(history_, static_cast<size_t>(n_after));
+  grow_to(begins_, static_cast<size_t>(n_after), kTreeSlack);
+  grow_to(history_, static_cast<size_t>(n_after), kTreeSlack);
   int64_t d = n_after;
+  int64_t end = n_tokens_;  // the end of leaf r: the begin leaf r + 1 had before it moved
   for (int64_t r = w - 1; r >= 0 && d > r + 1; --r) {
+    const int64_t begin = begins_[r];
     if (change[r] != LeafChange::kSplit) {
       move_leaf(r, --d);
-      continue;
+    } else {
+      d -= 2;
+      const int64_t half = (end - begin) / 2;
+      begins_[d] = begin;
+      begins_[d + 1] = begin + half;
+      history_[d] = history_[d + 1] = {};
+      if (r == w - 1) edge_size_ = half;
     }
-    d -= 2;
-    const TokenRange whole = leaves_[r];
-    const int64_t size = sizes_[r] / 2;
-    leaves_[d] = {whole.begin, whole.begin + size};
-    leaves_[d + 1] = {whole.begin + size, whole.end};
-    sizes_[d] = sizes_[d + 1] = size;
-    history_[d] = history_[d + 1] = {};
+    end = begin;
   }
 }
 

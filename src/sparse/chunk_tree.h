@@ -72,8 +72,8 @@ class ChunkTree {
   bool edited() const { return edited_; }
 
   int64_t n_tokens() const { return n_tokens_; }
-  int64_t n_leaves() const { return static_cast<int64_t>(leaves_.size()); }
-  TokenRange leaf(int64_t i) const { return leaves_[i]; }
+  int64_t n_leaves() const { return static_cast<int64_t>(begins_.size()); }
+  TokenRange leaf(int64_t i) const;
   LeafHistory& history(int64_t i) { return history_[i]; }
   // layout().chunk_stride: the f16 values from one block's box to the next.
   const BoundLayout& layout() const { return layout_; }
@@ -84,10 +84,10 @@ class ChunkTree {
   // [2][n_kv_heads][head_dim] f16, rounded outward. Blocks' boxes lie contiguously.
   const uint16_t* block_box(int64_t b) const { return blocks_.data() + b * layout_.chunk_stride; }
   const ChunkTreeOptions& options() const { return options_; }
-  // The bytes the tree's arrays take now, and the most it held at once so far, the abstracts and
-  // signs read by a grow included.
+  // The bytes the tree's arrays take now, and the scratch its last grow or edit held besides them
+  // (a piece of the store's abstracts, the new leaves).
   uint64_t memory_bytes() const;
-  uint64_t peak_bytes() const { return peak_bytes_; }
+  uint64_t scratch_bytes() const { return scratch_bytes_; }
   int store_chunk_tokens() const { return store_chunk_tokens_; }
 
   // Leaf i is full-sized (not cut by n) and larger than min_tokens.
@@ -110,6 +110,8 @@ class ChunkTree {
 
  private:
   ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, int n_kv_heads, int head_dim);
+  // Leaf i's size in the tree.
+  int64_t size_of(int64_t i) const;
   // Leaf i spans its whole size (the last leaf may be cut short by n_tokens_).
   bool is_full(int64_t i) const;
   // What edit() does to each leaf.
@@ -117,16 +119,17 @@ class ChunkTree {
   // Applies `change` ([n_leaves()], checked, n_splits of them kSplit), in place: merges in a
   // forward pass that compacts, then splits in a backward pass that spreads.
   void apply(std::vector<LeafChange>& change, int64_t n_splits);
-  // Leaf `from` moves to index `to` (its range, size and history).
+  // Leaf `from` moves to index `to` (its begin and history).
   void move_leaf(int64_t from, int64_t to);
 
   ChunkTreeOptions options_;
   int store_chunk_tokens_;
   BoundLayout layout_;
   int64_t n_tokens_ = 0;
-  std::vector<TokenRange> leaves_;   // in order, covering [0, n_tokens_) exactly once
-  std::vector<int64_t> sizes_;        // per leaf: its size in the tree, min_tokens * 2^k, aligned to
-                                      // it (> leaf(i).size() only for the last leaf, cut by n)
+  // Leaf i is [begins_[i], begins_[i + 1]), the last [begins_.back(), n_tokens_): its size in the
+  // tree (min_tokens * 2^k, aligned to it) is its length, but for the last leaf, cut by n, edge_size_.
+  std::vector<int64_t> begins_;
+  int64_t edge_size_ = 0;
   std::vector<LeafHistory> history_;  // per leaf
   // The per-position and per-block arrays below grow to MiBs over a long context: on huge pages
   // (core/huge_pages.h), the first step's grow over a long prompt faults them in 2 MiB at a time.
@@ -134,7 +137,7 @@ class ChunkTree {
   using HugeVector = std::vector<T, HugePageAllocator<T>>;
   HugeVector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
   HugeVector<uint16_t> blocks_;      // [n_blocks][2][n_kv_heads][head_dim] f16, rounded outward
-  uint64_t peak_bytes_ = 0;
+  uint64_t scratch_bytes_ = 0;
   bool edited_ = false;
 };
 

@@ -132,10 +132,12 @@ ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t bu
   }
   o.initial_tokens = std::min(o.initial_tokens, budget_leaf_cap(o, budget_tokens));
   o.key_signs = key_signs;
-  // With the rows' signs, a box per block of the size the coarse layers' leaves start at: the
-  // signs tell a block's rows apart. Without, a box per store chunk, as tight as a leaf can use.
+  // In the coarse layers, with the rows' signs, a box per block of the size their leaves start at:
+  // the signs tell a block's rows apart. The fine layers, and every layer without signs, keep a
+  // box per store chunk, as tight as a leaf can use (the fine layers' 8-token leaves against
+  // 64-token boxes lost a passkey: bench/RESULTS.md, lean abstracts).
   o.block_tokens = o.min_tokens;
-  if (key_signs) {
+  if (key_signs && layer >= kIakmFineLayers) {
     while (o.block_tokens < kIakmInitialTokens && o.block_tokens * 2 <= o.max_tokens) o.block_tokens *= 2;
     o.block_tokens = std::min(o.block_tokens, budget_leaf_cap(o, budget_tokens));
   }
@@ -177,21 +179,16 @@ class LeoamPolicy final : public SelectionPolicy {
     LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(layer, catalog.catalog_kv_heads(), catalog.catalog_head_dim(),
                                                       n_tokens, budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, layer, n_tokens, source()));
-    note_working_bytes(0);
+    note_working_bytes(tree->scratch_bytes());
     return Status::ok();
   }
 
-  // The trees, and the most they and a step's working copies (the abstracts a flat step reads,
-  // every leaf's bounds) held at once.
+  // The trees, and the most they and a call's working copies (a grow's piece of the store's
+  // abstracts, the abstracts a flat step reads, every leaf's bounds) held at once.
   PolicyMemory memory() const override {
     PolicyMemory m;
-    uint64_t tree_peaks = 0;
-    for (const std::optional<ChunkTree>& t : trees_) {
-      if (!t) continue;
-      m.bytes += t->memory_bytes();
-      tree_peaks += t->peak_bytes();
-    }
-    m.peak_bytes = std::max({peak_bytes_, tree_peaks, m.bytes});
+    for (const std::optional<ChunkTree>& t : trees_) m.bytes += t ? t->memory_bytes() : 0;
+    m.peak_bytes = std::max(peak_bytes_, m.bytes);
     return m;
   }
 
@@ -237,6 +234,7 @@ class LeoamPolicy final : public SelectionPolicy {
     LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query.layer, query.n_head_kv, query.head_dim, query.n_tokens,
                                                       query.budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, query.layer, query.n_tokens, source()));
+    note_working_bytes(tree->scratch_bytes());
     std::vector<TokenRange> leaves(static_cast<size_t>(tree->n_leaves()));
     for (int64_t i = 0; i < tree->n_leaves(); ++i) leaves[i] = tree->leaf(i);
     // Far leaves [l0, l1): those overlapping far.
@@ -293,6 +291,7 @@ class LeoamPolicy final : public SelectionPolicy {
                tree->options().block_tokens <= o.block_tokens &&
                (tree->options().initial_tokens < o.initial_tokens || tree->options().block_tokens < o.block_tokens)) {
       LEOAM_RETURN_IF_ERROR(tree->coarsen(o.initial_tokens, o.block_tokens));
+      note_working_bytes(tree->scratch_bytes());
     }
     return &*tree;
   }
@@ -362,6 +361,7 @@ class LeoamPolicy final : public SelectionPolicy {
     if (!merges.empty() && !s.desert && !is_skewed()) merges.clear();
 
     LEOAM_RETURN_IF_ERROR(tree.edit(split_leaves, merges));
+    note_working_bytes(tree.scratch_bytes());
     s.n_splits += static_cast<int64_t>(split_leaves.size());
     s.n_merges += static_cast<int64_t>(merges.size());
     return Status::ok();
@@ -527,7 +527,7 @@ class LeoamPolicy final : public SelectionPolicy {
 
   PolicyOptions options_;
   std::vector<std::optional<ChunkTree>> trees_;  // [layer], adaptive only
-  uint64_t peak_bytes_ = 0;  // what memory() reports as peak, besides the trees' own peaks
+  uint64_t peak_bytes_ = 0;  // the most the trees and a call's working copies held at once
 };
 
 }  // namespace

@@ -282,8 +282,8 @@ constexpr int kRow = kHeads * kHeadDim;
 // Checks coverage, sizes, alignment and every block's box against `keys` ([n][kRow], as stored:
 // the store is F32, so exactly the keys appended, most of them not f16 values): each minimum the
 // largest f16 at or below the keys' and each maximum the smallest at or above, so the box holds
-// every key; with key signs, every position's sign bits too. And the tree's bytes: at most an
-// eighth over its signs, boxes and the most leaves it had (max_leaves).
+// every key; with key signs, every position's sign bits too. And the tree's bytes: at most a
+// 32nd over its signs, boxes and the most leaves it had (max_leaves), 16 bytes a leaf.
 void expect_invariants(const ChunkTree& tree, const std::vector<float>& keys, int64_t n, int64_t max_leaves,
                        const std::string& where) {
   const ChunkTreeOptions& o = tree.options();
@@ -322,8 +322,8 @@ void expect_invariants(const ChunkTree& tree, const std::vector<float>& keys, in
   }
   const uint64_t sign_bytes = o.key_signs ? (n + 15) / 16 * 16 * kHeads * sizeof(uint32_t) : 0;  // whole chunks
   const uint64_t box_bytes = static_cast<uint64_t>(tree.n_blocks()) * 2 * kRow * sizeof(uint16_t);
-  const uint64_t leaf_bytes = static_cast<uint64_t>(max_leaves) * (sizeof(TokenRange) + sizeof(int64_t) + sizeof(LeafHistory));
-  ASSERT_LE(tree.memory_bytes(), (sign_bytes + box_bytes + leaf_bytes) * 9 / 8 + 64) << where;
+  const uint64_t leaf_bytes = static_cast<uint64_t>(max_leaves) * (sizeof(int64_t) + sizeof(LeafHistory));
+  ASSERT_LE(tree.memory_bytes(), (sign_bytes + box_bytes + leaf_bytes) * 33 / 32 + 64) << where;
   if (!o.key_signs) return;
   const SignSketch s = tree.key_signs();
   ASSERT_NE(s.words, nullptr) << where;

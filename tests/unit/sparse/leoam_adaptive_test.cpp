@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,13 @@ std::ostream& operator<<(std::ostream& os, const Step& s) {
   return os << "}";
 }
 
+// The reads of a grow over store chunks [c0, c1) of `layer`: pieces of 32 chunks (chunk_tree.cpp).
+Loads grown(int layer, int64_t c0, int64_t c1) {
+  Loads l;
+  for (int64_t c = c0; c < c1; c += 32) l.push_back({layer, c, std::min(c + 32, c1)});
+  return l;
+}
+
 Step step(SelectionPolicy& p, const SelectionQuery& query, KeysCatalog& catalog) {
   const size_t n0 = catalog.loads().size();
   const Selection s = select_ok(p, query, catalog);
@@ -104,7 +112,7 @@ TEST(LeoamAdaptive, SplitsTheHotLeafToMinAndMergesColdBuddies) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s, int64_t budget = 256) { return make_query(2, s, 1024, {64, 960}, budget, q); };
-  EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{64, 320}}, 16, {{2, 0, 128}}}));
+  EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{64, 320}}, 16, grown(2, 0, 128)}));
   EXPECT_EQ(step(*policy, at(1), catalog), (Step{{{64, 320}}, 20, {}}));
   EXPECT_EQ(step(*policy, at(2), catalog), (Step{{{64, 320}}, 28, {}}));
   EXPECT_EQ(step(*policy, at(3), catalog), (Step{{{64, 320}}, 28, {}}));  // the 16 leaves of [64, 320) split
@@ -145,7 +153,7 @@ TEST(LeoamAdaptive, LaterStepsSplitAfterTwoHotSteps) {
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s) { return make_query(2, s, 512, {64, 448}, 256, q); };
   // The leaves scored tell the splits: 4 of 64 over [64, 320) become 8 after step 3, 16 after 5, 32 after 7.
-  EXPECT_EQ(step(*policy, at(2), catalog), (Step{{{64, 320}}, 8, {{2, 0, 64}}}));
+  EXPECT_EQ(step(*policy, at(2), catalog), (Step{{{64, 320}}, 8, grown(2, 0, 64)}));
   EXPECT_EQ(step(*policy, at(3), catalog), (Step{{{64, 320}}, 8, {}}));
   EXPECT_EQ(step(*policy, at(4), catalog), (Step{{{64, 320}}, 12, {}}));
   EXPECT_EQ(step(*policy, at(5), catalog), (Step{{{64, 320}}, 12, {}}));
@@ -167,7 +175,7 @@ TEST(LeoamAdaptive, AnUnskewedLayerNeitherSplitsNorMerges) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s) { return make_query(2, s, 2048, {64, 1984}, 512, q); };
-  EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{64, 576}}, 32, {{2, 0, 256}}}));  // 8 leaves of 64 split
+  EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{64, 576}}, 32, grown(2, 0, 256)}));  // 8 leaves of 64 split
   EXPECT_EQ(step(*policy, at(1), catalog), (Step{{{64, 576}}, 40, {}}));             // and 16 of 32
   // 56 leaves: 2 outside far, 32 of 16 over [64, 576), 22 of 64 over [576, 1984).
   for (int64_t s = 2; s < 12; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{64, 576}}, 56, {}})) << s;
@@ -187,7 +195,7 @@ TEST(LeoamAdaptive, FirstLayersStartAtMinAndColdLeavesMergeUpward) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s) { return make_query(0, s, 512, {16, 496}, 128, q); };
-  EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{16, 144}}, 64, {{0, 0, 64}}}));
+  EXPECT_EQ(step(*policy, at(0), catalog), (Step{{{16, 144}}, 64, grown(0, 0, 64)}));
   for (int64_t s = 1; s < 4; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{16, 144}}, 64, {}})) << s;
   for (int64_t s = 4; s < 8; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{16, 144}}, 42, {}})) << s;
   for (int64_t s = 8; s < 12; ++s) EXPECT_EQ(step(*policy, at(s), catalog), (Step{{{16, 144}}, 32, {}})) << s;
@@ -251,7 +259,7 @@ TEST_F(LeoamAdaptiveDesert, DetectedOverTheLeaves) {
   EXPECT_TRUE(s.desert);
   EXPECT_TRUE(s.ranges.empty());
   EXPECT_EQ(s.n_chunks_scored, 8);  // every leaf
-  EXPECT_EQ(catalog_.loads(), (Loads{{2, 0, 64}}));
+  EXPECT_EQ(catalog_.loads(), grown(2, 0, 64));
 }
 
 // Position 400 bounds the leaf [384, 448) at 10: no desert. It ranks first; the budget then fills
@@ -314,7 +322,7 @@ TEST(LeoamAdaptive, ABudgetBelowTheBestLeafSplitsIt) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s) { return make_query(2, s, 512, {64, 448}, 16, q); };
-  EXPECT_EQ(step(*policy, make_query(2, 5, 512, {64, 448}, 256, q), catalog), (Step{{{64, 320}}, 8, {{2, 0, 64}}}));
+  EXPECT_EQ(step(*policy, make_query(2, 5, 512, {64, 448}, 256, q), catalog), (Step{{{64, 320}}, 8, grown(2, 0, 64)}));
   EXPECT_EQ(step(*policy, at(6), catalog), (Step{{}, 8, {}}));  // [192, 256) splits
   EXPECT_EQ(step(*policy, at(7), catalog), (Step{{}, 9, {}}));  // [192, 224)
   EXPECT_EQ(step(*policy, at(8), catalog), (Step{{{192, 208}}, 10, {}}));
@@ -338,7 +346,7 @@ TEST(LeoamAdaptive, TheBudgetCapsTheInitialAndMergedLeaves) {
   auto policy = leoam();
   const std::vector<float> q = {10, 0};
   auto at = [&](int64_t s, int64_t budget) { return make_query(2, s, 512, {64, 448}, budget, q); };
-  EXPECT_EQ(step(*policy, at(2, 100), catalog), (Step{{{64, 160}}, 32, {{2, 0, 64}}}));
+  EXPECT_EQ(step(*policy, at(2, 100), catalog), (Step{{{64, 160}}, 32, grown(2, 0, 64)}));
   EXPECT_EQ(step(*policy, at(3, 100), catalog), (Step{{{64, 160}}, 32, {}}));  // the 6 leaves of [64, 160) split
   for (int64_t s = 4; s < 6; ++s) EXPECT_EQ(step(*policy, at(s, 100), catalog), (Step{{{64, 160}}, 38, {}})) << s;
   EXPECT_EQ(step(*policy, at(6, 128), catalog), (Step{{{64, 192}}, 38, {}}));  // then 8 merges
@@ -361,7 +369,7 @@ TEST(LeoamAdaptive, ABudgetOfAllFarSelectsAllOfFar) {
     EXPECT_FALSE(sel.desert);
     EXPECT_EQ(sel.ranges, (Ranges{far})) << s;
     EXPECT_EQ(sel.n_chunks_scored, 8) << s;
-    EXPECT_EQ(catalog.loads().size(), n0 + (s == 0 ? 1 : 0)) << s;  // the first grow only
+    EXPECT_EQ(catalog.loads().size(), n0 + (s == 0 ? 2 : 0)) << s;  // the first grow only (2 pieces of 32 chunks)
   }
   const Selection short_one = select_ok(*policy, make_query(2, 6, 512, far, far.size() - 1, q), catalog);
   int64_t n = 0;
@@ -397,6 +405,68 @@ TEST(LeoamAdaptive, KeySignsTellApartChunksWhoseBoxesAreAlike) {
   PolicyOptions flat;  // the store's chunks, not the tree: the same
   flat.adaptive = false;
   EXPECT_EQ(select_ok(*leoam(flat), query, catalog).ranges, (Ranges{{128, 136}}));
+}
+
+// The budget of what leoam keeps about the KV, as a property: the trained model's shape (8 query
+// heads on 4 kv heads of 64, f16 KV: 1 KiB a position a layer), 4 layers (two fine, two coarse),
+// store chunks of 8, random keys with their sign sketch, budget 0.1, contexts from 4096 growing
+// by random steps with a random query each step. A position costs each layer 1/32 of its KV in
+// signs, and an f16 box per block: 1/64 in the coarse layers (64-token blocks), 1/8 in the fine
+// ones (8-token store chunks), plus 16 bytes a leaf (at most one per 8 positions in the fine
+// layers, per 16 in the coarse ones after their early splits) and a 32nd of slack. What the
+// trees hold stays within that budget (10.3% of the KV here; with 32 layers, two fine, it is
+// 5.4%), and at its peak within it plus a step's working copies (a grow's piece of abstracts,
+// every leaf's bounds), 128 KiB a layer at most.
+TEST(LeoamAdaptive, StateStaysWithinItsBudget) {
+  constexpr int kLayers = 4;
+  constexpr int kHeads = 8;
+  constexpr int kKvHeads = 4;
+  constexpr int kHeadDim = 64;
+  constexpr uint64_t kKvBytesPerPosition = kLayers * 2 * kKvHeads * kHeadDim * 2;
+  KeysCatalog catalog(8, kKvHeads, kHeadDim);
+  catalog.with_key_signs();
+  std::mt19937 rng(26);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> key(kHeadDim);
+  const auto append = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      for (float& x : key) x = dist(rng);
+      catalog.set_keys(p, p + 1, key);
+    }
+  };
+  auto policy = leoam();
+  std::vector<float> q(kHeads * kHeadDim);
+  int64_t n = 4096;
+  append(0, n);
+  for (int64_t s = 0; s < 24; ++s) {
+    for (float& x : q) x = dist(rng);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      SelectionQuery query;
+      query.layer = layer;
+      query.step = s;
+      query.n_tokens = n;
+      query.q = q.data();
+      query.n_head = kHeads;
+      query.n_head_kv = kKvHeads;
+      query.head_dim = kHeadDim;
+      query.scale = 0.125f;
+      query.far = {4, n - 64};
+      query.budget_tokens = query.far.size() / 10;
+      select_ok(*policy, query, catalog);
+    }
+    const PolicyMemory m = policy->memory();
+    const uint64_t kv_bytes = static_cast<uint64_t>(n) * kKvBytesPerPosition;
+    const uint64_t layer_kv = kv_bytes / kLayers;
+    const uint64_t fine = layer_kv / 32 + layer_kv / 8 + static_cast<uint64_t>(n) / 8 * 16;
+    const uint64_t coarse = layer_kv / 32 + layer_kv / 64 + static_cast<uint64_t>(n) / 16 * 16;
+    const uint64_t budget = (2 * fine + 2 * coarse) * 33 / 32;
+    ASSERT_GT(m.bytes, kv_bytes / 32) << "step " << s << ": the sign sketch alone is 1/32 of the KV";
+    ASSERT_LE(m.bytes, budget) << "step " << s << ", " << n << " positions";
+    ASSERT_LE(m.peak_bytes, budget + kLayers * (128u << 10)) << "step " << s << ", " << n << " positions";
+    const int64_t grow = 1 + static_cast<int64_t>(rng() % 300);
+    append(n, n + grow);
+    n += grow;
+  }
 }
 
 }  // namespace
