@@ -441,17 +441,11 @@ TEST(LeoamAdaptive, StateStaysWithinItsBudget) {
   for (int64_t s = 0; s < 24; ++s) {
     for (float& x : q) x = dist(rng);
     for (int layer = 0; layer < kLayers; ++layer) {
-      SelectionQuery query;
-      query.layer = layer;
-      query.step = s;
-      query.n_tokens = n;
-      query.q = q.data();
-      query.n_head = kHeads;
+      const TokenRange far{4, n - 64};
+      SelectionQuery query = make_query(layer, s, n, far, far.size() / 10, q, kHeads);
       query.n_head_kv = kKvHeads;
       query.head_dim = kHeadDim;
       query.scale = 0.125f;
-      query.far = {4, n - 64};
-      query.budget_tokens = query.far.size() / 10;
       select_ok(*policy, query, catalog);
     }
     const PolicyMemory m = policy->memory();
