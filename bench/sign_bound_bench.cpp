@@ -1,7 +1,7 @@
 // Microbenchmark of the sign-refined bound kernel (sparse/sign_bound.h) on the trained model's
 // attention shape (models/leoam-byte-4l: 8 query heads, 4 kv heads, head_dim 64) over 8192 rows
 // in units of 8 (leoam's smallest chunk) or 64 (its initial one), each unit with its own box
-// (2 KiB), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
+// (1 KiB of f16), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
 // ("fast"). "items_per_second" counts rows times query heads, the unit of its work: every row of
 // every scored unit is read for every query head.
 //

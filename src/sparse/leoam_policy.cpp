@@ -3,8 +3,8 @@
 //
 // Bounds: a unit's (leaf's or chunk's) upper bound on q.k for each query head is sign-refined
 // (sign_bound.h): the largest over its rows of the box bound cut to the row's key signs, each row
-// against the tightest box the tree knows for it (chunk_tree.h: a merged leaf's rows keep their
-// blocks' boxes), where the catalog keeps the abstracts' key sign sketch (PolicyOptions::
+// against the f16 box of the block that holds it (chunk_tree.h: 64-token blocks in the coarse
+// layers, the store's chunks in the fine ones and without signs), where the catalog keeps the abstracts' key sign sketch (PolicyOptions::
 // key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys the box alone
 // cannot tell the chunks apart (bench/RESULTS.md, issue 6), the signs can. The lower bounds of
 // the desert check stay box bounds.
@@ -67,7 +67,7 @@
 //   split  a selected leaf that can split, during the first kIakmEarlySteps = 2 decode steps
 //          (query.step < 2: "8 in the first decode steps"), or once hot_steps >= kIakmHotSteps = 2
 //          when the layer is skewed; at most kIakmMaxSplits = 32 a layer a step, best scores first
-//          (each split reads its store chunks' abstracts); none when the selection holds all of
+//          (a split reads nothing: the blocks' boxes stay); none when the selection holds all of
 //          far (every far token is read anyway). When the budget took no leaf (the best one is
 //          larger than it; not in a desert), the best leaf splits, so that some leaf fits at last
 //   merge  two buddy far leaves both with cold_steps >= kIakmColdSteps = 4, when their parent is
@@ -110,7 +110,7 @@ constexpr int64_t kIakmEarlySteps = 2;   // decode steps whose selected leaves s
 constexpr int kIakmHotSteps = 2;         // consecutive selections before a skewed layer splits a leaf
 constexpr int kIakmColdSteps = 4;        // consecutive misses before two buddies merge
 constexpr double kIakmSkew = 0.5;        // selected share of the far mass bound that makes a layer skewed
-constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds the abstract reads
+constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds how fast leaves get fine
 constexpr int kIakmLeavesPerBudget = 4;  // leaves start and merge no larger than a quarter of the far budget
 
 // The largest leaf size (min * 2^k, at least min) that lets kIakmLeavesPerBudget leaves fit the budget.
