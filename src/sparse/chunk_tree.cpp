@@ -5,12 +5,22 @@
 #include <limits>
 #include <string>
 
+#include "core/fp16.h"
+#include "sparse/box_f16.h"
 #include "sparse/policy_memory.h"
 
 namespace leoam::sparse {
 namespace {
 
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+// A grow reads the store's f32 abstracts in pieces of about this many chunks (whole blocks): the
+// scratch of a grow over a long prompt stays that of one piece (32 chunks at 4 KV heads of 64:
+// 64 KiB), not as large as the f32 boxes of the whole prompt.
+constexpr int64_t kGrowPieceChunks = 32;
+// The tree's arrays grow by a 32nd past their need when they must grow: they hold at most that
+// much slack (policy_memory.h), and a long context reallocates them every 32nd of its length.
+constexpr size_t kTreeSlack = 32;
 
 // x is min * 2^k for some k >= 0.
 bool is_pow2_multiple(int64_t x, int64_t min) { return x >= min && x % min == 0 && is_pow2(x / min); }
@@ -32,8 +42,10 @@ Result<ChunkTree> ChunkTree::create(const ChunkTreeOptions& options, int store_c
                             std::to_string(store_chunk_tokens) + " tokens");
   }
   if (!is_pow2_multiple(options.initial_tokens, options.min_tokens) ||
-      !is_pow2_multiple(options.max_tokens, options.min_tokens) || options.initial_tokens > options.max_tokens) {
-    return invalid_argument(sizes + ": need min <= initial <= max, each min times a power of two");
+      !is_pow2_multiple(options.max_tokens, options.min_tokens) || options.initial_tokens > options.max_tokens ||
+      !is_pow2_multiple(options.block_tokens, options.min_tokens) || options.block_tokens > options.max_tokens) {
+    return invalid_argument(sizes + ", block " + std::to_string(options.block_tokens) +
+                            ": need min <= initial <= max and min <= block <= max, each min times a power of two");
   }
   return ChunkTree(options, store_chunk_tokens, n_kv_heads, head_dim);
 }
@@ -53,78 +65,72 @@ SignSketch ChunkTree::key_signs() const {
 void ChunkTree::reset() {
   n_tokens_ = 0;
   edited_ = false;
-  leaves_.clear();
-  sizes_.clear();
+  begins_.clear();
+  edge_size_ = 0;
   history_.clear();
-  abstracts_.clear();
   signs_.clear();
   blocks_.clear();
 }
 
-Status ChunkTree::coarsen(int initial_tokens) {
+Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
   if (edited_) return invalid_argument("chunk tree: cannot coarsen after a split or a merge");
-  if (initial_tokens < options_.initial_tokens || initial_tokens > options_.max_tokens ||
-      !is_pow2_multiple(initial_tokens, options_.min_tokens)) {
+  const auto allowed = [&](int now, int to) {
+    return to >= now && to <= options_.max_tokens && is_pow2_multiple(to, options_.min_tokens);
+  };
+  if (!allowed(options_.initial_tokens, initial_tokens) || !allowed(options_.block_tokens, block_tokens)) {
     return invalid_argument("chunk tree: cannot coarsen leaves of " + std::to_string(options_.initial_tokens) +
-                            " tokens to " + std::to_string(initial_tokens));
+                            " tokens and blocks of " + std::to_string(options_.block_tokens) + " to " +
+                            std::to_string(initial_tokens) + " and " + std::to_string(block_tokens));
   }
+  // Each coarse block's box is the union of the fine blocks' it covers (f16 min and max: exact).
   const int64_t stride = layout_.chunk_stride;
   const int64_t half = stride / 2;
-  // dst = the union of the boxes of `src` (one a fine unit of `fine` tokens, aligned) that the
-  // coarse unit [begin, end) covers.
-  const auto unite = [&](const float* src, int64_t fine, TokenRange range, float* dst) {
-    std::fill(dst, dst + half, std::numeric_limits<float>::infinity());
-    std::fill(dst + half, dst + stride, -std::numeric_limits<float>::infinity());
-    for (int64_t u = range.begin / fine; u * fine < range.end; ++u) {
-      const float* a = src + u * stride;
-      for (int64_t e = 0; e < half; ++e) dst[e] = std::min(dst[e], a[e]);
-      for (int64_t e = half; e < stride; ++e) dst[e] = std::max(dst[e], a[e]);
+  const int64_t fine = options_.block_tokens;
+  const int64_t n_coarse_blocks = (n_tokens_ + block_tokens - 1) / block_tokens;
+  HugeVector<uint16_t> blocks(static_cast<size_t>(n_coarse_blocks * stride));
+  for (int64_t b = 0; b < n_coarse_blocks; ++b) {
+    uint16_t* dst = blocks.data() + b * stride;
+    std::copy_n(block_box(b * (block_tokens / fine)), stride, dst);
+    for (int64_t u = b * (block_tokens / fine) + 1; u < n_blocks() && u * fine < (b + 1) * block_tokens; ++u) {
+      const uint16_t* a = block_box(u);
+      for (int64_t e = 0; e < half; ++e) {
+        if (f16_to_f32(a[e]) < f16_to_f32(dst[e])) dst[e] = a[e];
+      }
+      for (int64_t e = half; e < stride; ++e) {
+        if (f16_to_f32(a[e]) > f16_to_f32(dst[e])) dst[e] = a[e];
+      }
     }
-  };
-  const int64_t fine = options_.initial_tokens;
-  const int64_t n_coarse = (n_tokens_ + initial_tokens - 1) / initial_tokens;
-  // The grown leaves are the fine blocks, in order (the edge one cut by n): leaf u holds block u.
-  HugeVector<float> abstracts(static_cast<size_t>(n_coarse * stride));
-  HugeVector<float> blocks(options_.key_signs ? abstracts.size() : 0);
-  std::vector<TokenRange> leaves(static_cast<size_t>(n_coarse));
-  for (int64_t b = 0; b < n_coarse; ++b) {
-    leaves[b] = {b * initial_tokens, std::min((b + 1) * initial_tokens, n_tokens_)};
-    unite(abstracts_.data(), fine, leaves[b], abstracts.data() + b * stride);
-    if (options_.key_signs) unite(blocks_.data(), fine, leaves[b], blocks.data() + b * stride);
   }
-  leaves_ = std::move(leaves);
-  sizes_.assign(static_cast<size_t>(n_coarse), initial_tokens);
-  history_.assign(static_cast<size_t>(n_coarse), LeafHistory{});
-  abstracts_ = std::move(abstracts);
+  // The grown leaves are blocks of initial_tokens, in order (the edge one cut by n): fewer than now.
+  const int64_t n_leaves = (n_tokens_ + initial_tokens - 1) / initial_tokens;
+  scratch_bytes_ = capacity_bytes(blocks_);  // the boxes replaced
+  for (int64_t l = 0; l < n_leaves; ++l) begins_[l] = l * initial_tokens;
+  begins_.resize(static_cast<size_t>(n_leaves));
+  edge_size_ = initial_tokens;
+  history_.assign(static_cast<size_t>(n_leaves), LeafHistory{});
   blocks_ = std::move(blocks);
   options_.initial_tokens = initial_tokens;
+  options_.block_tokens = block_tokens;
   return Status::ok();
 }
 
-bool ChunkTree::is_full(int64_t i) const { return leaves_[i].size() == sizes_[i]; }
+TokenRange ChunkTree::leaf(int64_t i) const {
+  return {begins_[i], i + 1 < n_leaves() ? begins_[i + 1] : n_tokens_};
+}
+
+int64_t ChunkTree::size_of(int64_t i) const { return i + 1 < n_leaves() ? begins_[i + 1] - begins_[i] : edge_size_; }
+
+bool ChunkTree::is_full(int64_t i) const { return leaf(i).size() == size_of(i); }
 
 bool ChunkTree::can_split(int64_t i) const {
-  return i >= 0 && i < n_leaves() && is_full(i) && sizes_[i] > options_.min_tokens;
+  return i >= 0 && i < n_leaves() && is_full(i) && size_of(i) > options_.min_tokens;
 }
 
 bool ChunkTree::can_merge(int64_t i) const {
   if (i < 0 || i + 1 >= n_leaves()) return false;
-  const int64_t s = sizes_[i];
-  return sizes_[i + 1] == s && is_full(i) && is_full(i + 1) && leaves_[i].begin % (2 * s) == 0 &&
+  const int64_t s = size_of(i);
+  return size_of(i + 1) == s && is_full(i) && is_full(i + 1) && begins_[i] % (2 * s) == 0 &&
          2 * s <= options_.max_tokens;
-}
-
-void ChunkTree::union_store_chunks(const float* chunks, int64_t c0, TokenRange range, float* dst) const {
-  const int64_t half = layout_.chunk_stride / 2;
-  std::fill(dst, dst + half, std::numeric_limits<float>::infinity());
-  std::fill(dst + half, dst + layout_.chunk_stride, -std::numeric_limits<float>::infinity());
-  const int64_t i0 = range.begin / store_chunk_tokens_;
-  const int64_t i1 = (range.end + store_chunk_tokens_ - 1) / store_chunk_tokens_;
-  for (int64_t c = i0; c < i1; ++c) {
-    const float* a = chunks + (c - c0) * layout_.chunk_stride;
-    for (int64_t e = 0; e < half; ++e) dst[e] = std::min(dst[e], a[e]);
-    for (int64_t e = half; e < layout_.chunk_stride; ++e) dst[e] = std::max(dst[e], a[e]);
-  }
 }
 
 Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, AbstractSource source) {
@@ -137,66 +143,84 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   // The first leaf to (re)compute: the edge leaf when the old end cut it, else the first new one.
   int64_t first = n_leaves();
   if (first > 0 && !is_full(first - 1)) --first;
-  const int64_t p0 = first < n_leaves() ? leaves_[first].begin : n_tokens_;
+  const int64_t p0 = first < n_leaves() ? begins_[first] : n_tokens_;
 
-  // The new leaves from `first` on, in a scratch copy: the tree changes only once the read succeeded.
-  std::vector<TokenRange> leaves;
-  std::vector<int64_t> sizes;
+  // The begins of the new leaves after the old ones (the edge leaf keeps its begin, and its size
+  // in the tree), in a scratch copy: the tree changes only once the read succeeded.
+  std::vector<int64_t> begins;
   int64_t p = p0;
+  int64_t edge_size = 0;  // the last leaf's size in the tree
   if (first < n_leaves()) {
-    leaves.push_back({p, std::min(p + sizes_[first], n_tokens)});
-    sizes.push_back(sizes_[first]);
-    p += sizes_[first];
+    edge_size = edge_size_;
+    p += edge_size;
   }
   while (p < n_tokens) {
     // initial_tokens, halved until aligned at p (p is a multiple of min_tokens, so this stops there).
     int64_t s = options_.initial_tokens;
     while (p % s != 0) s /= 2;
-    leaves.push_back({p, std::min(p + s, n_tokens)});
-    sizes.push_back(s);
+    begins.push_back(p);
+    edge_size = s;
     p += s;
   }
 
-  // With key signs, from the block that holds p0 on (a block is a multiple of the store's chunk).
-  const int64_t b0 = p0 / options_.initial_tokens;
-  const int64_t b1 = (n_tokens + options_.initial_tokens - 1) / options_.initial_tokens;
-  const int64_t c0 = (options_.key_signs ? b0 * options_.initial_tokens : p0) / store_chunk_tokens_;
+  // The store chunks from the block that held the old end on (a block is a multiple of the
+  // store's chunk), read in pieces of whole blocks: straight into the tree's signs and block boxes,
+  // the f32 boxes through a scratch of one piece. On a read error the edge block's box and the
+  // arrays' sizes go back to what they were.
+  const int64_t block = options_.block_tokens;
+  const int64_t stride = layout_.chunk_stride;
+  const int64_t half = stride / 2;
+  const int64_t chunks_per_block = block / store_chunk_tokens_;
+  const int64_t b0 = n_tokens_ / block;
+  const int64_t b1 = (n_tokens + block - 1) / block;
   const int64_t c1 = (n_tokens + store_chunk_tokens_ - 1) / store_chunk_tokens_;
-  HugeVector<float> chunks(static_cast<size_t>((c1 - c0) * layout_.chunk_stride));
-  // The signs of chunks [c0, c1) land at their positions, in a scratch copy too.
+  const int64_t blocks_per_piece = std::max<int64_t>(1, kGrowPieceChunks / chunks_per_block);
   const int64_t words_per_chunk = catalog.sign_words_per_chunk();
-  HugeVector<uint32_t> signs(options_.key_signs ? static_cast<size_t>((c1 - c0) * words_per_chunk) : 0);
-  LEOAM_RETURN_IF_ERROR(
-      catalog.load_abstracts(layer, c0, c1, chunks.data(), source, options_.key_signs ? signs.data() : nullptr));
-  if (options_.key_signs) {
-    grow_to(signs_, static_cast<size_t>(c0 * words_per_chunk) + signs.size());
-    std::copy(signs.begin(), signs.end(), signs_.begin() + c0 * words_per_chunk);
-    grow_to(blocks_, static_cast<size_t>(b1 * layout_.chunk_stride));
-    for (int64_t b = b0; b < b1; ++b) {
-      const TokenRange block{b * options_.initial_tokens, std::min((b + 1) * options_.initial_tokens, n_tokens)};
-      union_store_chunks(chunks.data(), c0, block, blocks_.data() + b * layout_.chunk_stride);
+  const size_t old_signs = signs_.size();
+  const size_t old_blocks = blocks_.size();
+  const std::vector<uint16_t> edge_box(blocks_.begin() + std::min<int64_t>(b0 * stride, old_blocks),
+                                       blocks_.begin() + std::min<int64_t>((b0 + 1) * stride, old_blocks));
+  if (options_.key_signs) grow_to(signs_, static_cast<size_t>(c1 * words_per_chunk), kTreeSlack);
+  grow_to(blocks_, static_cast<size_t>(b1 * stride), kTreeSlack);
+  HugeVector<float> chunks(static_cast<size_t>(std::min(b1 - b0, blocks_per_piece) * chunks_per_block * stride));
+  std::vector<float> box(static_cast<size_t>(stride));
+  for (int64_t pb = b0; pb < b1; pb += blocks_per_piece) {
+    const int64_t pc0 = pb * chunks_per_block;
+    const int64_t pc1 = std::min(c1, (pb + blocks_per_piece) * chunks_per_block);
+    const Status read = catalog.load_abstracts(layer, pc0, pc1, chunks.data(), source,
+                                               options_.key_signs ? signs_.data() + pc0 * words_per_chunk : nullptr);
+    if (!read.is_ok()) {
+      std::copy(edge_box.begin(), edge_box.end(), blocks_.begin() + b0 * stride);
+      signs_.resize(old_signs);
+      blocks_.resize(old_blocks);
+      return read;
+    }
+    // Block b's box: the union of its store chunks' boxes, rounded outward to f16.
+    for (int64_t b = pb; b < std::min(b1, pb + blocks_per_piece); ++b) {
+      std::fill(box.begin(), box.begin() + half, std::numeric_limits<float>::infinity());
+      std::fill(box.begin() + half, box.end(), -std::numeric_limits<float>::infinity());
+      for (int64_t c = b * chunks_per_block; c < std::min(c1, (b + 1) * chunks_per_block); ++c) {
+        const float* a = chunks.data() + (c - pc0) * stride;
+        for (int64_t e = 0; e < half; ++e) box[e] = std::min(box[e], a[e]);
+        for (int64_t e = half; e < stride; ++e) box[e] = std::max(box[e], a[e]);
+      }
+      round_box_outward(box.data(), stride, blocks_.data() + b * stride);
     }
   }
 
-  const auto n_after = static_cast<size_t>(first + static_cast<int64_t>(leaves.size()));
-  grow_to(history_, n_after);  // the edge keeps its history
-  grow_to(abstracts_, n_after * layout_.chunk_stride);
-  for (size_t j = 0; j < leaves.size(); ++j) {
-    union_store_chunks(chunks.data(), c0, leaves[j], abstracts_.data() + (first + j) * layout_.chunk_stride);
-  }
-  grow_to(leaves_, n_after);
-  grow_to(sizes_, n_after);
-  std::copy(leaves.begin(), leaves.end(), leaves_.begin() + first);
-  std::copy(sizes.begin(), sizes.end(), sizes_.begin() + first);
+  const size_t n_before = begins_.size();
+  grow_to(history_, n_before + begins.size(), kTreeSlack);  // the edge keeps its history
+  grow_to(begins_, n_before + begins.size(), kTreeSlack);
+  std::copy(begins.begin(), begins.end(), begins_.begin() + static_cast<int64_t>(n_before));
+  edge_size_ = edge_size;
   n_tokens_ = n_tokens;
-  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(chunks) + capacity_bytes(signs) +
-                                          capacity_bytes(leaves) + capacity_bytes(sizes));
+  scratch_bytes_ = capacity_bytes(chunks) + capacity_bytes(box) + capacity_bytes(edge_box) + capacity_bytes(begins);
   return Status::ok();
 }
 
-Status ChunkTree::split(int64_t i, KvCatalog& catalog, int layer, AbstractSource source) {
+Status ChunkTree::split(int64_t i) {
   const int64_t one[] = {i};
-  return edit(one, {}, catalog, layer, source);
+  return edit(one, {});
 }
 
 void ChunkTree::merge(int64_t i) {
@@ -206,16 +230,13 @@ void ChunkTree::merge(int64_t i) {
   std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
   change[i] = LeafChange::kMergeFirst;
   change[i + 1] = LeafChange::kMergeSecond;
-  apply(change, {});
+  apply(change, 0);
 }
 
-Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t> merges, KvCatalog& catalog,
-                       int layer, AbstractSource source) {
+Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t> merges) {
   // Every IAKM step calls this, most with no change: then it touches nothing.
   if (splits.empty() && merges.empty()) return Status::ok();
-  const auto where = [layer](int64_t i) {
-    return "chunk tree of layer " + std::to_string(layer) + ": leaf " + std::to_string(i);
-  };
+  const auto where = [](int64_t i) { return "chunk tree: leaf " + std::to_string(i); };
   std::vector<LeafChange> change(static_cast<size_t>(n_leaves()), LeafChange::kKeep);
   for (const int64_t i : splits) {
     if (!can_split(i)) {
@@ -237,55 +258,25 @@ Status ChunkTree::edit(std::span<const int64_t> splits, std::span<const int64_t>
     change[i + 1] = LeafChange::kMergeSecond;
   }
 
-  const int64_t stride = layout_.chunk_stride;
-  std::vector<float> halves(2 * splits.size() * static_cast<size_t>(stride));
-  // Every split's store chunks, read in one call (one batch of disk reads for a store).
-  std::vector<ChunkRun> runs;
-  for (int64_t i = 0; i < n_leaves(); ++i) {
-    if (change[i] == LeafChange::kSplit) runs.push_back({leaves_[i].begin / store_chunk_tokens_, leaves_[i].end / store_chunk_tokens_});
-  }
-  int64_t n_chunks = 0;
-  for (const ChunkRun& r : runs) n_chunks += r.size();
-  std::vector<float> chunks(static_cast<size_t>(n_chunks * stride));
-  LEOAM_RETURN_IF_ERROR(catalog.load_abstract_runs(layer, runs, chunks.data(), source));
-  float* dst = halves.data();
-  const float* run_boxes = chunks.data();
-  size_t k = 0;
-  for (int64_t i = 0; i < n_leaves(); ++i) {
-    if (change[i] != LeafChange::kSplit) continue;
-    const TokenRange whole = leaves_[i];
-    const int64_t mid = whole.begin + sizes_[i] / 2;
-    union_store_chunks(run_boxes, runs[k].begin, {whole.begin, mid}, dst);
-    union_store_chunks(run_boxes, runs[k].begin, {mid, whole.end}, dst + stride);
-    run_boxes += runs[k].size() * stride;
-    ++k;
-    dst += 2 * stride;
-  }
-  apply(change, halves);
+  apply(change, static_cast<int64_t>(splits.size()));
   edited_ = true;
-  peak_bytes_ = std::max(peak_bytes_, memory_bytes() + capacity_bytes(halves) + capacity_bytes(chunks) +
-                                          capacity_bytes(change));
+  scratch_bytes_ = capacity_bytes(change);
   return Status::ok();
 }
 
 uint64_t ChunkTree::memory_bytes() const {
-  return capacity_bytes(leaves_) + capacity_bytes(sizes_) + capacity_bytes(history_) + capacity_bytes(abstracts_) +
-         capacity_bytes(signs_) + capacity_bytes(blocks_);
+  return capacity_bytes(begins_) + capacity_bytes(history_) + capacity_bytes(signs_) + capacity_bytes(blocks_);
 }
 
 void ChunkTree::move_leaf(int64_t from, int64_t to) {
-  leaves_[to] = leaves_[from];
-  sizes_[to] = sizes_[from];
+  begins_[to] = begins_[from];
   history_[to] = history_[from];
-  const int64_t stride = layout_.chunk_stride;
-  std::copy_n(abstracts_.begin() + from * stride, stride, abstracts_.begin() + to * stride);
 }
 
-void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>& halves) {
+void ChunkTree::apply(std::vector<LeafChange>& change, int64_t n_splits) {
   const int64_t n = n_leaves();
-  const int64_t stride = layout_.chunk_stride;
-  const int64_t half = stride / 2;
-  // Merges, forward: leaf i lands at w <= i, and a merged pair at the first's place.
+  // Merges, forward: leaf i lands at w <= i, and a merged pair at the first's place (its end is
+  // the begin of the leaf that lands next).
   int64_t w = 0;
   for (int64_t i = 0; i < n; ++i, ++w) {
     if (w != i) {
@@ -293,39 +284,30 @@ void ChunkTree::apply(std::vector<LeafChange>& change, const std::vector<float>&
       change[w] = change[i];
     }
     if (change[w] != LeafChange::kMergeFirst) continue;
-    float* a = abstracts_.data() + w * stride;
-    const float* b = abstracts_.data() + (i + 1) * stride;
-    for (int64_t e = 0; e < half; ++e) a[e] = std::min(a[e], b[e]);
-    for (int64_t e = half; e < stride; ++e) a[e] = std::max(a[e], b[e]);
-    leaves_[w].end = leaves_[i + 1].end;
-    sizes_[w] *= 2;
+    if (i + 1 == n - 1) edge_size_ *= 2;  // the pair was the last two leaves
     history_[w] = {};
     change[w] = LeafChange::kKeep;
     ++i;  // the second of the pair is gone
   }
-  // Splits, backward: leaf r lands at d >= r, a split leaf as its halves at d and d + 1.
-  const auto n_splits = static_cast<int64_t>(halves.size()) / (2 * stride);
+  // Splits, backward: leaf r lands at d >= r, a split leaf (full) as its halves at d and d + 1.
   const int64_t n_after = w + n_splits;
-  grow_to(leaves_, static_cast<size_t>(n_after));
-  grow_to(sizes_, static_cast<size_t>(n_after));
-  grow_to(history_, static_cast<size_t>(n_after));
-  grow_to(abstracts_, static_cast<size_t>(n_after * stride));
+  grow_to(begins_, static_cast<size_t>(n_after), kTreeSlack);
+  grow_to(history_, static_cast<size_t>(n_after), kTreeSlack);
   int64_t d = n_after;
-  int64_t k = n_splits;
+  int64_t end = n_tokens_;  // the end of leaf r: the begin leaf r + 1 had before it moved
   for (int64_t r = w - 1; r >= 0 && d > r + 1; --r) {
+    const int64_t begin = begins_[r];
     if (change[r] != LeafChange::kSplit) {
       move_leaf(r, --d);
-      continue;
+    } else {
+      d -= 2;
+      const int64_t half = (end - begin) / 2;
+      begins_[d] = begin;
+      begins_[d + 1] = begin + half;
+      history_[d] = history_[d + 1] = {};
+      if (r == w - 1) edge_size_ = half;
     }
-    d -= 2;
-    --k;
-    const TokenRange whole = leaves_[r];
-    const int64_t size = sizes_[r] / 2;
-    leaves_[d] = {whole.begin, whole.begin + size};
-    leaves_[d + 1] = {whole.begin + size, whole.end};
-    sizes_[d] = sizes_[d + 1] = size;
-    history_[d] = history_[d + 1] = {};
-    std::copy_n(halves.begin() + 2 * k * stride, 2 * stride, abstracts_.begin() + d * stride);
+    end = begin;
   }
 }
 

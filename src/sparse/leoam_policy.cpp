@@ -3,8 +3,8 @@
 //
 // Bounds: a unit's (leaf's or chunk's) upper bound on q.k for each query head is sign-refined
 // (sign_bound.h): the largest over its rows of the box bound cut to the row's key signs, each row
-// against the tightest box the tree knows for it (chunk_tree.h: a merged leaf's rows keep their
-// blocks' boxes), where the catalog keeps the abstracts' key sign sketch (PolicyOptions::
+// against the f16 box of the block that holds it (chunk_tree.h: 64-token blocks in the coarse
+// layers, the store's chunks in the fine ones and without signs), where the catalog keeps the abstracts' key sign sketch (PolicyOptions::
 // key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys the box alone
 // cannot tell the chunks apart (bench/RESULTS.md, issue 6), the signs can. The lower bounds of
 // the desert check stay box bounds.
@@ -67,7 +67,7 @@
 //   split  a selected leaf that can split, during the first kIakmEarlySteps = 2 decode steps
 //          (query.step < 2: "8 in the first decode steps"), or once hot_steps >= kIakmHotSteps = 2
 //          when the layer is skewed; at most kIakmMaxSplits = 32 a layer a step, best scores first
-//          (each split reads its store chunks' abstracts); none when the selection holds all of
+//          (a split reads nothing: the blocks' boxes stay); none when the selection holds all of
 //          far (every far token is read anyway). When the budget took no leaf (the best one is
 //          larger than it; not in a desert), the best leaf splits, so that some leaf fits at last
 //   merge  two buddy far leaves both with cold_steps >= kIakmColdSteps = 4, when their parent is
@@ -94,6 +94,7 @@
 #include <string>
 #include <vector>
 
+#include "sparse/box_f16.h"
 #include "sparse/chunk_ranking.h"
 #include "sparse/chunk_tree.h"
 #include "sparse/selection_policy.h"
@@ -109,7 +110,7 @@ constexpr int64_t kIakmEarlySteps = 2;   // decode steps whose selected leaves s
 constexpr int kIakmHotSteps = 2;         // consecutive selections before a skewed layer splits a leaf
 constexpr int kIakmColdSteps = 4;        // consecutive misses before two buddies merge
 constexpr double kIakmSkew = 0.5;        // selected share of the far mass bound that makes a layer skewed
-constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds the abstract reads
+constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds how fast leaves get fine
 constexpr int kIakmLeavesPerBudget = 4;  // leaves start and merge no larger than a quarter of the far budget
 
 // The largest leaf size (min * 2^k, at least min) that lets kIakmLeavesPerBudget leaves fit the budget.
@@ -119,7 +120,7 @@ int budget_leaf_cap(const ChunkTreeOptions& o, int64_t budget_tokens) {
   return cap;
 }
 
-ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t budget_tokens) {
+ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t budget_tokens, bool key_signs) {
   const int c = std::max(store_chunk_tokens, 1);
   ChunkTreeOptions o;
   o.min_tokens = c;
@@ -130,6 +131,16 @@ ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t bu
     while (o.initial_tokens < kIakmInitialTokens && o.initial_tokens * 2 <= o.max_tokens) o.initial_tokens *= 2;
   }
   o.initial_tokens = std::min(o.initial_tokens, budget_leaf_cap(o, budget_tokens));
+  o.key_signs = key_signs;
+  // In the coarse layers, with the rows' signs, a box per block of the size their leaves start at:
+  // the signs tell a block's rows apart. The fine layers, and every layer without signs, keep a
+  // box per store chunk, as tight as a leaf can use (the fine layers' 8-token leaves against
+  // 64-token boxes lost a passkey: bench/RESULTS.md, lean abstracts).
+  o.block_tokens = o.min_tokens;
+  if (key_signs && layer >= kIakmFineLayers) {
+    while (o.block_tokens < kIakmInitialTokens && o.block_tokens * 2 <= o.max_tokens) o.block_tokens *= 2;
+    o.block_tokens = std::min(o.block_tokens, budget_leaf_cap(o, budget_tokens));
+  }
   return o;
 }
 
@@ -168,21 +179,16 @@ class LeoamPolicy final : public SelectionPolicy {
     LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(layer, catalog.catalog_kv_heads(), catalog.catalog_head_dim(),
                                                       n_tokens, budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, layer, n_tokens, source()));
-    note_working_bytes(0);
+    note_working_bytes(tree->scratch_bytes());
     return Status::ok();
   }
 
-  // The trees, and the most they and a step's working copies (the abstracts a flat step reads,
-  // every leaf's bounds) held at once.
+  // The trees, and the most they and a call's working copies (a grow's piece of the store's
+  // abstracts, the abstracts a flat step reads, every leaf's bounds) held at once.
   PolicyMemory memory() const override {
     PolicyMemory m;
-    uint64_t tree_peaks = 0;
-    for (const std::optional<ChunkTree>& t : trees_) {
-      if (!t) continue;
-      m.bytes += t->memory_bytes();
-      tree_peaks += t->peak_bytes();
-    }
-    m.peak_bytes = std::max({peak_bytes_, tree_peaks, m.bytes});
+    for (const std::optional<ChunkTree>& t : trees_) m.bytes += t ? t->memory_bytes() : 0;
+    m.peak_bytes = std::max(peak_bytes_, m.bytes);
     return m;
   }
 
@@ -202,14 +208,19 @@ class LeoamPolicy final : public SelectionPolicy {
     s.n_chunks_scored = loaded.size();
     std::vector<TokenRange> chunks(static_cast<size_t>(loaded.size()));
     for (int64_t i = 0; i < loaded.size(); ++i) chunks[i] = chunk_part(loaded.i0 + i, {0, query.n_tokens}, chunk_tokens);
-    RefinedUnits refined{{}, {}, abstracts.signs()};  // each chunk against its own box
-    for (int64_t i = 0; refined.signs.words != nullptr && i < loaded.size(); ++i) {
-      refined.units.push_back({chunks[i], abstracts.at(loaded.i0 + i)});
-      refined.owner.push_back(i);
+    // Each chunk against its own box, in f16 as the trees keep them.
+    const int64_t stride = abstracts.layout.chunk_stride;
+    std::vector<uint16_t> boxes(static_cast<size_t>(loaded.size() * stride));
+    BoundUnits units{{}, {}, abstracts.signs(), abstracts.layout};
+    for (int64_t i = 0; i < loaded.size(); ++i) {
+      round_box_outward(abstracts.at(loaded.i0 + i), stride, boxes.data() + i * stride);
+      units.units.push_back({chunks[i], boxes.data() + i * stride});
+      units.owner.push_back(i);
     }
-    const HeadBounds upper = upper_bounds(query, abstracts.at(loaded.i0), loaded.size(), abstracts.layout, refined);
-    note_working_bytes(capacity_bytes(abstracts.data) + capacity_bytes(abstracts.sign_words) + capacity_bytes(upper.data));
-    if (options_.desert && is_desert(query, abstracts.at(loaded.i0), abstracts.layout, chunks, upper)) {
+    const HeadBounds upper = upper_bounds(query, loaded.size(), units);
+    note_working_bytes(capacity_bytes(abstracts.data) + capacity_bytes(abstracts.sign_words) + capacity_bytes(boxes) +
+                       capacity_bytes(units.units) + capacity_bytes(units.owner) + capacity_bytes(upper.data));
+    if (options_.desert && is_desert(query, chunks, units, upper)) {
       s.desert = true;
       return s;
     }
@@ -223,6 +234,7 @@ class LeoamPolicy final : public SelectionPolicy {
     LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query.layer, query.n_head_kv, query.head_dim, query.n_tokens,
                                                       query.budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, query.layer, query.n_tokens, source()));
+    note_working_bytes(tree->scratch_bytes());
     std::vector<TokenRange> leaves(static_cast<size_t>(tree->n_leaves()));
     for (int64_t i = 0; i < tree->n_leaves(); ++i) leaves[i] = tree->leaf(i);
     // Far leaves [l0, l1): those overlapping far.
@@ -237,12 +249,13 @@ class LeoamPolicy final : public SelectionPolicy {
     Selection s;
     // Every leaf's upper bounds: the near ones weigh in the far ones' mass shares and the desert check.
     s.n_chunks_scored = tree->n_leaves();
-    const HeadBounds upper =
-        upper_bounds(query, tree->abstracts(0), tree->n_leaves(), tree->layout(), refined_units(*tree, leaves));
-    note_working_bytes(capacity_bytes(upper.data) + capacity_bytes(leaves));
+    const BoundUnits units = leaf_units(*tree, leaves);
+    const HeadBounds upper = upper_bounds(query, tree->n_leaves(), units);
+    note_working_bytes(capacity_bytes(upper.data) + capacity_bytes(leaves) + capacity_bytes(units.units) +
+                       capacity_bytes(units.owner));
     std::vector<float> scores;
     RangePick pick;
-    if (options_.desert && is_desert(query, tree->abstracts(0), tree->layout(), leaves, upper)) {
+    if (options_.desert && is_desert(query, leaves, units, upper)) {
       s.desert = true;
     } else {
       scores = score(query, upper, leaves, l0, l1);
@@ -268,15 +281,17 @@ class LeoamPolicy final : public SelectionPolicy {
     if (layer < 0) return invalid_argument("leoam: layer " + std::to_string(layer) + " is negative");
     if (trees_.size() <= static_cast<size_t>(layer)) trees_.resize(static_cast<size_t>(layer) + 1);
     std::optional<ChunkTree>& tree = trees_[layer];
-    ChunkTreeOptions o = iakm_tree_options(layer, catalog.chunk_tokens(), budget_tokens);
-    o.key_signs = key_signs(catalog);
+    const ChunkTreeOptions o = iakm_tree_options(layer, catalog.chunk_tokens(), budget_tokens, key_signs(catalog));
     if (!tree || tree->n_tokens() > n_tokens || tree->store_chunk_tokens() != catalog.chunk_tokens() ||
         tree->layout().n_kv_heads != n_head_kv || tree->layout().head_dim != head_dim ||
         tree->options().key_signs != o.key_signs) {
       LEOAM_ASSIGN_OR_RETURN(ChunkTree t, ChunkTree::create(o, catalog.chunk_tokens(), n_head_kv, head_dim));
       tree = std::move(t);
-    } else if (!tree->edited() && tree->options().initial_tokens < o.initial_tokens) {
-      LEOAM_RETURN_IF_ERROR(tree->coarsen(o.initial_tokens));
+    } else if (!tree->edited() && tree->options().initial_tokens <= o.initial_tokens &&
+               tree->options().block_tokens <= o.block_tokens &&
+               (tree->options().initial_tokens < o.initial_tokens || tree->options().block_tokens < o.block_tokens)) {
+      LEOAM_RETURN_IF_ERROR(tree->coarsen(o.initial_tokens, o.block_tokens));
+      note_working_bytes(tree->scratch_bytes());
     }
     return &*tree;
   }
@@ -345,7 +360,8 @@ class LeoamPolicy final : public SelectionPolicy {
     }
     if (!merges.empty() && !s.desert && !is_skewed()) merges.clear();
 
-    LEOAM_RETURN_IF_ERROR(tree.edit(split_leaves, merges, catalog, query.layer, source()));
+    LEOAM_RETURN_IF_ERROR(tree.edit(split_leaves, merges));
+    note_working_bytes(tree.scratch_bytes());
     s.n_splits += static_cast<int64_t>(split_leaves.size());
     s.n_merges += static_cast<int64_t>(merges.size());
     return Status::ok();
@@ -372,28 +388,23 @@ class LeoamPolicy final : public SelectionPolicy {
     return sum / query.n_head;
   }
 
-  // What sign-refined bounds are computed over: units[u] bounds unit owner[u] (a leaf or a
-  // chunk). No units: box bounds.
-  struct RefinedUnits {
+  // What the bounds are computed over: units[u] bounds owner[u] (a leaf or a chunk), its rows
+  // against its f16 box, cut to their key signs where `signs` has words (sign_bound.h); else by
+  // the box alone (chunk_bound.h). An owner's bound is the best of its units'.
+  struct BoundUnits {
     std::vector<SignUnit> units;
     std::vector<int64_t> owner;
     SignSketch signs;
+    BoundLayout layout;
   };
 
-  // A tree's leaves as sign units (the ChunkTree header): a leaf split below the block size
-  // against its own box, a larger one block by block against the block boxes.
-  static RefinedUnits refined_units(const ChunkTree& tree, std::span<const TokenRange> leaves) {
-    RefinedUnits r;
-    r.signs = tree.key_signs();
-    if (r.signs.words == nullptr) return r;
-    const int64_t block = tree.options().initial_tokens;
+  // A tree's leaves as units (the ChunkTree header): each leaf cut at the blocks it meets, each
+  // piece against its block's box.
+  static BoundUnits leaf_units(const ChunkTree& tree, std::span<const TokenRange> leaves) {
+    BoundUnits r{{}, {}, tree.key_signs(), tree.layout()};
+    const int64_t block = tree.options().block_tokens;
     for (int64_t i = 0; i < static_cast<int64_t>(leaves.size()); ++i) {
       const TokenRange leaf = leaves[i];
-      if (leaf.begin / block == (leaf.end - 1) / block && leaf.size() < block) {
-        r.units.push_back({leaf, tree.abstracts(i)});
-        r.owner.push_back(i);
-        continue;
-      }
       for (int64_t b = leaf.begin / block; b * block < leaf.end; ++b) {
         r.units.push_back({intersect(leaf, {b * block, (b + 1) * block}), tree.block_box(b)});
         r.owner.push_back(i);
@@ -402,28 +413,38 @@ class LeoamPolicy final : public SelectionPolicy {
     return r;
   }
 
-  // Every query head's upper bounds over n units (leaves or chunks, their boxes contiguous at
-  // `boxes`), computed once per selection and shared by the desert check, the ranking and the
-  // skew: sign-refined (sign_bound.h) over `refined` where it has units, else box bounds.
-  HeadBounds upper_bounds(const SelectionQuery& query, const float* boxes, int64_t n, const BoundLayout& layout,
-                          const RefinedUnits& refined) const {
+  // bounds[h * units.size() + u]: the box bound (chunk_bound.h) of query head h against unit u's box.
+  static std::vector<float> box_bounds(const SelectionQuery& query, const BoundUnits& units, BoundSide side) {
     const int group = query.n_head / query.n_head_kv;
-    HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n))};
-    if (refined.units.empty()) {
+    const size_t n = units.units.size();
+    std::vector<float> bounds(static_cast<size_t>(query.n_head) * n);
+    std::vector<float> box(static_cast<size_t>(units.layout.chunk_stride));
+    for (size_t u = 0; u < n; ++u) {
+      decode_box(units.units[u].box, units.layout.chunk_stride, box.data());
       for (int h = 0; h < query.n_head; ++h) {
-        chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes, n, layout,
-                     b.data.data() + h * n);
+        chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, box.data(), 1, units.layout,
+                     &bounds[h * n + u], side);
       }
-      return b;
     }
-    const size_t n_units = refined.units.size();
-    std::vector<float> unit_bounds(query.n_head * n_units);
-    sign_bounds(query.q, query.n_head, refined.units, layout, refined.signs, unit_bounds.data(), query.pool);
-    std::fill(b.data.begin(), b.data.end(), -std::numeric_limits<float>::infinity());
+    return bounds;
+  }
+
+  // Every query head's upper bounds over n owners, computed once per selection and shared by the
+  // desert check, the ranking and the skew.
+  HeadBounds upper_bounds(const SelectionQuery& query, int64_t n, const BoundUnits& units) const {
+    const size_t n_units = units.units.size();
+    std::vector<float> unit_bounds;
+    if (units.signs.words != nullptr) {
+      unit_bounds.resize(query.n_head * n_units);
+      sign_bounds(query.q, query.n_head, units.units, units.layout, units.signs, unit_bounds.data(), query.pool);
+    } else {
+      unit_bounds = box_bounds(query, units, BoundSide::kUpper);
+    }
+    HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n), -std::numeric_limits<float>::infinity())};
     for (int h = 0; h < query.n_head; ++h) {
       float* out = b.data.data() + h * n;
       const float* in = unit_bounds.data() + h * n_units;
-      for (size_t u = 0; u < n_units; ++u) out[refined.owner[u]] = std::max(out[refined.owner[u]], in[u]);
+      for (size_t u = 0; u < n_units; ++u) out[units.owner[u]] = std::max(out[units.owner[u]], in[u]);
     }
     return b;
   }
@@ -463,24 +484,32 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
-  // near window's (the header comment). `chunks` are the positions of every chunk of
-  // [0, n_tokens), in order, their abstracts contiguous at `abstracts` and their upper bounds in
-  // `upper`. Lower bounds are needed only where near tokens are: the chunks at both ends.
-  bool is_desert(const SelectionQuery& query, const float* abstracts, const BoundLayout& layout,
-                 std::span<const TokenRange> chunks, const HeadBounds& upper) const {
+  // near window's (the header comment). `chunks` are the positions of every chunk (leaf) of
+  // [0, n_tokens), in order, `units` their units and `upper` their upper bounds. Lower bounds
+  // are needed only where near tokens are, the chunks at both ends: a chunk's is the least of its
+  // units' box lower bounds.
+  bool is_desert(const SelectionQuery& query, std::span<const TokenRange> chunks, const BoundUnits& units,
+                 const HeadBounds& upper) const {
     const int64_t n = static_cast<int64_t>(chunks.size());
-    const int group = query.n_head / query.n_head_kv;
     // Chunks [0, a) and [b, n) hold near tokens; those in [a, b) are all far.
     int64_t a = 0;
     while (a < n && intersect(chunks[a], query.far).size() < chunks[a].size()) ++a;
     int64_t b = n;
     while (b > a && intersect(chunks[b - 1], query.far).size() < chunks[b - 1].size()) --b;
+    BoundUnits ends{{}, {}, {}, units.layout};
+    for (size_t u = 0; u < units.units.size(); ++u) {
+      if (units.owner[u] < a || units.owner[u] >= b) {
+        ends.units.push_back(units.units[u]);
+        ends.owner.push_back(units.owner[u]);
+      }
+    }
+    const std::vector<float> end_lower = box_bounds(query, ends, BoundSide::kLower);
     std::vector<float> lower(static_cast<size_t>(n));
     for (int h = 0; h < query.n_head; ++h) {
-      const float* qh = query.q + static_cast<int64_t>(h) * query.head_dim;
-      chunk_bounds(qh, h / group, abstracts, a, layout, lower.data(), BoundSide::kLower);
-      chunk_bounds(qh, h / group, abstracts + b * layout.chunk_stride, n - b, layout, lower.data() + b,
-                   BoundSide::kLower);
+      std::fill(lower.begin(), lower.end(), std::numeric_limits<float>::infinity());
+      for (size_t u = 0; u < ends.units.size(); ++u) {
+        lower[ends.owner[u]] = std::min(lower[ends.owner[u]], end_lower[h * ends.units.size() + u]);
+      }
       const float* u = upper.head(h);
       const double m = *std::max_element(u, u + n);
       double near_lower = 0.0;
@@ -498,7 +527,7 @@ class LeoamPolicy final : public SelectionPolicy {
 
   PolicyOptions options_;
   std::vector<std::optional<ChunkTree>> trees_;  // [layer], adaptive only
-  uint64_t peak_bytes_ = 0;  // what memory() reports as peak, besides the trees' own peaks
+  uint64_t peak_bytes_ = 0;  // the most the trees and a call's working copies held at once
 };
 
 }  // namespace

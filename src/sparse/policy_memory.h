@@ -17,12 +17,12 @@ uint64_t capacity_bytes(const V& v) {
   return static_cast<uint64_t>(v.capacity()) * sizeof(typename V::value_type);
 }
 
-// Resizes v to n; when its allocation must grow, to an eighth past n rather than to double its
-// size (the vector's own growth): state that grows a position or a leaf at a time then holds at
-// most an eighth of slack, and growing stays amortized O(1).
+// Resizes v to n; when its allocation must grow, to a slack_div-th (an eighth) past n rather than
+// to double its size (the vector's own growth): state that grows a position or a leaf at a time
+// then holds at most that much slack, and growing stays amortized O(1).
 template <class V>
-void grow_to(V& v, size_t n) {
-  if (n > v.capacity()) v.reserve(n + n / 8);
+void grow_to(V& v, size_t n, size_t slack_div = 8) {
+  if (n > v.capacity()) v.reserve(n + n / slack_div);
   v.resize(n);
 }
 

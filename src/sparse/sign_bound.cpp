@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/avx2_util.h"
 
@@ -38,11 +39,14 @@ const uint32_t* row_words(const SignSketch& s, int64_t pos, int kv_head) {
 //
 // Returns sum_c P_c, the bound of a row with no bit set, and stores d[c] = N_c - P_c, added
 // where bit c is set.
-float channel_terms_scalar(const float* qp, const float* qn, const float* mn, const float* mx, int hd, float* d) {
+float channel_terms_scalar(const float* qp, const float* qn, const uint16_t* mn16, const uint16_t* mx16, int hd,
+                           float* d) {
   float base = 0.0f;
   for (int c = 0; c < hd; ++c) {
-    const float pos = qp[c] * mx[c] + qn[c] * std::max(0.0f, mn[c]);
-    const float neg = qp[c] * std::min(0.0f, mx[c]) + qn[c] * mn[c];
+    const float mn = f16_to_f32(mn16[c]);
+    const float mx = f16_to_f32(mx16[c]);
+    const float pos = qp[c] * mx + qn[c] * std::max(0.0f, mn);
+    const float neg = qp[c] * std::min(0.0f, mx) + qn[c] * mn;
     base += pos;
     d[c] = neg - pos;
   }
@@ -71,16 +75,16 @@ void group_bound_scalar(const float* base, const float* d, int g, const SignSket
 #ifdef LEOAM_HAVE_X86
 // channel_terms_scalar 8 channels a step (both vector paths: a unit of 8 rows costs as much here
 // as in its rows), then a scalar tail.
-LEOAM_AVX2 float channel_terms_avx2(const float* qp, const float* qn, const float* mn, const float* mx, int hd,
-                                    float* d) {
+LEOAM_AVX2 float channel_terms_avx2(const float* qp, const float* qn, const uint16_t* mn, const uint16_t* mx,
+                                    int hd, float* d) {
   const __m256 zero = _mm256_setzero_ps();
   __m256 base = zero;
   int c = 0;
   for (; c + 8 <= hd; c += 8) {
     const __m256 p = _mm256_loadu_ps(qp + c);
     const __m256 n = _mm256_loadu_ps(qn + c);
-    const __m256 lo = _mm256_loadu_ps(mn + c);
-    const __m256 hi = _mm256_loadu_ps(mx + c);
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + c)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mx + c)));
     const __m256 pos = _mm256_fmadd_ps(p, hi, _mm256_mul_ps(n, _mm256_max_ps(zero, lo)));
     const __m256 neg = _mm256_fmadd_ps(p, _mm256_min_ps(zero, hi), _mm256_mul_ps(n, lo));
     base = _mm256_add_ps(base, pos);
@@ -160,7 +164,7 @@ LEOAM_AVX2 void group_bounds_avx2(const float* base, const float* d, int g, cons
 // Asks for the cache lines of a unit's box and rows' sign words ahead of their use.
 void prefetch_unit(const SignUnit& u, const BoundLayout& layout, const SignSketch& signs) {
   const auto* box = reinterpret_cast<const char*>(u.box);
-  const int64_t box_bytes = 2 * static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim * sizeof(float);
+  const int64_t box_bytes = 2 * static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim * sizeof(uint16_t);
   for (int64_t o = 0; o < box_bytes; o += 64) __builtin_prefetch(box + o);
   const auto* w0 = reinterpret_cast<const char*>(row_words(signs, u.rows.begin, 0));
   const auto* w1 = reinterpret_cast<const char*>(row_words(signs, u.rows.end, 0));
@@ -190,7 +194,7 @@ void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units
   for (int64_t i = i0; i < i1; ++i) {
     if (i + 1 < i1) prefetch_unit(units[i + 1], layout, signs);
     for (int kv_head = 0; kv_head < layout.n_kv_heads; ++kv_head) {
-      const float* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
+      const uint16_t* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
       for (int h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += kMaxGroup) {
         const int g = std::min(kMaxGroup, (kv_head + 1) * group - h0);
         for (int j = 0; j < g; ++j) {
@@ -243,15 +247,17 @@ void sign_bounds(const float* q_heads, int n_head, std::span<const SignUnit> uni
     const float* q = q_heads + static_cast<int64_t>(h) * hd;
     const int kv_head = h / group;
     for (int64_t i = 0; i < n; ++i) {
-      const float* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
-      const float* mx = mn + max_offset;
+      const uint16_t* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
+      const uint16_t* mx = mn + max_offset;
       double best = -std::numeric_limits<double>::infinity();
       for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) {
         const uint32_t* words = row_words(signs, t, kv_head);
         double b = 0.0;
         for (int c = 0; c < hd; ++c) {
-          const double lo = bit(words, c) ? mn[c] : std::max(0.0f, mn[c]);
-          const double hi = bit(words, c) ? std::min(0.0f, mx[c]) : mx[c];
+          const float mnc = f16_to_f32(mn[c]);
+          const float mxc = f16_to_f32(mx[c]);
+          const double lo = bit(words, c) ? mnc : std::max(0.0f, mnc);
+          const double hi = bit(words, c) ? std::min(0.0f, mxc) : mxc;
           b += std::max(q[c] * lo, q[c] * hi);
         }
         best = std::max(best, b);

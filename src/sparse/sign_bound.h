@@ -48,11 +48,11 @@ struct SignSketch {
   }
 };
 
-// A run of rows and the box that holds their keys: [2][n_kv_heads][head_dim] floats ([0] = min,
-// [1] = max), as chunk_bound.h lays out one chunk's abstract.
+// A run of rows and the box that holds their keys: [2][n_kv_heads][head_dim] f16 ([0] = min,
+// [1] = max, as chunk_bound.h lays out one chunk's abstract), rounded outward (box_f16.h).
 struct SignUnit {
   TokenRange rows;  // non-empty, inside what the sketch covers
-  const float* box = nullptr;
+  const uint16_t* box = nullptr;
 };
 
 // bounds[h * units.size() + i]: the sign-refined upper bound of query head h (head_dim floats

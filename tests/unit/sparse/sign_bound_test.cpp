@@ -4,7 +4,8 @@
 // pool's split of the units, which changes no bound; and the property that makes the bound sound
 // and worth having: over f16-stored random keys whose abstract update_abstract built, the bound
 // is at least every row's q.k, at most the box bound, and equal to q.k for a one-row unit whose
-// box is the row itself.
+// box is the row itself. Units' boxes are f16 (box_f16.h); those of f16 keys hold their exact
+// extremes.
 #include "sparse/sign_bound.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kv/chunk_layout.h"
+#include "sparse/box_f16.h"
 #include "sparse/chunk_bound.h"
 
 namespace leoam::sparse {
@@ -30,20 +32,24 @@ namespace {
 
 constexpr double kRelTol = 1e-5;  // as chunk_bound_test: relative to sum_c |q_c| * max(|min_c|, |max_c|)
 
-double magnitude(const float* q, const float* box, int kv_head, const BoundLayout& layout) {
-  const float* mn = box + static_cast<int64_t>(kv_head) * layout.head_dim;
-  const float* mx = mn + static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim;
+double magnitude(const float* q, const uint16_t* box, int kv_head, const BoundLayout& layout) {
+  const uint16_t* mn = box + static_cast<int64_t>(kv_head) * layout.head_dim;
+  const uint16_t* mx = mn + static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim;
   double m = 0.0;
-  for (int c = 0; c < layout.head_dim; ++c) m += std::fabs(q[c]) * std::max(std::fabs(mn[c]), std::fabs(mx[c]));
+  for (int c = 0; c < layout.head_dim; ++c) {
+    m += std::fabs(q[c]) * std::max(std::fabs(f16_to_f32(mn[c])), std::fabs(f16_to_f32(mx[c])));
+  }
   return m;
 }
 
 // Random f16 chunks, each with the abstract the store builds: keys[i][t][kv][c] as stored, boxes
-// [i][2][kv][hd] and signs [i * C + t][kv][words] (token-major, as the chunk tree keeps them).
+// [i][2][kv][hd] (f32, and f16 for the units) and signs [i * C + t][kv][words] (token-major, as
+// the chunk tree keeps them).
 struct Chunks {
   ChunkGeometry g;
   std::vector<float> keys;
   std::vector<float> boxes;
+  std::vector<uint16_t> boxes16;
   std::vector<uint32_t> signs;
 
   Chunks(int n_kv_heads, int head_dim, int chunk_tokens, int n_chunks, std::mt19937& rng)
@@ -59,6 +65,8 @@ struct Chunks {
       reset_abstract(g, abstract.data());
       update_abstract(g, chunk.data(), 0, chunk_tokens, abstract.data());
       boxes.insert(boxes.end(), abstract.begin(), abstract.begin() + g.box_floats());
+      boxes16.resize(boxes.size());
+      round_box_outward(abstract.data(), g.box_floats(), boxes16.data() + boxes.size() - g.box_floats());
       const size_t at = signs.size();
       signs.resize(at + static_cast<size_t>(g.sign_words()));
       abstract_signs(g, abstract.data(), signs.data() + at);
@@ -67,8 +75,9 @@ struct Chunks {
   BoundLayout layout() const { return {g.n_kv_heads, g.head_dim, g.box_floats()}; }
   SignSketch sketch() const { return {signs.data(), 0, g.sign_words_per_row(), g.sign_words_per_head()}; }
   const float* box(int i) const { return boxes.data() + i * g.box_floats(); }
-  // The box of chunks [i0, i1): every channel's smallest min and largest max.
-  std::vector<float> union_box(int i0, int i1) const {
+  const uint16_t* box16(int i) const { return boxes16.data() + i * g.box_floats(); }
+  // The f16 box of chunks [i0, i1): every channel's smallest min and largest max.
+  std::vector<uint16_t> union_box(int i0, int i1) const {
     const int64_t half = g.box_floats() / 2;
     std::vector<float> u(box(i0), box(i0) + g.box_floats());
     for (int i = i0 + 1; i < i1; ++i) {
@@ -77,7 +86,9 @@ struct Chunks {
         u[half + e] = std::max(u[half + e], box(i)[half + e]);
       }
     }
-    return u;
+    std::vector<uint16_t> u16(u.size());
+    round_box_outward(u.data(), g.box_floats(), u16.data());
+    return u16;
   }
   double dot(const float* q, int64_t pos, int kv) const {
     const float* k = keys.data() + pos * g.row_elements() + static_cast<int64_t>(kv) * g.head_dim;
@@ -95,7 +106,7 @@ TEST_P(SignBound, HandComputedBound) {
   //   row 1 signs (-, +): k0 in [-1, 0], k1 in [0, 1]: max(-1, 0) + max(0, -2) = 0
   // The box bound is max(-1, 3) + max(4, -2) = 7: row 0 reaches it, row 1 is far below.
   const float q[] = {1.0f, -2.0f};
-  const float box[] = {-1.0f, -2.0f, 3.0f, 1.0f};
+  const uint16_t box[] = {f32_to_f16(-1.0f), f32_to_f16(-2.0f), f32_to_f16(3.0f), f32_to_f16(1.0f)};
   const uint32_t signs[] = {0b10u, 0b01u};  // bit c set: channel c <= 0
   const BoundLayout layout{1, 2, 4};
   const SignSketch sketch{signs, 0, 1, 1};
@@ -115,11 +126,11 @@ TEST_P(SignBound, MatchesReference) {
     const Chunks c(2, head_dim, 8, 9, rng);
     // Units of every shape: a whole chunk, one row, a run across two chunks' rows with one box.
     std::vector<SignUnit> units;
-    for (int i = 0; i < 9; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box(i)});
-    units.push_back({{13, 14}, c.box(1)});
-    units.push_back({{3, 5}, c.box(0)});
+    for (int i = 0; i < 9; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box16(i)});
+    units.push_back({{13, 14}, c.box16(1)});
+    units.push_back({{3, 5}, c.box16(0)});
     // Long runs across chunks, against the box of all 9 chunks.
-    const std::vector<float> all = c.union_box(0, 9);
+    const std::vector<uint16_t> all = c.union_box(0, 9);
     units.push_back({{2, 69}, all.data()});
     units.push_back({{8, 24}, all.data()});
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -146,11 +157,11 @@ TEST_P(SignBound, APoolSplitsTheUnitsAndChangesNoBound) {
   std::mt19937 rng(17);
   const Chunks c(2, 64, 8, 40, rng);
   // Runs of one-chunk units and of long units, so that a split by rows differs from one by count.
-  const std::vector<float> all = c.union_box(0, 40);
+  const std::vector<uint16_t> all = c.union_box(0, 40);
   std::vector<SignUnit> units;
-  for (int i = 0; i < 20; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box(i)});
+  for (int i = 0; i < 20; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box16(i)});
   for (int i = 20; i < 40; i += 5) units.push_back({{i * 8, i * 8 + 40}, all.data()});
-  units.push_back({{3, 4}, c.box(0)});
+  units.push_back({{3, 4}, c.box16(0)});
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> q(4 * 64);
   for (float& x : q) x = dist(rng);
@@ -176,7 +187,7 @@ TEST_P(SignBound, BoundsEveryRowAndTightensTheBox) {
       SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " chunk_tokens " + std::to_string(chunk_tokens));
       const Chunks c(2, head_dim, chunk_tokens, kChunks, rng);
       std::vector<SignUnit> units;
-      for (int i = 0; i < kChunks; ++i) units.push_back({{i * chunk_tokens, (i + 1) * chunk_tokens}, c.box(i)});
+      for (int i = 0; i < kChunks; ++i) units.push_back({{i * chunk_tokens, (i + 1) * chunk_tokens}, c.box16(i)});
       std::normal_distribution<float> dist(0.0f, 1.0f);
       double refined_sum = 0.0, box_sum = 0.0;
       for (int trial = 0; trial < 4; ++trial) {
@@ -192,7 +203,7 @@ TEST_P(SignBound, BoundsEveryRowAndTightensTheBox) {
           chunk_bounds(qh, kv, c.boxes.data(), kChunks, c.layout(), box.data());
           for (int i = 0; i < kChunks; ++i) {
             const float r = refined[h * kChunks + i];
-            const double slack = kRelTol * magnitude(qh, c.box(i), kv, c.layout());
+            const double slack = kRelTol * magnitude(qh, c.box16(i), kv, c.layout());
             double best = -std::numeric_limits<double>::infinity();
             for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) best = std::max(best, c.dot(qh, t, kv));
             ASSERT_GE(r + slack, best) << "head " << h << " chunk " << i;
@@ -216,10 +227,10 @@ TEST_P(SignBound, OneRowWithItsOwnBoxIsExact) {
   std::vector<float> q(64);
   for (float& x : q) x = dist(rng);
   for (int i = 0; i < 5; ++i) {
-    const SignUnit u{{i, i + 1}, c.box(i)};
+    const SignUnit u{{i, i + 1}, c.box16(i)};
     float b = 0.0f;
     sign_bounds(q.data(), 1, {&u, 1}, c.layout(), c.sketch(), &b);
-    EXPECT_NEAR(b, c.dot(q.data(), i, 0), kRelTol * magnitude(q.data(), c.box(i), 0, c.layout())) << i;
+    EXPECT_NEAR(b, c.dot(q.data(), i, 0), kRelTol * magnitude(q.data(), c.box16(i), 0, c.layout())) << i;
   }
 }
 
