@@ -4,10 +4,10 @@
 // Bounds: a unit's (leaf's or chunk's) upper bound on q.k for each query head is sign-refined
 // (sign_bound.h): the largest over its rows of the box bound cut to the row's key signs, each row
 // against the f16 box of the block that holds it (chunk_tree.h: 64-token blocks in the coarse
-// layers, the store's chunks in the fine ones and without signs), where the catalog keeps the abstracts' key sign sketch (PolicyOptions::
-// key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys the box alone
-// cannot tell the chunks apart (bench/RESULTS.md, issue 6), the signs can. The lower bounds of
-// the desert check stay box bounds.
+// layers, the store's chunks in the fine ones and without signs), where the catalog keeps the
+// abstracts' key sign sketch (PolicyOptions::key_signs); else the box bound (chunk_bound.h), as
+// Quest scores. On dense keys the box alone cannot tell the chunks apart (bench/RESULTS.md,
+// issue 6), the signs can. The lower bounds of the desert check stay box bounds.
 //
 // Ranking, GQA-aware: each query head's upper bounds become log bounds on its attention mass
 // share per token: with m = the head's largest bound over every unit of [0, n_tokens), near ones
