@@ -58,6 +58,7 @@ TEST_F(BadInputCliTest, NumericFlagErrorsNameTheFlagAndTheRule) {
   expect_usage_error(run({"--top-p", "2"}), "--top-p: must be from 0 to 1, got 2");
   expect_usage_error(run({"--temp", "warm"}), "--temp: 'warm' is not a number");
   expect_usage_error(run({"--kv-chunk", "1"}), "--kv-chunk: must be from 2 to 512, got 1");
+  expect_usage_error(run({"--seed", "-2"}), "--seed: must be >= -1, got -2");
   expect_usage_error(run({"--kv-dir", dir_ + "/kv", "--kv-device-mb", "0"}), "--kv-device-mb: must be > 0, got 0");
   // The other subcommands share the checks.
   CliResult eval = leoam::testing_cli::run_leoam(
@@ -65,6 +66,11 @@ TEST_F(BadInputCliTest, NumericFlagErrorsNameTheFlagAndTheRule) {
   expect_usage_error(eval, "--budget: must be > 0, got 0");
   CliResult bench = leoam::testing_cli::run_leoam(dir_, {"bench", "--synthetic", "tiny", "-r", "0"});
   expect_usage_error(bench, "--repetitions: must be from 1 to 1000, got 0");
+  // --help gives --seed's default and rule, not the largest int64 as the top of a range.
+  const CliResult help = leoam::testing_cli::run_leoam(dir_, {"run", "--help"});
+  EXPECT_NE(help.out.find("--seed INT=-1"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("(-1: a random one"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("9223372036854775807"), std::string::npos) << help.out;
 }
 
 // A --kv-save path that is a file failed only after the prefill and generation.

@@ -71,6 +71,8 @@ template <typename T>
 CLI::Validator non_negative();
 template <typename T>
 CLI::Validator in_range(T lo, T hi);
+template <typename T>
+CLI::Validator at_least(T lo);
 
 // The whole contents of `path`.
 Result<std::string> read_text_file(const std::string& path);
@@ -131,6 +133,13 @@ CLI::Validator positive() {
 template <typename T>
 CLI::Validator non_negative() {
   return detail::number_check<T>([](T x) { return x >= T{0}; }, ">= 0", "NONNEGATIVE");
+}
+
+// No description in --help ("INT:>= -1=-1" reads badly next to the default): say the rule in
+// the option's help text; errors give it.
+template <typename T>
+CLI::Validator at_least(T lo) {
+  return detail::number_check<T>([lo](T x) { return lo <= x; }, ">= " + detail::number_text(lo), "");
 }
 
 template <typename T>

@@ -15,7 +15,6 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -145,7 +144,7 @@ class RunCommand : public Command {
         ->check(non_negative<int>());
     cmd->add_option("--seed", seed_, "random seed for sampling (-1: a random one; --verbose prints it)")
         ->capture_default_str()
-        ->check(in_range<int64_t>(-1, std::numeric_limits<int64_t>::max()));
+        ->check(at_least<int64_t>(-1));
     cmd->add_flag("--no-bos", no_bos_, "do not prepend the BOS token to the prompt");
     cmd->add_flag("--parse-special", options_.parse_special, "recognize special tokens such as </s> written in the prompt");
     cmd->add_option("--dump-logits", dump_logits_path_,
