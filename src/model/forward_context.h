@@ -33,8 +33,9 @@ struct ForwardOptions {
   // The layered prefill's working set; 0: a prompt runs batch by batch through every layer. With
   // a working set, a prompt of more than one batch runs layer by layer, in segments of as many
   // batches as the working set holds, one at the least (the residual stream of the segment's rows
-  // and one layer's KV of them; prefill_stats() says what it held): each layer's prompt KV is appended to the store and attended from the working
-  // set, so a store that keeps its KV on disk never reads the prompt's back. A segment attends
+  // and one layer's KV of them; prefill_stats() says what it held): each layer's prompt KV is
+  // appended to the store and attended from the working set, so a store that keeps its KV on
+  // disk never reads the prompt's back. A segment attends
   // to the positions before it through the store. Logits are those of the batch order (bit for
   // bit where the segment starts at position 0, as over an in-memory cache).
   uint64_t prefill_working_set_bytes = 0;

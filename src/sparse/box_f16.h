@@ -15,14 +15,16 @@ namespace leoam::sparse {
 inline uint16_t f16_round_down(float x) {
   const uint16_t h = f32_to_f16(x);
   if (!(f16_to_f32(h) > x)) return h;
-  return static_cast<uint16_t>((h & 0x8000u) ? h + 1 : h - 1);  // one step toward -inf (-0 steps to the least negative f16)
+  // One step toward -inf (-0 steps to the least negative f16).
+  return static_cast<uint16_t>((h & 0x8000u) ? h + 1 : h - 1);
 }
 
 // The smallest f16 >= x (x not NaN; +inf above 65504, -inf stays -inf).
 inline uint16_t f16_round_up(float x) {
   const uint16_t h = f32_to_f16(x);
   if (!(f16_to_f32(h) < x)) return h;
-  return static_cast<uint16_t>((h & 0x8000u) ? h - 1 : h + 1);  // one step toward +inf (+0 steps to the least positive f16)
+  // One step toward +inf (+0 steps to the least positive f16).
+  return static_cast<uint16_t>((h & 0x8000u) ? h - 1 : h + 1);
 }
 
 // dst = box `src` (box_elements = 2 * n_kv_heads * head_dim floats) in f16, rounded outward.

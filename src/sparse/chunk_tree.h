@@ -14,9 +14,10 @@
 // the disk tier's abstract file for disk chunks, without their KV), and with
 // ChunkTreeOptions::key_signs the key sign sketch of every position (kv/chunk_layout.h). A leaf is
 // bounded through the blocks it meets: each piece (the leaf's rows in one block) by the block's
-// box, cut row by row to the rows' signs (sign_bound.h). So neither a split nor a merge reads or computes a box,
-// and the tree holds one f16 box per block (1/64 of the f16 KV at 64-token blocks) and one bit per
-// key channel of each row (1/32), however fine its leaves: docs/kv-store.md, Memory.
+// box, cut row by row to the rows' signs (sign_bound.h). So neither a split nor a merge reads or
+// computes a box, and the tree holds one f16 box per block (1/64 of the f16 KV at 64-token
+// blocks) and one bit per key channel of each row (1/32), however fine its leaves:
+// docs/kv-store.md, Memory.
 #pragma once
 
 #include <cstdint>

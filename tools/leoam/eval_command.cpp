@@ -587,7 +587,8 @@ class EvalCommand : public Command {
     int n_skipped = 0, n_todo = 0;
     for (const SampleSpec& s : samples) {
       for (const PolicyRun& r : runs) {
-        (done.count(run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget, straddle_chunk_)) != 0 ? n_skipped : n_todo)++;
+        const bool is_done = done.count(run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget, straddle_chunk_)) != 0;
+        ++(is_done ? n_skipped : n_todo);
       }
     }
     std::fprintf(stderr, "leoam: eval: %d runs, %d skipped (already in %s)\n", n_todo + n_skipped, n_skipped,

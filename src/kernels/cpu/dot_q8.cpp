@@ -250,21 +250,21 @@ void gemm_rows_q8(GgmlType type, const void* rows, size_t row_bytes, int64_t n_r
     dot_rows_per_token(type, rows, row_bytes, n_rows, x, xq_stride, n_tokens, n, y, ldy);
     return;
   }
-  constexpr int64_t kRows = 2 * kRowGroup;  // the groups kernel's two groups
+  // Q4_0 and Q8_0 rows as the file stores them (a tied output): two groups at a time, the groups
+  // kernel's unit, put into row groups here; the last n_rows % 8 rows one token at a time.
   thread_local std::vector<uint8_t> grouped;  // reused across calls
-  grouped.resize(kRows * row_bytes);
+  grouped.resize(2 * kRowGroup * row_bytes);
   const auto* src = static_cast<const uint8_t*>(rows);
   int64_t r0 = 0;
-  for (; r0 + kRowGroup <= n_rows; r0 += kRows) {
+  while (r0 + kRowGroup <= n_rows) {
     const int64_t n_groups = std::min<int64_t>(2, (n_rows - r0) / kRowGroup);
     group_rows(type, src + r0 * row_bytes, row_bytes, n_groups * kRowGroup, grouped.data());
     gemm_groups_q8(type, grouped.data(), row_bytes, n_groups, xq, xq_stride, n_tokens, n, y + r0, ldy);
-    if (n_groups < 2) {
-      r0 += n_groups * kRowGroup;
-      break;
-    }
+    r0 += n_groups * kRowGroup;
   }
-  if (r0 < n_rows) dot_rows_per_token(type, src + r0 * row_bytes, row_bytes, n_rows - r0, x, xq_stride, n_tokens, n, y + r0, ldy);
+  if (r0 < n_rows) {
+    dot_rows_per_token(type, src + r0 * row_bytes, row_bytes, n_rows - r0, x, xq_stride, n_tokens, n, y + r0, ldy);
+  }
 }
 
 bool gemm_q8_is_fast(GgmlType type) {

@@ -19,9 +19,9 @@ struct SuperView {
 };
 
 SuperView view(uint8_t* super, int n_sub) {
-  return {reinterpret_cast<float*>(super), reinterpret_cast<float*>(super + 64),
-          reinterpret_cast<int16_t*>(super + 128), reinterpret_cast<int32_t*>(super + 640),
-          super + 640 + 64 * n_sub};
+  return {reinterpret_cast<float*>(super + kPanelD), reinterpret_cast<float*>(super + kPanelDmin),
+          reinterpret_cast<int16_t*>(super + kPanelOffsetPairs), reinterpret_cast<int32_t*>(super + kPanelScales),
+          super + kpanel_quants(n_sub)};
 }
 
 void pack_q4_k(const BlockQ4_K& b, int r, const SuperView& p) {
@@ -71,7 +71,7 @@ void pack_q6_k(const BlockQ6_K& b, int r, const SuperView& p) {
 
 int kpanel_n_sub(GgmlType type) { return type == GgmlType::kQ4_K ? 8 : 16; }
 
-size_t kpanel_super_bytes(GgmlType type) { return 640 + 64 * static_cast<size_t>(kpanel_n_sub(type)) + 4096; }
+size_t kpanel_super_bytes(GgmlType type) { return kpanel_quants(kpanel_n_sub(type)) + 64 * 64; }
 
 void kpanel_pack(GgmlType type, const void* rows, size_t row_bytes, int n_rows, int64_t n, void* dst) {
   assert(type == GgmlType::kQ4_K || type == GgmlType::kQ6_K);

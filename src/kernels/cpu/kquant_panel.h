@@ -30,6 +30,14 @@ namespace leoam::kernels {
 
 constexpr int kPanelRows = 16;
 
+// Byte offsets within a super-block of a panel (the diagram above).
+constexpr size_t kPanelD = 0;
+constexpr size_t kPanelDmin = 64;
+constexpr size_t kPanelOffsetPairs = 128;
+constexpr size_t kPanelScales = 640;
+// The quants follow the n_sub scale vectors.
+constexpr size_t kpanel_quants(int n_sub) { return kPanelScales + 64 * static_cast<size_t>(n_sub); }
+
 // Sub-blocks per super-block: 8 (Q4_K), 16 (Q6_K).
 int kpanel_n_sub(GgmlType type);
 

@@ -192,7 +192,7 @@ LEOAM_AVX512 void dot_groups_q8_0_vnni(const void* groups, size_t row_bytes, int
 // unsigned weights (8 or 128, times the activation sum s) comes off in the same fused step that
 // applies the token's scale: acc += d_w (d_x isum - k s).
 //
-// T = 8 keeps 8 int32 sums, 8 f32 accumulators and 8 unpacked weight vectors in registers.
+// 8 tokens at a time: 8 f32 accumulators, an int32 sum and 8 unpacked weight vectors in registers.
 // A thread walks its group pairs in panels of kGemmPanelPairs; each panel meets every token, so
 // the panel's weights stay in L2 while the activations stream past.
 
@@ -201,8 +201,9 @@ constexpr int64_t kGemmPanelPairs = 4;
 
 // The 8 f16 scales at a and the 8 at b, as 16 f32 lanes.
 LEOAM_AVX512 inline __m512 group_scales(const uint8_t* a, const uint8_t* b) {
-  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
   return _mm512_cvtph_ps(h);
 }
 
@@ -235,11 +236,17 @@ struct GroupBlock<GgmlType::kQ8_0> {
   }
 };
 
-// Rows of groups a and b (16 lanes) against T tokens; writes all 16 lanes (pair) or the first 8.
-template <GgmlType kType, int T>
+// Rows of groups a and b (16 lanes) against the nt <= kGemmTokens tokens at xq; writes all 16
+// lanes (pair) or the first 8. Fewer than kGemmTokens tokens (a batch's last few) repeat the last
+// one in the spare slots, whose sums are not stored: each token's lanes see the same operations
+// whatever nt, so its outputs are the same bits.
+template <GgmlType kType>
 LEOAM_AVX512 void gemm_pair(const uint8_t* a, const uint8_t* b, bool pair, const uint8_t* xq, size_t xq_stride,
-                            int64_t n_blocks, float* y, int64_t ldy) {
+                            int nt, int64_t n_blocks, float* y, int64_t ldy) {
   using G = GroupBlock<kType>;
+  constexpr int T = kGemmTokens;
+  const BlockQ8A32* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const BlockQ8A32*>(xq + std::min(t, nt - 1) * xq_stride);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < n_blocks; ++blk, a += G::kBytes, b += G::kBytes) {
@@ -248,7 +255,7 @@ LEOAM_AVX512 void gemm_pair(const uint8_t* a, const uint8_t* b, bool pair, const
     const __m512 dw = group_scales(a, b);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const auto& x = reinterpret_cast<const BlockQ8A32*>(xq + static_cast<size_t>(t) * xq_stride)[blk];
+      const BlockQ8A32& x = xs[t][blk];
       __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
@@ -260,23 +267,7 @@ LEOAM_AVX512 void gemm_pair(const uint8_t* a, const uint8_t* b, bool pair, const
       acc[t] = _mm512_fmadd_ps(f, dw, acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    if (pair) {
-      _mm512_storeu_ps(y + t * ldy, acc[t]);
-    } else {
-      _mm512_mask_storeu_ps(y + t * ldy, 0x00FF, acc[t]);
-    }
-  }
-}
-
-// Token counts below kGemmTokens (the last few tokens of a batch).
-template <GgmlType kType, int T = kGemmTokens - 1>
-LEOAM_AVX512 void gemm_pair_tail(int n_tokens, const uint8_t* a, const uint8_t* b, bool pair, const uint8_t* xq,
-                                 size_t xq_stride, int64_t n_blocks, float* y, int64_t ldy) {
-  if constexpr (T >= 1) {
-    if (n_tokens == T) return gemm_pair<kType, T>(a, b, pair, xq, xq_stride, n_blocks, y, ldy);
-    gemm_pair_tail<kType, T - 1>(n_tokens, a, b, pair, xq, xq_stride, n_blocks, y, ldy);
-  }
+  for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ldy, pair ? 0xFFFF : 0x00FF, acc[t]);
 }
 
 template <GgmlType kType>
@@ -296,13 +287,8 @@ LEOAM_AVX512 void gemm_groups_vnni(const void* groups, size_t row_bytes, int64_t
         const bool pair = g + 1 < n_groups;
         const uint8_t* a = base + static_cast<size_t>(g) * group_bytes;
         const uint8_t* b = pair ? a + group_bytes : a;
-        const uint8_t* xt = x + static_cast<size_t>(t) * xq_stride;
-        float* yt = y + t * ldy + g * kRowGroup;
-        if (nt == kGemmTokens) {
-          gemm_pair<kType, kGemmTokens>(a, b, pair, xt, xq_stride, n_blocks, yt, ldy);
-        } else {
-          gemm_pair_tail<kType>(static_cast<int>(nt), a, b, pair, xt, xq_stride, n_blocks, yt, ldy);
-        }
+        gemm_pair<kType>(a, b, pair, x + static_cast<size_t>(t) * xq_stride, xq_stride, static_cast<int>(nt), n_blocks,
+                         y + t * ldy + g * kRowGroup, ldy);
       }
     }
   }
@@ -316,6 +302,7 @@ LEOAM_AVX512 void gemm_groups_vnni(const void* groups, size_t row_bytes, int64_t
 // in int32 (exact: below 2^31 for both types); the offsets (Q4_K's mins, Q6_K's -32) as
 // vpdpwssd of the panel's int16 pairs with the activation's sums of 16. Then f32: d * dx times
 // the scaled sum, minus dmin * dx times the offset sum. 4 tokens at a time: 3 accumulators each.
+// Panels are packed in 64-byte lines: the kernel's vector loads are aligned.
 
 constexpr int kKPanelTokens = 4;
 
@@ -323,21 +310,24 @@ struct alignas(64) Line64 {
   uint8_t bytes[64];
 };
 
-template <int kNSub, int T>
+// The panel against the nt <= kKPanelTokens tokens at xq, spare slots as in gemm_pair; `mask`:
+// the panel's rows that exist.
+template <int kNSub>
 LEOAM_AVX512 void kpanel_times_tokens(const uint8_t* panel, size_t super_bytes, int64_t n_super, const uint8_t* xq,
-                                      size_t xq_stride, float* y, int64_t ldy, __mmask16 mask) {
+                                      size_t xq_stride, int nt, float* y, int64_t ldy, __mmask16 mask) {
+  constexpr int T = kKPanelTokens;
   constexpr int kChunks = 64 / kNSub;  // 4-element chunks per sub-block
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_super; ++b) {
     const uint8_t* p = panel + b * super_bytes;
     const BlockQ8K* x[T];
-    for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const BlockQ8K*>(xq + t * xq_stride) + b;
+    for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const BlockQ8K*>(xq + std::min(t, nt - 1) * xq_stride) + b;
     __m512i scaled[T], offset[T];
     for (int t = 0; t < T; ++t) scaled[t] = offset[t] = _mm512_setzero_si512();
     for (int s = 0; s < kNSub; ++s) {
-      const __m512i sc = _mm512_load_si512(p + 640 + 64 * s);
-      const uint8_t* q = p + 640 + 64 * kNSub + 64 * kChunks * s;
+      const __m512i sc = _mm512_load_si512(p + kPanelScales + 64 * s);
+      const uint8_t* q = p + kpanel_quants(kNSub) + 64 * kChunks * s;
       __m512i w[kChunks];
       for (int c = 0; c < kChunks; ++c) w[c] = _mm512_load_si512(q + 64 * c);
 #pragma GCC unroll 4
@@ -352,31 +342,22 @@ LEOAM_AVX512 void kpanel_times_tokens(const uint8_t* panel, size_t super_bytes, 
       }
     }
     for (int k = 0; k < 8; ++k) {
-      const __m512i mp = _mm512_load_si512(p + 128 + 64 * k);
+      const __m512i mp = _mm512_load_si512(p + kPanelOffsetPairs + 64 * k);
       for (int t = 0; t < T; ++t) {
         int32_t sums;
         std::memcpy(&sums, x[t]->bsums + 2 * k, 4);
         offset[t] = _mm512_dpwssd_epi32(offset[t], mp, _mm512_set1_epi32(sums));
       }
     }
-    const __m512 d = _mm512_load_ps(p);
-    const __m512 dmin = _mm512_load_ps(p + 64);
+    const __m512 d = _mm512_load_ps(p + kPanelD);
+    const __m512 dmin = _mm512_load_ps(p + kPanelDmin);
     for (int t = 0; t < T; ++t) {
       const __m512 dx = _mm512_set1_ps(x[t]->d);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[t]), _mm512_mul_ps(d, dx), acc[t]);
       acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(offset[t]), _mm512_mul_ps(dmin, dx), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
-}
-
-template <int kNSub, int T = kKPanelTokens - 1>
-LEOAM_AVX512 void kpanel_times_tail(int n_tokens, const uint8_t* panel, size_t super_bytes, int64_t n_super,
-                                    const uint8_t* xq, size_t xq_stride, float* y, int64_t ldy, __mmask16 mask) {
-  if constexpr (T >= 1) {
-    if (n_tokens == T) return kpanel_times_tokens<kNSub, T>(panel, super_bytes, n_super, xq, xq_stride, y, ldy, mask);
-    kpanel_times_tail<kNSub, T - 1>(n_tokens, panel, super_bytes, n_super, xq, xq_stride, y, ldy, mask);
-  }
+  for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
 }
 
 template <GgmlType kType>
@@ -394,14 +375,9 @@ LEOAM_AVX512 void gemm_rows_kquant_vnni(const void* rows, size_t row_bytes, int6
     const auto mask = static_cast<__mmask16>((1u << n_panel_rows) - 1);
     const auto* p = reinterpret_cast<const uint8_t*>(panel.data());
     for (int64_t t = 0; t < n_tokens; t += kKPanelTokens) {
-      const int64_t nt = std::min<int64_t>(kKPanelTokens, n_tokens - t);
-      float* yt = y + t * ldy + r0;
-      const uint8_t* xt = x + static_cast<size_t>(t) * xq_stride;
-      if (nt == kKPanelTokens) {
-        kpanel_times_tokens<kNSub, kKPanelTokens>(p, super_bytes, n_super, xt, xq_stride, yt, ldy, mask);
-      } else {
-        kpanel_times_tail<kNSub>(static_cast<int>(nt), p, super_bytes, n_super, xt, xq_stride, yt, ldy, mask);
-      }
+      const auto nt = static_cast<int>(std::min<int64_t>(kKPanelTokens, n_tokens - t));
+      kpanel_times_tokens<kNSub>(p, super_bytes, n_super, x + static_cast<size_t>(t) * xq_stride, xq_stride, nt,
+                                 y + t * ldy + r0, ldy, mask);
     }
   }
 }

@@ -9,8 +9,11 @@
 // - Accuracy of 8-bit activations against the f32 activation (ref::dot_row): see kQ8RelL2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -237,87 +240,85 @@ TEST(DotQ8, RowGroupsEveryPathMatchesReference) {
   });
 }
 
-// The multi-token product of row groups (gemm_groups_q8, prefill): every path against
-// ref::dot_row_q8 per token and row, over 5 groups (two pairs and a lone group on the AVX-512
-// kernel) and token counts around its 8-token step; and each token's outputs are the same bits
-// whether it comes alone or with the others, so a prompt's chunking does not change them.
+// A multi-token product: product(xq, n_tokens, y, ldy) writes y[t * ldy + r] for the n_rows
+// rows of `rows` (row-major, in the file's layout) and tokens [0, n_tokens) at xq. Checked against
+// ref::dot_row_q8 for every token and row, for each count in `counts` out of n_tokens random
+// tokens; each token's outputs are the same bits as for the token alone (so a prompt's chunking
+// does not change them), and nothing is written past the rows.
+using MultiTokenProduct = std::function<void(const uint8_t* xq, int64_t n_tokens, float* y, int64_t ldy)>;
+void expect_multi_token_product(GgmlType type, int64_t n, const std::vector<uint8_t>& rows, int64_t n_rows,
+                                std::initializer_list<int64_t> counts, std::mt19937& rng,
+                                const MultiTokenProduct& product) {
+  const size_t row_bytes = ggml_row_size(type, n);
+  const size_t stride = activation_bytes(type, n);
+  const int64_t n_tokens = std::max(counts);
+  std::vector<uint8_t> xq(stride * n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    ref::quantize_activation(type, random_floats(n, rng).data(), n, xq.data() + t * stride);
+  }
+  const int64_t ldy = n_rows + 3;  // a row stride wider than the rows
+  for (int64_t count : counts) {
+    SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n) + " tokens=" + std::to_string(count));
+    std::vector<float> y(static_cast<size_t>(count * ldy), -1.0f);
+    product(xq.data(), count, y.data(), ldy);
+    for (int64_t t = 0; t < count; ++t) {
+      const uint8_t* xt = xq.data() + t * stride;
+      const std::vector<float> xd = dequantize_activation(type, std::vector<uint8_t>(xt, xt + stride), n);
+      std::vector<float> alone(static_cast<size_t>(n_rows));
+      product(xt, 1, alone.data(), n_rows);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t* row = rows.data() + r * row_bytes;
+        const float got = y[t * ldy + r];
+        ASSERT_NEAR(got, ref::dot_row_q8(type, row, xt, n), dot_tolerance(type, row, xd, n))
+            << "token " << t << " row " << r;
+        ASSERT_EQ(got, alone[r]) << "token " << t << " row " << r << ": differs from the token alone";
+      }
+      for (int64_t r = n_rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -1.0f) << "wrote past the rows";
+    }
+  }
+}
+
+// Row groups (gemm_groups_q8, prefill) on every path: 5 groups (two pairs and a lone group on
+// the AVX-512 kernel), token counts around its 8-token step.
 TEST(DotQ8, GemmGroupsEveryPathMatchesReference) {
   std::mt19937 rng(17);
   for_each_path([&](CpuPath) {
     for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
       for (int64_t n : {int64_t{32}, int64_t{96}, int64_t{2048}}) {
-        constexpr int64_t kGroups = 5, kRows = kGroups * kRowGroup, kTokens = 19;
+        constexpr int64_t kGroups = 5, kRows = kGroups * kRowGroup;
         const std::vector<uint8_t> rows = random_rows(type, n, kRows, rng);
         const size_t row_bytes = ggml_row_size(type, n);
         std::vector<uint8_t> grouped(rows.size());
         group_rows(type, rows.data(), row_bytes, kRows, grouped.data());
         const size_t stride = activation_bytes(type, n);
-        std::vector<uint8_t> xq(stride * kTokens);
-        for (int64_t t = 0; t < kTokens; ++t) {
-          ref::quantize_activation(type, random_floats(n, rng).data(), n, xq.data() + t * stride);
-        }
-        for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{kTokens}}) {
-          SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n) + " tokens=" + std::to_string(n_tokens));
-          constexpr int64_t kLdy = kRows + 3;  // a row stride wider than the rows
-          std::vector<float> y(static_cast<size_t>(n_tokens * kLdy), -1.0f);
-          gemm_groups_q8(type, grouped.data(), row_bytes, kGroups, xq.data(), stride, n_tokens, n, y.data(), kLdy);
-          for (int64_t t = 0; t < n_tokens; ++t) {
-            const uint8_t* xt = xq.data() + t * stride;
-            const std::vector<float> xd = dequantize_activation(type, std::vector<uint8_t>(xt, xt + stride), n);
-            std::vector<float> alone(kRows);
-            gemm_groups_q8(type, grouped.data(), row_bytes, kGroups, xt, stride, 1, n, alone.data(), kRows);
-            for (int64_t r = 0; r < kRows; ++r) {
-              const uint8_t* row = rows.data() + r * row_bytes;
-              const float got = y[t * kLdy + r];
-              ASSERT_NEAR(got, ref::dot_row_q8(type, row, xt, n), dot_tolerance(type, row, xd, n))
-                  << "token " << t << " row " << r;
-              ASSERT_EQ(got, alone[r]) << "token " << t << " row " << r << ": differs from the token alone";
-            }
-            for (int64_t r = kRows; r < kLdy; ++r) ASSERT_EQ(y[t * kLdy + r], -1.0f) << "wrote past the rows";
-          }
-        }
+        expect_multi_token_product(type, n, rows, kRows, {1, 7, 8, 19}, rng,
+                                   [&](const uint8_t* xq, int64_t n_tokens, float* y, int64_t ldy) {
+                                     gemm_groups_q8(type, grouped.data(), row_bytes, kGroups, xq, stride, n_tokens, n,
+                                                    y, ldy);
+                                   });
       }
     }
   });
 }
 
-// The multi-token product of row-major rows (gemm_rows_q8): every type with an integer dot on
-// every path, against ref::dot_row_q8; 37 rows are two 16-row panels (Q4_K, Q6_K) or two pairs
-// of groups (Q4_0, Q8_0) and a ragged rest, and token counts around the 4- and 8-token steps.
-// Each token's outputs are the same bits alone or with the others.
+// Row-major rows (gemm_rows_q8) of every type with an integer dot, on every path: 37 rows are
+// two 16-row panels (Q4_K, Q6_K) or two pairs of groups (Q4_0, Q8_0) and a ragged rest, token
+// counts around the 4- and 8-token steps.
 TEST(DotQ8, GemmRowsEveryPathMatchesReference) {
   std::mt19937 rng(19);
   for_each_path([&](CpuPath) {
     for (GgmlType type : kQ8Types) {
       const int64_t bs = ggml_block_size(type);
       for (int64_t n : {bs, 8 * bs}) {
-        constexpr int64_t kRows = 37, kTokens = 11, kLdy = kRows + 2;
+        constexpr int64_t kRows = 37;
         const std::vector<uint8_t> rows = random_rows(type, n, kRows, rng);
         const size_t row_bytes = ggml_row_size(type, n);
         const size_t stride = activation_bytes(type, n);
-        std::vector<uint8_t> xq(stride * kTokens);
-        for (int64_t t = 0; t < kTokens; ++t) {
-          ref::quantize_activation(type, random_floats(n, rng).data(), n, xq.data() + t * stride);
-        }
-        for (int64_t n_tokens : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{kTokens}}) {
-          SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n) + " tokens=" + std::to_string(n_tokens));
-          std::vector<float> y(static_cast<size_t>(n_tokens * kLdy), -1.0f);
-          gemm_rows_q8(type, rows.data(), row_bytes, kRows, xq.data(), stride, n_tokens, n, y.data(), kLdy);
-          for (int64_t t = 0; t < n_tokens; ++t) {
-            const uint8_t* xt = xq.data() + t * stride;
-            const std::vector<float> xd = dequantize_activation(type, std::vector<uint8_t>(xt, xt + stride), n);
-            std::vector<float> alone(kRows);
-            gemm_rows_q8(type, rows.data(), row_bytes, kRows, xt, stride, 1, n, alone.data(), kRows);
-            for (int64_t r = 0; r < kRows; ++r) {
-              const uint8_t* row = rows.data() + r * row_bytes;
-              const float got = y[t * kLdy + r];
-              ASSERT_NEAR(got, ref::dot_row_q8(type, row, xt, n), dot_tolerance(type, row, xd, n))
-                  << "token " << t << " row " << r;
-              ASSERT_EQ(got, alone[r]) << "token " << t << " row " << r << ": differs from the token alone";
-            }
-            for (int64_t r = kRows; r < kLdy; ++r) ASSERT_EQ(y[t * kLdy + r], -1.0f) << "wrote past the rows";
-          }
-        }
+        expect_multi_token_product(type, n, rows, kRows, {1, 3, 4, 11}, rng,
+                                   [&](const uint8_t* xq, int64_t n_tokens, float* y, int64_t ldy) {
+                                     gemm_rows_q8(type, rows.data(), row_bytes, kRows, xq, stride, n_tokens, n, y,
+                                                  ldy);
+                                   });
       }
     }
   });
