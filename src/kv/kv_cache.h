@@ -154,6 +154,11 @@ class KvCache {
   using ViewVisitor = std::function<Status(const KvView& view)>;
   [[nodiscard]] virtual Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn);
 
+  // Brings the positions of `ranges` of `layer` (as for_each_view takes them) close to compute,
+  // where a read of them would leave them, ahead of that read; a store that holds its KV in
+  // memory has nothing to do (the default).
+  [[nodiscard]] virtual Status prefetch(int /*layer*/, std::span<const TokenRange> /*ranges*/) { return Status::ok(); }
+
   // Forgets every position of every layer.
   virtual void clear() = 0;
   // Keeps positions [0, n_tokens) of every layer (layers holding fewer are left as they are).

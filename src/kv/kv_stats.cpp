@@ -135,7 +135,11 @@ std::string KvStats::to_text() const {
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
   if (prefill.known) {
     const int d = static_cast<int>(Tier::kDisk);
-    out += "disk during the prefill: read " + human_bytes(prefill.bytes_read[d]) + ", written " +
+    const std::string ahead =
+        disk_bytes_prefetched > 0
+            ? " (" + human_bytes(disk_bytes_prefetched) + " of it read ahead for the first decode step)"
+            : std::string();
+    out += "disk during the prefill: read " + human_bytes(prefill.bytes_read[d]) + ahead + ", written " +
            human_bytes(prefill.bytes_written[d]) + "; during the decode: read " +
            human_bytes(tiers[d].bytes_read - prefill.bytes_read[d]) + ", written " +
            human_bytes(tiers[d].bytes_written - prefill.bytes_written[d]) + '\n';
@@ -171,6 +175,7 @@ std::string KvStats::to_json() const {
   root["disk_write_latency_us"] = latency_json(disk_write_latency);
   root["disk_io_mode"] = disk_io_mode;
   root["buffer_bytes"] = buffer_bytes;
+  root["disk_bytes_prefetched"] = disk_bytes_prefetched;
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   if (prefill.known) {
     nlohmann::ordered_json p, d;

@@ -93,6 +93,9 @@ struct KvStats {
   std::array<uint64_t, kNumTiers> abstract_bytes{};
   std::array<uint64_t, kNumTiers> peak_abstract_bytes{};
   uint64_t buffer_bytes = 0;  // the store's gather scratch and write-through buffer
+  // Disk bytes read ahead of need (KvCache::prefetch: a prompt's forecast of the first decode
+  // step), part of the disk tier's bytes_read.
+  uint64_t disk_bytes_prefetched = 0;
   PolicyMemoryStats policy_memory;
   PrefillIoStats prefill;
 
@@ -107,7 +110,7 @@ struct KvStats {
   //    "peak_abstract_bytes":..}, "host": {..}, "disk": {..}},
   //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
-  //    "disk_io_mode": "..", "buffer_bytes":..,
+  //    "disk_io_mode": "..", "buffer_bytes":.., "disk_bytes_prefetched":..,
   //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..},
   //    "prefill": {"bytes_read": {"device":..,"host":..,"disk":..}, "bytes_written": {..},
   //    "working_set_budget_bytes":..,"working_set_bytes":..,"segments":..},

@@ -419,6 +419,36 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
   return Status::ok();
 }
 
+Status TieredKvCache::prefetch(int layer, std::span<const TokenRange> ranges) {
+  if (layer < 0 || layer >= options_.shape.n_layer) {
+    return invalid_argument("KV prefetch: layer " + std::to_string(layer) + " out of range");
+  }
+  // The whole chunks of `ranges` that are not on the device, merged where they touch.
+  const int64_t c = options_.chunk_tokens;
+  const int64_t n = layers_[layer].n_tokens;
+  std::vector<TokenRange> below;
+  for (const TokenRange& r : ranges) {
+    if (r.begin < 0 || r.end > n || r.end < r.begin) {
+      return invalid_argument("KV prefetch of layer " + std::to_string(layer) + ": [" + std::to_string(r.begin) +
+                              ", " + std::to_string(r.end) + ") is outside [0, " + std::to_string(n) + ")");
+    }
+    for (int64_t i = r.begin / c; i * c < r.end; ++i) {
+      if (residency_.find({layer, i})->tier == Tier::kDevice) continue;
+      const TokenRange chunk{i * c, std::min(n, (i + 1) * c)};
+      if (!below.empty() && below.back().end >= chunk.begin) {
+        below.back().end = std::max(below.back().end, chunk.end);
+      } else {
+        below.push_back(chunk);
+      }
+    }
+  }
+  if (below.empty()) return Status::ok();
+  const uint64_t disk_read0 = stats_[Tier::kDisk].bytes_read;
+  LEOAM_RETURN_IF_ERROR(for_each_view(layer, below, [](const KvView&) { return Status::ok(); }));
+  stats_.disk_bytes_prefetched += stats_[Tier::kDisk].bytes_read - disk_read0;
+  return Status::ok();
+}
+
 Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
   const KvCodec codec = options_.host_codec;
   const size_t slot = slot_bytes_;

@@ -98,6 +98,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // use; attention uses for_each_view, whose memory is bounded).
   Result<KvView> view(int layer, int64_t n_tokens_visible) override;
   Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) override;
+  // Gathers the host and disk chunks of `ranges` as for_each_view does, visiting nothing, so that
+  // they are promoted as after a read; their disk bytes count as prefetched (KvStats).
+  Status prefetch(int layer, std::span<const TokenRange> ranges) override;
   void clear() override;
   Status truncate(int64_t n_tokens) override;
 

@@ -48,6 +48,15 @@ class AttentionSelector {
   // The store now holds positions [0, n_tokens) of `layer`: called after each append of a prompt
   // batch (not of a decoded token, which select() sees).
   [[nodiscard]] virtual Status observe_stored(int /*layer*/, int64_t /*n_tokens*/) { return Status::ok(); }
+  // The query of a prompt's last position `pos` at `layer` ([n_head][head_dim], as select gets
+  // it), once the prompt's KV of the layer is stored: the positions the selector expects the
+  // first decode step to read there, so that the store can bring them close to compute
+  // (KvCache::prefetch) before the prompt's later layers push them out to disk. Empty when it
+  // cannot tell. The selector must not learn from the call in a way that changes a later select.
+  virtual Result<std::vector<TokenRange>> forecast(int /*layer*/, int64_t /*pos*/, const float* /*q*/,
+                                                   ThreadPool& /*pool*/) {
+    return std::vector<TokenRange>();
+  }
   // The residual stream entering `layer` for the decoded token at `pos`: [n_embd], before the
   // layer's attention norm. Called before select(layer, pos, ...).
   [[nodiscard]] virtual Status observe_layer_input(int /*layer*/, int64_t /*pos*/, const float* /*x*/) {

@@ -208,7 +208,7 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
     } else if (last) {
       out = logits.data();
     }
-    Status st = forward_batch(tokens.data() + done, n_chunk, n_past0 + done, all_logits, out);
+    Status st = forward_batch(tokens.data() + done, n_chunk, n_past0 + done, all_logits, out, last && n > 1);
     if (!st.is_ok()) {
       (void)kv_->truncate(n_past0);  // leave the context as it was
       if (options_.selector != nullptr) options_.selector->truncate(n_past0);
@@ -285,6 +285,9 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         }
         if (needs.stored) {
           if (Status st = selector->observe_stored(il, pos + nt); !st.is_ok()) return fail(st);
+        }
+        if (t0 + nt == n) {
+          if (Status st = prefetch_last_row(il, pos, nt); !st.is_ok()) return fail(st);
         }
         const size_t row0 = static_cast<size_t>(t0 - s0);
         store_kv_values(kv_->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
@@ -408,7 +411,15 @@ void LlamaForward::embed(const int32_t* tokens, int64_t n, float* x) const {
   }
 }
 
-Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits) {
+Status LlamaForward::prefetch_last_row(int layer, int64_t pos0, int64_t n) {
+  if (options_.selector == nullptr) return Status::ok();
+  const float* q = q_.data() + (n - 1) * hp_.n_embd_q();
+  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, options_.selector->forecast(layer, pos0 + n - 1, q, *pool_));
+  return kv_->prefetch(layer, ranges);
+}
+
+Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits,
+                                   bool prompt_end) {
   const int64_t n_embd = hp_.n_embd;
   const float eps = hp_.rms_eps;
   const bool decode = n == 1;
@@ -435,6 +446,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
+    if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
     if (decode && selector != nullptr) {
       LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, selector->select(il, pos0, q_.data(), pool));
       if (needs.attention_mass) {

@@ -75,7 +75,12 @@ class LlamaForward final : public ForwardContext {
 
   // Runs tokens[0, n) at positions [pos0, pos0 + n). Writes the logits of every row to
   // logits ([n][n_vocab]) when all_rows, else the last row's ([n_vocab]); none when logits is null.
-  Status forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits);
+  // prompt_end: the batch ends a prompt (n > 1): prefetch_last_row per layer.
+  Status forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits,
+                       bool prompt_end);
+  // The prompt's last row (the last of the n in q_, at positions [pos0, pos0 + n)): the store
+  // prefetches what the selector forecasts the first decode step will read at `layer`.
+  Status prefetch_last_row(int layer, int64_t pos0, int64_t n);
   // A prompt layer by layer (options_.prefill_working_set_bytes, the header comment); `chunks`
   // are the batches eval cut it into, as (first token, tokens).
   Status eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,

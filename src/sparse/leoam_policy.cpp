@@ -167,7 +167,18 @@ class LeoamPolicy final : public SelectionPolicy {
   Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) override {
     LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
     if (query.far.size() <= 0 || query.budget_tokens <= 0) return Selection{};
-    return options_.adaptive ? select_adaptive(query, catalog) : select_flat(query, catalog);
+    return options_.adaptive ? select_adaptive(query, catalog, true) : select_flat(query, catalog);
+  }
+
+  // The same ranking, with the tree left as it is: no leaf's history moves, nothing splits or
+  // merges. (A tree grown from the prompt still coarsens to its starting leaves, as the first
+  // select would: coarsening twice, to the same or larger leaves, gives the boxes of once.)
+  Result<std::optional<Selection>> predict(const SelectionQuery& query, KvCatalog& catalog) override {
+    LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
+    if (query.far.size() <= 0 || query.budget_tokens <= 0) return std::optional<Selection>(Selection{});
+    LEOAM_ASSIGN_OR_RETURN(Selection s, options_.adaptive ? select_adaptive(query, catalog, false)
+                                                          : select_flat(query, catalog));
+    return std::optional<Selection>(std::move(s));
   }
 
   void reset() override { trees_.clear(); }
@@ -229,8 +240,8 @@ class LeoamPolicy final : public SelectionPolicy {
     return s;
   }
 
-  // The leaves of the layer's chunk tree, which then adapts (the header comment).
-  Result<Selection> select_adaptive(const SelectionQuery& query, KvCatalog& catalog) {
+  // The leaves of the layer's chunk tree, which then adapts (the header comment) when `learn`.
+  Result<Selection> select_adaptive(const SelectionQuery& query, KvCatalog& catalog, bool learn) {
     LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query.layer, query.n_head_kv, query.head_dim, query.n_tokens,
                                                       query.budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, query.layer, query.n_tokens, source()));
@@ -262,7 +273,7 @@ class LeoamPolicy final : public SelectionPolicy {
       pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens, tree->options().min_tokens);
       s.ranges = pick.ranges;
     }
-    LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0, s));
+    if (learn) LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0, s));
     return s;
   }
 

@@ -22,6 +22,12 @@ class QuestPolicy final : public SelectionPolicy {
   // Nothing between steps; a step holds the far chunks' abstracts, read again each time.
   PolicyMemory memory() const override { return {0, peak_bytes_}; }
 
+  // Quest keeps no state: its forecast is its selection.
+  Result<std::optional<Selection>> predict(const SelectionQuery& query, KvCatalog& catalog) override {
+    LEOAM_ASSIGN_OR_RETURN(Selection s, select(query, catalog));
+    return std::optional<Selection>(std::move(s));
+  }
+
   Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) override {
     LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
     Selection s;

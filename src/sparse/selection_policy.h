@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -108,6 +109,13 @@ class SelectionPolicy {
   virtual std::string_view name() const = 0;
   // Picks far ranges for one query. Fails on catalog errors (an abstract that cannot be read).
   virtual Result<Selection> select(const SelectionQuery& query, KvCatalog& catalog) = 0;
+  // What select would pick for `query` (the prompt's last row: a forecast of the first decode
+  // step), without learning from it: no later select picks differently for the call. nullopt
+  // where the policy cannot say without side effects or without the decode's observations (the
+  // default: h2o evicts as it selects, infinigen speculates from a decode step's layer input).
+  virtual Result<std::optional<Selection>> predict(const SelectionQuery& /*query*/, KvCatalog& /*catalog*/) {
+    return std::optional<Selection>();
+  }
 
   // Learning from the forward pass (model/attention_selector.h): what the policy watches, and the
   // observations. A new sequence (a decode position that goes back, or the context cut below what

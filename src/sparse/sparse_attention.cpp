@@ -150,6 +150,37 @@ Status SparseAttention::observe_layer_input(int layer, int64_t pos, const float*
   return check_memory();
 }
 
+SelectionQuery SparseAttention::make_query(int layer, int64_t pos, const float* q, TokenRange far,
+                                           ThreadPool& pool) const {
+  SelectionQuery query;
+  query.layer = layer;
+  query.step = first_decode_pos_ >= 0 ? pos - first_decode_pos_ : 0;
+  query.n_tokens = pos + 1;
+  query.q = q;
+  query.n_head = shape_.n_head;
+  query.n_head_kv = shape_.n_head_kv;
+  query.head_dim = shape_.head_dim;
+  query.scale = shape_.scale;
+  query.far = far;
+  query.budget_tokens = far_budget(layer, far.size());
+  query.pool = &pool;
+  return query;
+}
+
+Result<std::vector<TokenRange>> SparseAttention::forecast(int layer, int64_t pos, const float* q, ThreadPool& pool) {
+  if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
+  const TokenRange far = window(pos + 1).far;
+  // Nothing to choose, no store to hint, or a budget that reads every far chunk alike.
+  if (far.size() == 0 || catalog_ == nullptr) return std::vector<TokenRange>();
+  const SelectionQuery query = make_query(layer, pos, q, far, pool);
+  if (query.budget_tokens >= far.size()) return std::vector<TokenRange>();
+  LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, policy_->predict(query, *catalog_));
+  if (!predicted) return std::vector<TokenRange>();
+  hint_importance(layer, predicted->ranges, *catalog_);
+  LEOAM_RETURN_IF_ERROR(check_memory());
+  return std::move(predicted->ranges);
+}
+
 Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q,
                                                         ThreadPool& pool) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
@@ -160,18 +191,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
 
   Selection picked;
   if (far.size() > 0) {
-    SelectionQuery query;
-    query.layer = layer;
-    query.step = pos - first_decode_pos_;
-    query.n_tokens = n;
-    query.q = q;
-    query.n_head = shape_.n_head;
-    query.n_head_kv = shape_.n_head_kv;
-    query.head_dim = shape_.head_dim;
-    query.scale = shape_.scale;
-    query.far = far;
-    query.budget_tokens = far_budget(layer, far.size());
-    query.pool = &pool;
+    const SelectionQuery query = make_query(layer, pos, q, far, pool);
     if (query.budget_tokens >= far.size()) {
       picked.ranges.push_back(far);  // the budget covers everything: nothing to choose
     } else {

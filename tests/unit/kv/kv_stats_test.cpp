@@ -65,6 +65,7 @@ KvStats example_stats() {
   s.abstract_bytes = {3ull << 20, 1ull << 10, 5ull << 12};
   s.peak_abstract_bytes = {4ull << 20, 2ull << 10, 5ull << 12};
   s.buffer_bytes = 40ull << 20;
+  s.disk_bytes_prefetched = 3ull << 20;
   s.disk_read_latency.record_us(1.5);
   s.disk_read_latency.record_us(1000.0);
   s.disk_write_latency.record_us(40.0);
@@ -76,7 +77,7 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   const KvStats s = example_stats();
   const nlohmann::json j = nlohmann::json::parse(s.to_json());
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j.size(), 5u);  // no policy_memory: no policy ran
+  EXPECT_EQ(j.size(), 6u);  // no policy_memory: no policy ran
   const char* names[] = {"device", "host", "disk"};
   for (int t = 0; t < kNumTiers; ++t) {
     const nlohmann::json& tj = j.at("tiers").at(names[t]);
@@ -93,6 +94,7 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
     EXPECT_EQ(tj.at("peak_abstract_bytes").get<uint64_t>(), s.peak_abstract_bytes[t]);
   }
   EXPECT_EQ(j.at("buffer_bytes").get<uint64_t>(), s.buffer_bytes);
+  EXPECT_EQ(j.at("disk_bytes_prefetched").get<uint64_t>(), s.disk_bytes_prefetched);
   const nlohmann::json& r = j.at("disk_read_latency_us");
   EXPECT_EQ(r.at("count").get<uint64_t>(), 2u);
   EXPECT_DOUBLE_EQ(r.at("mean").get<double>(), 500.75);
@@ -129,6 +131,7 @@ TEST(KvStatsTest, PolicyMemoryIsReportedWhenAPolicyRan) {
 // prefill's working set, once the prefill is known.
 TEST(KvStatsTest, PrefillAndDecodeDiskTrafficAreSplit) {
   KvStats s = example_stats();
+  s.disk_bytes_prefetched = 0;
   s[Tier::kDisk].bytes_read = 5ull << 20;
   s[Tier::kDisk].bytes_written = 3ull << 20;
   EXPECT_EQ(nlohmann::json::parse(s.to_json()).count("prefill"), 0u);
@@ -155,6 +158,12 @@ TEST(KvStatsTest, PrefillAndDecodeDiskTrafficAreSplit) {
       << text;
   s.prefill.working_set_budget_bytes = 0;
   EXPECT_NE(s.to_text().find("prefill working set: none, batch by batch (--prefill-mb 0)"), std::string::npos);
+  // What the prompt read ahead for the first decode step is said apart, inside the prefill's reads.
+  s.disk_bytes_prefetched = 512ull << 10;
+  EXPECT_NE(s.to_text().find("disk during the prefill: read 1.0 MiB (512.0 KiB of it read ahead for the first "
+                             "decode step), written 3.0 MiB"),
+            std::string::npos)
+      << s.to_text();
 }
 
 TEST(KvStatsTest, EmptyStatsAreValidJson) {

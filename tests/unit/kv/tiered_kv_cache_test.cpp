@@ -302,6 +302,52 @@ TEST(TieredKvCache, SealedChunksAreWrittenThroughAndDemotedWithoutAWrite) {
   for (int il = 0; il < kLayers; ++il) expect_same_rows(twin, il, {&all, 1});
 }
 
+// prefetch: the host and disk chunks of the ranges come up as a read would leave them (more
+// important than the residents, as a policy's hint makes them), their disk bytes counted as
+// prefetched; device chunks are not touched (no hit counted), the rows served stay the same, and
+// a range past the layer's end is refused.
+TEST(TieredKvCache, PrefetchBringsChunksUpAsAReadWouldAndCountsItsDiskBytes) {
+  TempDir dir;
+  TieredKvCacheOptions o = small_options(dir.path());
+  o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 4 * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
+  Twin twin(o);
+  ASSERT_TRUE(twin.append(256).is_ok());  // 32 chunks a layer; most of them on disk
+  TieredKvCache& kv = twin.tiered();
+  const std::vector<TokenRange> ranges = {{20, 36}, {80, 84}};  // chunks 2, 3, 4 and 10
+  const std::vector<int64_t> chunks = {2, 3, 4, 10};
+  uint64_t want_disk = 0;
+  int64_t on_device = 0;
+  for (int64_t i : chunks) {
+    const Tier t = kv.residency().find({1, i})->tier;
+    want_disk += t == Tier::kDisk ? kv.disk().slot_bytes() : 0;
+    on_device += t == Tier::kDevice;
+  }
+  ASSERT_GT(want_disk, 0u);
+  ASSERT_EQ(on_device, 0);
+  for (int64_t i : chunks) kv.set_importance({1, i}, 1.0f);
+  const KvStats before = kv.stats();
+  ASSERT_TRUE(kv.prefetch(1, ranges).is_ok());
+  const KvStats after = kv.stats();
+  EXPECT_EQ(after.disk_bytes_prefetched, want_disk);
+  EXPECT_EQ(after[Tier::kDisk].bytes_read - before[Tier::kDisk].bytes_read, want_disk);
+  for (int64_t i : chunks) {
+    EXPECT_EQ(kv.residency().find({1, i})->tier, Tier::kDevice) << "chunk " << i;
+  }
+  // Once they are on the device, a second prefetch reads and counts nothing.
+  const KvStats again_before = kv.stats();
+  ASSERT_TRUE(kv.prefetch(1, ranges).is_ok());
+  const KvStats again = kv.stats();
+  EXPECT_EQ(again.disk_bytes_prefetched, want_disk);
+  EXPECT_EQ(again[Tier::kDevice].hits, again_before[Tier::kDevice].hits);
+  EXPECT_EQ(again[Tier::kDevice].bytes_read, again_before[Tier::kDevice].bytes_read);
+  const TokenRange all{0, kv.n_tokens()};
+  for (int il = 0; il < kLayers; ++il) expect_same_rows(twin, il, {&all, 1});
+
+  const TokenRange past{250, 257};
+  EXPECT_EQ(kv.prefetch(1, {&past, 1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(kv.prefetch(kLayers, ranges).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(TieredKvCache, ViewGathersEveryPositionIntoOneSegment) {
   TempDir dir;
   Twin twin(small_options(dir.path()));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -148,6 +149,59 @@ TEST(SparseAttention, ARollbackForgetsWhatThePolicyLearnedPastIt) {
   const std::vector<TokenRange> want = pick(**fresh);
   EXPECT_NE(want, with_huge);
   EXPECT_EQ(pick(**seen), want);
+}
+
+// A forecast (the prompt's last query) is what the policy would select at that position, far
+// part only, for the policies that can say without side effects (leoam, quest); and it teaches
+// the policy nothing: the steps after it select as if it had not been made. h2o, whose selection
+// evicts, forecasts nothing.
+TEST(SparseAttention, AForecastIsTheSelectionAndTeachesThePolicyNothing) {
+  testing_util::KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 640, {0, 0});
+  catalog.set_keys(64, 128, {1, 0});
+  catalog.set_keys(300, 310, {0.5f, 0.5f});
+  catalog.set_keys(500, 520, {0.8f, -0.2f});
+  const AttentionShape shape{3, 1, 1, 2, 1.0f / std::sqrt(2.0f)};
+  const std::vector<float> q = {1, 0};
+  ThreadPool pool(1);
+  for (const std::string policy : {"leoam", "quest"}) {
+    SCOPED_TRACE(policy);
+    SparseAttentionOptions o;
+    o.policy = policy;
+    o.n_sink = 4;
+    o.n_recent = 4;
+    o.budget = 96;
+    o.policy_options.desert = false;
+    auto make = [&] { return std::move(SparseAttention::create(o, &catalog, shape)).value(); };
+    for (int layer = 0; layer < 3; ++layer) {
+      auto fresh = make();
+      auto r = fresh->select(layer, 599, q.data(), pool);
+      ASSERT_TRUE(r.is_ok()) << r.status().message();
+      const std::vector<TokenRange> far(r->begin() + 1, r->end() - 1);  // without the sink and the recent window
+      ASSERT_FALSE(far.empty());
+      auto forecaster = make();
+      auto f = forecaster->forecast(layer, 599, q.data(), pool);
+      ASSERT_TRUE(f.is_ok()) << f.status().message();
+      EXPECT_EQ(*f, far) << "layer " << layer;
+      EXPECT_EQ(forecaster->total().n_queries, 0);  // not a decode step
+      // The same decode steps after the forecast and without it.
+      auto plain = make();
+      for (int64_t pos = 600; pos < 640; ++pos) {
+        auto a = forecaster->select(layer, pos, q.data(), pool);
+        auto b = plain->select(layer, pos, q.data(), pool);
+        ASSERT_TRUE(a.is_ok() && b.is_ok());
+        EXPECT_EQ(*a, *b) << "layer " << layer << " position " << pos;
+      }
+    }
+  }
+  SparseAttentionOptions h;
+  h.policy = "h2o";
+  h.budget = 96;
+  auto h2o = SparseAttention::create(h, &catalog, shape);
+  ASSERT_TRUE(h2o.is_ok());
+  auto f = (*h2o)->forecast(1, 599, q.data(), pool);
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_TRUE(f->empty());
 }
 
 TEST(SparseAttention, RejectsBadOptions) {
@@ -347,82 +401,120 @@ TEST_F(SparseDecodeTest, APolicyPastItsMemoryBudgetStopsTheRun) {
   }
 }
 
-// The selector as it was before the prompt built leoam's trees: it hides SelectorNeeds::stored,
-// so the trees are built at the first decode step, from the abstracts read back.
-class PromptBlind final : public AttentionSelector {
+// A selector that hides the forecast of the prompt's last query (the store prefetches nothing)
+// and, with hide_stored, SelectorNeeds::stored too, as before the prompt built leoam's trees:
+// they are then built at the first decode step, from the abstracts read back.
+class Blinded final : public AttentionSelector {
  public:
-  explicit PromptBlind(SparseAttention& inner) : inner_(inner) {}
+  Blinded(SparseAttention& inner, bool hide_stored) : inner_(inner), hide_stored_(hide_stored) {}
   Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q, ThreadPool& pool) override {
     return inner_.select(layer, pos, q, pool);
   }
   SelectorNeeds needs() const override {
     SelectorNeeds n = inner_.needs();
-    n.stored = false;
+    n.stored = n.stored && !hide_stored_;
     return n;
   }
+  Status observe_stored(int layer, int64_t n_tokens) override { return inner_.observe_stored(layer, n_tokens); }
 
  private:
   SparseAttention& inner_;
+  bool hide_stored_;
+};
+
+// leoam over a tiered store of 8-token chunks, a prompt, then decode steps.
+class LeoamStoreTest : public SparseForwardTest {
+ protected:
+  struct Run {
+    std::vector<std::vector<float>> rows;  // each step's logits
+    uint64_t first_step_disk_bytes = 0;
+    uint64_t prefetched = 0;  // disk bytes read ahead (KvStats::disk_bytes_prefetched) after the prompt
+    int64_t attended = 0;
+  };
+  // `device_chunks`: the device tier's room besides its pinned chunks; `wrap` picks the selector
+  // the forward pass gets from leoam's (itself when null).
+  Run run(const std::string& name, uint64_t working_set, int64_t device_chunks, double budget, int64_t n_prompt,
+          int n_steps, const std::function<std::unique_ptr<AttentionSelector>(SparseAttention&)>& wrap) {
+    Run r;
+    TieredKvCacheOptions t;
+    t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
+    t.chunk_tokens = 8;
+    t.n_recent_tokens = 16;
+    t.dir = dir_.path() + "/" + name;
+    t.device_budget_bytes =
+        TieredKvCache::min_device_budget_bytes(t) + device_chunks * TieredKvCache::chunk_budget_bytes(t, Tier::kDevice);
+    auto kv = TieredKvCache::create(t);
+    EXPECT_TRUE(kv.is_ok()) << kv.status().message();
+    if (!kv.is_ok()) return r;
+    TieredKvCache* store = kv->get();
+    SparseAttentionOptions o;
+    o.policy = "leoam";
+    o.budget = budget;
+    o.n_recent = 16;
+    auto s = SparseAttention::create(o, store, {spec_.n_layer, spec_.n_head, spec_.n_head_kv, 16, 0.25f});
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    if (!s.is_ok()) return r;
+    std::unique_ptr<AttentionSelector> wrapped = wrap ? wrap(**s) : nullptr;
+    ForwardOptions fo;
+    fo.n_threads = 1;
+    fo.n_batch = 64;
+    fo.prefill_working_set_bytes = working_set;
+    fo.selector = wrapped != nullptr ? wrapped.get() : s->get();
+    auto ctx = LlamaForward::create(*model_, fo, std::move(kv).value());
+    EXPECT_TRUE(ctx.is_ok());
+    if (!ctx.is_ok()) return r;
+    std::mt19937 rng(8);
+    std::vector<float> logits;
+    EXPECT_TRUE((*ctx)->eval(random_tokens(n_prompt, rng), false, logits).is_ok());
+    r.prefetched = store->stats().disk_bytes_prefetched;
+    const uint64_t before = store->stats()[Tier::kDisk].bytes_read;
+    for (int step = 0; step < n_steps; ++step) {
+      const int32_t one[1] = {random_tokens(1, rng)[0]};
+      EXPECT_TRUE((*ctx)->eval(one, false, logits).is_ok());
+      if (step == 0) r.first_step_disk_bytes = store->stats()[Tier::kDisk].bytes_read - before;
+      r.rows.push_back(logits);
+    }
+    EXPECT_EQ(store->stats().disk_bytes_prefetched, r.prefetched);  // only the prompt reads ahead
+    r.attended = (*s)->total().n_attended;
+    return r;
+  }
+  static std::unique_ptr<AttentionSelector> forecast_blind(SparseAttention& s) {
+    return std::make_unique<Blinded>(s, false);
+  }
+  static std::unique_ptr<AttentionSelector> prompt_blind(SparseAttention& s) {
+    return std::make_unique<Blinded>(s, true);
+  }
 };
 
 // leoam's trees grow while the prompt is written (the layered prefill and the batch order alike),
 // from the abstracts still in memory: the first decode step reads fewer abstract bytes back from
 // disk, and every step selects, and so computes, exactly as with trees built at the first step.
-TEST_F(SparseForwardTest, LeoamTreesBuiltFromThePromptSelectAsTreesBuiltAtTheFirstStep) {
+TEST_F(LeoamStoreTest, TreesBuiltFromThePromptSelectAsTreesBuiltAtTheFirstStep) {
   for (const uint64_t working_set : {uint64_t{0}, uint64_t{64} << 20}) {
     SCOPED_TRACE(working_set == 0 ? "batch order" : "layered prefill");
-    struct Run {
-      std::vector<std::vector<float>> rows;
-      uint64_t first_step_disk_bytes = 0;
-      int64_t attended = 0;
-    };
-    const auto run = [&](bool blind) {
-      Run r;
-      TieredKvCacheOptions t;
-      t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
-      t.chunk_tokens = 8;
-      t.n_recent_tokens = 16;
-      t.dir = dir_.path() + (blind ? "/blind" : "/seeing");
-      t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
-      auto kv = TieredKvCache::create(t);
-      EXPECT_TRUE(kv.is_ok()) << kv.status().message();
-      if (!kv.is_ok()) return r;
-      TieredKvCache* store = kv->get();
-      SparseAttentionOptions o;
-      o.policy = "leoam";
-      o.budget = 0.25;
-      o.n_recent = 16;
-      auto s = SparseAttention::create(o, store, {spec_.n_layer, spec_.n_head, spec_.n_head_kv, 16, 0.25f});
-      EXPECT_TRUE(s.is_ok()) << s.status().message();
-      if (!s.is_ok()) return r;
-      PromptBlind blind_selector(**s);
-      ForwardOptions fo;
-      fo.n_threads = 1;
-      fo.n_batch = 64;
-      fo.prefill_working_set_bytes = working_set;
-      fo.selector = blind ? static_cast<AttentionSelector*>(&blind_selector) : s->get();
-      auto ctx = LlamaForward::create(*model_, fo, std::move(kv).value());
-      EXPECT_TRUE(ctx.is_ok());
-      if (!ctx.is_ok()) return r;
-      std::mt19937 rng(8);
-      std::vector<float> logits;
-      EXPECT_TRUE((*ctx)->eval(random_tokens(200, rng), false, logits).is_ok());
-      const uint64_t before = store->stats()[Tier::kDisk].bytes_read;
-      for (int step = 0; step < 8; ++step) {
-        const int32_t one[1] = {random_tokens(1, rng)[0]};
-        EXPECT_TRUE((*ctx)->eval(one, false, logits).is_ok());
-        if (step == 0) r.first_step_disk_bytes = store->stats()[Tier::kDisk].bytes_read - before;
-        r.rows.push_back(logits);
-      }
-      r.attended = (*s)->total().n_attended;
-      return r;
-    };
-    const Run seeing = run(false);
-    const Run blind = run(true);
+    const Run seeing = run("seeing", working_set, 0, 0.25, 200, 8, forecast_blind);
+    const Run blind = run("blind", working_set, 0, 0.25, 200, 8, prompt_blind);
     ASSERT_EQ(seeing.rows.size(), 8u);
     EXPECT_EQ(seeing.rows, blind.rows);
     EXPECT_EQ(seeing.attended, blind.attended);
     EXPECT_LT(seeing.first_step_disk_bytes, blind.first_step_disk_bytes);
+  }
+}
+
+// The prompt's last query forecasts, per layer, what the first decode step reads, and the store
+// brings it up before the later layers push it to disk (layered prefill and batch order alike):
+// the first step reads less from disk, what was read ahead is counted, and every step computes
+// exactly as without the forecast.
+TEST_F(LeoamStoreTest, ThePromptsLastQueryPrefetchesWhatTheFirstStepReads) {
+  for (const uint64_t working_set : {uint64_t{0}, uint64_t{64} << 20}) {
+    SCOPED_TRACE(working_set == 0 ? "batch order" : "layered prefill");
+    const Run forecast = run("forecast", working_set, 16, 0.1, 240, 6, nullptr);
+    const Run blind = run("blind", working_set, 16, 0.1, 240, 6, forecast_blind);
+    ASSERT_EQ(forecast.rows.size(), 6u);
+    EXPECT_EQ(forecast.rows, blind.rows);
+    EXPECT_GT(forecast.prefetched, 0u);
+    EXPECT_EQ(blind.prefetched, 0u);
+    EXPECT_LT(forecast.first_step_disk_bytes, blind.first_step_disk_bytes);
   }
 }
 
