@@ -273,7 +273,7 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
   return Status::ok();
 }
 
-Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads) {
+Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in) {
   if (reads.empty()) return Status::ok();
   Layer& L = layers_[layer];
   std::vector<ReadRequest> requests;
@@ -287,9 +287,9 @@ Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads) {
     return chunk_error(st.code(), layer, reads[0].index,
                        "reading " + std::to_string(reads.size()) + " chunk(s) from this one on: " + st.message());
   }
-  if (options_.stats != nullptr) {
-    options_.stats->disk_read_latency.record_us(elapsed_us(t0));
-    (*options_.stats)[Tier::kDisk].bytes_read += reads.size() * slot_bytes_;
+  if (KvStats* stats = count_in != nullptr ? count_in : options_.stats; stats != nullptr) {
+    stats->disk_read_latency.record_us(elapsed_us(t0));
+    (*stats)[Tier::kDisk].bytes_read += reads.size() * slot_bytes_;
   }
   for (const DiskChunkRead& r : reads) {
     const uint64_t expected = L.entries[r.index].chunk_checksum;

@@ -114,8 +114,9 @@ class DiskTier {
   // abstracts). A chunk counts as written only once the whole batch is: after an error none of
   // them does.
   [[nodiscard]] Status write_chunks(int layer, std::span<const DiskChunkWrite> writes);
-  // Reads written chunks of one layer in one batch, and checks each.
-  [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads);
+  // Reads written chunks of one layer in one batch, and checks each. The bytes and the latency
+  // are counted in `count_in` (the read-ahead thread's own), or the tier's stats when null.
+  [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in = nullptr);
   // Reads the abstracts of the chunks of `runs` of `layer` (all written) in one batch, a read of
   // the blocks that hold each run (O_DIRECT where the file system allows; bytes_read counts the
   // blocks, the latency one sample), checks them, and stores them run after run in dst:

@@ -159,6 +159,13 @@ class KvCache {
   // memory has nothing to do (the default).
   [[nodiscard]] virtual Status prefetch(int /*layer*/, std::span<const TokenRange> /*ranges*/) { return Status::ok(); }
 
+  // Starts reading, in the background, what of `ranges` of `layer` is not in memory, for the
+  // layer's next for_each_view, and returns at once; a store that does not read ahead does
+  // nothing (the default). Only where the KV lives may change, never what a view holds.
+  [[nodiscard]] virtual Status read_ahead(int /*layer*/, std::span<const TokenRange> /*ranges*/) {
+    return Status::ok();
+  }
+
   // Forgets every position of every layer.
   virtual void clear() = 0;
   // Keeps positions [0, n_tokens) of every layer (layers holding fewer are left as they are).

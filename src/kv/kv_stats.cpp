@@ -85,6 +85,25 @@ void LatencyHistogram::record_us(double us) {
   max_us_ = std::max(max_us_, us);
 }
 
+void LatencyHistogram::merge(const LatencyHistogram& other) {
+  for (int b = 0; b < kBuckets; ++b) buckets_[b] += other.buckets_[b];
+  count_ += other.count_;
+  sum_us_ += other.sum_us_;
+  max_us_ = std::max(max_us_, other.max_us_);
+}
+
+std::string ReadAheadStats::to_text() const {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "read-ahead: %llu layers, %llu chunks read ahead, %llu of them used; %llu chunks missed and read when "
+                "needed; %.1f ms waited",
+                static_cast<unsigned long long>(jobs), static_cast<unsigned long long>(chunks_staged),
+                static_cast<unsigned long long>(chunks_used), static_cast<unsigned long long>(chunks_missed), wait_ms);
+  std::string out = buf;
+  if (failed_jobs > 0) out += "; " + std::to_string(failed_jobs) + " reads failed (their chunks read again when needed)";
+  return out;
+}
+
 double LatencyHistogram::quantile_upper_us(double p) const {
   if (count_ == 0) return 0.0;
   p = std::clamp(p, 0.0, 1.0);
@@ -133,6 +152,7 @@ std::string KvStats::to_text() const {
   out += "abstracts: on the device and host in memory, inside their tier's budget; on disk in the abstract files\n";
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
+  if (read_ahead.jobs > 0) out += read_ahead.to_text() + '\n';
   if (prefill.known) {
     const int d = static_cast<int>(Tier::kDisk);
     const std::string ahead =
@@ -176,6 +196,14 @@ std::string KvStats::to_json() const {
   root["disk_io_mode"] = disk_io_mode;
   root["buffer_bytes"] = buffer_bytes;
   root["disk_bytes_prefetched"] = disk_bytes_prefetched;
+  if (read_ahead.jobs > 0) {
+    root["read_ahead"] = {{"jobs", read_ahead.jobs},
+                          {"failed_jobs", read_ahead.failed_jobs},
+                          {"chunks_staged", read_ahead.chunks_staged},
+                          {"chunks_used", read_ahead.chunks_used},
+                          {"chunks_missed", read_ahead.chunks_missed},
+                          {"wait_ms", read_ahead.wait_ms}};
+  }
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   if (prefill.known) {
     nlohmann::ordered_json p, d;

@@ -134,6 +134,9 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   const uint64_t n_write_slots = std::clamp<uint64_t>(kWriteBatchBytes / slot, 1,
                                                       static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
   LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
+  if (options.read_ahead_bytes > 0) {
+    LEOAM_ASSIGN_OR_RETURN(cache->read_ahead_, ReadAhead::create(*cache->disk_, options.read_ahead_bytes));
+  }
   return cache;
 }
 
@@ -204,6 +207,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   if (move.to == Tier::kDisk) {
     stats_[from].evictions += 1;
     if (move.needs_write) {
+      settle(layer);
       uint8_t* dst = write_buffer_.data();
       disk_slot_of(c, from, dst);
       cover_stored_form(c, dst);
@@ -220,6 +224,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   if (from == Tier::kDisk) {
     stored = stored_from_disk;
     if (stored == nullptr) {
+      settle(layer);
       const DiskChunkRead read{index, write_buffer_.data()};
       LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, {&read, 1}));
       stored = write_buffer_.data();
@@ -304,6 +309,7 @@ Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
   if (layer < 0 || layer >= options_.shape.n_layer) {
     return invalid_argument("KV append: layer " + std::to_string(layer) + " out of range");
   }
+  settle(layer);
   LayerState& L = layers_[layer];
   if (pos0 != L.n_tokens || n_tokens < 0 || pos0 + n_tokens > options_.shape.n_ctx) {
     return invalid_argument("KV append to layer " + std::to_string(layer) + ": positions [" + std::to_string(pos0) +
@@ -389,6 +395,7 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
     }
     prev_end = r.end;
   }
+  settle(layer);
   ++tick_;
   const int64_t c = options_.chunk_tokens;
   const size_t scratch_slot = slot_bytes_ + (options_.host_codec == KvCodec::kNone
@@ -449,6 +456,29 @@ Status TieredKvCache::prefetch(int layer, std::span<const TokenRange> ranges) {
   return Status::ok();
 }
 
+Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) {
+  if (read_ahead_ == nullptr) return Status::ok();
+  if (layer < 0 || layer >= options_.shape.n_layer) {
+    return invalid_argument("KV read-ahead: layer " + std::to_string(layer) + " out of range");
+  }
+  const int64_t c = options_.chunk_tokens;
+  const int64_t n = layers_[layer].n_tokens;
+  std::vector<int64_t> on_disk;
+  int64_t last = -1;
+  for (const TokenRange& r : ranges) {
+    if (r.begin < 0 || r.end > n || r.end < r.begin) {
+      return invalid_argument("KV read-ahead of layer " + std::to_string(layer) + ": [" + std::to_string(r.begin) +
+                              ", " + std::to_string(r.end) + ") is outside [0, " + std::to_string(n) + ")");
+    }
+    for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
+      if (residency_.find({layer, i})->tier == Tier::kDisk) on_disk.push_back(i);
+      last = i;
+    }
+  }
+  read_ahead_->start(layer, on_disk, stats_);
+  return Status::ok();
+}
+
 Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
   const KvCodec codec = options_.host_codec;
   const size_t slot = slot_bytes_;
@@ -495,9 +525,16 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
         host.misses += 1;
         stats_[Tier::kDisk].hits += 1;
         uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot;
-        reads.push_back({it.index, dst});
-        it.stored = dst;
-        it.data = codec == KvCodec::kNone ? dst : dst + slot;
+        const uint8_t* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, it.index) : nullptr;
+        if (staged != nullptr) {
+          stats_.read_ahead.chunks_used += 1;
+          it.stored = staged;
+        } else {
+          if (read_ahead_ != nullptr && read_ahead_->covers(layer)) stats_.read_ahead.chunks_missed += 1;
+          reads.push_back({it.index, dst});
+          it.stored = dst;
+        }
+        it.data = codec == KvCodec::kNone ? it.stored : dst + slot;
         break;
       }
     }
@@ -618,11 +655,13 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
 
 Status TieredKvCache::truncate(int64_t n_tokens) {
   if (n_tokens < 0) return invalid_argument("KV truncate: negative length");
+  if (read_ahead_ != nullptr) read_ahead_->drop_all(stats_);
   for (int il = 0; il < options_.shape.n_layer; ++il) LEOAM_RETURN_IF_ERROR(truncate_layer(il, n_tokens));
   return Status::ok();
 }
 
 void TieredKvCache::clear() {
+  if (read_ahead_ != nullptr) read_ahead_->drop_all(stats_);
   residency_.clear();
   for (int il = 0; il < options_.shape.n_layer; ++il) {
     layers_[il] = LayerState{};
@@ -719,6 +758,7 @@ Status TieredKvCache::abstracts_from_kv(int layer, int64_t i0, int64_t i1, float
     const int64_t b1 = std::min(i1, b0 + n_slots);
     reads.clear();
     for (int64_t i = b0; i < b1; ++i) reads.push_back({i, scratch_.data() + (i - b0) * slot});
+    settle(layer);
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
     stats_[Tier::kDisk].hits += static_cast<uint64_t>(b1 - b0);
     for (int64_t i = b0; i < b1; ++i) {
@@ -767,7 +807,8 @@ KvStats TieredKvCache::stats() const {
     s.abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();
     s.peak_abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();  // the files only grow
   }
-  s.buffer_bytes = scratch_.size() + write_buffer_.size() + row_scratch_.capacity();
+  s.buffer_bytes = scratch_.size() + write_buffer_.size() + row_scratch_.capacity() +
+                   (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0);
   return s;
 }
 

@@ -24,6 +24,11 @@
 // residents) allow; with a lossy host codec only from the disk to the host, so the device holds
 // only keys as they were appended. Every gather counts in stats().
 //
+// Read-ahead (the decode pipeline): read_ahead() hands the disk chunks of a layer's speculated
+// selection to an I/O thread (read_ahead.h) and returns; the layer's next gather takes the
+// staged bytes for the chunks it finds there and reads the others itself (counted as missed).
+// Every use of a layer's chunk file first waits for that layer's job.
+//
 // Abstracts: a sealed chunk's abstract bounds every form of its keys that is ever served: as
 // appended, and decoded from its stored form (the box covers both; the codec keeps key signs).
 // So an abstract a policy read once stays sound wherever the chunk moves.
@@ -50,6 +55,7 @@
 #include "kv/kv_catalog.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_stats.h"
+#include "kv/read_ahead.h"
 #include "kv/residency.h"
 
 namespace leoam {
@@ -68,6 +74,8 @@ struct TieredKvCacheOptions {
   int n_sink_tokens = 4;                // pinned on the device (StreamingLLM's 4 sinks)
   int n_recent_tokens = 64;             // pinned on the device
   uint64_t gather_batch_bytes = uint64_t{32} << 20;  // scratch for one gather batch
+  // Staging for the decode pipeline's read-ahead (read_ahead.h), both buffers; 0: no read-ahead.
+  uint64_t read_ahead_bytes = 0;
   FileOpenOptions file_options;         // direct, uring, queue depth of the disk tier
   FileSystem* file_system = nullptr;    // nullptr: posix_file_system()
   // Keep the disk tier's files visible in `dir` while the store lives (for tools that read them
@@ -101,6 +109,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // Gathers the host and disk chunks of `ranges` as for_each_view does, visiting nothing, so that
   // they are promoted as after a read; their disk bytes count as prefetched (KvStats).
   Status prefetch(int layer, std::span<const TokenRange> ranges) override;
+  // With read_ahead_bytes, the disk chunks of `ranges` are read on the read-ahead thread into its
+  // staging, where the layer's next gathers take them from; without, nothing.
+  Status read_ahead(int layer, std::span<const TokenRange> ranges) override;
   void clear() override;
   Status truncate(int64_t n_tokens) override;
 
@@ -184,6 +195,11 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   void update_recent_pins(int layer);
   Status gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn);
   Status promote_after_read(int layer, std::span<const GatherItem> items);
+  // Before this thread uses `layer`'s chunk file: the read-ahead job of the layer is finished and
+  // counted (read_ahead.h, thread safety).
+  void settle(int layer) {
+    if (read_ahead_ != nullptr) read_ahead_->settle(layer, stats_);
+  }
   Chunk& chunk(ChunkKey key) { return layers_[key.layer].chunks[key.index]; }
 
   TieredKvCacheOptions options_;
@@ -192,6 +208,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   size_t slot_bytes_ = 0;        // a chunk's stored form, padded to the disk tier's slot
   Residency residency_;
   std::unique_ptr<DiskTier> disk_;  // null without a dir
+  std::unique_ptr<ReadAhead> read_ahead_;  // null without a disk tier or read_ahead_bytes (destroyed before disk_)
   std::vector<LayerState> layers_;
   KvStats stats_;
   uint64_t tick_ = 0;

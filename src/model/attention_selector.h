@@ -48,13 +48,19 @@ class AttentionSelector {
   // The store now holds positions [0, n_tokens) of `layer`: called after each append of a prompt
   // batch (not of a decoded token, which select() sees).
   [[nodiscard]] virtual Status observe_stored(int /*layer*/, int64_t /*n_tokens*/) { return Status::ok(); }
-  // The query of a prompt's last position `pos` at `layer` ([n_head][head_dim], as select gets
-  // it), once the prompt's KV of the layer is stored: the positions the selector expects the
-  // first decode step to read there, so that the store can bring them close to compute
-  // (KvCache::prefetch) before the prompt's later layers push them out to disk. Empty when it
-  // cannot tell. The selector must not learn from the call in a way that changes a later select.
-  virtual Result<std::vector<TokenRange>> forecast(int /*layer*/, int64_t /*pos*/, const float* /*q*/,
-                                                   ThreadPool& /*pool*/) {
+  // The positions of `layer` that the selector expects a query at position `pos` to read
+  // (q: [n_head][head_dim], as select gets it), when the layer holds n_stored positions (pos + 1
+  // or pos: the query's own KV may not be stored yet), so that the store can bring them close to
+  // compute ahead of the read. Empty when it cannot tell. Two uses:
+  //   keep   the prompt's last query, once the prompt's KV of the layer is stored: a forecast of
+  //          the first decode step, whose picks the store should keep (they become more important
+  //          in its eviction order) until then, past the prompt's later layers;
+  //   !keep  a decode step's query speculated one layer ahead (the decode pipeline): what the
+  //          store keeps must not change, so that a pipelined decode computes exactly as an
+  //          unpipelined one.
+  // Either way the selector must not learn from the call in a way that changes a later select.
+  virtual Result<std::vector<TokenRange>> forecast(int /*layer*/, int64_t /*pos*/, int64_t /*n_stored*/,
+                                                   const float* /*q*/, ThreadPool& /*pool*/, bool /*keep*/) {
     return std::vector<TokenRange>();
   }
   // The residual stream entering `layer` for the decoded token at `pos`: [n_embd], before the

@@ -39,6 +39,12 @@ struct ForwardOptions {
   // to the positions before it through the store. Logits are those of the batch order (bit for
   // bit where the segment starts at position 0, as over an in-memory cache).
   uint64_t prefill_working_set_bytes = 0;
+  // The decode pipeline (LeoAM's DTP): while a decode step computes layer l, the selector's
+  // forecast for layer l + 1 (its query speculated from layer l's input through layer l + 1's
+  // attention norm and query projection, as InfiniGen does) has the store read that layer's
+  // chunks ahead (KvCache::read_ahead). Layer l + 1 still selects with its own query, so the
+  // tokens are those of an unpipelined decode; what the forecast missed is read then.
+  bool pipeline = false;
 };
 
 // What the layered prefill did (ForwardOptions::prefill_working_set_bytes), for the reports.

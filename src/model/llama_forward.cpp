@@ -358,8 +358,12 @@ void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n
 }
 
 void LlamaForward::output_and_ffn(const LayerWeights& L, float* x, float* xn, int64_t n) {
+  attention_output(L, x, xn, n);
+  ffn(L, xn, n);
+}
+
+void LlamaForward::attention_output(const LayerWeights& L, float* x, float* xn, int64_t n) {
   const int64_t n_embd = hp_.n_embd;
-  const int64_t n_ff = hp_.n_ff;
   ThreadPool& pool = *pool_;
   float* proj = proj_.data();
   if (n == 1) {
@@ -371,6 +375,12 @@ void LlamaForward::output_and_ffn(const LayerWeights& L, float* x, float* xn, in
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
     kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, L.ffn_norm, n_embd, hp_.rms_eps, xn + t * n_embd);
   });
+}
+
+void LlamaForward::ffn(const LayerWeights& L, const float* xn, int64_t n) {
+  const int64_t n_ff = hp_.n_ff;
+  ThreadPool& pool = *pool_;
+  float* proj = proj_.data();
   if (n == 1) {
     ffn_gate_up_swiglu(L.ffn_gate, L.ffn_up, xn, gate_.data(), up_.data(), pool, *inline_pool_);
     const MatvecTask down[] = {{&L.ffn_down, gate_.data(), proj, nullptr}};
@@ -411,10 +421,27 @@ void LlamaForward::embed(const int32_t* tokens, int64_t n, float* x) const {
   }
 }
 
+Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
+  const LayerWeights& next = w_.layers[layer + 1];
+  spec_xn_.resize(static_cast<size_t>(hp_.n_embd));
+  spec_q_.resize(static_cast<size_t>(hp_.n_embd_q()));
+  kernels::rmsnorm(x, next.attn_norm, hp_.n_embd, hp_.rms_eps, spec_xn_.data());
+  const MatvecTask q[] = {{&next.attn_q, spec_xn_.data(), spec_q_.data(), next.attn_q_bias}};
+  fused_matvecs(q, *pool_, *inline_pool_);
+  kernels::rope(spec_q_.data(), rope_.shape(hp_.n_head), cos_.data(), sin_.data());
+  scale_query(spec_q_.data(), hp_.n_embd_q(), hp_.query_scale(pos));
+  // The step's own KV of layer + 1 is not stored yet: the forecast chooses among [0, pos).
+  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges,
+                         options_.selector->forecast(layer + 1, pos, pos, spec_q_.data(), *pool_, false));
+  return kv_->read_ahead(layer + 1, ranges);
+}
+
 Status LlamaForward::prefetch_last_row(int layer, int64_t pos0, int64_t n) {
   if (options_.selector == nullptr) return Status::ok();
   const float* q = q_.data() + (n - 1) * hp_.n_embd_q();
-  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, options_.selector->forecast(layer, pos0 + n - 1, q, *pool_));
+  const int64_t pos = pos0 + n - 1;
+  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges,
+                         options_.selector->forecast(layer, pos, pos + 1, q, *pool_, true));
   return kv_->prefetch(layer, ranges);
 }
 
@@ -463,7 +490,11 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       const TokenRange visible{0, pos0 + n};
       LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
     }
-    output_and_ffn(L, x, xn, n);
+    attention_output(L, x, xn, n);
+    if (decode && options_.pipeline && selector != nullptr && il + 1 < hp_.n_layer) {
+      LEOAM_RETURN_IF_ERROR(read_ahead_next(il, x, pos0));
+    }
+    ffn(L, xn, n);
     if (il + 1 < hp_.n_layer) {
       const float* next_norm = w_.layers[il + 1].attn_norm;
       for_each_row(pool, n, norm_cost, [&](int64_t t) {

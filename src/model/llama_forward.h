@@ -78,6 +78,11 @@ class LlamaForward final : public ForwardContext {
   // prompt_end: the batch ends a prompt (n > 1): prefetch_last_row per layer.
   Status forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits,
                        bool prompt_end);
+  // The decode pipeline (ForwardOptions::pipeline) in layer `layer` of the step at pos, between
+  // its attention and its FFN, x the residual stream with the attention added: layer + 1's query
+  // speculated from x, the selector's forecast with it, and the store's read-ahead of what it
+  // picks, which the FFN's compute then hides.
+  Status read_ahead_next(int layer, const float* x, int64_t pos);
   // The prompt's last row (the last of the n in q_, at positions [pos0, pos0 + n)): the store
   // prefetches what the selector forecasts the first decode step will read at `layer`.
   Status prefetch_last_row(int layer, int64_t pos0, int64_t n);
@@ -90,6 +95,9 @@ class LlamaForward final : public ForwardContext {
   void project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0);
   // x += attn_ Wo^T, xn = ffn_norm(x), proj_ = the FFN of xn (the caller adds proj_ to x);
   void output_and_ffn(const LayerWeights& L, float* x, float* xn, int64_t n);
+  // Its two halves: x += attn_ Wo^T and xn = ffn_norm(x); then proj_ = the FFN of xn.
+  void attention_output(const LayerWeights& L, float* x, float* xn, int64_t n);
+  void ffn(const LayerWeights& L, const float* xn, int64_t n);
   // logits of the last row (all rows when all_rows) after the last layer: x += proj_, then the
   // output norm and projection.
   void output_logits(float* x, int64_t n, bool all_rows, float* logits);
@@ -121,6 +129,8 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> cos_;     // [n_batch][n_rot/2]
   std::vector<float> sin_;     // [n_batch][n_rot/2]
   std::vector<float> key_mass_;  // [positions attended] for a selector that watches attention mass
+  std::vector<float> spec_xn_;   // [n_embd] the pipeline's speculation: the next layer's norm of x
+  std::vector<float> spec_q_;    // [n_head][head_dim] and its query
   // The layered prefill's working set, sized per prompt: the residual stream of a segment's rows
   // and one layer's K and V of them, in the store's dtype.
   std::vector<float> seg_x_;    // [segment][n_embd]

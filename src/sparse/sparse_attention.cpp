@@ -150,12 +150,12 @@ Status SparseAttention::observe_layer_input(int layer, int64_t pos, const float*
   return check_memory();
 }
 
-SelectionQuery SparseAttention::make_query(int layer, int64_t pos, const float* q, TokenRange far,
+SelectionQuery SparseAttention::make_query(int layer, int64_t pos, int64_t n_tokens, const float* q, TokenRange far,
                                            ThreadPool& pool) const {
   SelectionQuery query;
   query.layer = layer;
   query.step = first_decode_pos_ >= 0 ? pos - first_decode_pos_ : 0;
-  query.n_tokens = pos + 1;
+  query.n_tokens = n_tokens;
   query.q = q;
   query.n_head = shape_.n_head;
   query.n_head_kv = shape_.n_head_kv;
@@ -167,16 +167,19 @@ SelectionQuery SparseAttention::make_query(int layer, int64_t pos, const float* 
   return query;
 }
 
-Result<std::vector<TokenRange>> SparseAttention::forecast(int layer, int64_t pos, const float* q, ThreadPool& pool) {
-  if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");
-  const TokenRange far = window(pos + 1).far;
+Result<std::vector<TokenRange>> SparseAttention::forecast(int layer, int64_t pos, int64_t n_stored, const float* q,
+                                                          ThreadPool& pool, bool keep) {
+  if (layer < 0 || layer >= shape_.n_layer || pos < 0 || n_stored < pos || n_stored > pos + 1) {
+    return invalid_argument("sparse attention: bad layer or position");
+  }
+  const TokenRange far = window(pos + 1).far;  // inside [0, pos): the recent window holds pos
   // Nothing to choose, no store to hint, or a budget that reads every far chunk alike.
   if (far.size() == 0 || catalog_ == nullptr) return std::vector<TokenRange>();
-  const SelectionQuery query = make_query(layer, pos, q, far, pool);
+  const SelectionQuery query = make_query(layer, pos, n_stored, q, far, pool);
   if (query.budget_tokens >= far.size()) return std::vector<TokenRange>();
   LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, policy_->predict(query, *catalog_));
   if (!predicted) return std::vector<TokenRange>();
-  hint_importance(layer, predicted->ranges, *catalog_);
+  if (keep) hint_importance(layer, predicted->ranges, *catalog_);
   LEOAM_RETURN_IF_ERROR(check_memory());
   return std::move(predicted->ranges);
 }
@@ -191,7 +194,7 @@ Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, 
 
   Selection picked;
   if (far.size() > 0) {
-    const SelectionQuery query = make_query(layer, pos, q, far, pool);
+    const SelectionQuery query = make_query(layer, pos, n, q, far, pool);
     if (query.budget_tokens >= far.size()) {
       picked.ranges.push_back(far);  // the budget covers everything: nothing to choose
     } else {

@@ -73,10 +73,12 @@ class SparseAttention final : public AttentionSelector {
                                                          const AttentionShape& shape);
 
   Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float* q, ThreadPool& pool) override;
-  // The policy's forecast (SelectionPolicy::predict) for the prompt's last query: its far ranges,
-  // and an eviction hint (each far chunk in them counts as picked once). Not a decode step: no
-  // stats, and the steps still count from the first decoded position.
-  Result<std::vector<TokenRange>> forecast(int layer, int64_t pos, const float* q, ThreadPool& pool) override;
+  // The policy's forecast (SelectionPolicy::predict) for a query at pos over the n_stored
+  // positions held: its far ranges; with keep, an eviction hint too (each far chunk in them counts
+  // as picked once). Not a decode step: no stats, and the steps still count from the first
+  // decoded position.
+  Result<std::vector<TokenRange>> forecast(int layer, int64_t pos, int64_t n_stored, const float* q, ThreadPool& pool,
+                                           bool keep) override;
   // The policy's (SelectionPolicy::needs and observe_*), passed through.
   SelectorNeeds needs() const override { return policy_->needs(); }
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override;
@@ -110,8 +112,10 @@ class SparseAttention final : public AttentionSelector {
     TokenRange sink, recent, far;
   };
   Window window(int64_t n) const;
-  // The policy's query for position pos of `layer` over `far` (step counted from the first decode).
-  SelectionQuery make_query(int layer, int64_t pos, const float* q, TokenRange far, ThreadPool& pool) const;
+  // The policy's query at position pos of `layer` over `far`, seeing n_tokens positions (step
+  // counted from the first decode).
+  SelectionQuery make_query(int layer, int64_t pos, int64_t n_tokens, const float* q, TokenRange far,
+                            ThreadPool& pool) const;
   // The far tokens the policy may pick, of n_far.
   int64_t far_budget(int layer, int64_t n_far) const;
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);

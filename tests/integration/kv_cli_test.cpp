@@ -176,6 +176,33 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
   }
 }
 
+// --pipeline on reads each next layer's speculated chunks ahead: the same text as --pipeline off,
+// and --kv-stats says what the read-ahead did. Without --kv-dir the flag is refused.
+TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
+  const auto run_with = [&](const std::string& pipeline) {
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "24", "--policy", "leoam", "--budget", "0.1",
+                                     "--pipeline", pipeline, "--kv-stats", "--kv-stats-json",
+                                     dir_ + "/" + pipeline + ".json"};
+    for (const std::string& a : tiny_tiers("kv-" + pipeline)) args.push_back(a);
+    return run(args);
+  };
+  const CliResult off = run_with("off");
+  ASSERT_EQ(off.status, 0) << off.err;
+  const CliResult on = run_with("on");
+  ASSERT_EQ(on.status, 0) << on.err;
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_EQ(off.err.find("read-ahead:"), std::string::npos) << off.err;
+  EXPECT_NE(on.err.find("read-ahead: "), std::string::npos) << on.err;
+  const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/on.json"));
+  EXPECT_GT(stats.at("read_ahead").at("jobs").get<double>(), 0.0) << stats.dump(1);
+  EXPECT_GT(stats.at("read_ahead").at("chunks_staged").get<double>(), 0.0) << stats.dump(1);
+
+  const CliResult no_dir = run({"-p", "Once", "-n", "2", "--pipeline", "on"});
+  EXPECT_NE(no_dir.status, 0);
+  EXPECT_NE(no_dir.err.find("--pipeline"), std::string::npos) << no_dir.err;
+  EXPECT_NE(no_dir.err.find("--kv-dir"), std::string::npos) << no_dir.err;
+}
+
 // Every policy runs end to end through the tiered store with the KV mostly on disk. Just below a
 // full budget (0.99: a full budget skips the policy and gives full attention's text, checked
 // once) each policy chooses, and leaves out a little; at 10% each attends about a tenth of the

@@ -17,6 +17,8 @@ uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 10
 
 uint64_t prefill_working_set_bytes(const KvCliOptions& o) { return o.dir.empty() ? 0 : mib_to_bytes(o.prefill_mb); }
 
+bool decode_pipeline(const KvCliOptions& o) { return !o.dir.empty() && o.pipeline == "on"; }
+
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   const std::string group = "KV store (tiers)";
   CLI::Option* dir = cmd.add_option("--kv-dir", o.dir,
@@ -68,6 +70,22 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->check(non_negative<double>())
       ->needs(dir)
       ->group(group);
+  cmd.add_option("--pipeline", o.pipeline,
+                 "with --kv-dir, decode in a pipeline: while a layer computes, the next layer's selection is made "
+                 "from a query speculated from this layer's input, and its chunks are read from disk on an I/O "
+                 "thread; the next layer still selects with its own query (the same tokens), and reads what the "
+                 "speculation missed")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}))
+      ->needs(dir)
+      ->group(group);
+  cmd.add_option("--read-ahead-mb", o.read_ahead_mb,
+                 "with --pipeline on, RAM in MiB for the chunks read ahead (two layers' worth at most; what does "
+                 "not fit is read when needed)")
+      ->capture_default_str()
+      ->check(positive<double>())
+      ->needs(dir)
+      ->group(group);
   cmd.add_option("--kv-meta-mb", o.meta_mb,
                  "RAM budget in MiB for what the attention policy keeps about the KV (trees, abstracts read, scores, "
                  "partial keys); a run that needs more stops with an error (0: no budget; --kv-stats reports it)")
@@ -104,6 +122,7 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   }
   t.host_codec = *parse_kv_codec(o.host_codec);
   t.file_options.queue_depth = o.queue_depth;
+  if (decode_pipeline(o)) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));
   return std::unique_ptr<KvCache>(std::move(kv));
 }

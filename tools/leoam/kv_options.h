@@ -34,12 +34,15 @@ struct KvCliOptions {
   int queue_depth = 32;
   double prefill_mb = 1024.0;  // the layered prefill's working set, with a dir (ForwardOptions)
   double meta_mb = 0.0;  // the policy's memory budget (SparseAttentionOptions::memory_budget_bytes); 0: none
+  std::string pipeline = "off";  // the decode pipeline (ForwardOptions::pipeline), with a dir
+  double read_ahead_mb = 64.0;   // its staging (TieredKvCacheOptions::read_ahead_bytes)
   bool print_stats = false;
   std::string stats_json_path;
 };
 
 // Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-sink,
-// --kv-recent, --kv-queue-depth, --prefill-mb, --kv-meta-mb, --kv-stats and --kv-stats-json on `cmd`.
+// --kv-recent, --kv-queue-depth, --prefill-mb, --pipeline, --read-ahead-mb, --kv-meta-mb, --kv-stats
+// and --kv-stats-json on `cmd`.
 void add_kv_options(CLI::App& cmd, KvCliOptions& options);
 
 // A flag's MiB as bytes.
@@ -48,6 +51,9 @@ uint64_t mib_to_bytes(double mb);
 // ForwardOptions::prefill_working_set_bytes: --prefill-mb with a disk tier (--kv-dir), else 0 (a
 // store in RAM reads nothing back from disk: batch by batch).
 uint64_t prefill_working_set_bytes(const KvCliOptions& options);
+
+// ForwardOptions::pipeline: --pipeline on with a disk tier (a store in RAM has nothing to read ahead).
+bool decode_pipeline(const KvCliOptions& options);
 
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with
 // --kv-dir, else the in-memory cache; or, when `need_chunks` (a policy that scores chunk

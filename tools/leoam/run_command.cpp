@@ -197,6 +197,7 @@ class RunCommand : public Command {
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     fwd.should_stop = &SigintScope::interrupted;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
+    fwd.pipeline = decode_pipeline(kv_options_);
     options_.should_stop = &SigintScope::interrupted;
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
     if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);

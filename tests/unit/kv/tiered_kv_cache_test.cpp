@@ -348,6 +348,74 @@ TEST(TieredKvCache, PrefetchBringsChunksUpAsAReadWouldAndCountsItsDiskBytes) {
   EXPECT_EQ(kv.prefetch(kLayers, ranges).code(), StatusCode::kInvalidArgument);
 }
 
+// The disk chunks of a layer's ranges in order (what a read-ahead of them stages).
+std::vector<int64_t> disk_chunks_of(TieredKvCache& kv, int layer, std::span<const TokenRange> ranges) {
+  std::vector<int64_t> out;
+  for (const TokenRange& r : ranges) {
+    for (int64_t i = r.begin / kChunk; i * kChunk < r.end; ++i) {
+      if (kv.residency().find({layer, i})->tier == Tier::kDisk) out.push_back(i);
+    }
+  }
+  return out;
+}
+
+// read_ahead: the disk chunks of the ranges are read on the I/O thread, and the layer's next
+// gather takes them from the staging (used), reads the rest itself (missed), and serves the same
+// rows; the job's disk bytes count once. A bad range is refused, and a truncate with a job in
+// flight leaves the store right.
+TEST(TieredKvCache, ReadAheadStagesDiskChunksForTheLayersNextGather) {
+  TempDir dir;
+  TieredKvCacheOptions o = small_options(dir.path());
+  o.read_ahead_bytes = 2 * 16 * kDirectIoAlignment;  // 16 chunks a job
+  Twin twin(o);
+  ASSERT_TRUE(twin.append(256).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  const std::vector<TokenRange> ahead = {{20, 36}, {80, 84}};
+  const std::vector<int64_t> staged = disk_chunks_of(kv, 1, ahead);
+  ASSERT_EQ(staged.size(), 4u);
+  const KvStats before = kv.stats();
+  ASSERT_TRUE(kv.read_ahead(1, ahead).is_ok());
+  expect_same_rows(twin, 1, ahead);
+  KvStats after = kv.stats();
+  EXPECT_EQ(after.read_ahead.jobs, 1u);
+  EXPECT_EQ(after.read_ahead.chunks_staged, 4u);
+  EXPECT_EQ(after.read_ahead.chunks_used, 4u);
+  EXPECT_EQ(after.read_ahead.chunks_missed, 0u);
+  EXPECT_EQ(after[Tier::kDisk].bytes_read - before[Tier::kDisk].bytes_read, 4 * kv.disk().slot_bytes());
+  EXPECT_GE(after.buffer_bytes, o.read_ahead_bytes);  // the staging counts as the store's buffers
+
+  // A gather of other ranges than were read ahead: what it finds staged it uses, the rest it reads.
+  const std::vector<TokenRange> guess = {{100, 116}};
+  const std::vector<TokenRange> asked = {{108, 140}};
+  const std::vector<int64_t> guessed = disk_chunks_of(kv, 1, guess);
+  const std::vector<int64_t> needed = disk_chunks_of(kv, 1, asked);
+  const auto n_hit = static_cast<uint64_t>(
+      std::count_if(needed.begin(), needed.end(), [&](int64_t i) { return std::ranges::count(guessed, i) > 0; }));
+  ASSERT_GT(n_hit, 0u);
+  ASSERT_LT(n_hit, needed.size());
+  ASSERT_TRUE(kv.read_ahead(1, guess).is_ok());
+  expect_same_rows(twin, 1, asked);
+  after = kv.stats();
+  EXPECT_EQ(after.read_ahead.chunks_staged, 4 + guessed.size());
+  EXPECT_EQ(after.read_ahead.chunks_used, 4 + n_hit);
+  EXPECT_EQ(after.read_ahead.chunks_missed, needed.size() - n_hit);
+  const std::string text = after.to_text();
+  EXPECT_NE(text.find("read-ahead: 2 layers, " + std::to_string(4 + guessed.size()) + " chunks read ahead, " +
+                      std::to_string(4 + n_hit) + " of them used; " + std::to_string(needed.size() - n_hit) +
+                      " chunks missed"),
+            std::string::npos)
+      << text;
+
+  const TokenRange past{250, 257};
+  EXPECT_EQ(kv.read_ahead(1, {&past, 1}).code(), StatusCode::kInvalidArgument);
+  const std::vector<TokenRange> late = {{160, 200}};
+  ASSERT_TRUE(kv.read_ahead(0, late).is_ok());
+  ASSERT_TRUE(kv.truncate(150).is_ok());
+  ASSERT_TRUE(twin.memory().truncate(150).is_ok());
+  const TokenRange all{0, 150};
+  for (int il = 0; il < kLayers; ++il) expect_same_rows(twin, il, {&all, 1});
+}
+
 TEST(TieredKvCache, ViewGathersEveryPositionIntoOneSegment) {
   TempDir dir;
   Twin twin(small_options(dir.path()));
@@ -673,6 +741,36 @@ TEST_F(TieredKvCacheFaults, FlippedBitInAChunkIsNamedAndNeverServed) {
   EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
   fs_.disarm_all();
   EXPECT_TRUE(read_all(1).is_ok());  // the file itself was never damaged
+}
+
+// A read-ahead whose read fails stages nothing: the gather reads the chunk itself and reports
+// the corruption, naming the chunk, as without the pipeline.
+TEST_F(TieredKvCacheFaults, AFailedReadAheadLeavesTheErrorToTheGather) {
+  TieredKvCacheOptions o = small_options(dir_.path() + "/ahead");
+  o.file_system = &fs_;
+  o.session = "ahead";
+  o.read_ahead_bytes = 2 * 16 * kDirectIoAlignment;
+  Twin twin(o);
+  ASSERT_TRUE(twin.append(120).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  ASSERT_EQ(kv.residency().find({1, 2})->tier, Tier::kDisk);
+  Fault f;
+  f.kind = FaultKind::kFlipBit;
+  f.path_suffix = "ahead-L001.kv";
+  f.byte_offset = 2 * kv.disk().slot_bytes() + 37;
+  f.bit = 3;
+  f.sticky = true;
+  fs_.arm(f);
+  const TokenRange r{16, 24};
+  ASSERT_TRUE(kv.read_ahead(1, {&r, 1}).is_ok());
+  const Status st = read_rows(kv, 1, {&r, 1}).status();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("KV session 'ahead' layer 1 chunk 2"), std::string::npos) << st.message();
+  EXPECT_EQ(kv.stats().read_ahead.failed_jobs, 1u);
+  EXPECT_EQ(kv.stats().read_ahead.chunks_used, 0u);
+  fs_.disarm_all();
+  expect_same_rows(twin, 1, {&r, 1});
 }
 
 TEST_F(TieredKvCacheFaults, FlippedBitInAnAbstractIsNamed) {

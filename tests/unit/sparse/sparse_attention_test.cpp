@@ -180,7 +180,7 @@ TEST(SparseAttention, AForecastIsTheSelectionAndTeachesThePolicyNothing) {
       const std::vector<TokenRange> far(r->begin() + 1, r->end() - 1);  // without the sink and the recent window
       ASSERT_FALSE(far.empty());
       auto forecaster = make();
-      auto f = forecaster->forecast(layer, 599, q.data(), pool);
+      auto f = forecaster->forecast(layer, 599, 600, q.data(), pool, true);
       ASSERT_TRUE(f.is_ok()) << f.status().message();
       EXPECT_EQ(*f, far) << "layer " << layer;
       EXPECT_EQ(forecaster->total().n_queries, 0);  // not a decode step
@@ -199,7 +199,7 @@ TEST(SparseAttention, AForecastIsTheSelectionAndTeachesThePolicyNothing) {
   h.budget = 96;
   auto h2o = SparseAttention::create(h, &catalog, shape);
   ASSERT_TRUE(h2o.is_ok());
-  auto f = (*h2o)->forecast(1, 599, q.data(), pool);
+  auto f = (*h2o)->forecast(1, 599, 600, q.data(), pool, true);
   ASSERT_TRUE(f.is_ok());
   EXPECT_TRUE(f->empty());
 }
@@ -430,6 +430,7 @@ class LeoamStoreTest : public SparseForwardTest {
     uint64_t first_step_disk_bytes = 0;
     uint64_t prefetched = 0;  // disk bytes read ahead (KvStats::disk_bytes_prefetched) after the prompt
     int64_t attended = 0;
+    ReadAheadStats read_ahead;
   };
   // `device_chunks`: the device tier's room besides its pinned chunks; `wrap` picks the selector
   // the forward pass gets from leoam's (itself when null).
@@ -443,6 +444,7 @@ class LeoamStoreTest : public SparseForwardTest {
     t.dir = dir_.path() + "/" + name;
     t.device_budget_bytes =
         TieredKvCache::min_device_budget_bytes(t) + device_chunks * TieredKvCache::chunk_budget_bytes(t, Tier::kDevice);
+    t.read_ahead_bytes = pipeline_ ? uint64_t{1} << 20 : 0;
     auto kv = TieredKvCache::create(t);
     EXPECT_TRUE(kv.is_ok()) << kv.status().message();
     if (!kv.is_ok()) return r;
@@ -459,6 +461,7 @@ class LeoamStoreTest : public SparseForwardTest {
     fo.n_threads = 1;
     fo.n_batch = 64;
     fo.prefill_working_set_bytes = working_set;
+    fo.pipeline = pipeline_;
     fo.selector = wrapped != nullptr ? wrapped.get() : s->get();
     auto ctx = LlamaForward::create(*model_, fo, std::move(kv).value());
     EXPECT_TRUE(ctx.is_ok());
@@ -476,8 +479,10 @@ class LeoamStoreTest : public SparseForwardTest {
     }
     EXPECT_EQ(store->stats().disk_bytes_prefetched, r.prefetched);  // only the prompt reads ahead
     r.attended = (*s)->total().n_attended;
+    r.read_ahead = store->stats().read_ahead;
     return r;
   }
+  bool pipeline_ = false;  // run() decodes in the pipeline (ForwardOptions::pipeline)
   static std::unique_ptr<AttentionSelector> forecast_blind(SparseAttention& s) {
     return std::make_unique<Blinded>(s, false);
   }
@@ -516,6 +521,21 @@ TEST_F(LeoamStoreTest, ThePromptsLastQueryPrefetchesWhatTheFirstStepReads) {
     EXPECT_EQ(blind.prefetched, 0u);
     EXPECT_LT(forecast.first_step_disk_bytes, blind.first_step_disk_bytes);
   }
+}
+
+// The decode pipeline reads the next layer's speculated chunks ahead, and the layer still selects
+// with its own query: the logits and the tokens attended are those of the unpipelined decode.
+TEST_F(LeoamStoreTest, APipelinedDecodeComputesAsAnUnpipelinedOne) {
+  const Run plain = run("plain", 0, 4, 0.2, 240, 10, nullptr);
+  pipeline_ = true;
+  const Run piped = run("piped", 0, 4, 0.2, 240, 10, nullptr);
+  ASSERT_EQ(piped.rows.size(), 10u);
+  EXPECT_EQ(piped.rows, plain.rows);
+  EXPECT_EQ(piped.attended, plain.attended);
+  EXPECT_EQ(plain.read_ahead.jobs, 0u);
+  EXPECT_GT(piped.read_ahead.jobs, 0u);
+  EXPECT_GT(piped.read_ahead.chunks_staged, 0u);
+  EXPECT_LE(piped.read_ahead.chunks_used, piped.read_ahead.chunks_staged);
 }
 
 TEST_F(SparseForwardTest, APromptAttendsInFullHoweverItsBatchesFall) {

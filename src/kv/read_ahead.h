@@ -1,0 +1,102 @@
+// ReadAhead: the disk reads of the dynamic three-tier pipeline (LeoAM's DTP), on a dedicated I/O
+// thread. While the forward pass computes layer l of a decode step, the chunks that the
+// speculated selection of layer l + 1 picks are read from the disk tier into staging buffers;
+// when layer l + 1 gathers them, the store takes them from there instead of reading them then.
+//
+//   compute thread:  [ layer l: spec. l+1 | select l | gather l | attention, FFN ][ layer l+1 ...
+//   I/O thread:                          [ read the disk chunks of l+1 ........ ]
+//                                                            gather l+1 waits here, if at all ^
+//
+// Jobs are per layer, at most two at once (the one being consumed and the next), each in its own
+// staging buffer of half the budget; chunks past it are not staged (the gather reads them when
+// it needs them). The I/O thread blocks in the kernel (io_uring's submit-and-wait) and on a
+// condition variable; nothing spins.
+//
+// Thread safety: start() and everything else are called from the thread that drives the store.
+// While a job of layer L is in flight, that thread must not use layer L's chunk file: the store
+// calls settle(L) before any read or write of it (DiskTier's per-layer files each have their own
+// io_uring ring, and read_chunks of one layer shares no state with the other layers'). A job
+// counts its disk bytes and latency apart; settle() adds them to the store's stats.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "io/aligned_buffer.h"
+#include "kv/disk_tier.h"
+#include "kv/kv_stats.h"
+
+namespace leoam {
+
+class ReadAhead {
+ public:
+  // budget_bytes: both staging buffers together, at least two of the disk tier's slots. Starts
+  // the I/O thread.
+  static Result<std::unique_ptr<ReadAhead>> create(DiskTier& disk, uint64_t budget_bytes);
+  ~ReadAhead();
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+
+  // Queues the reads of chunks `indices` of `layer` (written to disk, in any order), as many as
+  // half the budget holds, into a fresh job. A job of the same layer still held is dropped first,
+  // and the one whose buffer the new job takes; each is waited for and its I/O counted in `stats`.
+  void start(int layer, std::span<const int64_t> indices, KvStats& stats);
+  // Waits until no job of `layer` is in flight, and counts a finished one's I/O into `stats`
+  // (disk bytes read, latency, the pipeline counters).
+  void settle(int layer, KvStats& stats);
+  // Waits for every job and counts them (before a truncate, a clear or the end).
+  void settle_all(KvStats& stats);
+  // Whether a settled job of `layer` is held: its gather may find chunks staged.
+  bool covers(int layer) const;
+  // The stored bytes of chunk `index` of `layer` (slot_bytes long), when a settled job of the
+  // layer read it successfully; nullptr otherwise. A job that failed stages nothing: the gather
+  // reads its chunks itself and reports what goes wrong.
+  const uint8_t* staged(int layer, int64_t index) const;
+  // Forgets every job's chunks (the KV they hold may be about to change).
+  void drop_all(KvStats& stats);
+  // The staging buffers' bytes (both), for the store's buffer report.
+  uint64_t buffer_bytes() const { return 2 * half_bytes_; }
+
+ private:
+  struct Job {
+    int layer = -1;
+    bool held = false;    // started and not dropped: its buffer is taken
+    bool done = false;    // the I/O thread has finished it (under mu_)
+    bool counted = false;  // its I/O is in the store's stats, and `where` filled
+    Status status;
+    std::vector<DiskChunkRead> reads;
+    std::unordered_map<int64_t, const uint8_t*> where;  // chunk index -> its stored bytes, once ok
+    KvStats io;  // the job's disk bytes and latency, counted apart from the store's
+  };
+
+  ReadAhead(DiskTier& disk, uint64_t half_bytes);
+  void run();
+  void wait_done(Job& job);
+  void count(Job& job, KvStats& stats);
+  // Waits for the job, counts it, and lets its buffer go.
+  void drop(Job& job, KvStats& stats);
+  Job* job_of(int layer);
+
+  DiskTier& disk_;
+  size_t slot_bytes_;
+  uint64_t half_bytes_;
+  AlignedBuffer buffers_[2];
+  Job jobs_[2];
+  int next_ = 0;  // the buffer the next job takes
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // a job held, a job done, or stop
+  std::deque<Job*> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace leoam
