@@ -6,7 +6,7 @@
 
 namespace leoam {
 
-Result<std::unique_ptr<ReadAhead>> ReadAhead::create(DiskTier& disk, uint64_t budget_bytes) {
+Result<std::unique_ptr<ReadAhead>> ReadAhead::create(DiskTier& disk, uint64_t budget_bytes, Trace* trace) {
   const uint64_t slot = disk.slot_bytes();
   const uint64_t half = budget_bytes / 2 / slot * slot;
   if (half == 0) {
@@ -14,7 +14,7 @@ Result<std::unique_ptr<ReadAhead>> ReadAhead::create(DiskTier& disk, uint64_t bu
                             " bytes holds no chunk in each of its two buffers (a chunk's slot is " +
                             std::to_string(slot) + " bytes)");
   }
-  std::unique_ptr<ReadAhead> r(new ReadAhead(disk, half));
+  std::unique_ptr<ReadAhead> r(new ReadAhead(disk, half, trace));
   for (AlignedBuffer& buffer : r->buffers_) {
     LEOAM_ASSIGN_OR_RETURN(buffer, AlignedBuffer::allocate(static_cast<size_t>(half)));
   }
@@ -22,8 +22,8 @@ Result<std::unique_ptr<ReadAhead>> ReadAhead::create(DiskTier& disk, uint64_t bu
   return r;
 }
 
-ReadAhead::ReadAhead(DiskTier& disk, uint64_t half_bytes)
-    : disk_(disk), slot_bytes_(disk.slot_bytes()), half_bytes_(half_bytes) {}
+ReadAhead::ReadAhead(DiskTier& disk, uint64_t half_bytes, Trace* trace)
+    : disk_(disk), trace_(trace), slot_bytes_(disk.slot_bytes()), half_bytes_(half_bytes) {}
 
 ReadAhead::~ReadAhead() {
   if (!thread_.joinable()) return;
@@ -36,6 +36,7 @@ ReadAhead::~ReadAhead() {
 }
 
 void ReadAhead::run() {
+  if (trace_ != nullptr) trace_->name_thread("read-ahead");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -44,7 +45,11 @@ void ReadAhead::run() {
     queue_.pop_front();
     lock.unlock();
     // The job's reads touch only its layer's chunk file and its own buffer and stats.
-    Status st = disk_.read_chunks(job->layer, job->reads, &job->io);
+    Status st;
+    {
+      const TraceSpan span(trace_, "read ahead", "io", job->layer);
+      st = disk_.read_chunks(job->layer, job->reads, &job->io);
+    }
     lock.lock();
     job->status = std::move(st);
     job->done = true;
@@ -114,7 +119,7 @@ void ReadAhead::start(int layer, std::span<const int64_t> indices, KvStats& stat
   cv_.notify_all();
 }
 
-void ReadAhead::settle(int layer, KvStats& stats) {
+void ReadAhead::settle(int layer, KvStats& stats, Trace* trace) {
   Job* job = job_of(layer);
   if (job == nullptr) return;
   bool waited = false;
@@ -123,6 +128,7 @@ void ReadAhead::settle(int layer, KvStats& stats) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!job->done) {
       waited = true;
+      const TraceSpan span(trace, "wait for read-ahead", "io", layer);
       cv_.wait(lock, [&] { return job->done; });
     }
   }

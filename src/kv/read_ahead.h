@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/trace.h"
 #include "io/aligned_buffer.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_stats.h"
@@ -39,8 +40,9 @@ namespace leoam {
 class ReadAhead {
  public:
   // budget_bytes: both staging buffers together, at least two of the disk tier's slots. Starts
-  // the I/O thread.
-  static Result<std::unique_ptr<ReadAhead>> create(DiskTier& disk, uint64_t budget_bytes);
+  // the I/O thread;
+  // the I/O thread's reads go into `trace` when it is not null.
+  static Result<std::unique_ptr<ReadAhead>> create(DiskTier& disk, uint64_t budget_bytes, Trace* trace = nullptr);
   ~ReadAhead();
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -50,8 +52,8 @@ class ReadAhead {
   // and the one whose buffer the new job takes; each is waited for and its I/O counted in `stats`.
   void start(int layer, std::span<const int64_t> indices, KvStats& stats);
   // Waits until no job of `layer` is in flight, and counts a finished one's I/O into `stats`
-  // (disk bytes read, latency, the pipeline counters).
-  void settle(int layer, KvStats& stats);
+  // (disk bytes read, latency, the pipeline counters); a wait is a span in `trace` (may be null).
+  void settle(int layer, KvStats& stats, Trace* trace = nullptr);
   // Waits for every job and counts them (before a truncate, a clear or the end).
   void settle_all(KvStats& stats);
   // Whether a settled job of `layer` is held: its gather may find chunks staged.
@@ -77,7 +79,7 @@ class ReadAhead {
     KvStats io;  // the job's disk bytes and latency, counted apart from the store's
   };
 
-  ReadAhead(DiskTier& disk, uint64_t half_bytes);
+  ReadAhead(DiskTier& disk, uint64_t half_bytes, Trace* trace);
   void run();
   void wait_done(Job& job);
   void count(Job& job, KvStats& stats);
@@ -86,6 +88,7 @@ class ReadAhead {
   Job* job_of(int layer);
 
   DiskTier& disk_;
+  Trace* trace_;
   size_t slot_bytes_;
   uint64_t half_bytes_;
   AlignedBuffer buffers_[2];

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/huge_pages.h"
+#include "core/trace.h"
 
 namespace leoam {
 namespace {
@@ -135,7 +136,8 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
                                                       static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
   LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
   if (options.read_ahead_bytes > 0) {
-    LEOAM_ASSIGN_OR_RETURN(cache->read_ahead_, ReadAhead::create(*cache->disk_, options.read_ahead_bytes));
+    LEOAM_ASSIGN_OR_RETURN(cache->read_ahead_,
+                           ReadAhead::create(*cache->disk_, options.read_ahead_bytes, options.trace));
   }
   return cache;
 }
@@ -539,7 +541,10 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
       }
     }
   }
-  if (!reads.empty()) LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
+  if (!reads.empty()) {
+    const TraceSpan span(options_.trace, "disk read", "io", layer);
+    LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
+  }
   if (codec != KvCodec::kNone) {
     for (size_t i = 0; i < items.size(); ++i) {
       const GatherItem& it = items[i];

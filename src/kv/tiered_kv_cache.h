@@ -60,6 +60,8 @@
 
 namespace leoam {
 
+class Trace;
+
 struct TieredKvCacheOptions {
   KvCacheShape shape;
   KvDtype dtype = KvDtype::kF16;
@@ -76,6 +78,8 @@ struct TieredKvCacheOptions {
   uint64_t gather_batch_bytes = uint64_t{32} << 20;  // scratch for one gather batch
   // Staging for the decode pipeline's read-ahead (read_ahead.h), both buffers; 0: no read-ahead.
   uint64_t read_ahead_bytes = 0;
+  // Where the gathers' disk reads and the read-ahead's go as spans (core/trace.h); null: none.
+  Trace* trace = nullptr;
   FileOpenOptions file_options;         // direct, uring, queue depth of the disk tier
   FileSystem* file_system = nullptr;    // nullptr: posix_file_system()
   // Keep the disk tier's files visible in `dir` while the store lives (for tools that read them
@@ -198,7 +202,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // Before this thread uses `layer`'s chunk file: the read-ahead job of the layer is finished and
   // counted (read_ahead.h, thread safety).
   void settle(int layer) {
-    if (read_ahead_ != nullptr) read_ahead_->settle(layer, stats_);
+    if (read_ahead_ != nullptr) read_ahead_->settle(layer, stats_, options_.trace);
   }
   Chunk& chunk(ChunkKey key) { return layers_[key.layer].chunks[key.index]; }
 

@@ -14,6 +14,8 @@
 
 namespace leoam {
 
+class Trace;
+
 class AttentionSelector;
 class Model;
 class KvCache;
@@ -45,6 +47,8 @@ struct ForwardOptions {
   // chunks ahead (KvCache::read_ahead). Layer l + 1 still selects with its own query, so the
   // tokens are those of an unpipelined decode; what the forecast missed is read then.
   bool pipeline = false;
+  // Where the decode steps' per-layer spans go (core/trace.h); null: none. Not owned.
+  Trace* trace = nullptr;
 };
 
 // What the layered prefill did (ForwardOptions::prefill_working_set_bytes), for the reports.

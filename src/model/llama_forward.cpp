@@ -11,6 +11,7 @@
 #include "kernels/cpu/quant.h"
 #include "kv/kv_dtype.h"
 #include "kv/memory_kv_cache.h"
+#include "core/trace.h"
 #include "model/attention_selector.h"
 
 namespace leoam {
@@ -466,16 +467,26 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
 
   AttentionSelector* selector = options_.selector;
   const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
+  Trace* trace = decode ? options_.trace : nullptr;  // decode steps only: a prompt would flood it
+  const TraceSpan step_span(trace, "decode step", "decode", -1, pos0);
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     if (decode && needs.layer_inputs) LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, pos0, x));
-    project_qkv(L, xn, n, pos0);
-    LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
+    {
+      const TraceSpan span(trace, "qkv", "compute", il, pos0);
+      project_qkv(L, xn, n, pos0);
+      LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
+    }
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
     if (decode && selector != nullptr) {
-      LEOAM_ASSIGN_OR_RETURN(std::vector<TokenRange> ranges, selector->select(il, pos0, q_.data(), pool));
+      std::vector<TokenRange> ranges;
+      {
+        const TraceSpan span(trace, "select", "selection", il, pos0);
+        LEOAM_ASSIGN_OR_RETURN(ranges, selector->select(il, pos0, q_.data(), pool));
+      }
+      const TraceSpan span(trace, "attention", "attention", il, pos0);
       if (needs.attention_mass) {
         int64_t n_keys = 0;
         for (const TokenRange& r : ranges) n_keys += r.size();
@@ -487,14 +498,22 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
         LEOAM_RETURN_IF_ERROR(attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
       }
     } else {
+      const TraceSpan span(trace, "attention", "attention", il, pos0);
       const TokenRange visible{0, pos0 + n};
       LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
     }
-    attention_output(L, x, xn, n);
+    {
+      const TraceSpan span(trace, "attn_output", "compute", il, pos0);
+      attention_output(L, x, xn, n);
+    }
     if (decode && options_.pipeline && selector != nullptr && il + 1 < hp_.n_layer) {
+      const TraceSpan span(trace, "speculate next layer", "selection", il + 1, pos0);
       LEOAM_RETURN_IF_ERROR(read_ahead_next(il, x, pos0));
     }
-    ffn(L, xn, n);
+    {
+      const TraceSpan span(trace, "ffn", "compute", il, pos0);
+      ffn(L, xn, n);
+    }
     if (il + 1 < hp_.n_layer) {
       const float* next_norm = w_.layers[il + 1].attn_norm;
       for_each_row(pool, n, norm_cost, [&](int64_t t) {

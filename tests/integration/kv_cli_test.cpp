@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -177,12 +178,13 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
 }
 
 // --pipeline on reads each next layer's speculated chunks ahead: the same text as --pipeline off,
-// and --kv-stats says what the read-ahead did. Without --kv-dir the flag is refused.
+// and --kv-stats says what the read-ahead did; --trace shows it on its own thread. Without
+// --kv-dir the flag is refused.
 TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   const auto run_with = [&](const std::string& pipeline) {
     std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "24", "--policy", "leoam", "--budget", "0.1",
                                      "--pipeline", pipeline, "--kv-stats", "--kv-stats-json",
-                                     dir_ + "/" + pipeline + ".json"};
+                                     dir_ + "/" + pipeline + ".json", "--trace", dir_ + "/" + pipeline + ".trace.json"};
     for (const std::string& a : tiny_tiers("kv-" + pipeline)) args.push_back(a);
     return run(args);
   };
@@ -195,6 +197,15 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   EXPECT_NE(on.err.find("read-ahead: "), std::string::npos) << on.err;
   const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/on.json"));
   EXPECT_GT(stats.at("read_ahead").at("jobs").get<double>(), 0.0) << stats.dump(1);
+  // --trace: the decode's spans on the compute thread, the reads on the read-ahead thread.
+  const nlohmann::json trace = nlohmann::json::parse(read_file(dir_ + "/on.trace.json"));
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& e : trace.at("traceEvents")) seen.insert({e.at("name").get<std::string>(), e.at("tid").get<int>()});
+  for (const char* name : {"decode step", "select", "attention", "ffn", "speculate next layer"}) {
+    EXPECT_TRUE(seen.count({name, 1})) << name;
+  }
+  EXPECT_TRUE(seen.count({"read ahead", 2}));
+  EXPECT_NE(on.err.find("wrote the trace of the decode to"), std::string::npos) << on.err;
   EXPECT_GT(stats.at("read_ahead").at("chunks_staged").get<double>(), 0.0) << stats.dump(1);
 
   const CliResult no_dir = run({"-p", "Once", "-n", "2", "--pipeline", "on"});

@@ -100,7 +100,7 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
 }
 
 Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Model& model, int64_t n_ctx,
-                                               bool need_chunks) {
+                                               bool need_chunks, Trace* trace) {
   const ModelHparams& hp = model.hparams();
   if (o.dir.empty() && !need_chunks) {
     MemoryKvCacheOptions m;
@@ -123,6 +123,7 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   t.host_codec = *parse_kv_codec(o.host_codec);
   t.file_options.queue_depth = o.queue_depth;
   if (decode_pipeline(o)) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
+  t.trace = trace;
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));
   return std::unique_ptr<KvCache>(std::move(kv));
 }

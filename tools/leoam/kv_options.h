@@ -16,6 +16,7 @@
 
 namespace leoam {
 class Model;
+class Trace;
 }
 namespace leoam::sparse {
 class SparseAttention;
@@ -58,9 +59,10 @@ bool decode_pipeline(const KvCliOptions& options);
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with
 // --kv-dir, else the in-memory cache; or, when `need_chunks` (a policy that scores chunk
 // abstracts) and no --kv-dir, a tiered store without a disk tier, whose device tier holds the
-// whole context: it opens no file. Fails when the store cannot be created.
+// whole context: it opens no file. The tiered store records its disk reads in `trace` (may be
+// null). Fails when the store cannot be created.
 Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& options, const Model& model, int64_t n_ctx,
-                                               bool need_chunks = false);
+                                               bool need_chunks = false, Trace* trace = nullptr);
 
 // One line on how the disk tier does its I/O ("leoam: KV disk tier DIR: O_DIRECT + io_uring ...").
 std::string kv_store_summary(const KvCliOptions& options, const KvCache& kv);

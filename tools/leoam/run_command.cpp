@@ -21,6 +21,7 @@
 
 #include "cli_common.h"
 #include "core/cpu_features.h"
+#include "core/trace.h"
 #include "io/checksum.h"
 #include "io/mapped_file.h"
 #include "kernels/cpu/blas_core.h"
@@ -158,6 +159,11 @@ class RunCommand : public Command {
         ->check(writable_dir())
         ->type_name("DIR")
         ->group("KV store (tiers)");
+    cmd->add_option("--trace", trace_path_,
+                    "write a timeline of the decode steps to FILE, as Chrome trace-event JSON (open it in "
+                    "ui.perfetto.dev): per layer the projections, selection, attention and FFN on the compute "
+                    "thread, and the disk reads, on the read-ahead thread with --pipeline on")
+        ->type_name("FILE");
     cmd->add_option("--kv-load", kv_load_dir_,
                     "continue the session saved in DIR without recomputing it; -p/-f then add text to it")
         ->type_name("DIR")
@@ -198,11 +204,17 @@ class RunCommand : public Command {
     fwd.should_stop = &SigintScope::interrupted;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
     fwd.pipeline = decode_pipeline(kv_options_);
+    std::unique_ptr<Trace> trace;
+    if (!trace_path_.empty()) {
+      trace = std::make_unique<Trace>();
+      trace->name_thread("compute");
+      fwd.trace = trace.get();
+    }
     options_.should_stop = &SigintScope::interrupted;
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
     if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
     Result<std::unique_ptr<KvCache>> kv =
-        make_kv_cache(kv_options_, **model, n_ctx, policy_needs_catalog(attention_options_));
+        make_kv_cache(kv_options_, **model, n_ctx, policy_needs_catalog(attention_options_), trace.get());
     if (!kv.is_ok()) return fail(kv.status());
     KvCache& kv_cache = **kv;  // owned by the context from here on
     Result<std::unique_ptr<sparse::SparseAttention>> selector =
@@ -286,6 +298,11 @@ class RunCommand : public Command {
     prefill.working_set_bytes = layered.working_set_bytes;
     prefill.n_segments = layered.n_segments;
     if (Status st = report_kv_stats(kv_options_, kv_cache, selector->get(), prefill); !st.is_ok()) return fail(st);
+    if (trace != nullptr) {
+      if (Status st = trace->write(trace_path_); !st.is_ok()) return fail(st);
+      std::fprintf(stderr, "leoam: wrote the trace of the decode to %s (%zu events)\n", trace_path_.c_str(),
+                   trace->n_events());
+    }
     if (kv_options_.print_stats && *selector != nullptr) {
       std::fprintf(stderr, "%sattention: %s\n", (*selector)->stats_text().c_str(),
                    budget_rule_text(attention_options_, kv_options_, (*model)->hparams().n_layer).c_str());
@@ -331,6 +348,7 @@ class RunCommand : public Command {
   std::string prompt_file_;
   std::string dump_logits_path_;
   std::string kv_save_dir_;
+  std::string trace_path_;
   std::string kv_load_dir_;
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;

@@ -1,0 +1,70 @@
+#include "core/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace leoam {
+namespace {
+
+// Spans from two threads: complete events with their thread's number, name, layer and position,
+// in microseconds since the trace began, after one metadata event per thread.
+TEST(Trace, SpansOfEachThreadBecomeCompleteEventsOfThatThread) {
+  Trace trace;
+  trace.name_thread("compute");
+  { const TraceSpan span(&trace, "select", "selection", 3, 8101); }
+  std::thread io([&] {
+    trace.name_thread("read-ahead");
+    trace.name_thread("ignored: the first name stays");
+    const TraceSpan span(&trace, "read ahead", "io", 4);
+  });
+  io.join();
+  { const TraceSpan span(&trace, "decode step", "decode"); }
+  { const TraceSpan none(nullptr, "not recorded", "decode"); }
+  ASSERT_EQ(trace.n_events(), 3u);
+
+  const nlohmann::json j = nlohmann::json::parse(trace.to_json());
+  const auto& ev = j.at("traceEvents");
+  ASSERT_EQ(ev.size(), 5u);
+  EXPECT_EQ(ev[0].at("ph"), "M");
+  EXPECT_EQ(ev[0].at("args").at("name"), "compute");
+  EXPECT_EQ(ev[1].at("args").at("name"), "read-ahead");
+  EXPECT_EQ(ev[2].at("name"), "select");
+  EXPECT_EQ(ev[2].at("ph"), "X");
+  EXPECT_EQ(ev[2].at("tid"), 1);
+  EXPECT_EQ(ev[2].at("args").at("layer"), 3);
+  EXPECT_EQ(ev[2].at("args").at("pos"), 8101);
+  EXPECT_EQ(ev[3].at("name"), "read ahead");
+  EXPECT_EQ(ev[3].at("tid"), 2);
+  EXPECT_EQ(ev[3].at("args").at("layer"), 4);
+  EXPECT_FALSE(ev[3].at("args").contains("pos"));
+  EXPECT_FALSE(ev[4].contains("args"));  // neither layer nor position
+  for (size_t i = 2; i < 5; ++i) {
+    EXPECT_GE(ev[i].at("ts").get<double>(), 0.0);
+    EXPECT_GE(ev[i].at("dur").get<double>(), 0.0);
+  }
+  EXPECT_LE(ev[2].at("ts").get<double>(), ev[4].at("ts").get<double>());
+}
+
+TEST(Trace, WritesItsJsonAndNamesAPathItCannotWrite) {
+  Trace trace;
+  { const TraceSpan span(&trace, "ffn", "compute", 0); }
+  const std::string path = ::testing::TempDir() + "/leoam_trace_test.json";
+  ASSERT_TRUE(trace.write(path).is_ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), trace.to_json());
+  std::remove(path.c_str());
+  const Status st = trace.write("/nonexistent-dir/trace.json");
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("/nonexistent-dir/trace.json"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace leoam
