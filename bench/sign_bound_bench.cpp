@@ -2,8 +2,10 @@
 // attention shape (models/leoam-byte-4l: 8 query heads, 4 kv heads, head_dim 64) over 8192 rows
 // in units of 8 (leoam's smallest chunk) or 64 (its initial one), each unit with its own box
 // (1 KiB of f16), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
-// ("fast"). "items_per_second" counts rows times query heads, the unit of its work: every row of
-// every scored unit is read for every query head.
+// over the rows' sign words ("fast") and over the channel slices the chunk tree keeps
+// ("fast_sliced", AVX-512 or AVX2; "avx2_sliced" capped at AVX2). "items_per_second" counts rows
+// times query heads, the unit of its work: every row of every scored unit is read for every
+// query head.
 //
 //   build/release/bench/bench_sign_bound --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -24,7 +26,7 @@ constexpr int kHeads = 8;
 constexpr int kKvHeads = 4;
 constexpr int kHeadDim = 64;
 
-enum class Variant { kRef, kScalar, kFast };
+enum class Variant { kRef, kScalar, kFast, kFastSliced, kAvx2Sliced };
 
 template <Variant kVariant>
 void BM_sign_bounds(benchmark::State& state) {
@@ -51,11 +53,17 @@ void BM_sign_bounds(benchmark::State& state) {
   std::vector<uint32_t> words(static_cast<size_t>(kRows * kKvHeads * sign_words_per_head(kHeadDim)));
   for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
   const SignSketch signs = SignSketch::of(words.data(), 0, kKvHeads, kHeadDim);
+  std::vector<uint64_t> slices(static_cast<size_t>(sign_slice_words(kRows, kKvHeads, kHeadDim)), 0);
+  slice_signs(words.data(), 0, kRows, kKvHeads, kHeadDim, slices.data());
+  const SignSlices sliced{slices.data(), kKvHeads, kHeadDim};
   std::vector<float> bounds(static_cast<size_t>(kHeads * n_units));
   if (kVariant == Variant::kScalar) set_cpu_path_cap(CpuPath::kScalar);
+  if (kVariant == Variant::kAvx2Sliced) set_cpu_path_cap(CpuPath::kAvx2);
   for (auto _ : state) {
     if (kVariant == Variant::kRef) {
       ref::sign_bounds(q.data(), kHeads, units, layout, signs, bounds.data());
+    } else if (kVariant == Variant::kFastSliced || kVariant == Variant::kAvx2Sliced) {
+      sign_bounds(q.data(), kHeads, units, layout, sliced, bounds.data());
     } else {
       sign_bounds(q.data(), kHeads, units, layout, signs, bounds.data());
     }
@@ -68,6 +76,8 @@ void BM_sign_bounds(benchmark::State& state) {
 BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kRef)->Name("sign_bounds/ref")->Arg(8)->Arg(64);
 BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kScalar)->Name("sign_bounds/scalar")->Arg(8)->Arg(64);
 BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kFast)->Name("sign_bounds/fast")->Arg(8)->Arg(64);
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kFastSliced)->Name("sign_bounds/fast_sliced")->Arg(8)->Arg(64);
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kAvx2Sliced)->Name("sign_bounds/avx2_sliced")->Arg(8)->Arg(64);
 
 }  // namespace
 }  // namespace leoam::sparse

@@ -57,9 +57,9 @@ ChunkTree::ChunkTree(const ChunkTreeOptions& options, int store_chunk_tokens, in
   layout_.chunk_stride = 2 * static_cast<int64_t>(n_kv_heads) * head_dim;
 }
 
-SignSketch ChunkTree::key_signs() const {
+SignSlices ChunkTree::key_signs() const {
   if (!options_.key_signs) return {};
-  return SignSketch::of(signs_.data(), 0, layout_.n_kv_heads, layout_.head_dim);
+  return {signs_.data(), layout_.n_kv_heads, layout_.head_dim};
 }
 
 void ChunkTree::reset() {
@@ -164,8 +164,9 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   }
 
   // The store chunks from the block that held the old end on (a block is a multiple of the
-  // store's chunk), read in pieces of whole blocks: straight into the tree's signs and block boxes,
-  // the f32 boxes through a scratch of one piece. On a read error the edge block's box and the
+  // store's chunk), read in pieces of whole blocks: straight into the tree's block boxes, the f32
+  // boxes and the rows' signs through scratches of one piece, the signs then sliced into the
+  // tree's (a row read again sets the bits it had). On a read error the edge block's box and the
   // arrays' sizes go back to what they were.
   const int64_t block = options_.block_tokens;
   const int64_t stride = layout_.chunk_stride;
@@ -180,20 +181,30 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   const size_t old_blocks = blocks_.size();
   const std::vector<uint16_t> edge_box(blocks_.begin() + std::min<int64_t>(b0 * stride, old_blocks),
                                        blocks_.begin() + std::min<int64_t>((b0 + 1) * stride, old_blocks));
-  if (options_.key_signs) grow_to(signs_, static_cast<size_t>(c1 * words_per_chunk), kTreeSlack);
+  const int64_t piece_chunks = std::min(b1 - b0, blocks_per_piece) * chunks_per_block;
+  if (options_.key_signs) {
+    grow_to(signs_,
+            static_cast<size_t>(sign_slice_words(c1 * store_chunk_tokens_, layout_.n_kv_heads, layout_.head_dim)),
+            kTreeSlack);
+  }
   grow_to(blocks_, static_cast<size_t>(b1 * stride), kTreeSlack);
-  HugeVector<float> chunks(static_cast<size_t>(std::min(b1 - b0, blocks_per_piece) * chunks_per_block * stride));
+  HugeVector<float> chunks(static_cast<size_t>(piece_chunks * stride));
+  HugeVector<uint32_t> row_signs(options_.key_signs ? static_cast<size_t>(piece_chunks * words_per_chunk) : 0);
   std::vector<float> box(static_cast<size_t>(stride));
   for (int64_t pb = b0; pb < b1; pb += blocks_per_piece) {
     const int64_t pc0 = pb * chunks_per_block;
     const int64_t pc1 = std::min(c1, (pb + blocks_per_piece) * chunks_per_block);
     const Status read = catalog.load_abstracts(layer, pc0, pc1, chunks.data(), source,
-                                               options_.key_signs ? signs_.data() + pc0 * words_per_chunk : nullptr);
+                                               options_.key_signs ? row_signs.data() : nullptr);
     if (!read.is_ok()) {
       std::copy(edge_box.begin(), edge_box.end(), blocks_.begin() + b0 * stride);
       signs_.resize(old_signs);
       blocks_.resize(old_blocks);
       return read;
+    }
+    if (options_.key_signs) {
+      slice_signs(row_signs.data(), pc0 * store_chunk_tokens_, (pc1 - pc0) * store_chunk_tokens_, layout_.n_kv_heads,
+                  layout_.head_dim, signs_.data());
     }
     // Block b's box: the union of its store chunks' boxes, rounded outward to f16.
     for (int64_t b = pb; b < std::min(b1, pb + blocks_per_piece); ++b) {
@@ -214,7 +225,8 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   std::copy(begins.begin(), begins.end(), begins_.begin() + static_cast<int64_t>(n_before));
   edge_size_ = edge_size;
   n_tokens_ = n_tokens;
-  scratch_bytes_ = capacity_bytes(chunks) + capacity_bytes(box) + capacity_bytes(edge_box) + capacity_bytes(begins);
+  scratch_bytes_ = capacity_bytes(chunks) + capacity_bytes(row_signs) + capacity_bytes(box) + capacity_bytes(edge_box) +
+                   capacity_bytes(begins);
   return Status::ok();
 }
 

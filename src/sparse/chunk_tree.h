@@ -14,7 +14,8 @@
 // the disk tier's abstract file for disk chunks, without their KV), and with
 // ChunkTreeOptions::key_signs the key sign sketch of every position (kv/chunk_layout.h). A leaf is
 // bounded through the blocks it meets: each piece (the leaf's rows in one block) by the block's
-// box, cut row by row to the rows' signs (sign_bound.h). So neither a split nor a merge reads or
+// box, cut row by row to the rows' signs (sign_bound.h; kept sliced by channel, 64 rows a word,
+// so that the bound kernels add a channel's term to 16 rows at once). So neither a split nor a merge reads or
 // computes a box, and the tree holds one f16 box per block (1/64 of the f16 KV at 64-token
 // blocks) and one bit per key channel of each row (1/32), however fine its leaves:
 // docs/kv-store.md, Memory.
@@ -78,8 +79,9 @@ class ChunkTree {
   LeafHistory& history(int64_t i) { return history_[i]; }
   // layout().chunk_stride: the f16 values from one block's box to the next.
   const BoundLayout& layout() const { return layout_; }
-  // The key sign sketch of positions [0, n_tokens()), when kept (key_signs; words null otherwise).
-  SignSketch key_signs() const;
+  // The key sign sketch of positions [0, n_tokens()), sliced by channel (sign_bound.h), when kept
+  // (key_signs; words null otherwise).
+  SignSlices key_signs() const;
   int64_t n_blocks() const { return (n_tokens_ + options_.block_tokens - 1) / options_.block_tokens; }
   // The box of block b, positions [b * block_tokens, (b + 1) * block_tokens) cut by n_tokens():
   // [2][n_kv_heads][head_dim] f16, rounded outward. Blocks' boxes lie contiguously.
@@ -136,7 +138,7 @@ class ChunkTree {
   // (core/huge_pages.h), the first step's grow over a long prompt faults them in 2 MiB at a time.
   template <class T>
   using HugeVector = std::vector<T, HugePageAllocator<T>>;
-  HugeVector<uint32_t> signs_;       // key_signs: [positions, whole store chunks][n_kv_heads][sign_words_per_head]
+  HugeVector<uint64_t> signs_;       // key_signs: SignSlices of [0, whole store chunks)
   HugeVector<uint16_t> blocks_;      // [n_blocks][2][n_kv_heads][head_dim] f16, rounded outward
   uint64_t scratch_bytes_ = 0;
   bool edited_ = false;

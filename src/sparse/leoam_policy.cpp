@@ -222,7 +222,7 @@ class LeoamPolicy final : public SelectionPolicy {
     // Each chunk against its own box, in f16 as the trees keep them.
     const int64_t stride = abstracts.layout.chunk_stride;
     std::vector<uint16_t> boxes(static_cast<size_t>(loaded.size() * stride));
-    BoundUnits units{{}, {}, abstracts.signs(), abstracts.layout};
+    BoundUnits units{{}, {}, abstracts.signs(), {}, abstracts.layout};
     for (int64_t i = 0; i < loaded.size(); ++i) {
       round_box_outward(abstracts.at(loaded.i0 + i), stride, boxes.data() + i * stride);
       units.units.push_back({chunks[i], boxes.data() + i * stride});
@@ -400,19 +400,21 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   // What the bounds are computed over: units[u] bounds owner[u] (a leaf or a chunk), its rows
-  // against its f16 box, cut to their key signs where `signs` has words (sign_bound.h); else by
-  // the box alone (chunk_bound.h). An owner's bound is the best of its units'.
+  // against its f16 box, cut to their key signs where the tree's sliced sketch or the abstracts'
+  // row sketch has words (sign_bound.h); else by the box alone (chunk_bound.h). An owner's bound
+  // is the best of its units'.
   struct BoundUnits {
     std::vector<SignUnit> units;
     std::vector<int64_t> owner;
-    SignSketch signs;
+    SignSketch signs;    // the store chunks' (a flat step's abstracts)
+    SignSlices slices;   // the tree's
     BoundLayout layout;
   };
 
   // A tree's leaves as units (the ChunkTree header): each leaf cut at the blocks it meets, each
   // piece against its block's box.
   static BoundUnits leaf_units(const ChunkTree& tree, std::span<const TokenRange> leaves) {
-    BoundUnits r{{}, {}, tree.key_signs(), tree.layout()};
+    BoundUnits r{{}, {}, {}, tree.key_signs(), tree.layout()};
     const int64_t block = tree.options().block_tokens;
     for (int64_t i = 0; i < static_cast<int64_t>(leaves.size()); ++i) {
       const TokenRange leaf = leaves[i];
@@ -445,7 +447,10 @@ class LeoamPolicy final : public SelectionPolicy {
   HeadBounds upper_bounds(const SelectionQuery& query, int64_t n, const BoundUnits& units) const {
     const size_t n_units = units.units.size();
     std::vector<float> unit_bounds;
-    if (units.signs.words != nullptr) {
+    if (units.slices.words != nullptr) {
+      unit_bounds.resize(query.n_head * n_units);
+      sign_bounds(query.q, query.n_head, units.units, units.layout, units.slices, unit_bounds.data(), query.pool);
+    } else if (units.signs.words != nullptr) {
       unit_bounds.resize(query.n_head * n_units);
       sign_bounds(query.q, query.n_head, units.units, units.layout, units.signs, unit_bounds.data(), query.pool);
     } else {
@@ -507,7 +512,7 @@ class LeoamPolicy final : public SelectionPolicy {
     while (a < n && intersect(chunks[a], query.far).size() < chunks[a].size()) ++a;
     int64_t b = n;
     while (b > a && intersect(chunks[b - 1], query.far).size() < chunks[b - 1].size()) --b;
-    BoundUnits ends{{}, {}, {}, units.layout};
+    BoundUnits ends{{}, {}, {}, {}, units.layout};
     for (size_t u = 0; u < units.units.size(); ++u) {
       if (units.owner[u] < a || units.owner[u] >= b) {
         ends.units.push_back(units.units[u]);

@@ -1,8 +1,13 @@
 // The sign-refined bound kernel (sign_bound.h): a double reference, a float scalar path and an
-// AVX2+FMA path, picked at run time (core/cpu_features.h).
+// AVX2+FMA path over rows' sign words; over the chunk tree's channel slices, an AVX2 and an
+// AVX-512 path; picked at run time (core/cpu_features.h).
 //
-// The AVX2 path puts a row's channels in the lanes: per 8 channels the sign bits, tested lane by
-// lane, pick the lanes of d to add, and each row ends in a horizontal sum. Tried and dropped:
+// The rows path puts a row's channels in the lanes: per 8 channels the sign bits, tested lane by
+// lane, pick the lanes of d to add, and each row ends in a horizontal sum. The slices paths put
+// rows in the lanes (16 with AVX-512: a channel's 16 bits are the mask of one masked add), so no
+// row needs a horizontal sum: 1.65-1.9x the rows path's rate in units of 64 rows, the same in
+// units of 8 (AVX2's 8 lanes serve those) (2026-12-04, 2-core EPYC, bench/sign_bound_bench.cpp:
+// 432 against 227-262 M rows x heads a second). Earlier, on the rows layout, tried and dropped:
 // - (2026-12-01, 2-core Xeon VM with AVX-512, bench/sign_bound_bench.cpp) an AVX-512 path with 16
 //   rows in the lanes, per channel a vptestmd and a masked add, or per nibble a lookup in a
 //   16-entry table with one vpermps. Both ran at the AVX2 path's rate: the rows' words of one kv
@@ -14,8 +19,16 @@
 //   Each row's horizontal sum, and its max into the unit's bound, bound both paths alike.
 #include "sparse/sign_bound.h"
 
+// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as uninitialized
+// (as in kernels/cpu/flash_attention_avx512.cpp): before any include of immintrin.h.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -56,17 +69,33 @@ float channel_terms_scalar(const float* qp, const float* qn, const uint16_t* mn1
 // The most query heads scored together against one kv head's rows.
 constexpr int kMaxGroup = 4;
 
+// Calls kernel(std::integral_constant<int, G>{}) for the group of 1 <= g <= kMaxGroup heads: each
+// vector kernel is a template on G, so that its accumulators stay in registers.
+template <typename Kernel>
+void for_group(int g, Kernel kernel) {
+  switch (g) {
+    case 1: return kernel(std::integral_constant<int, 1>{});
+    case 2: return kernel(std::integral_constant<int, 2>{});
+    case 3: return kernel(std::integral_constant<int, 3>{});
+    default: return kernel(std::integral_constant<int, 4>{});
+  }
+}
+
+// A row's sign bit of channel c of kv head `kv_head`, in either layout.
+bool sign_bit(const SignSketch& s, int64_t row, int kv_head, int c) { return bit(row_words(s, row, kv_head), c); }
+bool sign_bit(const SignSlices& s, int64_t row, int kv_head, int c) { return s.bit(row, kv_head, c); }
+
 // The largest row bound over `rows` for each of g query heads of one kv head: base[j] plus the
 // d of head j (hd floats at d + j * hd) at each row's set bits, into best[j].
-void group_bound_scalar(const float* base, const float* d, int g, const SignSketch& signs, TokenRange rows,
-                        int kv_head, int hd, float* best) {
+template <typename Sketch>
+void group_bound_scalar(const float* base, const float* d, int g, const Sketch& signs, TokenRange rows, int kv_head,
+                        int hd, float* best) {
   for (int j = 0; j < g; ++j) {
     const float* dj = d + static_cast<int64_t>(j) * hd;
     best[j] = -std::numeric_limits<float>::infinity();
     for (int64_t t = rows.begin; t < rows.end; ++t) {
-      const uint32_t* words = row_words(signs, t, kv_head);
       float sum = base[j];
-      for (int c = 0; c < hd; ++c) sum += bit(words, c) ? dj[c] : 0.0f;
+      for (int c = 0; c < hd; ++c) sum += sign_bit(signs, t, kv_head, c) ? dj[c] : 0.0f;
       best[j] = std::max(best[j], sum);
     }
   }
@@ -151,24 +180,107 @@ LEOAM_AVX2 void group_bound_avx2(const float* base, const float* d, const SignSk
 // group_bound_avx2 for 1 <= g <= kMaxGroup heads.
 LEOAM_AVX2 void group_bounds_avx2(const float* base, const float* d, int g, const SignSketch& signs, TokenRange rows,
                                   int kv_head, int hd, float* best) {
-  switch (g) {
-    case 1: return group_bound_avx2<1>(base, d, signs, rows, kv_head, hd, best);
-    case 2: return group_bound_avx2<2>(base, d, signs, rows, kv_head, hd, best);
-    case 3: return group_bound_avx2<3>(base, d, signs, rows, kv_head, hd, best);
-    default: return group_bound_avx2<4>(base, d, signs, rows, kv_head, hd, best);
+  for_group(g, [&](auto G) { group_bound_avx2<G>(base, d, signs, rows, kv_head, hd, best); });
+}
+
+// Over sliced signs (SignSlices): 8 rows in the lanes, a channel's 8 bits tested lane by lane
+// pick the lanes that get its d; the rows' sums need no horizontal add, only the unit's max.
+template <int G>
+LEOAM_AVX2 void slices_bound_avx2(const float* base, const float* d, const SignSlices& signs, TokenRange rows,
+                                  int kv_head, int hd, float* best) {
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 none = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 top[G];
+  for (int j = 0; j < G; ++j) top[j] = none;
+  for (int64_t r0 = rows.begin / 8 * 8; r0 < rows.end; r0 += 8) {
+    const uint64_t* slice = signs.slice(r0 / 64, kv_head);
+    const int shift = static_cast<int>(r0 % 64);
+    __m256 acc[G];
+    for (int j = 0; j < G; ++j) acc[j] = _mm256_set1_ps(base[j]);
+    for (int c = 0; c < hd; ++c) {
+      const __m256 m = lane_mask(_mm256_set1_epi32(static_cast<int>((slice[c] >> shift) & 0xffu)), lane_bit);
+      for (int j = 0; j < G; ++j) {
+        acc[j] = _mm256_add_ps(acc[j], _mm256_and_ps(m, _mm256_broadcast_ss(d + static_cast<int64_t>(j) * hd + c)));
+      }
+    }
+    // Only the lanes of rows inside the unit count.
+    const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
+    const int64_t hi = std::min<int64_t>(rows.end - r0, 8);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 in = _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1)),
+                         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane)));
+    for (int j = 0; j < G; ++j) top[j] = _mm256_max_ps(top[j], _mm256_blendv_ps(none, acc[j], in));
   }
+  for (int j = 0; j < G; ++j) best[j] = kernels::hmax(top[j]);
+}
+
+LEOAM_AVX2 void slices_bounds_avx2(const float* base, const float* d, int g, const SignSlices& signs, TokenRange rows,
+                                   int kv_head, int hd, float* best) {
+  for_group(g, [&](auto G) { slices_bound_avx2<G>(base, d, signs, rows, kv_head, hd, best); });
+}
+
+#define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+
+// Over sliced signs with AVX-512: 16 rows in the lanes, a channel's 16 bits the mask of one
+// masked add of its d (broadcast) per query head.
+template <int G>
+LEOAM_AVX512 void slices_bound_avx512(const float* base, const float* d, const SignSlices& signs, TokenRange rows,
+                                      int kv_head, int hd, float* best) {
+  __m512 top[G];
+  for (int j = 0; j < G; ++j) top[j] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t r0 = rows.begin / 16 * 16; r0 < rows.end; r0 += 16) {
+    const uint64_t* slice = signs.slice(r0 / 64, kv_head);
+    const int shift = static_cast<int>(r0 % 64);
+    __m512 acc[G];
+    for (int j = 0; j < G; ++j) acc[j] = _mm512_set1_ps(base[j]);
+    for (int c = 0; c < hd; ++c) {
+      const auto m = static_cast<__mmask16>(slice[c] >> shift);
+      for (int j = 0; j < G; ++j) {
+        acc[j] = _mm512_mask_add_ps(acc[j], m, acc[j], _mm512_set1_ps(d[static_cast<int64_t>(j) * hd + c]));
+      }
+    }
+    // Only the lanes of rows inside the unit count.
+    const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
+    const int64_t hi = std::min<int64_t>(rows.end - r0, 16);
+    const auto in = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    for (int j = 0; j < G; ++j) top[j] = _mm512_mask_max_ps(top[j], in, top[j], acc[j]);
+  }
+  for (int j = 0; j < G; ++j) {
+    best[j] = kernels::hmax(_mm256_max_ps(_mm512_castps512_ps256(top[j]), _mm512_extractf32x8_ps(top[j], 1)));
+  }
+}
+
+LEOAM_AVX512 void slices_bounds_avx512(const float* base, const float* d, int g, const SignSlices& signs, TokenRange rows,
+                                       int kv_head, int hd, float* best) {
+  // A unit inside one aligned run of 8 rows (a fine layer's store chunk) fills 8 lanes at most:
+  // AVX2's 8 lanes cost it half as much (bench/sign_bound_bench.cpp).
+  if (rows.begin / 8 == (rows.end - 1) / 8) return slices_bounds_avx2(base, d, g, signs, rows, kv_head, hd, best);
+  for_group(g, [&](auto G) { slices_bound_avx512<G>(base, d, signs, rows, kv_head, hd, best); });
 }
 
 #endif
 
-// Asks for the cache lines of a unit's box and rows' sign words ahead of their use.
-void prefetch_unit(const SignUnit& u, const BoundLayout& layout, const SignSketch& signs) {
+// Asks for the cache lines of a unit's sign words ahead of their use: rows' words, or the
+// slices of the groups its rows meet.
+void prefetch_signs(const SignSketch& signs, TokenRange rows) {
+  const auto* w0 = reinterpret_cast<const char*>(row_words(signs, rows.begin, 0));
+  const auto* w1 = reinterpret_cast<const char*>(row_words(signs, rows.end, 0));
+  for (const char* p = w0; p < w1; p += 64) __builtin_prefetch(p);
+}
+void prefetch_signs(const SignSlices& signs, TokenRange rows) {
+  const auto* w0 = reinterpret_cast<const char*>(signs.slice(rows.begin / 64, 0));
+  const auto* w1 = reinterpret_cast<const char*>(signs.slice((rows.end + 63) / 64, 0));
+  for (const char* p = w0; p < w1; p += 64) __builtin_prefetch(p);
+}
+
+// Asks for the cache lines of a unit's box and sign words ahead of their use.
+template <typename Sketch>
+void prefetch_unit(const SignUnit& u, const BoundLayout& layout, const Sketch& signs) {
   const auto* box = reinterpret_cast<const char*>(u.box);
   const int64_t box_bytes = 2 * static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim * sizeof(uint16_t);
   for (int64_t o = 0; o < box_bytes; o += 64) __builtin_prefetch(box + o);
-  const auto* w0 = reinterpret_cast<const char*>(row_words(signs, u.rows.begin, 0));
-  const auto* w1 = reinterpret_cast<const char*>(row_words(signs, u.rows.end, 0));
-  for (const char* p = w0; p < w1; p += 64) __builtin_prefetch(p);
+  prefetch_signs(signs, u.rows);
 }
 
 // The bounds of units [i0, i1) of `units`, into bounds[h * units.size() + i]. Unit by unit, kv
@@ -177,9 +289,9 @@ void prefetch_unit(const SignUnit& u, const BoundLayout& layout, const SignSketc
 // unit's are prefetched) and stay in L1 for the other heads, and a row's sign masks serve a
 // piece's heads. Head by head, the whole sketch and every box were read once a head, from L3 or
 // memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster this way).
-template <typename Terms, typename GroupBound>
+template <typename Sketch, typename Terms, typename GroupBound>
 void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units, int64_t i0, int64_t i1,
-                     const BoundLayout& layout, const SignSketch& signs, float* bounds, Terms terms,
+                     const BoundLayout& layout, const Sketch& signs, float* bounds, Terms terms,
                      GroupBound group_bound) {
   const int hd = layout.head_dim;
   const int group = n_head / layout.n_kv_heads;
@@ -211,9 +323,9 @@ void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units
 // bounds_of_units over every unit: alone, or split among the pool's threads. A thread's run of
 // units is cut where the running count of rows crosses its share, so that runs of 8-row units
 // and runs of 64-row blocks cost alike.
-template <typename Terms, typename GroupBound>
+template <typename Sketch, typename Terms, typename GroupBound>
 void bounds_of_all(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                   const SignSketch& signs, float* bounds, ThreadPool* pool, Terms terms, GroupBound group_bound) {
+                   const Sketch& signs, float* bounds, ThreadPool* pool, Terms terms, GroupBound group_bound) {
   const auto n = static_cast<int64_t>(units.size());
   std::vector<int64_t> rows_before(static_cast<size_t>(n + 1), 0);  // rows of units [0, i)
   for (int64_t i = 0; i < n; ++i) rows_before[i + 1] = rows_before[i] + units[i].rows.size();
@@ -237,8 +349,11 @@ void bounds_of_all(const float* q, int n_head, std::span<const SignUnit> units, 
 
 namespace ref {
 
-void sign_bounds(const float* q_heads, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds) {
+namespace {
+
+template <typename Sketch>
+void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                     const Sketch& signs, float* bounds) {
   const int hd = layout.head_dim;
   const int group = n_head / layout.n_kv_heads;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
@@ -251,13 +366,13 @@ void sign_bounds(const float* q_heads, int n_head, std::span<const SignUnit> uni
       const uint16_t* mx = mn + max_offset;
       double best = -std::numeric_limits<double>::infinity();
       for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) {
-        const uint32_t* words = row_words(signs, t, kv_head);
         double b = 0.0;
         for (int c = 0; c < hd; ++c) {
           const float mnc = f16_to_f32(mn[c]);
           const float mxc = f16_to_f32(mx[c]);
-          const double lo = bit(words, c) ? mnc : std::max(0.0f, mnc);
-          const double hi = bit(words, c) ? std::min(0.0f, mxc) : mxc;
+          const bool set = sign_bit(signs, t, kv_head, c);
+          const double lo = set ? mnc : std::max(0.0f, mnc);
+          const double hi = set ? std::min(0.0f, mxc) : mxc;
           b += std::max(q[c] * lo, q[c] * hi);
         }
         best = std::max(best, b);
@@ -267,7 +382,51 @@ void sign_bounds(const float* q_heads, int n_head, std::span<const SignUnit> uni
   }
 }
 
+}  // namespace
+
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSketch& signs, float* bounds) {
+  sign_bounds_ref(q, n_head, units, layout, signs, bounds);
+}
+
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSlices& signs, float* bounds) {
+  sign_bounds_ref(q, n_head, units, layout, signs, bounds);
+}
+
 }  // namespace ref
+
+void slice_signs(const uint32_t* row_words, int64_t row0, int64_t n_rows, int n_kv_heads, int head_dim,
+                 uint64_t* slices) {
+  const int per_head = sign_words_per_head(head_dim);
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const int64_t row = row0 + t;
+    for (int h = 0; h < n_kv_heads; ++h) {
+      const uint32_t* words = row_words + (t * n_kv_heads + h) * per_head;
+      uint64_t* slice = slices + ((row / 64) * n_kv_heads + h) * static_cast<int64_t>(head_dim);
+      const uint64_t at = uint64_t{1} << (row % 64);
+      for (int c = 0; c < head_dim; ++c) {
+        if (bit(words, c)) slice[c] |= at;
+      }
+    }
+  }
+}
+
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSlices& signs, float* bounds, ThreadPool* pool) {
+#ifdef LEOAM_HAVE_X86
+  if (cpu_path() >= CpuPath::kAvx512) {
+    bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx512);
+    return;
+  }
+  if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
+    bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx2);
+    return;
+  }
+#endif
+  bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_scalar,
+                group_bound_scalar<SignSlices>);
+}
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSketch& signs, float* bounds, ThreadPool* pool) {
@@ -277,7 +436,8 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
     return;
   }
 #endif
-  bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_scalar, group_bound_scalar);
+  bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_scalar,
+                group_bound_scalar<SignSketch>);
 }
 
 }  // namespace leoam::sparse

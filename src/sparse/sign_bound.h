@@ -48,6 +48,34 @@ struct SignSketch {
   }
 };
 
+// The same sketch sliced by channel, 64 rows a word (the chunk tree's layout): bit r of
+// words[(g * n_kv_heads + h) * head_dim + c] is the sign bit of channel c of kv head h's key at
+// row 64 g + r (rows from 0). A row's bits are spread over head_dim words, but 16 rows' bits of
+// one channel sit together: the vector paths add a channel's term to 16 rows (AVX-512: one
+// masked add) or 8 (AVX2) at once, with no horizontal sum a row.
+struct SignSlices {
+  const uint64_t* words = nullptr;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+
+  // The head_dim words of kv head h for rows [64 g, 64 g + 64).
+  const uint64_t* slice(int64_t g, int kv_head) const {
+    return words + (g * n_kv_heads + kv_head) * static_cast<int64_t>(head_dim);
+  }
+  bool bit(int64_t row, int kv_head, int c) const { return (slice(row / 64, kv_head)[c] >> (row % 64)) & 1u; }
+};
+
+// Words of a SignSlices for n_rows rows: ceil(n_rows / 64) * n_kv_heads * head_dim.
+inline int64_t sign_slice_words(int64_t n_rows, int n_kv_heads, int head_dim) {
+  return (n_rows + 63) / 64 * n_kv_heads * static_cast<int64_t>(head_dim);
+}
+
+// Sets the slices' bits of rows [row0, row0 + n_rows) from row-major sign words
+// ([n_rows][n_kv_heads][sign_words_per_head(head_dim)], kv/chunk_layout.h). The rows' bits must
+// be clear before (new rows of zeroed words).
+void slice_signs(const uint32_t* row_words, int64_t row0, int64_t n_rows, int n_kv_heads, int head_dim,
+                 uint64_t* slices);
+
 // A run of rows and the box that holds their keys: [2][n_kv_heads][head_dim] f16 ([0] = min,
 // [1] = max, as chunk_bound.h lays out one chunk's abstract), rounded outward (box_f16.h).
 struct SignUnit {
@@ -66,11 +94,18 @@ struct SignUnit {
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSketch& signs, float* bounds, ThreadPool* pool = nullptr);
 
+// The same over sliced signs (the units' rows inside what the slices cover): AVX-512 where the
+// CPU has it, AVX2+FMA (head_dim % 8 == 0), else scalar; the same bounds up to float rounding.
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSlices& signs, float* bounds, ThreadPool* pool = nullptr);
+
 namespace ref {
 // Plain loops in double, head by head, each row's interval cut from its bits: what the
-// dispatched version is tested against.
+// dispatched versions are tested against.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSketch& signs, float* bounds);
+void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
+                 const SignSlices& signs, float* bounds);
 }  // namespace ref
 
 }  // namespace leoam::sparse

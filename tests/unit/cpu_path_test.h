@@ -23,9 +23,16 @@ class CpuPathTest : public ::testing::TestWithParam<CpuPath> {
 };
 
 inline const auto kCpuPaths = ::testing::Values(CpuPath::kScalar, CpuPath::kAvx2);
+// For the kernels that have an AVX-512 path of their own.
+inline const auto kCpuPathsWithAvx512 = ::testing::Values(CpuPath::kScalar, CpuPath::kAvx2, CpuPath::kAvx512);
 
 inline std::string cpu_path_name(const ::testing::TestParamInfo<CpuPath>& info) {
-  return info.param == CpuPath::kScalar ? "scalar" : "avx2";
+  switch (info.param) {
+    case CpuPath::kScalar: return "scalar";
+    case CpuPath::kAvx2: return "avx2";
+    case CpuPath::kAvx512: return "avx512";
+  }
+  return "unknown";
 }
 
 }  // namespace leoam::testing_util

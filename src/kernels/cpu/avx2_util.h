@@ -43,6 +43,13 @@ LEOAM_AVX2 inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+// The largest of the 8 lanes.
+LEOAM_AVX2 inline float hmax(__m256 v) {
+  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+}
+
 // exp(x) for 8 lanes. Range reduction x = k ln2 + r, |r| <= ln2/2, with ln2 split in a part
 // exact in float (so k * kLn2Hi is exact for |k| <= 128) and a correction; then
 // exp(r) = the degree-7 Taylor polynomial, whose truncation error r^8/8! <= 5.3e-9 relative is

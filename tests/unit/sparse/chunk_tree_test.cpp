@@ -320,18 +320,21 @@ void expect_invariants(const ChunkTree& tree, const std::vector<float>& keys, in
       ASSERT_EQ(box[kRow + e], f16_round_up(hi)) << where << ": block " << b << " max of element " << e;
     }
   }
-  const uint64_t sign_bytes = o.key_signs ? (n + 15) / 16 * 16 * kHeads * sizeof(uint32_t) : 0;  // whole chunks
+  // Whole store chunks' rows, sliced 64 rows a word per channel.
+  const uint64_t sign_bytes =
+      o.key_signs ? sign_slice_words((n + 15) / 16 * 16, kHeads, kHeadDim) * sizeof(uint64_t) : 0;
   const uint64_t box_bytes = static_cast<uint64_t>(tree.n_blocks()) * 2 * kRow * sizeof(uint16_t);
   const uint64_t leaf_bytes = static_cast<uint64_t>(max_leaves) * (sizeof(int64_t) + sizeof(LeafHistory));
   ASSERT_LE(tree.memory_bytes(), (sign_bytes + box_bytes + leaf_bytes) * 33 / 32 + 64) << where;
   if (!o.key_signs) return;
-  const SignSketch s = tree.key_signs();
+  const SignSlices s = tree.key_signs();
   ASSERT_NE(s.words, nullptr) << where;
   for (int64_t t = 0; t < n; ++t) {
     for (int h = 0; h < kHeads; ++h) {
-      uint32_t want = 0;
-      for (int c = 0; c < kHeadDim; ++c) want |= (std::signbit(keys[t * kRow + h * kHeadDim + c]) ? 1u : 0u) << c;
-      ASSERT_EQ(s.words[(t - s.pos0) * s.words_per_row + h * s.words_per_head], want) << where << ": position " << t;
+      for (int c = 0; c < kHeadDim; ++c) {
+        ASSERT_EQ(s.bit(t, h, c), std::signbit(keys[t * kRow + h * kHeadDim + c]))
+            << where << ": position " << t << " head " << h << " channel " << c;
+      }
     }
   }
 }
@@ -446,10 +449,12 @@ INSTANTIATE_TEST_SUITE_P(StoreChunks, ChunkTreeProperty,
 namespace leoam::sparse {
 namespace {
 
-// The word of position p, kv head h, of a tree's key sign sketch (head_dim <= 32: one word).
+// The bits of position p, kv head h, of a tree's key sign sketch, bit c for channel c.
 uint32_t sign_word(const ChunkTree& tree, int64_t p, int h) {
-  const SignSketch s = tree.key_signs();
-  return s.words[(p - s.pos0) * s.words_per_row + h * s.words_per_head];
+  const SignSlices s = tree.key_signs();
+  uint32_t w = 0;
+  for (int c = 0; c < s.head_dim; ++c) w |= (s.bit(p, h, c) ? 1u : 0u) << c;
+  return w;
 }
 
 // With key signs: every position's sign bits, and the blocks' boxes, which a merge leaves as they

@@ -451,8 +451,10 @@ TEST(LeoamAdaptive, StateStaysWithinItsBudget) {
     const PolicyMemory m = policy->memory();
     const uint64_t kv_bytes = static_cast<uint64_t>(n) * kKvBytesPerPosition;
     const uint64_t layer_kv = kv_bytes / kLayers;
-    const uint64_t fine = layer_kv / 32 + layer_kv / 8 + static_cast<uint64_t>(n) / 8 * 16;
-    const uint64_t coarse = layer_kv / 32 + layer_kv / 64 + static_cast<uint64_t>(n) / 16 * 16;
+    // The sign sketch, 1/32 of the KV, sliced in words of 64 rows.
+    const uint64_t signs = static_cast<uint64_t>(n + 63) / 64 * 64 * kKvHeads * kHeadDim / 8;
+    const uint64_t fine = signs + layer_kv / 8 + static_cast<uint64_t>(n) / 8 * 16;
+    const uint64_t coarse = signs + layer_kv / 64 + static_cast<uint64_t>(n) / 16 * 16;
     const uint64_t budget = (2 * fine + 2 * coarse) * 33 / 32;
     ASSERT_GT(m.bytes, kv_bytes / 32) << "step " << s << ": the sign sketch alone is 1/32 of the KV";
     ASSERT_LE(m.bytes, budget) << "step " << s << ", " << n << " positions";

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,16 @@ struct Chunks {
   }
   BoundLayout layout() const { return {g.n_kv_heads, g.head_dim, g.box_floats()}; }
   SignSketch sketch() const { return {signs.data(), 0, g.sign_words_per_row(), g.sign_words_per_head()}; }
+  // The same signs sliced by channel (the chunk tree's layout), made on first use.
+  SignSlices sliced() const {
+    const int64_t n_rows = static_cast<int64_t>(signs.size()) / g.sign_words_per_row();
+    if (slices.empty()) {
+      slices.assign(static_cast<size_t>(sign_slice_words(n_rows, g.n_kv_heads, g.head_dim)), 0);
+      slice_signs(signs.data(), 0, n_rows, g.n_kv_heads, g.head_dim, slices.data());
+    }
+    return {slices.data(), g.n_kv_heads, g.head_dim};
+  }
+  mutable std::vector<uint64_t> slices;
   const float* box(int i) const { return boxes.data() + i * g.box_floats(); }
   const uint16_t* box16(int i) const { return boxes16.data() + i * g.box_floats(); }
   // The f16 box of chunks [i0, i1): every channel's smallest min and largest max.
@@ -100,6 +111,20 @@ struct Chunks {
 
 class SignBound : public testing_util::CpuPathTest {};
 
+// Both layouts of the sketch: the dispatched kernels of each must give the same bounds.
+enum class Layout { kRows, kSlices };
+constexpr Layout kLayouts[] = {Layout::kRows, Layout::kSlices};
+const char* name(Layout l) { return l == Layout::kRows ? "rows" : "slices"; }
+
+void bounds_of(const Chunks& c, Layout l, const float* q, int n_head, std::span<const SignUnit> units, float* out,
+               ThreadPool* pool = nullptr) {
+  if (l == Layout::kRows) {
+    sign_bounds(q, n_head, units, c.layout(), c.sketch(), out, pool);
+  } else {
+    sign_bounds(q, n_head, units, c.layout(), c.sliced(), out, pool);
+  }
+}
+
 TEST_P(SignBound, HandComputedBound) {
   // head_dim 2, box min = (-1, -2), max = (3, 1), q = (1, -2).
   //   row 0 signs (+, -): k0 in [0, 3], k1 in [-2, 0]: max(0, 3) + max(4, 0) = 7
@@ -117,6 +142,35 @@ TEST_P(SignBound, HandComputedBound) {
   EXPECT_EQ(b, 7.0f);
   sign_bounds(q, 1, {&second, 1}, layout, sketch, &b);
   EXPECT_EQ(b, 0.0f);
+  // Sliced: channel 0's bit is set in row 1, channel 1's in row 0.
+  const uint64_t slices[] = {0b10u, 0b01u};
+  const SignSlices sliced{slices, 1, 2};
+  sign_bounds(q, 1, {&both, 1}, layout, sliced, &b);
+  EXPECT_EQ(b, 7.0f);
+  sign_bounds(q, 1, {&second, 1}, layout, sliced, &b);
+  EXPECT_EQ(b, 0.0f);
+}
+
+// slice_signs puts each row's bit of each channel in its place, and a row at an offset lands
+// past the rows before it.
+TEST(SignSlices, SliceSignsMovesEveryBit) {
+  std::mt19937 rng(3);
+  const int kv = 3, hd = 40;  // two words a head, the second partly used
+  const int per_head = sign_words_per_head(hd);
+  const int64_t n_rows = 150, row0 = 70;
+  std::vector<uint32_t> rows(static_cast<size_t>(n_rows * kv * per_head));
+  for (uint32_t& w : rows) w = rng();
+  std::vector<uint64_t> slices(static_cast<size_t>(sign_slice_words(row0 + n_rows, kv, hd)), 0);
+  slice_signs(rows.data(), row0, n_rows, kv, hd, slices.data());
+  const SignSlices s{slices.data(), kv, hd};
+  for (int64_t t = 0; t < row0 + n_rows; ++t) {
+    for (int h = 0; h < kv; ++h) {
+      for (int c = 0; c < hd; ++c) {
+        const bool want = t >= row0 && ((rows[((t - row0) * kv + h) * per_head + c / 32] >> (c % 32)) & 1u);
+        ASSERT_EQ(s.bit(t, h, c), want) << "row " << t << " head " << h << " channel " << c;
+      }
+    }
+  }
 }
 
 TEST_P(SignBound, MatchesReference) {
@@ -138,15 +192,20 @@ TEST_P(SignBound, MatchesReference) {
       std::vector<float> q(static_cast<size_t>(n_head * head_dim));
       for (float& x : q) x = dist(rng);
       const size_t n = units.size();
-      std::vector<float> got(n_head * n), want(n_head * n);
-      sign_bounds(q.data(), n_head, units, c.layout(), c.sketch(), got.data());
+      std::vector<float> want(n_head * n), want_sliced(n_head * n);
       ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sketch(), want.data());
-      for (int h = 0; h < n_head; ++h) {
-        const float* qh = q.data() + h * head_dim;
-        const int kv = h / (n_head / 2);
-        for (size_t u = 0; u < n; ++u) {
-          ASSERT_NEAR(got[h * n + u], want[h * n + u], kRelTol * magnitude(qh, units[u].box, kv, c.layout()))
-              << n_head << " heads: head " << h << " unit " << u;
+      ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sliced(), want_sliced.data());
+      ASSERT_EQ(want_sliced, want);  // the same bits, either layout
+      for (Layout l : kLayouts) {
+        std::vector<float> got(n_head * n);
+        bounds_of(c, l, q.data(), n_head, units, got.data());
+        for (int h = 0; h < n_head; ++h) {
+          const float* qh = q.data() + h * head_dim;
+          const int kv = h / (n_head / 2);
+          for (size_t u = 0; u < n; ++u) {
+            ASSERT_NEAR(got[h * n + u], want[h * n + u], kRelTol * magnitude(qh, units[u].box, kv, c.layout()))
+                << name(l) << ", " << n_head << " heads: head " << h << " unit " << u;
+          }
         }
       }
     }
@@ -166,16 +225,20 @@ TEST_P(SignBound, APoolSplitsTheUnitsAndChangesNoBound) {
   std::vector<float> q(4 * 64);
   for (float& x : q) x = dist(rng);
   const size_t n = units.size();
-  std::vector<float> alone(4 * n);
-  sign_bounds(q.data(), 4, units, c.layout(), c.sketch(), alone.data());
-  for (int threads : {2, 3}) {
-    ThreadPoolOptions o;
-    o.n_threads = threads;
-    o.min_cost_per_thread = 1;  // split even this small a call
-    ThreadPool pool(o);
-    std::vector<float> split(4 * n, std::numeric_limits<float>::quiet_NaN());
-    sign_bounds(q.data(), 4, units, c.layout(), c.sketch(), split.data(), &pool);
-    for (size_t e = 0; e < split.size(); ++e) ASSERT_EQ(split[e], alone[e]) << threads << " threads: bound " << e;
+  for (Layout l : kLayouts) {
+    std::vector<float> alone(4 * n);
+    bounds_of(c, l, q.data(), 4, units, alone.data());
+    for (int threads : {2, 3}) {
+      ThreadPoolOptions o;
+      o.n_threads = threads;
+      o.min_cost_per_thread = 1;  // split even this small a call
+      ThreadPool pool(o);
+      std::vector<float> split(4 * n, std::numeric_limits<float>::quiet_NaN());
+      bounds_of(c, l, q.data(), 4, units, split.data(), &pool);
+      for (size_t e = 0; e < split.size(); ++e) {
+        ASSERT_EQ(split[e], alone[e]) << name(l) << ", " << threads << " threads: bound " << e;
+      }
+    }
   }
 }
 
@@ -196,7 +259,7 @@ TEST_P(SignBound, BoundsEveryRowAndTightensTheBox) {
         std::vector<float> q(static_cast<size_t>(kHeads * head_dim));
         for (float& x : q) x = dist(rng);
         std::vector<float> refined(kHeads * kChunks), box(kChunks);
-        sign_bounds(q.data(), kHeads, units, c.layout(), c.sketch(), refined.data());
+        bounds_of(c, trial % 2 == 0 ? Layout::kRows : Layout::kSlices, q.data(), kHeads, units, refined.data());
         for (int h = 0; h < kHeads; ++h) {
           const float* qh = q.data() + h * head_dim;
           const int kv = h / 2;
@@ -228,13 +291,16 @@ TEST_P(SignBound, OneRowWithItsOwnBoxIsExact) {
   for (float& x : q) x = dist(rng);
   for (int i = 0; i < 5; ++i) {
     const SignUnit u{{i, i + 1}, c.box16(i)};
-    float b = 0.0f;
-    sign_bounds(q.data(), 1, {&u, 1}, c.layout(), c.sketch(), &b);
-    EXPECT_NEAR(b, c.dot(q.data(), i, 0), kRelTol * magnitude(q.data(), c.box16(i), 0, c.layout())) << i;
+    for (Layout l : kLayouts) {
+      float b = 0.0f;
+      bounds_of(c, l, q.data(), 1, {&u, 1}, &b);
+      EXPECT_NEAR(b, c.dot(q.data(), i, 0), kRelTol * magnitude(q.data(), c.box16(i), 0, c.layout()))
+          << name(l) << " " << i;
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, SignBound, testing_util::kCpuPaths, testing_util::cpu_path_name);
+INSTANTIATE_TEST_SUITE_P(Paths, SignBound, testing_util::kCpuPathsWithAvx512, testing_util::cpu_path_name);
 
 }  // namespace
 }  // namespace leoam::sparse
