@@ -203,8 +203,13 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
       return read;
     }
     if (options_.key_signs) {
-      slice_signs(row_signs.data(), pc0 * store_chunk_tokens_, (pc1 - pc0) * store_chunk_tokens_, layout_.n_kv_heads,
-                  layout_.head_dim, signs_.data());
+      // The rows before the old end have their bits already: slice from it on.
+      const int64_t r0 = std::max(pc0 * store_chunk_tokens_, n_tokens_);
+      const int64_t r1 = pc1 * store_chunk_tokens_;
+      if (r1 > r0) {
+        slice_signs(row_signs.data() + (r0 - pc0 * store_chunk_tokens_) * words_per_chunk / store_chunk_tokens_, r0,
+                    r1 - r0, layout_.n_kv_heads, layout_.head_dim, signs_.data());
+      }
     }
     // Block b's box: the union of its store chunks' boxes, rounded outward to f16.
     for (int64_t b = pb; b < std::min(b1, pb + blocks_per_piece); ++b) {

@@ -27,6 +27,7 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -405,8 +406,10 @@ void slice_signs(const uint32_t* row_words, int64_t row0, int64_t n_rows, int n_
       const uint32_t* words = row_words + (t * n_kv_heads + h) * per_head;
       uint64_t* slice = slices + ((row / 64) * n_kv_heads + h) * static_cast<int64_t>(head_dim);
       const uint64_t at = uint64_t{1} << (row % 64);
-      for (int c = 0; c < head_dim; ++c) {
-        if (bit(words, c)) slice[c] |= at;
+      for (int w = 0; w < per_head; ++w) {
+        const int n_bits = std::min(32, head_dim - 32 * w);  // the last word's channels only
+        const uint32_t used = n_bits == 32 ? ~0u : (1u << n_bits) - 1u;
+        for (uint32_t set = words[w] & used; set != 0; set &= set - 1) slice[32 * w + std::countr_zero(set)] |= at;
       }
     }
   }
