@@ -33,6 +33,11 @@ size_t Trace::n_events() const {
   return events_.size();
 }
 
+std::vector<Trace::Event> Trace::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
 std::string Trace::to_json() const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::ordered_json events = nlohmann::ordered_json::array();

@@ -38,12 +38,8 @@ class Trace {
   void record(const char* name, const char* category, Clock::time_point begin, Clock::time_point end, int layer = -1,
               int64_t pos = -1);
   size_t n_events() const;
-  // The events as Chrome trace JSON.
-  std::string to_json() const;
-  // Writes to_json() to `path`; fails naming the path.
-  [[nodiscard]] Status write(const std::string& path) const;
-
- private:
+  // A recorded span: thread number (1 = the first to record), times in microseconds since the
+  // trace began; layer and pos -1 when not given.
   struct Event {
     const char* name;
     const char* category;
@@ -52,6 +48,14 @@ class Trace {
     int layer;
     int64_t pos;
   };
+  // A copy of the events so far, in the order they ended.
+  std::vector<Event> events() const;
+  // The events as Chrome trace JSON.
+  std::string to_json() const;
+  // Writes to_json() to `path`; fails naming the path.
+  [[nodiscard]] Status write(const std::string& path) const;
+
+ private:
   int tid_locked();  // the calling thread's number (mu_ held)
 
   Clock::time_point epoch_;

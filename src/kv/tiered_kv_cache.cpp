@@ -518,6 +518,7 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
           it.data = ch.host.get();
         } else {
           uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot + slot;
+          const TraceSpan span(options_.trace, "decode chunks", "decode", layer);
           decode_chunk(geometry_, codec, ch.host.get(), dst);
           it.data = dst;
         }
@@ -546,6 +547,7 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
   }
   if (codec != KvCodec::kNone) {
+    const TraceSpan span(options_.trace, "decode chunks", "decode", layer);
     for (size_t i = 0; i < items.size(); ++i) {
       const GatherItem& it = items[i];
       if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index)) {

@@ -206,6 +206,8 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   }
   EXPECT_TRUE(seen.count({"read ahead", 2}));
   EXPECT_NE(on.err.find("wrote the trace of the decode to"), std::string::npos) << on.err;
+  EXPECT_NE(on.err.find("leoam: decode step "), std::string::npos) << on.err;
+  EXPECT_NE(on.err.find(" (mean of 22): weights "), std::string::npos) << on.err;  // 24 tokens: 23 steps, 1 left out
   EXPECT_GT(stats.at("read_ahead").at("chunks_staged").get<double>(), 0.0) << stats.dump(1);
 
   const CliResult no_dir = run({"-p", "Once", "-n", "2", "--pipeline", "on"});

@@ -31,6 +31,7 @@
 #include "kv_options.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "engine/step_breakdown.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "progress_bar.h"
@@ -302,6 +303,9 @@ class RunCommand : public Command {
       if (Status st = trace->write(trace_path_); !st.is_ok()) return fail(st);
       std::fprintf(stderr, "leoam: wrote the trace of the decode to %s (%zu events)\n", trace_path_.c_str(),
                    trace->n_events());
+      if (const StepBreakdown b = summarize_decode_steps(*trace); b.n_steps > 0) {
+        std::fprintf(stderr, "leoam: %s (the first step left out)\n", b.to_text().c_str());
+      }
     }
     if (kv_options_.print_stats && *selector != nullptr) {
       std::fprintf(stderr, "%sattention: %s\n", (*selector)->stats_text().c_str(),

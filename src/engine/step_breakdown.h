@@ -1,0 +1,48 @@
+// StepBreakdown: what the decode steps' time went to, read from a trace of them (core/trace.h:
+// the spans the forward pass and the tiered store record on the compute thread).
+//
+//   weights     the projections and the FFN ("qkv", "attn_output", "ffn"): reading the weights
+//   selection   the policy's selection and the pipeline's speculation ("select", "speculate
+//               next layer")
+//   io_wait     disk reads the compute thread waited for: a gather's own reads ("disk read") and
+//               its waits for the read-ahead thread ("wait for read-ahead")
+//   decode      decoding compressed (int8/int4) chunks as they are gathered ("decode chunks")
+//   attention   the rest of attention ("attention" less the reads, waits and decoding inside it)
+//   other       the rest of the step ("decode step" less all of the above)
+//
+// The read-ahead thread's own reads overlap the compute thread and are not part of a step's time;
+// read_ahead_ms says how long they took, for comparison.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/trace.h"
+
+namespace leoam {
+
+struct StepBreakdown {
+  int64_t n_steps = 0;
+  // Means over the steps summarized, in milliseconds.
+  double step_ms = 0.0;
+  double weights_ms = 0.0;
+  double selection_ms = 0.0;
+  double io_wait_ms = 0.0;
+  double decode_ms = 0.0;
+  double attention_ms = 0.0;
+  double other_ms = 0.0;
+  double read_ahead_ms = 0.0;  // the read-ahead thread's reads (overlapped)
+
+  // "decode step 12.3 ms (mean of 15): weights 5.1, selection 2.0, I/O wait 3.3, decode 0.0,
+  // attention 1.2, other 0.7; read ahead 2.9 alongside"
+  std::string to_text() const;
+  // {"steps":..,"step_ms":..,"weights_ms":..,"selection_ms":..,"io_wait_ms":..,"decode_ms":..,
+  //  "attention_ms":..,"other_ms":..,"read_ahead_ms":..}
+  std::string to_json() const;
+};
+
+// The breakdown of the decode steps in `trace` ("decode step" spans), the first `skip` of them
+// left out (the first step, which reads cold, is reported apart). Zero steps: all zeros.
+StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip = 1);
+
+}  // namespace leoam
