@@ -58,6 +58,19 @@ struct PrefillStats {
   int64_t n_layered_tokens = 0;    // prompt tokens that ran layer by layer
 };
 
+// A sequence of the caller's: its own KV store (shaped as the context's: see create) and its own
+// selector (null: every position attended). The context's own store and options.selector are one.
+struct DecodeSequence {
+  KvCache* kv = nullptr;
+  AttentionSelector* selector = nullptr;
+};
+
+// One row of a batched decode step: `token` appended to `seq` at position seq.kv->n_tokens().
+struct BatchToken {
+  int32_t token = 0;
+  DecodeSequence seq;
+};
+
 class ForwardContext {
  public:
   // `model` must outlive the context. Fails when n_ctx exceeds what memory allows.
@@ -75,6 +88,23 @@ class ForwardContext {
   // says true between two prefill chunks (layered: segments), fails with kCancelled and keeps the
   // KV of the chunks done: n_past() says how far it got, and the logits are unset.
   virtual Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
+  // The same into a sequence of the caller's instead of the context's own store (a prompt of one
+  // of the sequences a batched decode then steps together).
+  // (A context that keeps one sequence only, as a test's fake, says so: kUnsupported; so does
+  // decode_batch.)
+  virtual Status eval_sequence(const DecodeSequence& /*seq*/, std::span<const int32_t> /*tokens*/,
+                               bool /*all_logits*/, std::vector<float>& /*logits*/) {
+    return unsupported("this forward pass keeps one sequence");
+  }
+  // One decode step of several sequences in one pass over the weights: row i evaluates
+  // batch[i].token at the next position of its sequence, attending to that sequence's KV through
+  // its selector. logits is resized to [batch.size()][n_vocab]. Every sequence's store must
+  // differ, and batch.size() be at most the context's batch size (ForwardOptions::n_batch).
+  // Fails, changing no sequence, on a bad token, a full context or a bad batch; on an error in
+  // the middle, every sequence is cut back to where it was.
+  virtual Status decode_batch(std::span<const BatchToken> /*batch*/, std::vector<float>& /*logits*/) {
+    return unsupported("this forward pass decodes one sequence at a time");
+  }
 
   virtual int64_t n_past() const = 0;
   virtual int64_t n_ctx() const = 0;

@@ -142,6 +142,7 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
   ctx->pool_ = std::make_unique<ThreadPool>(options.n_threads);
   ctx->inline_pool_ = std::make_unique<ThreadPool>(1);
   ctx->kv_ = std::move(kv_cache);
+  ctx->seq_ = {ctx->kv_.get(), options.selector};
   ctx->n_batch_ = std::min<int64_t>(options.n_batch, ctx->kv_->n_ctx());
   ctx->attn_params_.n_head = hp.n_head;
   ctx->attn_params_.n_head_kv = hp.n_head_kv;
@@ -169,8 +170,15 @@ void LlamaForward::reset() {
 }
 
 Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  return eval_sequence({kv_.get(), options_.selector}, tokens, all_logits, logits);
+}
+
+Status LlamaForward::eval_sequence(const DecodeSequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                                   std::vector<float>& logits) {
+  LEOAM_RETURN_IF_ERROR(check_sequence(seq));
+  const SequenceScope scope(*this, seq);
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t n_past0 = n_past();
+  const int64_t n_past0 = seq_.kv->n_tokens();
   if (n == 0) return invalid_argument("eval: no tokens to evaluate");
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
@@ -178,14 +186,14 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
                               " is out of range [0, " + std::to_string(hp_.n_vocab) + ")");
     }
   }
-  if (!kv_->can_append(n)) {
+  if (!seq_.kv->can_append(n)) {
     if (n_past0 == 0) {
       return invalid_argument("prompt of " + std::to_string(n) + " tokens exceeds the context size of " +
-                              std::to_string(n_ctx()) + " tokens (-c)");
+                              std::to_string(seq_.kv->n_ctx()) + " tokens (-c)");
     }
     return invalid_argument(std::to_string(n) + " tokens at position " + std::to_string(n_past0) +
                             " (ending at position " + std::to_string(n_past0 + n) +
-                            ") exceed the context size of " + std::to_string(n_ctx()) + " tokens (-c)");
+                            ") exceed the context size of " + std::to_string(seq_.kv->n_ctx()) + " tokens (-c)");
   }
 
   logits.resize(static_cast<size_t>(all_logits ? n : 1) * hp_.n_vocab);
@@ -211,8 +219,8 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
     }
     Status st = forward_batch(tokens.data() + done, n_chunk, n_past0 + done, all_logits, out, last && n > 1);
     if (!st.is_ok()) {
-      (void)kv_->truncate(n_past0);  // leave the context as it was
-      if (options_.selector != nullptr) options_.selector->truncate(n_past0);
+      (void)seq_.kv->truncate(n_past0);  // leave the context as it was
+      if (seq_.selector != nullptr) seq_.selector->truncate(n_past0);
       return st;
     }
     if (options_.progress) options_.progress(done + n_chunk, n);
@@ -227,19 +235,19 @@ Status LlamaForward::eval(std::span<const int32_t> tokens, bool all_logits, std:
 Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,
                                   bool all_logits, std::vector<float>& logits) {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t n_past0 = n_past();
+  const int64_t n_past0 = seq_.kv->n_tokens();
   const int64_t n_embd = hp_.n_embd;
   const float eps = hp_.rms_eps;
-  const size_t kv_row_bytes = static_cast<size_t>(hp_.n_embd_kv()) * kv_dtype_size(kv_->dtype());
+  const size_t kv_row_bytes = static_cast<size_t>(hp_.n_embd_kv()) * kv_dtype_size(seq_.kv->dtype());
   // A segment: whole batches, as many as the working set holds (one at least).
   const uint64_t row_bytes = static_cast<uint64_t>(n_embd) * sizeof(float) + 2 * kv_row_bytes;
   const int64_t segment_rows =
       std::max<int64_t>(n_batch_, static_cast<int64_t>(options_.prefill_working_set_bytes / row_bytes));
   ThreadPool& pool = *pool_;
-  AttentionSelector* selector = options_.selector;
+  AttentionSelector* selector = seq_.selector;
   const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
   const auto fail = [&](const Status& st) {
-    (void)kv_->truncate(n_past0);  // as the batch order does: the context as it was
+    (void)seq_.kv->truncate(n_past0);  // as the batch order does: the context as it was
     if (selector != nullptr) selector->truncate(n_past0);
     return st;
   };
@@ -280,7 +288,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         });
         rope_.fill_tables(pos, nt, cos_.data(), sin_.data());
         project_qkv(L, xn, nt, pos);
-        if (Status st = kv_->append(il, pos, nt, k_.data(), v_.data()); !st.is_ok()) return fail(st);
+        if (Status st = seq_.kv->append(il, pos, nt, k_.data(), v_.data()); !st.is_ok()) return fail(st);
         if (needs.keys) {
           if (Status st = selector->observe_keys(il, pos, nt, k_.data()); !st.is_ok()) return fail(st);
         }
@@ -291,12 +299,12 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
           if (Status st = prefetch_last_row(il, pos, nt); !st.is_ok()) return fail(st);
         }
         const size_t row0 = static_cast<size_t>(t0 - s0);
-        store_kv_values(kv_->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
-        store_kv_values(kv_->dtype(), v_.data(), nt * hp_.n_embd_kv(), seg_v_.data() + row0 * kv_row_bytes);
+        store_kv_values(seq_.kv->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
+        store_kv_values(seq_.kv->dtype(), v_.data(), nt * hp_.n_embd_kv(), seg_v_.data() + row0 * kv_row_bytes);
         // The segment's positions so far from the working set, those before it from the store.
-        const KvSegment seen{n_past0 + s0, t0 + nt - s0, seg_k_.data(), seg_v_.data(), kv_->dtype(), kv_row_bytes};
+        const KvSegment seen{n_past0 + s0, t0 + nt - s0, seg_k_.data(), seg_v_.data(), seq_.kv->dtype(), kv_row_bytes};
         const KvView tail(hp_.n_head_kv, hp_.head_dim, {seen});
-        if (Status st = attention(*kv_, il, n_past0 + s0, tail, attn_params_, q_.data(), pos, nt, attn_.data(), pool);
+        if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, attn_params_, q_.data(), pos, nt, attn_.data(), pool);
             !st.is_ok()) {
           return fail(st);
         }
@@ -327,7 +335,8 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
   return Status::ok();
 }
 
-void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0) {
+void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0,
+                               const int64_t* positions) {
   const int64_t n_q = hp_.n_embd_q();
   const int64_t n_kv = hp_.n_embd_kv();
   const int64_t n_pairs = hp_.rope.n_rot / 2;
@@ -354,7 +363,7 @@ void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n
   for_each_row(pool, n, rope_cost, [&](int64_t t) {
     kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
     kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
-    scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(pos0 + t));
+    scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(positions != nullptr ? positions[t] : pos0 + t));
   });
 }
 
@@ -422,6 +431,119 @@ void LlamaForward::embed(const int32_t* tokens, int64_t n, float* x) const {
   }
 }
 
+Status LlamaForward::check_sequence(const DecodeSequence& seq) const {
+  if (seq.kv == nullptr) return invalid_argument("a sequence needs a KV store");
+  const KvCacheShape& shape = seq.kv->shape();
+  if (shape.n_layer != hp_.n_layer || shape.n_kv_heads != hp_.n_head_kv || shape.head_dim != hp_.head_dim) {
+    return invalid_argument("a sequence's KV store holds " + std::to_string(shape.n_layer) + " layers of " +
+                            std::to_string(shape.n_kv_heads) + " heads of " + std::to_string(shape.head_dim) +
+                            "; the model needs " + std::to_string(hp_.n_layer) + " of " + std::to_string(hp_.n_head_kv) +
+                            " of " + std::to_string(hp_.head_dim));
+  }
+  return Status::ok();
+}
+
+Status LlamaForward::decode_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
+  const auto n = static_cast<int64_t>(batch.size());
+  if (n == 0) return invalid_argument("decode_batch: no sequences");
+  if (n > n_batch_) {
+    return invalid_argument("decode_batch: " + std::to_string(n) + " sequences, more than the batch size of " +
+                            std::to_string(n_batch_));
+  }
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const BatchToken& b = batch[i];
+    LEOAM_RETURN_IF_ERROR(check_sequence(b.seq));
+    for (int64_t j = 0; j < i; ++j) {
+      if (batch[j].seq.kv == b.seq.kv) return invalid_argument("decode_batch: two rows share a KV store");
+    }
+    if (b.token < 0 || b.token >= hp_.n_vocab) {
+      return invalid_argument("token id " + std::to_string(b.token) + " of sequence " + std::to_string(i) +
+                              " is out of range [0, " + std::to_string(hp_.n_vocab) + ")");
+    }
+    if (!b.seq.kv->can_append(1)) {
+      return invalid_argument("sequence " + std::to_string(i) + " is full: its context holds " +
+                              std::to_string(b.seq.kv->n_ctx()) + " tokens (-c)");
+    }
+    positions[i] = b.seq.kv->n_tokens();
+    tokens[i] = b.token;
+  }
+  const Status st = decode_rows(batch, tokens, positions, logits);
+  if (!st.is_ok()) {
+    for (int64_t i = 0; i < n; ++i) {  // every sequence as it was
+      (void)batch[i].seq.kv->truncate(positions[i]);
+      if (batch[i].seq.selector != nullptr) batch[i].seq.selector->truncate(positions[i]);
+    }
+  }
+  return st;
+}
+
+Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,
+                                 std::span<const int64_t> positions, std::vector<float>& logits) {
+  const auto n = static_cast<int64_t>(batch.size());
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_q = hp_.n_embd_q();
+  const int64_t n_kv = hp_.n_embd_kv();
+  const int64_t n_pairs = hp_.rope.n_rot / 2;
+  const float eps = hp_.rms_eps;
+  ThreadPool& pool = *pool_;
+  float* x = x_.data();
+  float* xn = xn_.data();
+  embed(tokens.data(), n, x);
+  for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
+  for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
+    kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
+  });
+  for (int il = 0; il < hp_.n_layer; ++il) {
+    const LayerWeights& L = w_.layers[il];
+    for (int64_t i = 0; i < n; ++i) {
+      AttentionSelector* selector = batch[i].seq.selector;
+      if (selector != nullptr && selector->needs().layer_inputs) {
+        LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, positions[i], x + i * n_embd));
+      }
+    }
+    project_qkv(L, xn, n, positions[0], positions.data());
+    // Each row's own sequence: its store, its selection, its attention.
+    for (int64_t i = 0; i < n; ++i) {
+      const DecodeSequence& seq = batch[i].seq;
+      const int64_t pos = positions[i];
+      const float* k = k_.data() + i * n_kv;
+      const float* q = q_.data() + i * n_q;
+      float* out = attn_.data() + i * n_q;
+      LEOAM_RETURN_IF_ERROR(seq.kv->append(il, pos, 1, k, v_.data() + i * n_kv));
+      if (seq.selector == nullptr) {
+        const TokenRange visible{0, pos + 1};
+        LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, {&visible, 1}, attn_params_, q, pos, 1, out, pool));
+        continue;
+      }
+      const SelectorNeeds needs = seq.selector->needs();
+      if (needs.keys) LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
+      LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, seq.selector->select(il, pos, q, pool));
+      if (needs.attention_mass) {
+        int64_t n_keys = 0;
+        for (const TokenRange& r : ranges) n_keys += r.size();
+        key_mass_.resize(static_cast<size_t>(n_keys));
+        LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, ranges, attn_params_, q, pos, 1, out, pool, key_mass_));
+        seq.selector->observe_attention(il, pos, ranges, key_mass_);
+      } else {
+        LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, ranges, attn_params_, q, pos, 1, out, pool));
+      }
+    }
+    output_and_ffn(L, x, xn, n);
+    if (il + 1 < hp_.n_layer) {
+      const float* next_norm = w_.layers[il + 1].attn_norm;
+      const float* proj = proj_.data();
+      for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
+        kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, next_norm, n_embd, eps, xn + t * n_embd);
+      });
+    }
+  }
+  logits.resize(static_cast<size_t>(n) * hp_.n_vocab);
+  output_logits(x, n, true, logits.data());
+  return Status::ok();
+}
+
 Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
   const LayerWeights& next = w_.layers[layer + 1];
   spec_xn_.resize(static_cast<size_t>(hp_.n_embd));
@@ -433,17 +555,17 @@ Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
   scale_query(spec_q_.data(), hp_.n_embd_q(), hp_.query_scale(pos));
   // The step's own KV of layer + 1 is not stored yet: the forecast chooses among [0, pos).
   LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges,
-                         options_.selector->forecast(layer + 1, pos, pos, spec_q_.data(), *pool_, false));
-  return kv_->read_ahead(layer + 1, ranges);
+                         seq_.selector->forecast(layer + 1, pos, pos, spec_q_.data(), *pool_, false));
+  return seq_.kv->read_ahead(layer + 1, ranges);
 }
 
 Status LlamaForward::prefetch_last_row(int layer, int64_t pos0, int64_t n) {
-  if (options_.selector == nullptr) return Status::ok();
+  if (seq_.selector == nullptr) return Status::ok();
   const float* q = q_.data() + (n - 1) * hp_.n_embd_q();
   const int64_t pos = pos0 + n - 1;
   LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges,
-                         options_.selector->forecast(layer, pos, pos + 1, q, *pool_, true));
-  return kv_->prefetch(layer, ranges);
+                         seq_.selector->forecast(layer, pos, pos + 1, q, *pool_, true));
+  return seq_.kv->prefetch(layer, ranges);
 }
 
 Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits,
@@ -465,7 +587,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
   });
 
-  AttentionSelector* selector = options_.selector;
+  AttentionSelector* selector = seq_.selector;
   const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
   Trace* trace = decode ? options_.trace : nullptr;  // decode steps only: a prompt would flood it
   const TraceSpan step_span(trace, "decode step", "decode", -1, pos0);
@@ -475,7 +597,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     {
       const TraceSpan span(trace, "qkv", "compute", il, pos0);
       project_qkv(L, xn, n, pos0);
-      LEOAM_RETURN_IF_ERROR(kv_->append(il, pos0, n, k_.data(), v_.data()));
+      LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos0, n, k_.data(), v_.data()));
     }
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
@@ -492,15 +614,15 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
         for (const TokenRange& r : ranges) n_keys += r.size();
         key_mass_.resize(static_cast<size_t>(n_keys));
         LEOAM_RETURN_IF_ERROR(
-            attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool, key_mass_));
+            attention(*seq_.kv, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool, key_mass_));
         selector->observe_attention(il, pos0, ranges, key_mass_);
       } else {
-        LEOAM_RETURN_IF_ERROR(attention(*kv_, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+        LEOAM_RETURN_IF_ERROR(attention(*seq_.kv, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
       }
     } else {
       const TraceSpan span(trace, "attention", "attention", il, pos0);
       const TokenRange visible{0, pos0 + n};
-      LEOAM_RETURN_IF_ERROR(attention(*kv_, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
+      LEOAM_RETURN_IF_ERROR(attention(*seq_.kv, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
     }
     {
       const TraceSpan span(trace, "attn_output", "compute", il, pos0);

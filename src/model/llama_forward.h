@@ -60,6 +60,11 @@ class LlamaForward final : public ForwardContext {
                                                       std::unique_ptr<KvCache> kv_cache = nullptr);
 
   Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
+  Status eval_sequence(const DecodeSequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                       std::vector<float>& logits) override;
+  // The batch's rows share the projections' and the FFN's matrix products (one read of the
+  // weights for all); each row's RoPE, store, selection and attention are its own sequence's.
+  Status decode_batch(std::span<const BatchToken> batch, std::vector<float>& logits) override;
   int64_t n_past() const override { return kv_->n_tokens(); }
   int64_t n_ctx() const override { return kv_->n_ctx(); }
   int32_t n_vocab() const override { return static_cast<int32_t>(hp_.n_vocab); }
@@ -73,6 +78,23 @@ class LlamaForward final : public ForwardContext {
  private:
   LlamaForward(const Model& model, const ForwardOptions& options, Rope rope);
 
+  // The sequence the eval paths below work on (seq_): the context's own, or a caller's for the
+  // length of an eval_sequence.
+  class SequenceScope {
+   public:
+    SequenceScope(LlamaForward& f, const DecodeSequence& seq) : f_(f) { f_.seq_ = seq; }
+    ~SequenceScope() { f_.seq_ = {f_.kv_.get(), f_.options_.selector}; }
+    SequenceScope(const SequenceScope&) = delete;
+    SequenceScope& operator=(const SequenceScope&) = delete;
+
+   private:
+    LlamaForward& f_;
+  };
+  // Fails unless seq's store has the model's KV shape.
+  Status check_sequence(const DecodeSequence& seq) const;
+  // decode_batch's step, its rows checked: tokens and positions per row.
+  Status decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,
+                     std::span<const int64_t> positions, std::vector<float>& logits);
   // Runs tokens[0, n) at positions [pos0, pos0 + n). Writes the logits of every row to
   // logits ([n][n_vocab]) when all_rows, else the last row's ([n_vocab]); none when logits is null.
   // prompt_end: the batch ends a prompt (n > 1): prefetch_last_row per layer.
@@ -90,9 +112,10 @@ class LlamaForward final : public ForwardContext {
   // are the batches eval cut it into, as (first token, tokens).
   Status eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,
                       bool all_logits, std::vector<float>& logits);
-  // The steps of a layer that both orders share, on n rows at positions [pos0, pos0 + n):
-  // q_, k_, v_ = xn's projections, RoPE'd (cos_ and sin_ filled for them), the queries scaled;
-  void project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0);
+  // The steps of a layer that both orders share, on n rows at positions [pos0, pos0 + n) (or,
+  // given, positions[0, n): a batch of sequences): q_, k_, v_ = xn's projections, RoPE'd (cos_ and
+  // sin_ filled for them), the queries scaled;
+  void project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0, const int64_t* positions = nullptr);
   // x += attn_ Wo^T, xn = ffn_norm(x), proj_ = the FFN of xn (the caller adds proj_ to x);
   void output_and_ffn(const LayerWeights& L, float* x, float* xn, int64_t n);
   // Its two halves: x += attn_ Wo^T and xn = ffn_norm(x); then proj_ = the FFN of xn.
@@ -114,6 +137,7 @@ class LlamaForward final : public ForwardContext {
   // get this one, and the region's threads share it.
   std::unique_ptr<ThreadPool> inline_pool_;
   std::unique_ptr<KvCache> kv_;
+  DecodeSequence seq_;  // what eval works on: {kv_, options_.selector} but inside an eval_sequence
   int64_t n_batch_ = 0;
 
   // Scratch, sized for n_batch_ tokens.
