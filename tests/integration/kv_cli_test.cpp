@@ -216,6 +216,45 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   EXPECT_NE(no_dir.err.find("--kv-dir"), std::string::npos) << no_dir.err;
 }
 
+// --prompts decodes a file's prompts together, each in its own tiered store with its own leoam
+// selector: each prompt's text is the one a run of that prompt alone writes. It refuses the
+// options of one sequence (-p, --kv-save, ...).
+TEST_F(KvCliTest, PromptsDecodedTogetherWriteWhatEachWritesAlone) {
+  const std::string book = read_file(prompt_);
+  const std::vector<std::string> prompts = {book.substr(0, 600), "Once upon a time", book.substr(700, 900)};
+  std::string lines;
+  for (std::string p : prompts) {
+    std::replace(p.begin(), p.end(), '\n', ' ');
+    lines += p + "\n\n";  // an empty line between: skipped
+  }
+  const std::string file = dir_ + "/prompts.txt";
+  std::ofstream(file) << lines;
+  std::vector<std::string> args = {"--prompts", file, "--temp", "0", "-n", "12", "--policy", "leoam", "--budget", "0.1"};
+  for (const std::string& a : tiny_tiers("batch")) args.push_back(a);
+  const CliResult batch = run(args);
+  ASSERT_EQ(batch.status, 0) << batch.err;
+  EXPECT_NE(batch.err.find("leoam: 3 prompts: prefill"), std::string::npos) << batch.err;
+  EXPECT_NE(batch.err.find("generated 36 tokens in 11 batched steps"), std::string::npos) << batch.err;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::string p = prompts[i];
+    std::replace(p.begin(), p.end(), '\n', ' ');
+    std::vector<std::string> one = {"-p", p, "--temp", "0", "-n", "12", "--policy", "leoam", "--budget", "0.1"};
+    for (const std::string& a : tiny_tiers("one" + std::to_string(i))) one.push_back(a);
+    const CliResult alone = run(one);
+    ASSERT_EQ(alone.status, 0) << alone.err;
+    // "[i] " + the prompt and its text, as the single run writes them.
+    const std::string want = "[" + std::to_string(i + 1) + "] " + alone.out.substr(0, alone.out.size() - 1);
+    EXPECT_NE(batch.out.find(want), std::string::npos) << "prompt " << i << ":\n" << batch.out << "\nwant:\n" << want;
+  }
+  for (const char* clash : {"--kv-stats", "--trace"}) {
+    std::vector<std::string> bad = {"--prompts", file, clash};
+    if (std::string(clash) == "--trace") bad.push_back(dir_ + "/t.json");
+    const CliResult refused = run(bad);
+    EXPECT_EQ(refused.status, 2) << clash;
+    EXPECT_NE(refused.err.find("--prompts excludes " + std::string(clash)), std::string::npos) << refused.err;
+  }
+}
+
 // Every policy runs end to end through the tiered store with the KV mostly on disk. Just below a
 // full budget (0.99: a full budget skips the policy and gives full attention's text, checked
 // once) each policy chooses, and leaves out a little; at 10% each attends about a tenth of the

@@ -76,7 +76,7 @@ Result<std::string> read_text_file(const std::string& path) {
   return text.str();
 }
 
-void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_file, const std::string& unless) {
+void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_file, std::vector<std::string> unless) {
   CLI::Option* p = cmd.add_option("-p,--prompt", prompt, "prompt text (\"\" is allowed: start from BOS alone)");
   CLI::Option* f = cmd.add_option("-f,--file", prompt_file, "read the prompt from FILE (one trailing newline is dropped)")
                        ->check(readable_file())
@@ -86,7 +86,9 @@ void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_
   // "one of them is required" is checked when the subcommand's parse completes, so that it is a
   // parse error like any other (exit status 2).
   cmd.parse_complete_callback([&cmd, p, f, unless] {
-    if (!unless.empty() && cmd.get_option(unless)->count() > 0) return;
+    for (const std::string& name : unless) {
+      if (cmd.get_option(name)->count() > 0) return;
+    }
     if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("a prompt (-p TEXT or -f FILE)");
   });
 }

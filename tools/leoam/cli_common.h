@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <string_view>
 #include <type_traits>
 
@@ -78,9 +79,10 @@ CLI::Validator at_least(T lo);
 Result<std::string> read_text_file(const std::string& path);
 
 // Adds `-p,--prompt TEXT` and `-f,--file FILE` to `cmd`: mutually exclusive, one required unless
-// the option named `unless` (e.g. "--kv-load") is given. `prompt` receives -p's text;
+// one of the options named in `unless` (e.g. "--kv-load") is given. `prompt` receives -p's text;
 // `prompt_file` -f's path.
-void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_file, const std::string& unless = "");
+void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_file,
+                        std::vector<std::string> unless = {});
 // The prompt selected by add_prompt_options: -p's text, or -f's file contents minus one trailing
 // newline (as llama.cpp does; a file saved by an editor ends in one).
 Result<std::string> resolve_prompt(const std::string& prompt, const std::string& prompt_file);

@@ -30,6 +30,7 @@
 #include "attention_options.h"
 #include "kv_options.h"
 #include "core/thread_pool.h"
+#include "engine/batch_generator.h"
 #include "engine/generator.h"
 #include "engine/step_breakdown.h"
 #include "model/forward_context.h"
@@ -109,7 +110,14 @@ class RunCommand : public Command {
         ->required()
         ->check(readable_file())
         ->type_name("FILE");
-    add_prompt_options(*cmd, prompt_, prompt_file_, "--kv-load");
+    CLI::Option* prompts = cmd->add_option("--prompts", prompts_file_,
+                                           "generate from each line of FILE (empty lines skipped), all the prompts "
+                                           "decoded together, one pass over the weights a step for all: each its own "
+                                           "KV store (with --kv-dir, the tier budgets each), selector and sampler "
+                                           "(seeds --seed, --seed + 1, ...); prints each prompt and its text in turn")
+                               ->check(readable_file())
+                               ->type_name("FILE");
+    add_prompt_options(*cmd, prompt_, prompt_file_, {"--kv-load", "--prompts"});
     cmd->add_option("-n,--n-predict", options_.n_predict, "tokens to generate at most (-1: until end of generation or a full context)")
         ->capture_default_str()
         ->check(in_range(-1, 1 << 30));
@@ -169,6 +177,11 @@ class RunCommand : public Command {
                     "continue the session saved in DIR without recomputing it; -p/-f then add text to it")
         ->type_name("DIR")
         ->group("KV store (tiers)");
+    // One sequence's files and reports; a batch of prompts has several.
+    for (const char* one : {"-p", "-f", "--kv-load", "--kv-save", "--dump-logits", "--trace", "--kv-stats",
+                            "--kv-stats-json"}) {
+      prompts->excludes(cmd->get_option(one));
+    }
     return cmd;
   }
 
@@ -227,6 +240,7 @@ class RunCommand : public Command {
     if (!kv_options_.dir.empty()) std::fprintf(stderr, "leoam: %s\n", kv_store_summary(kv_options_, kv_cache).c_str());
 
     if (verbose_) print_settings(**ctx);
+    if (!prompts_file_.empty()) return run_batch(**ctx, **model, **tokenizer, {&kv_cache, selector->get()}, n_ctx);
 
     uint64_t model_hash = 0;
     if (!kv_save_dir_.empty() || !kv_load_dir_.empty()) {
@@ -335,6 +349,55 @@ class RunCommand : public Command {
                  s.repeat_last_n, options_.n_predict);
   }
 
+  // --prompts: the file's prompts decoded together; `first` is the context's own sequence, which
+  // the first prompt takes (the others get stores and selectors of their own, alike).
+  int run_batch(ForwardContext& ctx, const Model& model, const Tokenizer& tokenizer, const DecodeSequence& first,
+                int64_t n_ctx) {
+    Result<std::string> text = read_text_file(prompts_file_);
+    if (!text.is_ok()) return fail(text.status());
+    std::vector<std::string> prompts;
+    for (size_t at = 0; at < text->size();) {
+      const size_t end = std::min(text->find('\n', at), text->size());
+      if (end > at) prompts.push_back(text->substr(at, end - at));
+      at = end + 1;
+    }
+    if (prompts.empty()) return fail(invalid_argument(prompts_file_ + ": --prompts: no prompt (the file has no non-empty line)"));
+    if (static_cast<int64_t>(prompts.size()) > n_batch_) {
+      return fail(invalid_argument(prompts_file_ + ": --prompts: " + std::to_string(prompts.size()) +
+                                   " prompts, more than the batch size of " + std::to_string(n_batch_) + " (-b)"));
+    }
+    std::vector<std::unique_ptr<KvCache>> stores;
+    std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
+    std::vector<DecodeSequence> sequences = {first};
+    for (size_t i = 1; i < prompts.size(); ++i) {
+      Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, model, n_ctx, policy_needs_catalog(attention_options_));
+      if (!kv.is_ok()) return fail(kv.status());
+      Result<std::unique_ptr<sparse::SparseAttention>> selector =
+          make_sparse_attention(attention_options_, kv_options_, model, **kv);
+      if (!selector.is_ok()) return fail(selector.status());
+      sequences.push_back({kv->get(), selector->get()});
+      stores.push_back(std::move(*kv));
+      selectors.push_back(std::move(*selector));
+    }
+    SigintScope sigint;
+    BatchGenerateStats totals;
+    Result<std::vector<BatchSequenceResult>> results =
+        generate_batch(ctx, tokenizer, prompts, sequences, options_, &totals);
+    if (!results.is_ok()) return fail(results.status());
+    bool interrupted = false;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const BatchSequenceResult& r = (*results)[i];
+      std::printf("[%zu] %s%s\n\n", i + 1, prompts[i].c_str(), r.text.c_str());
+      interrupted = interrupted || r.stats.stop_reason == StopReason::kInterrupted;
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "leoam: %zu prompts: prefill %10.1f ms; generated %lld tokens in %lld batched steps, "
+                 "%10.1f ms, %.1f tok/s\n",
+                 prompts.size(), totals.prefill_ms, static_cast<long long>(totals.n_generated),
+                 static_cast<long long>(totals.n_steps), totals.decode_ms, totals.decode_tokens_per_s());
+    return interrupted ? kExitInterrupted : kExitOk;
+  }
+
   static void print_summary(const GenerateStats& st) {
     std::string cut;
     if (!st.prefill_complete()) {
@@ -354,6 +417,7 @@ class RunCommand : public Command {
   std::string kv_save_dir_;
   std::string trace_path_;
   std::string kv_load_dir_;
+  std::string prompts_file_;
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;
   int n_ctx_ = 0;

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/batch_generator.h"
 #include "engine/generator.h"
+#include "kv/memory_kv_cache.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
@@ -243,6 +245,56 @@ TEST_F(GeneratorModelTest, ResumedGenerationEqualsUnbrokenGeneration) {
       }
     }
   }
+}
+
+// Batched generation: each prompt in its own store gets the greedy tokens it gets alone, one
+// sequence stopping at a full context while the others go on to n_predict.
+TEST_F(GeneratorModelTest, ABatchGeneratesWhatEachPromptGeneratesAlone) {
+  const std::vector<std::string> prompts = {"the cat", "once upon a time", "a", "the dog and the"};
+  GenerateOptions greedy;
+  greedy.n_predict = 24;
+  greedy.sampler.temperature = 0.0f;
+  auto ctx = context(128);
+  ASSERT_NE(ctx, nullptr);
+  std::vector<std::unique_ptr<KvCache>> stores;
+  std::vector<DecodeSequence> sequences;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    MemoryKvCacheOptions m;
+    const ModelHparams& hp = model_->hparams();
+    m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, i == 2 ? 12 : 128};  // the third fills at 12 tokens
+    stores.push_back(std::move(MemoryKvCache::create(m)).value());
+    sequences.push_back({stores.back().get(), nullptr});
+  }
+  BatchGenerateStats totals;
+  auto results = generate_batch(*ctx, *tokenizer_, prompts, sequences, greedy, &totals);
+  ASSERT_TRUE(results.is_ok()) << results.status().message();
+  ASSERT_EQ(results->size(), prompts.size());
+  int64_t generated = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const BatchSequenceResult& r = (*results)[i];
+    Output alone = generate_text(prompts[i], greedy, i == 2 ? 12 : 128);
+    ASSERT_TRUE(alone.stats.is_ok());
+    EXPECT_EQ(r.stats.tokens, alone.stats->tokens) << "prompt " << i;
+    EXPECT_EQ(r.text, alone.text) << "prompt " << i;
+    EXPECT_EQ(r.stats.stop_reason, alone.stats->stop_reason) << "prompt " << i;
+    generated += r.stats.n_generated;
+  }
+  EXPECT_EQ((*results)[2].stats.stop_reason, StopReason::kContextFull);
+  EXPECT_EQ((*results)[0].stats.stop_reason, StopReason::kMaxTokens);
+  EXPECT_EQ(totals.n_generated, generated);
+  EXPECT_EQ(totals.n_steps, 23);  // 24 tokens a sequence, the last sampled without a step
+
+  // More prompts than sequences, and a prompt too long for its store, are refused.
+  const std::vector<std::string> five(5, "the");
+  EXPECT_EQ(generate_batch(*ctx, *tokenizer_, five, sequences, greedy).status().code(), StatusCode::kInvalidArgument);
+  MemoryKvCacheOptions tiny;
+  tiny.shape = {model_->hparams().n_layer, model_->hparams().n_head_kv, model_->hparams().head_dim, 2};
+  auto small = std::move(MemoryKvCache::create(tiny)).value();
+  const DecodeSequence one[] = {{small.get(), nullptr}};
+  const std::vector<std::string> longer = {"the cat sat on the mat"};
+  const Status st = generate_batch(*ctx, *tokenizer_, longer, one, greedy).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("prompt 1 has"), std::string::npos) << st.message();
 }
 
 }  // namespace
