@@ -111,7 +111,7 @@ constexpr TypeName kTypeNames[] = {{"f32", GgmlType::kF32},   {"f16", GgmlType::
 
 }  // namespace
 
-const char* synthetic_model_preset_names() { return "tiny llama-1b llama-7b qwen2-0.5b"; }
+const char* synthetic_model_preset_names() { return "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b"; }
 
 Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type) {
   std::string_view name = name_and_type;
@@ -128,9 +128,12 @@ Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type
   } else if (name == "llama-1b") {  // Llama-3.2-1B dims, a 32000-token vocabulary
     s.n_vocab = 32000; s.n_embd = 2048; s.n_layer = 16; s.n_head = 32; s.n_head_kv = 8; s.n_ff = 8192;
     s.n_ctx = 8192; s.rope_freq_base = 500000.0f; s.weight_type = GgmlType::kF16;
-  } else if (name == "llama-7b") {  // Llama-2-7B dims
+  } else if (name == "llama2-7b" || name == "llama-7b") {  // Llama-2-7B dims (llama-7b: its older name)
     s.n_vocab = 32000; s.n_embd = 4096; s.n_layer = 32; s.n_head = 32; s.n_head_kv = 32; s.n_ff = 11008;
     s.n_ctx = 4096; s.weight_type = GgmlType::kF16;
+  } else if (name == "llama3-8b") {  // Llama-3-8B dims, its real 128256-token vocabulary
+    s.n_vocab = 128256; s.n_embd = 4096; s.n_layer = 32; s.n_head = 32; s.n_head_kv = 8; s.n_ff = 14336;
+    s.n_ctx = 8192; s.rope_freq_base = 500000.0f; s.weight_type = GgmlType::kF16;
   } else if (name == "qwen2-0.5b") {  // Qwen2-0.5B dims, a 32000-token vocabulary
     s.arch = ModelArch::kQwen2;
     s.n_vocab = 32000; s.n_embd = 896; s.n_layer = 24; s.n_head = 14; s.n_head_kv = 2; s.n_ff = 4864;
