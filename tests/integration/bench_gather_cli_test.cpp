@@ -1,4 +1,4 @@
-// `leoam bench-kv` as a user runs it, on a tiny configuration (2 MiB of KV): the JSON object's
+// `leoam bench-gather` as a user runs it, on a tiny configuration (2 MiB of KV): the JSON object's
 // fields, the markdown table, and the usage and runtime errors.
 #include <gtest/gtest.h>
 
@@ -19,10 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 using leoam::testing_cli::CliResult;
 
-class BenchKvCliTest : public ::testing::Test {
+class BenchGatherCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/leoam_bench_kv_cli_test_XXXXXX";
+    char tmpl[] = "/tmp/leoam_bench_gather_cli_test_XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     kv_dir_ = dir_ + "/kv";
@@ -32,8 +32,8 @@ class BenchKvCliTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  CliResult bench_kv(std::vector<std::string> args) {
-    args.insert(args.begin(), "bench-kv");
+  CliResult bench_gather(std::vector<std::string> args) {
+    args.insert(args.begin(), "bench-gather");
     return leoam::testing_cli::run_leoam(dir_, args);
   }
 
@@ -49,8 +49,8 @@ class BenchKvCliTest : public ::testing::Test {
   std::string kv_dir_;
 };
 
-TEST_F(BenchKvCliTest, JsonHasEveryFieldAndNoFilesAreLeft) {
-  CliResult r = bench_kv({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "8", "--shape", "2x64", "-r", "1", "--json"});
+TEST_F(BenchGatherCliTest, JsonHasEveryFieldAndNoFilesAreLeft) {
+  CliResult r = bench_gather({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "8", "--shape", "2x64", "-r", "1", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");  // progress is for terminals only
   const nlohmann::json doc = nlohmann::json::parse(r.out);  // throws (fails the test) on bad JSON
@@ -78,8 +78,8 @@ TEST_F(BenchKvCliTest, JsonHasEveryFieldAndNoFilesAreLeft) {
   EXPECT_TRUE(fs::is_empty(kv_dir_));
 }
 
-TEST_F(BenchKvCliTest, TablePrintsTheHeaderARowPerConfigurationAndTheIoMode) {
-  CliResult r = bench_kv({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "8,64", "--shape", "2x64", "-r", "1"});
+TEST_F(BenchGatherCliTest, TablePrintsTheHeaderARowPerConfigurationAndTheIoMode) {
+  CliResult r = bench_gather({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "8,64", "--shape", "2x64", "-r", "1"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("| KV heads x dim | chunk tokens | slot KiB | chunks read | gather MB/s | raw MB/s | gather/raw |"),
             std::string::npos)
@@ -89,21 +89,21 @@ TEST_F(BenchKvCliTest, TablePrintsTheHeaderARowPerConfigurationAndTheIoMode) {
   EXPECT_NE(r.out.find("\ndisk I/O: "), std::string::npos) << r.out;
 }
 
-TEST_F(BenchKvCliTest, UsageErrorsExitWithStatus2) {
-  expect_one_line_error(bench_kv({"--file-mb", "2"}), 2, "--kv-dir");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--shape", "2y64"}), 2, "2y64");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--chunk", "1"}), 2, "--chunk");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--fraction", "0"}), 2, "--fraction");
+TEST_F(BenchGatherCliTest, UsageErrorsExitWithStatus2) {
+  expect_one_line_error(bench_gather({"--file-mb", "2"}), 2, "--kv-dir");
+  expect_one_line_error(bench_gather({"--kv-dir", kv_dir_, "--shape", "2y64"}), 2, "2y64");
+  expect_one_line_error(bench_gather({"--kv-dir", kv_dir_, "--chunk", "1"}), 2, "--chunk");
+  expect_one_line_error(bench_gather({"--kv-dir", kv_dir_, "--fraction", "0"}), 2, "--fraction");
   EXPECT_FALSE(fs::exists(kv_dir_));
 }
 
-TEST_F(BenchKvCliTest, RuntimeFailureExitsWithStatus1) {
+TEST_F(BenchGatherCliTest, RuntimeFailureExitsWithStatus1) {
   const std::string file = dir_ + "/a_file";
   std::ofstream(file) << "x";
-  expect_one_line_error(bench_kv({"--kv-dir", file, "--file-mb", "2", "--chunk", "8", "--shape", "2x64", "-r", "1"}), 1,
+  expect_one_line_error(bench_gather({"--kv-dir", file, "--file-mb", "2", "--chunk", "8", "--shape", "2x64", "-r", "1"}), 1,
                         file);
   // Too little KV to leave any chunk on disk: said before anything is written.
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "128", "--shape", "32x128"}), 1,
+  expect_one_line_error(bench_gather({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "128", "--shape", "32x128"}), 1,
                         "at least 8 MiB");
 }
 

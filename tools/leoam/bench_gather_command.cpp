@@ -1,4 +1,4 @@
-// `leoam bench-kv`: chunk-gather read throughput of the KV store's disk tier, set against the
+// `leoam bench-gather`: chunk-gather read throughput of the KV store's disk tier, set against the
 // device's raw throughput for the same reads, measured in the same run (src/kv/gather_benchmark.h
 // defines both).
 //
@@ -34,11 +34,11 @@ bool parse_shape(const std::string& text, std::pair<int, int>& shape) {
   return true;
 }
 
-class BenchKvCommand : public Command {
+class BenchGatherCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand(
-        "bench-kv", "measure chunk-gather read throughput from the KV disk tier against the raw device");
+        "bench-gather", "measure chunk-gather read throughput from the KV disk tier against the raw device");
     cmd->add_option("--kv-dir", options_.dir, "directory for the chunk files (created if missing; files removed after)")
         ->required()
         ->type_name("DIR");
@@ -153,11 +153,11 @@ class BenchKvCommand : public Command {
   std::vector<std::string> shape_texts_ = {"32x128", "8x128"};
   uint64_t file_mb_ = 512;
   bool json_ = false;
-  StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench-kv"};
+  StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench-gather"};
 };
 
 }  // namespace
 
-std::unique_ptr<Command> make_bench_kv_command() { return std::make_unique<BenchKvCommand>(); }
+std::unique_ptr<Command> make_bench_gather_command() { return std::make_unique<BenchGatherCommand>(); }
 
 }  // namespace leoam::cli
