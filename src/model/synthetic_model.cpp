@@ -7,28 +7,21 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/splitmix64.h"
 #include "gguf/gguf_writer.h"
 
 namespace leoam {
 
 namespace {
 
-// splitmix64: a small, fast generator whose output is the same on every platform (unlike the
-// standard distributions), so a seed names one file everywhere.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  explicit Rng(uint64_t seed) : bits_(seed) {}
   // Uniform in [-1, 1).
-  float uniform() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0); }
+  float uniform() { return static_cast<float>(static_cast<double>(bits_.next() >> 11) * 0x1.0p-52 - 1.0); }
 
  private:
-  uint64_t state_;
+  SplitMix64 bits_;
 };
 
 uint64_t fnv1a(std::string_view s) {
