@@ -96,6 +96,9 @@ struct KvStats {
   // Disk bytes read ahead of need (KvCache::prefetch: a prompt's forecast of the first decode
   // step), part of the disk tier's bytes_read.
   uint64_t disk_bytes_prefetched = 0;
+  // Disk bytes of abstract records read (DiskTier::read_abstracts: LKA and the policies' scoring
+  // of disk chunks), part of the disk tier's bytes_read.
+  uint64_t disk_abstract_bytes_read = 0;
   PolicyMemoryStats policy_memory;
   PrefillIoStats prefill;
 

@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using leoam::testing_cli::CliResult;
+using leoam::testing_cli::expect_one_line_error;
 
 class BenchGatherCliTest : public ::testing::Test {
  protected:
@@ -35,14 +36,6 @@ class BenchGatherCliTest : public ::testing::Test {
   CliResult bench_gather(std::vector<std::string> args) {
     args.insert(args.begin(), "bench-gather");
     return leoam::testing_cli::run_leoam(dir_, args);
-  }
-
-  static void expect_one_line_error(const CliResult& r, int status, const std::string& mentions) {
-    EXPECT_EQ(r.status, status) << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_EQ(r.err.rfind("leoam: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(mentions), std::string::npos) << r.err;
   }
 
   std::string dir_;
