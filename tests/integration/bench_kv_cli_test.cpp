@@ -60,7 +60,19 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   const std::vector<std::string> policies = {"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"};
   for (const std::string& p : policies) EXPECT_NE(r.out.find("| 4096 | " + p + " |"), std::string::npos) << p;
 
+  EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
   const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
+  ASSERT_EQ(doc["attention_profiles"].size(), 1u);
+  const nlohmann::json& profile = doc["attention_profiles"][0];
+  EXPECT_GT(profile["top10_mass"].get<double>(), 0.3) << "skewed: well over 10% of the mass";
+  EXPECT_GE(profile["top10_mass"].get<double>(), profile["top1_mass"].get<double>());
+  double chunks = 0, mass = 0;
+  for (const nlohmann::json& b : profile["buckets"]) {
+    chunks += b["chunks"].get<double>();
+    mass += b["mass"].get<double>();
+  }
+  EXPECT_NEAR(chunks, 1.0, 1e-9);
+  EXPECT_NEAR(mass, 1.0, 1e-9);
   EXPECT_GT(doc["machine"]["dram_read_gb_per_s"].get<double>(), 0.1);
   EXPECT_GT(doc["machine"]["disk_raw_mb_per_s"].get<double>(), 1.0);
   ASSERT_EQ(doc["results"].size(), policies.size());

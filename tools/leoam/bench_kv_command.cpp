@@ -18,11 +18,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -70,6 +72,19 @@ struct PolicyRun {
   std::vector<Step> steps;
   std::string io_mode;
 };
+
+// One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
+struct AttentionProfile {
+  int64_t n_ctx = 0;
+  int layer = 0;
+  int chunk_tokens = 0;
+  double top1 = 0, top10 = 0;  // mass in the top 1% and 10% of chunks
+  // Chunks by their mass over the uniform share 1/n_chunks: < 0.1x, [0.1x, 1x), [1x, 10x),
+  // [10x, 100x), >= 100x; the share of chunks and of the mass in each.
+  std::array<double, 5> chunks{}, mass{};
+};
+constexpr const char* kProfileBuckets[5] = {"< 0.1x", "0.1-1x", "1-10x", "10-100x", ">= 100x"};
+constexpr int kProfileChunkTokens = 64;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -156,6 +171,12 @@ class BenchKvCommand : public Command {
         status_.clear();
         if (!run.is_ok()) return fail(run.status());
         runs_.push_back(std::move(*run));
+      }
+      if (synthetic_kv_) {  // after the runs: their disk check has refused a context too large
+        Result<AttentionProfile> profile = attention_profile(model, n_ctx);
+        status_.clear();
+        if (!profile.is_ok()) return fail(profile.status());
+        profiles_.push_back(*profile);
       }
     }
     const std::string table = markdown();
@@ -299,10 +320,7 @@ class BenchKvCommand : public Command {
     return Status::ok();
   }
 
-  // Appends synthetic KV for [0, n_ctx) block by block, each layer in turn as a prefill batch
-  // does, and lets the selector watch the keys and the store as it would in a prefill.
-  Status fill_synthetic(const Model& model, KvCache& kv, sparse::SparseAttention* selector, int64_t n_ctx,
-                        const std::string& what) {
+  Result<SyntheticKv> make_synthetic_kv(const Model& model, int64_t n_ctx) const {
     const ModelHparams& hp = model.hparams();
     LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_freqs));
     SyntheticKvOptions o;
@@ -311,7 +329,46 @@ class BenchKvCommand : public Command {
     o.head_dim = hp.head_dim;
     o.n_ctx = n_ctx;
     o.seed = seed_;
-    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, SyntheticKv::create(o, rope));
+    return SyntheticKv::create(o, rope);
+  }
+
+  // The middle layer's KV head 0 under one random query (unit-variance channels, as the synthetic
+  // models' queries are) at the last position.
+  Result<AttentionProfile> attention_profile(const Model& model, int64_t n_ctx) {
+    status_.show("attention profile of the synthetic KV at " + std::to_string(n_ctx) + " tokens ...");
+    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx));
+    AttentionProfile p;
+    p.n_ctx = n_ctx;
+    p.layer = model.hparams().n_layer / 2;
+    p.chunk_tokens = kProfileChunkTokens;
+    std::mt19937_64 rng(seed_);
+    std::normal_distribution<float> normal;
+    std::vector<float> q(static_cast<size_t>(model.hparams().head_dim));
+    for (float& x : q) x = normal(rng);
+    std::vector<double> mass = gen.chunk_attention(p.layer, 0, n_ctx, q.data(), p.chunk_tokens);
+    const double n = static_cast<double>(mass.size());
+    for (double m : mass) {
+      const double rel = m * n;
+      const int b = rel < 0.1 ? 0 : rel < 1 ? 1 : rel < 10 ? 2 : rel < 100 ? 3 : 4;
+      p.chunks[b] += 1.0 / n;
+      p.mass[b] += m;
+    }
+    std::sort(mass.begin(), mass.end(), std::greater<>());
+    const auto top = [&](double fraction) {
+      const size_t k = std::max<size_t>(1, static_cast<size_t>(fraction * n));
+      return std::accumulate(mass.begin(), mass.begin() + static_cast<std::ptrdiff_t>(k), 0.0);
+    };
+    p.top1 = top(0.01);
+    p.top10 = top(0.1);
+    return p;
+  }
+
+  // Appends synthetic KV for [0, n_ctx) block by block, each layer in turn as a prefill batch
+  // does, and lets the selector watch the keys and the store as it would in a prefill.
+  Status fill_synthetic(const Model& model, KvCache& kv, sparse::SparseAttention* selector, int64_t n_ctx,
+                        const std::string& what) {
+    const ModelHparams& hp = model.hparams();
+    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx));
     const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
     const size_t row = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
     std::vector<float> k(kFillBlockTokens * row), v(k.size());
@@ -426,6 +483,19 @@ class BenchKvCommand : public Command {
                   n_gen_ - 1);
     out += buf;
     out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
+    for (const AttentionProfile& p : profiles_) {
+      std::snprintf(buf, sizeof(buf),
+                    "\nsynthetic KV at %lld tokens, layer %d, KV head 0, one random query at the last position: the "
+                    "top 1%% of %d-token chunks hold %.1f%% of the softmax mass, the top 10%% %.1f%%\n",
+                    static_cast<long long>(p.n_ctx), p.layer, p.chunk_tokens, 100.0 * p.top1, 100.0 * p.top10);
+      out += buf;
+      out += "| chunk mass / uniform | chunks | mass |\n| --- | ---: | ---: |\n";
+      for (size_t b = 0; b < p.chunks.size(); ++b) {
+        std::snprintf(buf, sizeof(buf), "| %s | %.1f%% | %.1f%% |\n", kProfileBuckets[b], 100.0 * p.chunks[b],
+                      100.0 * p.mass[b]);
+        out += buf;
+      }
+    }
     return out;
   }
 
@@ -480,6 +550,16 @@ class BenchKvCommand : public Command {
                          {"steps", std::move(steps)}});
     }
     doc["results"] = std::move(results);
+    Json profiles = Json::array();
+    for (const AttentionProfile& p : profiles_) {
+      Json buckets = Json::array();
+      for (size_t b = 0; b < p.chunks.size(); ++b) {
+        buckets.push_back({{"mass_over_uniform", kProfileBuckets[b]}, {"chunks", p.chunks[b]}, {"mass", p.mass[b]}});
+      }
+      profiles.push_back({{"n_ctx", p.n_ctx}, {"layer", p.layer}, {"kv_head", 0}, {"chunk_tokens", p.chunk_tokens},
+                          {"top1_mass", p.top1}, {"top10_mass", p.top10}, {"buckets", std::move(buckets)}});
+    }
+    doc["attention_profiles"] = std::move(profiles);
     return doc;
   }
 
@@ -502,6 +582,7 @@ class BenchKvCommand : public Command {
   MemoryBandwidth dram_;
   GatherBenchRow disk_;
   std::vector<PolicyRun> runs_;
+  std::vector<AttentionProfile> profiles_;  // one per --ctx, with --synthetic-kv
   StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench kv"};
 };
 
