@@ -221,7 +221,7 @@ class BenchKvCommand : public Command {
     g.shapes = {{hp.n_head_kv, hp.head_dim}};
     g.chunk_tokens = {chunk_tokens_for(policies_.front(), ctxs_.front())};
     g.file_bytes = disk_probe_mb_ << 20;
-    g.select_fraction = std::min(1.0, attention_options_.budget <= 1.0 ? attention_options_.budget : 0.1);
+    g.select_fraction = probe_fraction();
     g.queue_depth = kv_options_.queue_depth;
     g.n_reps = 3;
     g.seed = static_cast<uint32_t>(seed_);
@@ -230,6 +230,9 @@ class BenchKvCommand : public Command {
     disk_ = rows->front();
     return Status::ok();
   }
+
+  // The share of the probe's chunks each gather reads: a fractional --budget, else 10%.
+  double probe_fraction() const { return attention_options_.budget <= 1.0 ? attention_options_.budget : 0.1; }
 
   int chunk_tokens_for(const std::string& policy, int64_t n_ctx) const {
     if (kv_options_.chunk_tokens > 0) return kv_options_.chunk_tokens;
@@ -446,7 +449,7 @@ class BenchKvCommand : public Command {
                   "machine: DRAM read %.1f GB/s; disk raw read %.1f MB/s (%d x %d KV, chunks of %d, %.0f%% read); "
                   "weights %s MiB a token\n",
                   dram_.gb_per_s(), disk_.raw_mb_per_s, disk_.n_kv_heads, disk_.head_dim, disk_.chunk_tokens,
-                  100.0 * std::min(1.0, attention_options_.budget), mib(static_cast<double>(cost_.weight_bytes_per_token)).c_str());
+                  100.0 * probe_fraction(), mib(static_cast<double>(cost_.weight_bytes_per_token)).c_str());
     out += buf;
     const std::string io = runs_.empty() ? disk_.io_mode : runs_.front().io_mode;
     out += "disk I/O: " + io + "\n";
