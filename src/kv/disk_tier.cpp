@@ -349,7 +349,10 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
   }
   if (options_.stats != nullptr) {
     options_.stats->disk_read_latency.record_us(elapsed_us(t0));
-    for (const ReadRequest& req : reqs) (*options_.stats)[Tier::kDisk].bytes_read += req.n_bytes;
+    for (const ReadRequest& req : reqs) {
+      (*options_.stats)[Tier::kDisk].bytes_read += req.n_bytes;
+      options_.stats->disk_abstract_bytes_read += req.n_bytes;
+    }
   }
   const size_t n_abstract = options_.geometry.abstract_bytes();
   for (size_t k = 0; k < runs.size(); ++k) {

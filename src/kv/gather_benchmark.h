@@ -1,6 +1,6 @@
 // The disk tier's chunk-gather benchmark: how fast TieredKvCache::for_each_view reads a sparse
 // set of chunks from disk, set against what the device gives for the same reads, measured in the
-// same run (`leoam bench-kv`).
+// same run (`leoam bench-gather`).
 //
 // Per configuration (KV shape x chunk size): a one-layer store with the least device budget and
 // no host tier is filled with file_bytes of random f16 KV, so that all but a few chunks are on

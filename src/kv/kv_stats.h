@@ -115,6 +115,9 @@ struct KvStats {
   // step), part of the disk tier's bytes_read.
   uint64_t disk_bytes_prefetched = 0;
   ReadAheadStats read_ahead;
+  // Disk bytes of abstract records read (DiskTier::read_abstracts: LKA and the policies' scoring
+  // of disk chunks), part of the disk tier's bytes_read.
+  uint64_t disk_abstract_bytes_read = 0;
   PolicyMemoryStats policy_memory;
   PrefillIoStats prefill;
 

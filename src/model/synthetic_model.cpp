@@ -7,28 +7,21 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/splitmix64.h"
 #include "gguf/gguf_writer.h"
 
 namespace leoam {
 
 namespace {
 
-// splitmix64: a small, fast generator whose output is the same on every platform (unlike the
-// standard distributions), so a seed names one file everywhere.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  explicit Rng(uint64_t seed) : bits_(seed) {}
   // Uniform in [-1, 1).
-  float uniform() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0); }
+  float uniform() { return static_cast<float>(static_cast<double>(bits_.next() >> 11) * 0x1.0p-52 - 1.0); }
 
  private:
-  uint64_t state_;
+  SplitMix64 bits_;
 };
 
 uint64_t fnv1a(std::string_view s) {
@@ -111,7 +104,7 @@ constexpr TypeName kTypeNames[] = {{"f32", GgmlType::kF32},   {"f16", GgmlType::
 
 }  // namespace
 
-const char* synthetic_model_preset_names() { return "tiny llama-1b llama-7b qwen2-0.5b"; }
+const char* synthetic_model_preset_names() { return "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b"; }
 
 Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type) {
   std::string_view name = name_and_type;
@@ -128,9 +121,12 @@ Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type
   } else if (name == "llama-1b") {  // Llama-3.2-1B dims, a 32000-token vocabulary
     s.n_vocab = 32000; s.n_embd = 2048; s.n_layer = 16; s.n_head = 32; s.n_head_kv = 8; s.n_ff = 8192;
     s.n_ctx = 8192; s.rope_freq_base = 500000.0f; s.weight_type = GgmlType::kF16;
-  } else if (name == "llama-7b") {  // Llama-2-7B dims
+  } else if (name == "llama2-7b" || name == "llama-7b") {  // Llama-2-7B dims (llama-7b: its older name)
     s.n_vocab = 32000; s.n_embd = 4096; s.n_layer = 32; s.n_head = 32; s.n_head_kv = 32; s.n_ff = 11008;
     s.n_ctx = 4096; s.weight_type = GgmlType::kF16;
+  } else if (name == "llama3-8b") {  // Llama-3-8B dims, its real 128256-token vocabulary
+    s.n_vocab = 128256; s.n_embd = 4096; s.n_layer = 32; s.n_head = 32; s.n_head_kv = 8; s.n_ff = 14336;
+    s.n_ctx = 8192; s.rope_freq_base = 500000.0f; s.weight_type = GgmlType::kF16;
   } else if (name == "qwen2-0.5b") {  // Qwen2-0.5B dims, a 32000-token vocabulary
     s.arch = ModelArch::kQwen2;
     s.n_vocab = 32000; s.n_embd = 896; s.n_layer = 24; s.n_head = 14; s.n_head_kv = 2; s.n_ff = 4864;

@@ -1,5 +1,5 @@
 // Synthetic models: random-weight llama/qwen2 GGUF files of any shape, for tests and benchmarks
-// (the CLI's `--synthetic llama-7b:q4_0`). The same spec and seed always give the same file.
+// (the CLI's `--synthetic llama2-7b:q4_0`). The same spec and seed always give the same file.
 // Weights are drawn so activations stay of order 1 through the layers: a matrix with n_in inputs
 // has entries of standard deviation 1/sqrt(n_in); embeddings have standard deviation 1; norm
 // weights are 1 +- 0.1.
@@ -50,11 +50,13 @@ struct SyntheticModelSpec {
 };
 
 // Named shapes: "tiny" (n_embd 256, 2 layers, vocab 512), "llama-1b" (Llama-3.2-1B-like dims,
-// 32000 vocab), "llama-7b" (Llama-2-7B dims), "qwen2-0.5b" (Qwen2-0.5B-like dims, 32000 vocab).
-// An optional ":type" suffix sets the weight type ("llama-7b:q4_0"; f32 f16 bf16 q8_0 q4_0 q4_k
-// q6_k, any case). Unknown names give an error listing the presets.
+// 32000 vocab), "llama2-7b" (Llama-2-7B dims; also "llama-7b"), "llama3-8b" (Llama-3-8B dims, GQA
+// 32/8, its 128256 vocab: the output matrix is 7% of the weights a decode step reads),
+// "qwen2-0.5b" (Qwen2-0.5B-like dims, 32000 vocab). An optional ":type" suffix sets the weight
+// type ("llama2-7b:q4_0"; f32 f16 bf16 q8_0 q4_0 q4_k q6_k, any case). Unknown names give an
+// error listing the presets.
 Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type);
-// "tiny llama-1b llama-7b qwen2-0.5b".
+// "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b".
 const char* synthetic_model_preset_names();
 
 // Adds the metadata and tensors of `spec` to `writer` (which should be empty). Fails on a spec the

@@ -1,7 +1,8 @@
-// `leoam bench-kv` as a user runs it, on a tiny configuration (2 MiB of KV): the JSON object's
-// fields, the markdown table, and the usage and runtime errors.
+// `leoam bench kv` as a user runs it, on the tiny synthetic model at 4096 tokens with small tiers:
+// a row per policy with sane figures, the JSON, a real prefill with -f, and the errors.
 #include <gtest/gtest.h>
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using leoam::testing_cli::CliResult;
+using leoam::testing_cli::expect_one_line_error;
 
 class BenchKvCliTest : public ::testing::Test {
  protected:
@@ -26,85 +28,109 @@ class BenchKvCliTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     kv_dir_ = dir_ + "/kv";
+    model_ = dir_ + "/tiny.gguf";
+    const CliResult synth = leoam::testing_cli::run_leoam(dir_, {"gguf", "synth", "--preset", "tiny", "-o", model_});
+    ASSERT_EQ(synth.status, 0) << synth.err;
   }
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
 
+  // bench kv on the tiny model with tiers far smaller than its 4 MiB of KV at 4096 tokens.
   CliResult bench_kv(std::vector<std::string> args) {
-    args.insert(args.begin(), "bench-kv");
+    const std::vector<std::string> base = {"bench", "kv", "-m", model_, "--kv-dir", kv_dir_, "--kv-device-mb", "0.3",
+                                           "--kv-host-mb", "0.3", "--disk-probe-mb", "2", "-t", "1"};
+    args.insert(args.begin(), base.begin(), base.end());
     return leoam::testing_cli::run_leoam(dir_, args);
-  }
-
-  static void expect_one_line_error(const CliResult& r, int status, const std::string& mentions) {
-    EXPECT_EQ(r.status, status) << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_EQ(r.err.rfind("leoam: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(mentions), std::string::npos) << r.err;
   }
 
   std::string dir_;
   std::string kv_dir_;
+  std::string model_;
 };
 
-TEST_F(BenchKvCliTest, JsonHasEveryFieldAndNoFilesAreLeft) {
-  CliResult r = bench_kv({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "8", "--shape", "2x64", "-r", "1", "--json"});
+TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
+  const std::string json_path = dir_ + "/out.json";
+  const std::string md_path = dir_ + "/out.md";
+  const CliResult r = bench_kv({"--ctx", "4096", "--synthetic-kv", "-n", "4", "--json", json_path, "--markdown", md_path});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.err, "");  // progress is for terminals only
-  const nlohmann::json doc = nlohmann::json::parse(r.out);  // throws (fails the test) on bad JSON
-  EXPECT_EQ(doc.at("kv_dir"), kv_dir_);
-  EXPECT_EQ(doc.at("file_bytes"), 2 << 20);
-  EXPECT_DOUBLE_EQ(doc.at("select_fraction").get<double>(), 0.1);
-  EXPECT_EQ(doc.at("queue_depth"), 32);
-  EXPECT_EQ(doc.at("n_reps"), 1);
-  const nlohmann::json& results = doc.at("results");
-  ASSERT_EQ(results.size(), 1u);
-  const nlohmann::json& row = results[0];
-  EXPECT_EQ(row.at("n_kv_heads"), 2);
-  EXPECT_EQ(row.at("head_dim"), 64);
-  EXPECT_EQ(row.at("chunk_tokens"), 8);
-  EXPECT_EQ(row.at("slot_bytes"), 4096);
-  EXPECT_EQ(row.at("n_chunks_read"), 51);  // 10% of the 509 chunks on disk
-  EXPECT_GT(row.at("gather_mb_per_s").get<double>(), 0);
-  EXPECT_GT(row.at("raw_mb_per_s").get<double>(), 0);
-  EXPECT_GT(row.at("fraction").get<double>(), 0);
-  ASSERT_EQ(row.at("gather_samples_mb_per_s").size(), 1u);
-  ASSERT_EQ(row.at("raw_samples_mb_per_s").size(), 1u);
-  EXPECT_DOUBLE_EQ(row.at("gather_samples_mb_per_s")[0].get<double>(), row.at("gather_mb_per_s").get<double>());
-  EXPECT_DOUBLE_EQ(row.at("raw_samples_mb_per_s")[0].get<double>(), row.at("raw_mb_per_s").get<double>());
-  EXPECT_NE(row.at("io_mode").get<std::string>().find("io_uring"), std::string::npos);
-  EXPECT_TRUE(fs::is_empty(kv_dir_));
+  EXPECT_NE(r.out.find("disk I/O: O_DIRECT"), std::string::npos) << r.out;
+  EXPECT_EQ(leoam::testing_cli::read_file(md_path), r.out);
+  const std::vector<std::string> policies = {"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"};
+  for (const std::string& p : policies) EXPECT_NE(r.out.find("| 4096 | " + p + " |"), std::string::npos) << p;
+
+  EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
+  ASSERT_EQ(doc["attention_profiles"].size(), 1u);
+  const nlohmann::json& profile = doc["attention_profiles"][0];
+  EXPECT_GT(profile["top10_mass"].get<double>(), 0.3) << "skewed: well over 10% of the mass";
+  EXPECT_GE(profile["top10_mass"].get<double>(), profile["top1_mass"].get<double>());
+  double chunks = 0, mass = 0;
+  for (const nlohmann::json& b : profile["buckets"]) {
+    chunks += b["chunks"].get<double>();
+    mass += b["mass"].get<double>();
+  }
+  EXPECT_NEAR(chunks, 1.0, 1e-9);
+  EXPECT_NEAR(mass, 1.0, 1e-9);
+  EXPECT_GT(doc["machine"]["dram_read_gb_per_s"].get<double>(), 0.1);
+  EXPECT_GT(doc["machine"]["disk_raw_mb_per_s"].get<double>(), 1.0);
+  ASSERT_EQ(doc["results"].size(), policies.size());
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const nlohmann::json& row = doc["results"][i];
+    const std::string p = policies[i];
+    EXPECT_EQ(row["policy"], p);
+    EXPECT_EQ(row["n_ctx"], 4096);
+    EXPECT_EQ(row["steps"].size(), 4u) << p;
+    EXPECT_GE(row["disk_share"].get<double>(), 0.8) << p;
+    EXPECT_GT(row["ms_per_token"].get<double>(), 0.0) << p;
+    EXPECT_GT(row["bound_ms"].get<double>(), 0.0) << p;
+    const double attended = row["attended_fraction"];
+    if (p == "full") {
+      EXPECT_EQ(attended, 1.0);
+      EXPECT_EQ(row["speedup_vs_full"], 1.0);
+      // Full reads every chunk: all but the few on the device and host come from disk.
+      EXPECT_GT(row["kv_bytes_read"]["disk"].get<double>(), 0.7 * 4096 * 1024);
+    } else {
+      // The sink and recent window (68 of 4096) and 10% of the rest: 11.5%.
+      EXPECT_GT(attended, 0.09) << p;
+      EXPECT_LT(attended, 0.15) << p;
+    }
+  }
 }
 
-TEST_F(BenchKvCliTest, TablePrintsTheHeaderARowPerConfigurationAndTheIoMode) {
-  CliResult r = bench_kv({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "8,64", "--shape", "2x64", "-r", "1"});
+TEST_F(BenchKvCliTest, PrefillOfAFileRunsTheSamePoliciesOverRealKv) {
+  const std::string text_path = dir_ + "/prompt.txt";
+  {
+    std::ofstream text(text_path);
+    for (int i = 0; i < 200; ++i) text << "the little girl saw a big dog in the sun and they went to play. ";
+  }
+  const CliResult r = bench_kv({"--ctx", "1024", "-f", text_path, "--policies", "full,leoam", "-n", "3"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("| KV heads x dim | chunk tokens | slot KiB | chunks read | gather MB/s | raw MB/s | gather/raw |"),
-            std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("\n| 2 x 64 | 8 | 4 | 51 | "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\n| 2 x 64 | 64 | 32 | 6 | "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\ndisk I/O: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 1024 | full |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 1024 | leoam |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV: prefill of " + text_path), std::string::npos) << r.out;
+
+  expect_one_line_error(bench_kv({"--ctx", "100000", "-f", text_path}), 1, "--ctx 100000");
 }
 
-TEST_F(BenchKvCliTest, UsageErrorsExitWithStatus2) {
-  expect_one_line_error(bench_kv({"--file-mb", "2"}), 2, "--kv-dir");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--shape", "2y64"}), 2, "2y64");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--chunk", "1"}), 2, "--chunk");
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--fraction", "0"}), 2, "--fraction");
-  EXPECT_FALSE(fs::exists(kv_dir_));
+TEST_F(BenchKvCliTest, ErrorsNameTheFlag) {
+  expect_one_line_error(leoam::testing_cli::run_leoam(dir_, {"bench", "kv", "-m", model_, "--ctx", "64", "--synthetic-kv"}),
+                        2, "--kv-dir");
+  expect_one_line_error(bench_kv({"--ctx", "64"}), 2, "--synthetic-kv or -f FILE");
+  expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", "--policies", "full,fastest"}), 2, "--policies");
+  expect_one_line_error(bench_kv({"--ctx", "0", "--synthetic-kv"}), 2, "--ctx");
+  expect_one_line_error(bench_kv({"--synthetic-kv"}), 2, "--ctx");
 }
 
-TEST_F(BenchKvCliTest, RuntimeFailureExitsWithStatus1) {
-  const std::string file = dir_ + "/a_file";
-  std::ofstream(file) << "x";
-  expect_one_line_error(bench_kv({"--kv-dir", file, "--file-mb", "2", "--chunk", "8", "--shape", "2x64", "-r", "1"}), 1,
-                        file);
-  // Too little KV to leave any chunk on disk: said before anything is written.
-  expect_one_line_error(bench_kv({"--kv-dir", kv_dir_, "--file-mb", "2", "--chunk", "128", "--shape", "32x128"}), 1,
-                        "at least 8 MiB");
+TEST_F(BenchKvCliTest, AContextThatDoesNotFitTheDiskIsRefusedBeforeTheFill) {
+  // 2^30 positions of the tiny model's KV: over a TiB.
+  constexpr int64_t kCtx = int64_t{1} << 30;
+  struct statvfs st {};
+  ASSERT_EQ(::statvfs(dir_.c_str(), &st), 0);
+  if (static_cast<double>(st.f_bavail) * st.f_frsize > kCtx * 1024.0 * 1.1) GTEST_SKIP() << "this disk holds it";
+  expect_one_line_error(bench_kv({"--ctx", std::to_string(kCtx), "--synthetic-kv"}), 1,
+                        "--ctx 1073741824: the KV needs");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +61,16 @@ inline CliResult run_leoam(const std::string& scratch_dir, const std::vector<std
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   r.err = read_file(err_path);
   return r;
+}
+
+// A failure as the CLI reports it: exit `status`, nothing on stdout, one "leoam: error: " line on
+// stderr that mentions `mentions`.
+inline void expect_one_line_error(const CliResult& r, int status, const std::string& mentions) {
+  EXPECT_EQ(r.status, status) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.rfind("leoam: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(mentions), std::string::npos) << r.err;
 }
 
 // The third-party fixtures the tests run on.

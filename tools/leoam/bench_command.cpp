@@ -1,6 +1,6 @@
 // `leoam bench`: prompt processing and text generation speed, in the spirit of llama-bench, with
 // each figure set against the machine's bound measured in the same run (src/engine/benchmark.h
-// defines the tests and the bound).
+// defines the tests and the bound). `leoam bench kv` (bench_kv_command.cpp) is its subcommand.
 //
 // Output on stdout: a few lines with the measured DRAM bandwidth and peak rates, then a markdown
 // table, one row per (threads, depth, test), printed as each row finishes; or, with --json, one
@@ -92,7 +92,9 @@ class BenchCommand : public Command {
                          ->type_name("NAME[:TYPE]");
     m->excludes(s);
     s->excludes(m);
-    cmd->parse_complete_callback([m, s] {
+    kv_app_ = kv_->add_to(*cmd);
+    cmd->parse_complete_callback([m, s, kv = kv_app_] {
+      if (kv->parsed()) return;
       if (m->count() == 0 && s->count() == 0) throw CLI::RequiredError("a model (-m FILE or --synthetic NAME[:TYPE])");
     });
     cmd->add_option("-p,--n-prompt", options_.n_prompt, "prompt tokens of the pp test (0: no pp test)")
@@ -123,6 +125,7 @@ class BenchCommand : public Command {
   }
 
   int execute() override {
+    if (kv_app_->parsed()) return kv_->execute();
     if (options_.n_prompt == 0 && options_.n_gen == 0) {
       print_error("nothing to measure: -p and -n are both 0");
       return kExitUsage;
@@ -359,6 +362,8 @@ class BenchCommand : public Command {
   }
 
 
+  std::unique_ptr<Command> kv_ = make_bench_kv_command();
+  CLI::App* kv_app_ = nullptr;
   std::string model_path_;
   std::string synthetic_;
   bool json_ = false;

@@ -1,159 +1,592 @@
-// `leoam bench-kv`: chunk-gather read throughput of the KV store's disk tier, set against the
-// device's raw throughput for the same reads, measured in the same run (src/kv/gather_benchmark.h
-// defines both).
+// `leoam bench kv`: decode speed of each attention policy with the KV mostly on disk, each figure
+// beside its bound, measured in the same run (issue 27's experiments, batch 1).
 //
-// Output on stdout: a markdown table, one row per (shape, chunk size), then the disk I/O mode; or,
-// with --json, one JSON object. Progress goes to stderr, and only when stderr is a terminal.
+// Per --ctx and policy: a fresh tiered store, filled with positions [0, ctx) either from synthetic
+// KV (--synthetic-kv: model/synthetic_kv.h, appended through the store's normal path, so its
+// disk tier, abstracts, residency and write-through are real) or by prefilling -f's text, then
+// -n tokens decoded by the real engine (LlamaForward + SparseAttention, as `leoam run`). Every
+// policy starts from the same state (same seed, same fill).
+//
+// Bound of a step = weights / DRAM bandwidth + KV read from RAM (device, host) / DRAM bandwidth
+// + the step's disk bytes (KV and abstracts) / the disk's raw read throughput, the bandwidth and
+// throughput measured at the start of the run (the disk with kv/gather_benchmark.h's raw reads:
+// O_DIRECT, the store's chunk size and the first policy's budget).
+//
+// Output: a markdown table on stdout (and --markdown FILE), everything as JSON in --json FILE.
+// Progress on stderr, when stderr is a terminal.
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "attention_options.h"
 #include "cli_common.h"
-#include "progress_bar.h"
-#include "kv/chunk_layout.h"
+#include "core/memory_bandwidth.h"
+#include "core/thread_pool.h"
+#include "engine/benchmark.h"
 #include "kv/gather_benchmark.h"
+#include "kv/tiered_kv_cache.h"
+#include "kv_options.h"
+#include "model/forward_context.h"
+#include "model/model.h"
+#include "model/rope.h"
+#include "model/synthetic_kv.h"
+#include "progress_bar.h"
+#include "sparse/sparse_attention.h"
+#include "tokenizer/tokenizer.h"
 
 namespace leoam::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-// "32x128" -> {32, 128}; false unless both are positive integers.
-bool parse_shape(const std::string& text, std::pair<int, int>& shape) {
-  int n_heads = 0, head_dim = 0, n_used = 0;
-  if (std::sscanf(text.c_str(), "%dx%d%n", &n_heads, &head_dim, &n_used) != 2) return false;
-  if (static_cast<size_t>(n_used) != text.size() || n_heads <= 0 || head_dim <= 0) return false;
-  shape = {n_heads, head_dim};
-  return true;
+constexpr int64_t kFillBlockTokens = 512;  // positions generated and appended at once, per layer
+constexpr uint64_t kDiskMarginBytes = uint64_t{256} << 20;
+
+// One decode step's cost.
+struct Step {
+  double ms = 0;
+  std::array<uint64_t, kNumTiers> kv_bytes_read{};  // per tier; disk without the abstracts
+  uint64_t abstract_bytes_read = 0;                 // from disk
+  int64_t n_attended = 0, n_visible = 0;            // summed over layers
+};
+
+struct PolicyRun {
+  std::string policy;
+  int64_t n_ctx = 0;
+  int chunk_tokens = 0;
+  double disk_share = 0;  // of the KV's chunks, on disk after the fill
+  double fill_s = 0;
+  std::vector<Step> steps;
+  std::string io_mode;
+};
+
+// One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
+struct AttentionProfile {
+  int64_t n_ctx = 0;
+  int layer = 0;
+  int chunk_tokens = 0;
+  double top1 = 0, top10 = 0;  // mass in the top 1% and 10% of chunks
+  // Chunks by their mass over the uniform share 1/n_chunks: < 0.1x, [0.1x, 1x), [1x, 10x),
+  // [10x, 100x), >= 100x; the share of chunks and of the mass in each.
+  std::array<double, 5> chunks{}, mass{};
+};
+constexpr const char* kProfileBuckets[5] = {"< 0.1x", "0.1-1x", "1-10x", "10-100x", ">= 100x"};
+constexpr int kProfileChunkTokens = 64;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Free bytes of the filesystem that holds `dir` (or its nearest existing parent).
+Result<uint64_t> free_bytes(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir);
+  while (!std::filesystem::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  struct statvfs st {};
+  if (::statvfs(p.c_str(), &st) != 0) return io_error("--kv-dir " + dir + ": cannot read its filesystem's free space");
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
 class BenchKvCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand(
-        "bench-kv", "measure chunk-gather read throughput from the KV disk tier against the raw device");
-    cmd->add_option("--kv-dir", options_.dir, "directory for the chunk files (created if missing; files removed after)")
+        "kv", "decode speed per attention policy with the KV mostly on disk, beside its bound (batch 1)");
+    cmd->add_option("-m,--model", model_path_, "model file (GGUF); its KV shape is the shape")
         ->required()
-        ->type_name("DIR");
-    cmd->add_option("--chunk", options_.chunk_tokens, "chunk sizes in tokens, comma-separated")
+        ->check(readable_file())
+        ->type_name("FILE");
+    cmd->add_option("--ctx", ctxs_, "context lengths: positions in the store before decoding")
+        ->required()
+        ->delimiter(',')
+        ->check(in_range<int64_t>(1, int64_t{1} << 30))
+        ->type_name("N[,N...]");
+    cmd->add_option("--policies", policies_, "attention policies, comma-separated")
         ->delimiter(',')
         ->capture_default_str()
-        ->check(in_range(kMinChunkTokens, kMaxChunkTokens))
-        ->type_name("C[,C...]");
-    cmd->add_option("--shape", shape_texts_, "KV shapes, comma-separated KV heads x head dim (7B-shaped, GQA)")
-        ->delimiter(',')
+        ->check(CLI::IsMember(policy_names()))
+        ->type_name("P[,P...]");
+    cmd->add_option("-n,--n-gen", n_gen_, "tokens decoded per run (the first is reported apart)")
         ->capture_default_str()
-        ->check(CLI::Validator(
-            [](std::string& text) -> std::string {
-              std::pair<int, int> shape;
-              return parse_shape(text, shape) ? "" : "bad shape '" + text + "': want HEADSxDIM, e.g. 32x128";
-            },
-            "HEADSxDIM"))
-        ->type_name("HxD[,HxD...]");
-    cmd->add_option("--file-mb", file_mb_, "MiB of KV written to disk per configuration")
+        ->check(in_range(2, 4096));
+    cmd->add_option("-t,--threads", n_threads_,
+                    "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
+        ->capture_default_str()
+        ->check(non_negative<int>());
+    cmd->add_option("--seed", seed_, "seed of the synthetic KV and the first token")->capture_default_str();
+    CLI::Option* synth = cmd->add_flag("--synthetic-kv", synthetic_kv_,
+                                       "fill the store with synthetic skewed KV (model/synthetic_kv.h) instead of a "
+                                       "prefill; the tokens are random ids");
+    CLI::Option* file = cmd->add_option("-f,--file", prompt_file_, "prefill this text, cut to --ctx tokens")
+                            ->check(readable_file())
+                            ->type_name("FILE");
+    synth->excludes(file);
+    file->excludes(synth);
+    cmd->parse_complete_callback([synth, file] {
+      if (synth->count() == 0 && file->count() == 0) throw CLI::RequiredError("--synthetic-kv or -f FILE");
+    });
+    cmd->add_option("--disk-probe-mb", disk_probe_mb_,
+                    "MiB written to --kv-dir to measure the disk's raw read throughput for the bound")
         ->capture_default_str()
         ->check(in_range<uint64_t>(1, 1 << 20));
-    cmd->add_option("--fraction", options_.select_fraction, "fraction of the chunks each gather reads, in (0, 1]")
-        ->capture_default_str()
-        ->check(CLI::Validator(
-            [](std::string& text) -> std::string {
-              char* end = nullptr;
-              const double f = std::strtod(text.c_str(), &end);
-              const bool ok = !text.empty() && *end == '\0' && f > 0 && f <= 1;
-              return ok ? "" : "must be in (0, 1], got " + text;
-            },
-            "(0,1]"));
-    cmd->add_option("--queue-depth", options_.queue_depth, "disk reads in flight at once (io_uring)")
-        ->capture_default_str()
-        ->check(in_range(1, 4096));
-    cmd->add_option("-r,--repetitions", options_.n_reps, "timed gather and raw reps each (the median is reported)")
-        ->capture_default_str()
-        ->check(in_range(1, 1000));
-    cmd->add_option("--seed", options_.seed, "seed of the KV contents and the chunk selections")->capture_default_str();
-    cmd->add_flag("--json", json_, "print one JSON object instead of the table");
+    cmd->add_option("--json", json_path_, "write every figure as JSON to FILE")->type_name("FILE");
+    cmd->add_option("--markdown", markdown_path_, "write the table to FILE too")->type_name("FILE");
+    add_kv_options(*cmd, kv_options_);
+    cmd->get_option("--kv-dir")->required();
+    cmd->remove_option(cmd->get_option("--kv-stats"));
+    cmd->remove_option(cmd->get_option("--kv-stats-json"));
+    add_attention_options(*cmd, attention_options_);
+    cmd->remove_option(cmd->get_option("--policy"));
     return cmd;
   }
 
   int execute() override {
-    options_.shapes.clear();
-    for (const std::string& text : shape_texts_) {
-      std::pair<int, int> shape;
-      parse_shape(text, shape);  // checked by the option's validator
-      options_.shapes.push_back(shape);
+    Result<std::unique_ptr<Model>> loaded = Model::load(model_path_);
+    if (!loaded.is_ok()) return fail(loaded.status().with_context(model_path_));
+    const Model& model = **loaded;
+    cost_ = model_cost(model, KvDtype::kF16);
+    n_layer_ = model.hparams().n_layer;
+    if (!prompt_file_.empty()) {
+      if (Status st = tokenize_prompt(model); !st.is_ok()) return fail(st);
     }
-    options_.file_bytes = file_mb_ << 20;
-    options_.progress = [this](const std::string& text) { status_.show(text); };
-    Result<std::vector<GatherBenchRow>> rows = run_gather_benchmark(options_);
-    status_.clear();
-    if (!rows.is_ok()) return fail(rows.status());
-    if (json_) {
-      std::printf("%s\n", to_json(*rows).dump(2).c_str());
-    } else {
-      print_table(*rows);
+    if (Status st = measure_machine(model); !st.is_ok()) return fail(st);
+    for (int64_t n_ctx : ctxs_) {
+      for (const std::string& policy : policies_) {
+        Result<PolicyRun> run = run_policy(model, policy, n_ctx);
+        status_.clear();
+        if (!run.is_ok()) return fail(run.status());
+        runs_.push_back(std::move(*run));
+      }
+      if (synthetic_kv_) {  // after the runs: their disk check has refused a context too large
+        Result<AttentionProfile> profile = attention_profile(model, n_ctx);
+        status_.clear();
+        if (!profile.is_ok()) return fail(profile.status());
+        profiles_.push_back(*profile);
+      }
     }
+    const std::string table = markdown();
+    std::printf("%s", table.c_str());
     std::fflush(stdout);
+    if (!markdown_path_.empty()) {
+      std::ofstream out(markdown_path_);
+      out << table;
+      if (!out) return fail(io_error("cannot write --markdown file '" + markdown_path_ + "'"));
+    }
+    if (!json_path_.empty()) {
+      std::ofstream out(json_path_);
+      out << to_json().dump(2) << "\n";
+      if (!out) return fail(io_error("cannot write --json file '" + json_path_ + "'"));
+    }
     return kExitOk;
   }
 
  private:
-  void print_table(const std::vector<GatherBenchRow>& rows) const {
-    std::printf("| KV heads x dim | chunk tokens | slot KiB | chunks read | gather MB/s | raw MB/s | gather/raw |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (const GatherBenchRow& r : rows) {
-      std::printf("| %d x %d | %d | %zu | %lld | %.1f | %.1f | %.1f%% |\n", r.n_kv_heads, r.head_dim, r.chunk_tokens,
-                  r.slot_bytes / 1024, static_cast<long long>(r.n_chunks_read), r.gather_mb_per_s, r.raw_mb_per_s,
-                  100.0 * r.fraction);
+  Status tokenize_prompt(const Model& model) {
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::from_gguf(model.gguf()));
+    std::ifstream in(prompt_file_, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    prompt_tokens_ = tokenizer->tokenize(text, /*add_bos=*/true, /*parse_special=*/false);
+    const int64_t longest = *std::max_element(ctxs_.begin(), ctxs_.end());
+    if (static_cast<int64_t>(prompt_tokens_.size()) < longest) {
+      return invalid_argument("--ctx " + std::to_string(longest) + ": -f " + prompt_file_ + " has only " +
+                              std::to_string(prompt_tokens_.size()) + " tokens; give a longer text or a smaller --ctx");
     }
-    std::printf("\nmedians over %d reps, each reading a random %.0f%% of the chunks of %llu MiB of KV, in gather batches "
-                "of %llu MiB; MB = 1e6 bytes; gather/raw: median of the reps' ratios (each raw read of the same slots "
-                "right after its gather)\n",
-                options_.n_reps, 100.0 * options_.select_fraction, static_cast<unsigned long long>(file_mb_),
-                static_cast<unsigned long long>(options_.gather_batch_bytes >> 20));
-    if (!rows.empty()) std::printf("disk I/O: %s\n", rows.front().io_mode.c_str());
+    return Status::ok();
   }
 
-  Json to_json(const std::vector<GatherBenchRow>& rows) const {
+  Status measure_machine(const Model& model) {
+    status_.show("measuring DRAM bandwidth ...");
+    MemoryBandwidthOptions mb;
+    mb.n_threads = n_threads_;
+    LEOAM_ASSIGN_OR_RETURN(dram_, measure_memory_bandwidth(mb));
+    status_.show("measuring the disk's raw read throughput in " + kv_options_.dir + " ...");
+    const ModelHparams& hp = model.hparams();
+    GatherBenchOptions g;
+    g.dir = kv_options_.dir;
+    g.shapes = {{hp.n_head_kv, hp.head_dim}};
+    g.chunk_tokens = {chunk_tokens_for(policies_.front(), ctxs_.front())};
+    g.file_bytes = disk_probe_mb_ << 20;
+    g.select_fraction = probe_fraction();
+    g.queue_depth = kv_options_.queue_depth;
+    g.n_reps = 3;
+    g.seed = static_cast<uint32_t>(seed_);
+    Result<std::vector<GatherBenchRow>> rows = run_gather_benchmark(g);
+    if (!rows.is_ok()) return rows.status().with_context("--kv-dir " + kv_options_.dir + ": measuring the disk");
+    disk_ = rows->front();
+    return Status::ok();
+  }
+
+  // The share of the probe's chunks each gather reads: a fractional --budget, else 10%.
+  double probe_fraction() const { return attention_options_.budget <= 1.0 ? attention_options_.budget : 0.1; }
+
+  int chunk_tokens_for(const std::string& policy, int64_t n_ctx) const {
+    if (kv_options_.chunk_tokens > 0) return kv_options_.chunk_tokens;
+    AttentionCliOptions a = attention_options_;
+    a.policy = policy;
+    return default_chunk_tokens(a, kv_options_, n_ctx);
+  }
+
+  Result<PolicyRun> run_policy(const Model& model, const std::string& policy, int64_t n_ctx) {
+    PolicyRun run;
+    run.policy = policy;
+    run.n_ctx = n_ctx;
+    run.chunk_tokens = chunk_tokens_for(policy, n_ctx);
+    AttentionCliOptions attention = attention_options_;
+    attention.policy = policy;
+    KvCliOptions kv_options = kv_options_;
+    kv_options.chunk_tokens = run.chunk_tokens;
+    const int64_t n_store = n_ctx + n_gen_;
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, true));
+    auto* tiered = dynamic_cast<TieredKvCache*>(kv.get());
+    LEOAM_RETURN_IF_ERROR(check_disk_space(*tiered, n_ctx));
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
+                           make_sparse_attention(attention, kv_options, model, *kv));
+    run.io_mode = tiered->disk().io_mode();
+
+    ForwardOptions fwd;
+    fwd.n_threads = n_threads_;
+    fwd.selector = selector.get();
+    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
+    const std::string what = policy + " at " + std::to_string(n_ctx) + " tokens";
+    fwd.progress = [this, &what](int64_t done, int64_t total) {
+      status_.show("prefill for " + what + ": " + std::to_string(done) + "/" + std::to_string(total));
+    };
+    std::mt19937_64 rng(seed_);
+    std::vector<float> logits;
+    int32_t token = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.hparams().n_vocab));
+    const auto t_fill = std::chrono::steady_clock::now();
+    std::unique_ptr<ForwardContext> ctx;
+    if (synthetic_kv_) {
+      LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *kv, selector.get(), n_ctx, what));
+      LEOAM_ASSIGN_OR_RETURN(ctx, ForwardContext::create(model, fwd, std::move(kv)));
+    } else {
+      LEOAM_ASSIGN_OR_RETURN(ctx, ForwardContext::create(model, fwd, std::move(kv)));
+      const std::span<const int32_t> prompt(prompt_tokens_.data(), static_cast<size_t>(n_ctx));
+      LEOAM_RETURN_IF_ERROR(ctx->eval(prompt, false, logits));
+      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    run.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count();
+    run.disk_share = disk_share(*tiered);
+
+    for (int i = 0; i < n_gen_; ++i) {
+      status_.show("decoding " + what + ": token " + std::to_string(i + 1) + "/" + std::to_string(n_gen_));
+      const KvStats before = tiered->stats();
+      const sparse::LayerSparseStats sel_before = selector ? selector->total() : sparse::LayerSparseStats{};
+      const auto t0 = std::chrono::steady_clock::now();
+      LEOAM_RETURN_IF_ERROR(ctx->eval(std::span<const int32_t>(&token, 1), false, logits));
+      Step s;
+      s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const KvStats after = tiered->stats();
+      for (int t = 0; t < kNumTiers; ++t) s.kv_bytes_read[t] = after.tiers[t].bytes_read - before.tiers[t].bytes_read;
+      s.abstract_bytes_read = after.disk_abstract_bytes_read - before.disk_abstract_bytes_read;
+      s.kv_bytes_read[static_cast<int>(Tier::kDisk)] -= s.abstract_bytes_read;
+      if (selector) {
+        const sparse::LayerSparseStats sel_after = selector->total();
+        s.n_attended = sel_after.n_attended - sel_before.n_attended;
+        s.n_visible = sel_after.n_visible - sel_before.n_visible;
+      } else {  // full: every visible position of every layer
+        s.n_visible = s.n_attended = (n_ctx + i + 1) * model.hparams().n_layer;
+      }
+      run.steps.push_back(s);
+      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    return run;
+  }
+
+  Status check_disk_space(const TieredKvCache& kv, int64_t n_ctx) const {
+    const DiskTier& disk = kv.disk();
+    const uint64_t n_chunks = static_cast<uint64_t>((n_ctx + n_gen_ + kv.chunk_tokens() - 1) / kv.chunk_tokens());
+    const uint64_t need = n_chunks * kv.shape().n_layer * (disk.slot_bytes() + disk.record_bytes());
+    const uint64_t want = need + need / 20 + kDiskMarginBytes;  // 5% and 256 MiB of margin
+    LEOAM_ASSIGN_OR_RETURN(const uint64_t free, free_bytes(kv_options_.dir));
+    if (free < want) {
+      return invalid_argument("--ctx " + std::to_string(n_ctx) + ": the KV needs " + human_bytes(need) +
+                              " on the filesystem of --kv-dir " + kv_options_.dir + " (" + human_bytes(want) +
+                              " with the margin), and it has " + human_bytes(free) +
+                              " free; give a smaller --ctx or another --kv-dir");
+    }
+    return Status::ok();
+  }
+
+  Result<SyntheticKv> make_synthetic_kv(const Model& model, int64_t n_ctx) const {
+    const ModelHparams& hp = model.hparams();
+    LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_freqs));
+    SyntheticKvOptions o;
+    o.n_layer = hp.n_layer;
+    o.n_kv_heads = hp.n_head_kv;
+    o.head_dim = hp.head_dim;
+    o.n_ctx = n_ctx;
+    o.seed = seed_;
+    return SyntheticKv::create(o, rope);
+  }
+
+  // The middle layer's KV head 0 under one random query (unit-variance channels, as the synthetic
+  // models' queries are) at the last position.
+  Result<AttentionProfile> attention_profile(const Model& model, int64_t n_ctx) {
+    status_.show("attention profile of the synthetic KV at " + std::to_string(n_ctx) + " tokens ...");
+    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx));
+    AttentionProfile p;
+    p.n_ctx = n_ctx;
+    p.layer = model.hparams().n_layer / 2;
+    p.chunk_tokens = kProfileChunkTokens;
+    std::mt19937_64 rng(seed_);
+    std::normal_distribution<float> normal;
+    std::vector<float> q(static_cast<size_t>(model.hparams().head_dim));
+    for (float& x : q) x = normal(rng);
+    std::vector<double> mass = gen.chunk_attention(p.layer, 0, n_ctx, q.data(), p.chunk_tokens);
+    const double n = static_cast<double>(mass.size());
+    for (double m : mass) {
+      const double rel = m * n;
+      const int b = rel < 0.1 ? 0 : rel < 1 ? 1 : rel < 10 ? 2 : rel < 100 ? 3 : 4;
+      p.chunks[b] += 1.0 / n;
+      p.mass[b] += m;
+    }
+    std::sort(mass.begin(), mass.end(), std::greater<>());
+    const auto top = [&](double fraction) {
+      const size_t k = std::max<size_t>(1, static_cast<size_t>(fraction * n));
+      return std::accumulate(mass.begin(), mass.begin() + static_cast<std::ptrdiff_t>(k), 0.0);
+    };
+    p.top1 = top(0.01);
+    p.top10 = top(0.1);
+    return p;
+  }
+
+  // Appends synthetic KV for [0, n_ctx) block by block, each layer in turn as a prefill batch
+  // does, and lets the selector watch the keys and the store as it would in a prefill.
+  Status fill_synthetic(const Model& model, KvCache& kv, sparse::SparseAttention* selector, int64_t n_ctx,
+                        const std::string& what) {
+    const ModelHparams& hp = model.hparams();
+    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx));
+    const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
+    const size_t row = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
+    std::vector<float> k(kFillBlockTokens * row), v(k.size());
+    for (int64_t pos0 = 0; pos0 < n_ctx; pos0 += kFillBlockTokens) {
+      status_.show("filling " + what + " with synthetic KV: " + std::to_string(pos0) + "/" + std::to_string(n_ctx));
+      const int64_t n = std::min(kFillBlockTokens, n_ctx - pos0);
+      for (int il = 0; il < hp.n_layer; ++il) {
+        gen.generate(il, pos0, n, k.data(), v.data());
+        LEOAM_RETURN_IF_ERROR(kv.append(il, pos0, n, k.data(), v.data()));
+        if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k.data()));
+        if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
+      }
+    }
+    return Status::ok();
+  }
+
+  static double disk_share(const TieredKvCache& kv) {
+    int64_t n = 0, on_disk = 0;
+    for (int il = 0; il < kv.shape().n_layer; ++il) {
+      for (int64_t i = 0; i < kv.n_chunks(il); ++i, ++n) on_disk += kv.chunk_tier(il, i) == Tier::kDisk ? 1 : 0;
+    }
+    return n == 0 ? 0.0 : static_cast<double>(on_disk) / static_cast<double>(n);
+  }
+
+  // A step's bound in ms: weights and the KV read from RAM over the DRAM bandwidth, the disk bytes
+  // over the disk's raw throughput.
+  double bound_ms(const Step& s) const {
+    const double ram = static_cast<double>(cost_.weight_bytes_per_token + s.kv_bytes_read[0] + s.kv_bytes_read[1]);
+    const double disk = static_cast<double>(s.kv_bytes_read[2] + s.abstract_bytes_read);
+    return 1e3 * (ram / dram_.bytes_per_s + disk / (disk_.raw_mb_per_s * 1e6));
+  }
+
+  struct Summary {
+    double ms = 0, first_ms = 0, bound_ms = 0, attended = 0;
+    double kv_read[kNumTiers] = {}, abstract_read = 0;
+  };
+  // Medians over the steps after the first.
+  Summary summarize(const PolicyRun& r) const {
+    Summary s;
+    s.first_ms = r.steps.front().ms;
+    std::vector<double> ms, bound, att, tiers[kNumTiers], abs;
+    for (size_t i = 1; i < r.steps.size(); ++i) {
+      const Step& st = r.steps[i];
+      ms.push_back(st.ms);
+      bound.push_back(bound_ms(st));
+      att.push_back(st.n_visible > 0 ? static_cast<double>(st.n_attended) / static_cast<double>(st.n_visible) : 0.0);
+      for (int t = 0; t < kNumTiers; ++t) tiers[t].push_back(static_cast<double>(st.kv_bytes_read[t]));
+      abs.push_back(static_cast<double>(st.abstract_bytes_read));
+    }
+    s.ms = median(ms);
+    s.bound_ms = median(bound);
+    s.attended = median(att);
+    for (int t = 0; t < kNumTiers; ++t) s.kv_read[t] = median(tiers[t]);
+    s.abstract_read = median(abs);
+    return s;
+  }
+
+  const PolicyRun* full_run(int64_t n_ctx) const {
+    for (const PolicyRun& r : runs_) {
+      if (r.n_ctx == n_ctx && r.policy == "full") return &r;
+    }
+    return nullptr;
+  }
+
+  static std::string mib(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.2f", bytes / (1024.0 * 1024.0));
+    return buf;
+  }
+
+  std::string markdown() const {
+    std::string out;
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  "machine: DRAM read %.1f GB/s; disk raw read %.1f MB/s (%d x %d KV, chunks of %d, %.0f%% read); "
+                  "weights %s MiB a token\n",
+                  dram_.gb_per_s(), disk_.raw_mb_per_s, disk_.n_kv_heads, disk_.head_dim, disk_.chunk_tokens,
+                  100.0 * probe_fraction(), mib(static_cast<double>(cost_.weight_bytes_per_token)).c_str());
+    out += buf;
+    const std::string io = runs_.empty() ? disk_.io_mode : runs_.front().io_mode;
+    out += "disk I/O: " + io + "\n";
+    if (io.find("buffered") != std::string::npos) {
+      out += "warning: O_DIRECT fell back to buffered reads: disk figures may come from the page cache\n";
+    }
+    out += std::string("KV: ") + (synthetic_kv_ ? "synthetic (--synthetic-kv, seed " + std::to_string(seed_) + ")"
+                                                : "prefill of " + prompt_file_) +
+           "\n\n";
+    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | device MiB | host MiB "
+           "| disk MiB | abstract MiB | bound ms | of bound |\n";
+    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    for (const PolicyRun& r : runs_) {
+      const Summary s = summarize(r);
+      const PolicyRun* full = full_run(r.n_ctx);
+      std::string vs = "-";
+      if (full != nullptr) {
+        std::snprintf(buf, sizeof(buf), "%.2fx", summarize(*full).ms / s.ms);
+        vs = buf;
+      }
+      std::snprintf(buf, sizeof(buf),
+                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx |\n",
+                    static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
+                    s.first_ms, 1e3 / s.ms, vs.c_str(), 100.0 * s.attended, mib(s.kv_read[0]).c_str(),
+                    mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
+                    s.ms / s.bound_ms);
+      out += buf;
+    }
+    std::snprintf(buf, sizeof(buf),
+                  "\nms/tok, tok/s, attended, MiB read and bound: medians over the %d steps after the first (first ms "
+                  "apart). vs full: full's ms/tok over this one's. on disk: the share of the KV's chunks on disk "
+                  "after the fill. bound: (weights + KV read from device and host) / DRAM bandwidth + (disk KV + "
+                  "abstracts) / disk raw throughput; of bound: ms/tok over it.\n",
+                  n_gen_ - 1);
+    out += buf;
+    out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
+    for (const AttentionProfile& p : profiles_) {
+      std::snprintf(buf, sizeof(buf),
+                    "\nsynthetic KV at %lld tokens, layer %d, KV head 0, one random query at the last position: the "
+                    "top 1%% of %d-token chunks hold %.1f%% of the softmax mass, the top 10%% %.1f%%\n",
+                    static_cast<long long>(p.n_ctx), p.layer, p.chunk_tokens, 100.0 * p.top1, 100.0 * p.top10);
+      out += buf;
+      out += "| chunk mass / uniform | chunks | mass |\n| --- | ---: | ---: |\n";
+      for (size_t b = 0; b < p.chunks.size(); ++b) {
+        std::snprintf(buf, sizeof(buf), "| %s | %.1f%% | %.1f%% |\n", kProfileBuckets[b], 100.0 * p.chunks[b],
+                      100.0 * p.mass[b]);
+        out += buf;
+      }
+    }
+    return out;
+  }
+
+  Json to_json() const {
     Json doc;
-    doc["kv_dir"] = options_.dir;
-    doc["file_bytes"] = options_.file_bytes;
-    doc["select_fraction"] = options_.select_fraction;
-    doc["queue_depth"] = options_.queue_depth;
-    doc["n_reps"] = options_.n_reps;
-    doc["gather_batch_bytes"] = options_.gather_batch_bytes;
-    doc["seed"] = options_.seed;
+    doc["model"] = {{"path", model_path_},
+                    {"type", cost_.type_name},
+                    {"weight_bytes_per_token", cost_.weight_bytes_per_token},
+                    {"kv_bytes_per_position", cost_.kv_bytes_per_position}};
+    doc["kv_source"] = synthetic_kv_ ? Json("synthetic") : Json(prompt_file_);
+    doc["seed"] = seed_;
+    doc["budget"] = attention_options_.budget;
+    doc["n_gen"] = n_gen_;
+    doc["kv_device_mb"] = kv_options_.device_mb;
+    doc["kv_host_mb"] = kv_options_.host_mb;
+    doc["machine"] = {{"dram_read_gb_per_s", dram_.gb_per_s()},
+                      {"dram_n_threads", dram_.n_threads},
+                      {"disk_raw_mb_per_s", disk_.raw_mb_per_s},
+                      {"disk_gather_mb_per_s", disk_.gather_mb_per_s},
+                      {"disk_probe", {{"n_kv_heads", disk_.n_kv_heads}, {"head_dim", disk_.head_dim},
+                                      {"chunk_tokens", disk_.chunk_tokens}, {"file_bytes", disk_probe_mb_ << 20}}},
+                      {"disk_io_mode", disk_.io_mode}};
     Json results = Json::array();
-    for (const GatherBenchRow& r : rows) {
-      results.push_back({
-          {"n_kv_heads", r.n_kv_heads},
-          {"head_dim", r.head_dim},
-          {"chunk_tokens", r.chunk_tokens},
-          {"slot_bytes", r.slot_bytes},
-          {"n_chunks_read", r.n_chunks_read},
-          {"gather_mb_per_s", r.gather_mb_per_s},
-          {"raw_mb_per_s", r.raw_mb_per_s},
-          {"fraction", r.fraction},
-          {"gather_samples_mb_per_s", r.gather_samples_mb_per_s},
-          {"raw_samples_mb_per_s", r.raw_samples_mb_per_s},
-          {"io_mode", r.io_mode},
-      });
+    for (const PolicyRun& r : runs_) {
+      const Summary s = summarize(r);
+      const PolicyRun* full = full_run(r.n_ctx);
+      Json steps = Json::array();
+      for (const Step& st : r.steps) {
+        steps.push_back({{"ms", st.ms},
+                         {"bound_ms", bound_ms(st)},
+                         {"kv_bytes_read", {{"device", st.kv_bytes_read[0]}, {"host", st.kv_bytes_read[1]},
+                                            {"disk", st.kv_bytes_read[2]}}},
+                         {"abstract_bytes_read", st.abstract_bytes_read},
+                         {"n_attended", st.n_attended},
+                         {"n_visible", st.n_visible}});
+      }
+      results.push_back({{"n_ctx", r.n_ctx},
+                         {"policy", r.policy},
+                         {"chunk_tokens", r.chunk_tokens},
+                         {"disk_share", r.disk_share},
+                         {"fill_s", r.fill_s},
+                         {"io_mode", r.io_mode},
+                         {"ms_per_token", s.ms},
+                         {"first_step_ms", s.first_ms},
+                         {"tokens_per_s", 1e3 / s.ms},
+                         {"speedup_vs_full", full != nullptr ? Json(summarize(*full).ms / s.ms) : Json(nullptr)},
+                         {"attended_fraction", s.attended},
+                         {"kv_bytes_read", {{"device", s.kv_read[0]}, {"host", s.kv_read[1]}, {"disk", s.kv_read[2]}}},
+                         {"abstract_bytes_read", s.abstract_read},
+                         {"bound_ms", s.bound_ms},
+                         {"of_bound", s.ms / s.bound_ms},
+                         {"steps", std::move(steps)}});
     }
     doc["results"] = std::move(results);
+    Json profiles = Json::array();
+    for (const AttentionProfile& p : profiles_) {
+      Json buckets = Json::array();
+      for (size_t b = 0; b < p.chunks.size(); ++b) {
+        buckets.push_back({{"mass_over_uniform", kProfileBuckets[b]}, {"chunks", p.chunks[b]}, {"mass", p.mass[b]}});
+      }
+      profiles.push_back({{"n_ctx", p.n_ctx}, {"layer", p.layer}, {"kv_head", 0}, {"chunk_tokens", p.chunk_tokens},
+                          {"top1_mass", p.top1}, {"top10_mass", p.top10}, {"buckets", std::move(buckets)}});
+    }
+    doc["attention_profiles"] = std::move(profiles);
     return doc;
   }
 
-
-  GatherBenchOptions options_;
-  std::vector<std::string> shape_texts_ = {"32x128", "8x128"};
-  uint64_t file_mb_ = 512;
-  bool json_ = false;
-  StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench-kv"};
+  std::string model_path_;
+  std::vector<int64_t> ctxs_;
+  std::vector<std::string> policies_ = {"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"};
+  int n_gen_ = 8;
+  int n_threads_ = 0;
+  uint64_t seed_ = 1;
+  bool synthetic_kv_ = false;
+  std::string prompt_file_;
+  uint64_t disk_probe_mb_ = 256;
+  std::string json_path_;
+  std::string markdown_path_;
+  KvCliOptions kv_options_;
+  AttentionCliOptions attention_options_;
+  std::vector<int32_t> prompt_tokens_;
+  ModelCost cost_;
+  int n_layer_ = 0;
+  MemoryBandwidth dram_;
+  GatherBenchRow disk_;
+  std::vector<PolicyRun> runs_;
+  std::vector<AttentionProfile> profiles_;  // one per --ctx, with --synthetic-kv
+  StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench kv"};
 };
 
 }  // namespace

@@ -42,7 +42,9 @@ std::unique_ptr<Command> make_run_command();
 std::unique_ptr<Command> make_tokenize_command();
 std::unique_ptr<Command> make_gguf_command();
 std::unique_ptr<Command> make_bench_command();
+// `leoam bench kv`, a subcommand of `leoam bench` (bench_kv_command.cpp).
 std::unique_ptr<Command> make_bench_kv_command();
+std::unique_ptr<Command> make_bench_gather_command();
 std::unique_ptr<Command> make_eval_command();
 
 // Prints "leoam: error: <message>" on one line of stderr (newlines in message become spaces).

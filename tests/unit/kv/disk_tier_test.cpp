@@ -110,6 +110,7 @@ TEST(DiskTierAbstracts, SeveralRunsAreReadInOneBatch) {
   std::vector<float> got(static_cast<size_t>((2 + 1 + 1 + (kChunks - 9)) * g.abstract_floats()));
   const uint64_t samples = stats.disk_read_latency.count();
   const uint64_t before = stats[Tier::kDisk].bytes_read;
+  const uint64_t abstracts_before = stats.disk_abstract_bytes_read;
   ASSERT_TRUE((*tier)->read_abstracts(1, runs, got.data()).is_ok());
   EXPECT_EQ(stats.disk_read_latency.count(), samples + 1);
   uint64_t blocks = 0;
@@ -124,6 +125,7 @@ TEST(DiskTierAbstracts, SeveralRunsAreReadInOneBatch) {
     }
   }
   EXPECT_EQ(stats[Tier::kDisk].bytes_read - before, blocks);
+  EXPECT_EQ(stats.disk_abstract_bytes_read - abstracts_before, blocks) << "counted apart as abstract bytes too";
 }
 
 // Whether the pages of `path` are in the page cache (mincore over a mapping of the file).

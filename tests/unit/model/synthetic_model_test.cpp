@@ -105,6 +105,23 @@ TEST(SyntheticModel, Presets) {
   EXPECT_EQ(l7->n_ff, 11008);
   EXPECT_EQ(l7->n_vocab, 32000);
   EXPECT_EQ(l7->weight_type, GgmlType::kQ4_0);
+  auto l2 = synthetic_model_preset("llama2-7b:q4_0");
+  ASSERT_TRUE(l2.is_ok()) << l2.status().message();
+  EXPECT_EQ(l2->n_embd, l7->n_embd);
+  EXPECT_EQ(l2->n_head_kv, 32);
+  EXPECT_EQ(l2->n_ff, l7->n_ff);
+  EXPECT_EQ(l2->rope_freq_base, 10000.0f);
+
+  auto l8 = synthetic_model_preset("llama3-8b:q4_0");
+  ASSERT_TRUE(l8.is_ok()) << l8.status().message();
+  EXPECT_EQ(l8->n_embd, 4096);
+  EXPECT_EQ(l8->n_layer, 32);
+  EXPECT_EQ(l8->n_head, 32);
+  EXPECT_EQ(l8->n_head_kv, 8);
+  EXPECT_EQ(l8->n_ff, 14336);
+  EXPECT_EQ(l8->n_vocab, 128256);
+  EXPECT_EQ(l8->rope_freq_base, 500000.0f);
+  EXPECT_EQ(l8->weight_type, GgmlType::kQ4_0);
 
   auto l1 = synthetic_model_preset("llama-1b:Q4_K");
   ASSERT_TRUE(l1.is_ok());
@@ -118,7 +135,7 @@ TEST(SyntheticModel, Presets) {
 
   auto unknown = synthetic_model_preset("gpt-9");
   ASSERT_FALSE(unknown.is_ok());
-  EXPECT_EQ(unknown.status().message(), "unknown synthetic model 'gpt-9'; presets: tiny llama-1b llama-7b qwen2-0.5b");
+  EXPECT_EQ(unknown.status().message(), "unknown synthetic model 'gpt-9'; presets: tiny llama-1b llama2-7b llama3-8b qwen2-0.5b");
   EXPECT_FALSE(synthetic_model_preset("tiny:q5_k").is_ok());
 }
 

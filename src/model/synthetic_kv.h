@@ -1,0 +1,88 @@
+// Synthetic KV: keys and values for a model's KV shape, skewed the way real ones are, made
+// position by position from a seed, so a benchmark can fill a store at 7B scale and 64K tokens
+// without hours of prefill (FlexGen's dummy mode, but not i.i.d.). Lives in model/ because the
+// keys are rotated with the model's RoPE.
+//
+// Per layer l, KV head h, position p (channel c of head_dim; w(c) in [0, 1] is how slowly c's RoPE
+// pair turns: 0 for the fastest pair, 1 for the slowest and for unrotated channels):
+//   topic(p)   runs of positions share a topic (a paragraph): run lengths uniform in
+//              [1, 2 * mean_run_tokens), each run's topic drawn from n_topics, so topics recur
+//   k_pre[c]   = centre[l][h][topic(p)][c] * centre_scale * w(c)       cluster centre, slow channels
+//              + n(p, c)                                                noise, unit variance
+//              + outlier[l][h][c]                                       n_outlier_channels channels
+//              + gain(p) * hitter[l][h][c] * w(c)                       the sink and heavy hitters
+//   k          = RoPE(k_pre, p)                                         the model's own rotation
+//   v[c]       = n'(p, c)                                               unit variance, i.i.d.
+// gain(p) is sink_gain at p = 0, heavy_hitter_gain at the heavy-hitter positions (a fraction
+// heavy_hitter_fraction of them, the same in every layer), else 0. The outlier channels are the
+// first channel of the slowest pairs, each offset by +-outlier_magnitude (a sign per layer and
+// head). centre and hitter entries are unit-variance draws; the noise is the sum of four 16-bit
+// uniforms scaled to unit variance (near gaussian, cheap). Centres sit in the slow channels, as
+// real keys' semantic mass does, so clusters survive RoPE over a run. Every draw comes from a
+// stream keyed by (seed, layer, position), so any block split gives the same numbers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "model/rope.h"
+
+namespace leoam {
+
+struct SyntheticKvOptions {
+  int n_layer = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int64_t n_ctx = 0;  // positions that can be generated: [0, n_ctx)
+  uint64_t seed = 1;
+  int mean_run_tokens = 256;     // a topic run (paragraph)
+  int n_topics = 32;             // distinct cluster centres per layer and head
+  float centre_scale = 3.0f;     // cluster centre over the noise, in the slowest channels
+  double heavy_hitter_fraction = 0.002;
+  float heavy_hitter_gain = 8.0f;
+  float sink_gain = 16.0f;
+  int n_outlier_channels = 2;    // per head; at most head_dim / 8
+  float outlier_magnitude = 10.0f;
+};
+
+class SyntheticKv {
+ public:
+  // `rope`'s head_dim must be options.head_dim. Fails on a non-positive dimension or count, or
+  // more outlier channels than head_dim / 8.
+  static Result<SyntheticKv> create(const SyntheticKvOptions& options, const Rope& rope);
+
+  // Positions [pos0, pos0 + n) of `layer` (inside [0, n_ctx)):
+  // k, v: [n][n_kv_heads][head_dim] f32, k post-RoPE (what KvCache::append takes).
+  void generate(int layer, int64_t pos0, int64_t n, float* k, float* v) const;
+
+  // The softmax mass (scale 1/sqrt(head_dim)) of query q ([head_dim], pre-RoPE; rotated here to
+  // position n - 1) over the keys [0, n) of (layer, head), summed per chunk of chunk_tokens, in
+  // position order: how skewed one decode query's attention is. Memory: n doubles.
+  std::vector<double> chunk_attention(int layer, int head, int64_t n, const float* q, int chunk_tokens) const;
+
+  const SyntheticKvOptions& options() const { return options_; }
+  int topic(int64_t pos) const;
+  bool is_heavy_hitter(int64_t pos) const;
+  // The outlier channels of every head, ascending.
+  const std::vector<int>& outlier_channels() const { return outlier_channels_; }
+  // The RoPE partner of channel c (c itself when c is not rotated).
+  int rope_partner(int c) const;
+
+ private:
+  SyntheticKv(const SyntheticKvOptions& options, const Rope& rope);
+  const float* centre(int layer, int head, int topic) const;
+  const float* hitter(int layer, int head) const;
+
+  SyntheticKvOptions options_;
+  Rope rope_;
+  std::vector<float> slowness_;          // [head_dim] w(c)
+  std::vector<int> outlier_channels_;
+  std::vector<float> centres_;           // [n_layer][n_kv_heads][n_topics][head_dim], pre-scaled by w
+  std::vector<float> hitters_;           // [n_layer][n_kv_heads][head_dim], pre-scaled by w
+  std::vector<float> outliers_;          // [n_layer][n_kv_heads][head_dim]: 0 or +-outlier_magnitude
+  std::vector<int64_t> run_starts_;      // topic runs: first position of each, ascending
+  std::vector<int> run_topics_;          // [runs]
+};
+
+}  // namespace leoam
