@@ -61,6 +61,8 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   for (const std::string& p : policies) EXPECT_NE(r.out.find("| 4096 | " + p + " |"), std::string::npos) << p;
 
   EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("where a step's time went"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 4096 | leoam | "), std::string::npos) << r.out;
   const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
   ASSERT_EQ(doc["attention_profiles"].size(), 1u);
   const nlohmann::json& profile = doc["attention_profiles"][0];
@@ -85,6 +87,20 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     EXPECT_GE(row["disk_share"].get<double>(), 0.8) << p;
     EXPECT_GT(row["ms_per_token"].get<double>(), 0.0) << p;
     EXPECT_GT(row["bound_ms"].get<double>(), 0.0) << p;
+    // Where the steps after the first went: parts of the step, which add up to it.
+    const nlohmann::json& b = row["breakdown"];
+    EXPECT_EQ(b["steps"].get<int>(), 3) << p;
+    EXPECT_GT(b["weights_ms"].get<double>(), 0.0) << p;
+    const double parts = b["weights_ms"].get<double>() + b["selection_ms"].get<double>() +
+                         b["io_wait_ms"].get<double>() + b["decode_ms"].get<double>() +
+                         b["attention_ms"].get<double>() + b["other_ms"].get<double>();
+    EXPECT_NEAR(parts, b["step_ms"].get<double>(), 1e-6 + 1e-9 * parts) << p;
+    if (p == "full") {
+      EXPECT_GT(b["io_wait_ms"].get<double>(), 0.0);  // full reads from disk every step
+    }
+    if (p == "leoam" || p == "quest") {
+      EXPECT_GT(b["selection_ms"].get<double>(), 0.0) << p;
+    }
     const double attended = row["attended_fraction"];
     if (p == "full") {
       EXPECT_EQ(attended, 1.0);
@@ -112,6 +128,11 @@ TEST_F(BenchKvCliTest, PrefillOfAFileRunsTheSamePoliciesOverRealKv) {
   EXPECT_NE(r.out.find("KV: prefill of " + text_path), std::string::npos) << r.out;
 
   expect_one_line_error(bench_kv({"--ctx", "100000", "-f", text_path}), 1, "--ctx 100000");
+
+  // With the decode pipeline: its read-ahead runs, and the table says so.
+  const CliResult piped = bench_kv({"--ctx", "1024", "-f", text_path, "--policies", "leoam", "-n", "3", "--pipeline", "on"});
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_NE(piped.out.find("the pipeline on):"), std::string::npos) << piped.out;
 }
 
 TEST_F(BenchKvCliTest, ErrorsNameTheFlag) {

@@ -35,7 +35,9 @@
 #include "cli_common.h"
 #include "core/memory_bandwidth.h"
 #include "core/thread_pool.h"
+#include "core/trace.h"
 #include "engine/benchmark.h"
+#include "engine/step_breakdown.h"
 #include "kv/gather_benchmark.h"
 #include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
@@ -71,6 +73,7 @@ struct PolicyRun {
   double fill_s = 0;
   std::vector<Step> steps;
   std::string io_mode;
+  StepBreakdown breakdown;  // the steps after the first, from their trace
 };
 
 // One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
@@ -251,7 +254,9 @@ class BenchKvCommand : public Command {
     KvCliOptions kv_options = kv_options_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + n_gen_;
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, true));
+    Trace trace;
+    trace.name_thread("compute");
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, true, &trace));
     auto* tiered = dynamic_cast<TieredKvCache*>(kv.get());
     LEOAM_RETURN_IF_ERROR(check_disk_space(*tiered, n_ctx));
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
@@ -262,6 +267,8 @@ class BenchKvCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.selector = selector.get();
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
+    fwd.pipeline = decode_pipeline(kv_options);
+    fwd.trace = &trace;
     const std::string what = policy + " at " + std::to_string(n_ctx) + " tokens";
     fwd.progress = [this, &what](int64_t done, int64_t total) {
       status_.show("prefill for " + what + ": " + std::to_string(done) + "/" + std::to_string(total));
@@ -305,6 +312,7 @@ class BenchKvCommand : public Command {
       run.steps.push_back(s);
       token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
+    run.breakdown = summarize_decode_steps(trace);
     return run;
   }
 
@@ -486,6 +494,17 @@ class BenchKvCommand : public Command {
                   n_gen_ - 1);
     out += buf;
     out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
+    out += std::string("\nwhere a step's time went (means over the steps after the first, ms; the pipeline ") +
+           (decode_pipeline(kv_options_) ? "on" : "off") + "):\n\n";
+    out += "| ctx | policy | step | weights | selection | I/O wait | decode | attention | other | read ahead |\n";
+    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    for (const PolicyRun& r : runs_) {
+      const StepBreakdown& b = r.breakdown;
+      std::snprintf(buf, sizeof(buf), "| %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+                    static_cast<long long>(r.n_ctx), r.policy.c_str(), b.step_ms, b.weights_ms, b.selection_ms,
+                    b.io_wait_ms, b.decode_ms, b.attention_ms, b.other_ms, b.read_ahead_ms);
+      out += buf;
+    }
     for (const AttentionProfile& p : profiles_) {
       std::snprintf(buf, sizeof(buf),
                     "\nsynthetic KV at %lld tokens, layer %d, KV head 0, one random query at the last position: the "
@@ -514,6 +533,7 @@ class BenchKvCommand : public Command {
     doc["n_gen"] = n_gen_;
     doc["kv_device_mb"] = kv_options_.device_mb;
     doc["kv_host_mb"] = kv_options_.host_mb;
+    doc["pipeline"] = decode_pipeline(kv_options_);
     doc["machine"] = {{"dram_read_gb_per_s", dram_.gb_per_s()},
                       {"dram_n_threads", dram_.n_threads},
                       {"disk_raw_mb_per_s", disk_.raw_mb_per_s},
@@ -550,6 +570,7 @@ class BenchKvCommand : public Command {
                          {"abstract_bytes_read", s.abstract_read},
                          {"bound_ms", s.bound_ms},
                          {"of_bound", s.ms / s.bound_ms},
+                         {"breakdown", Json::parse(r.breakdown.to_json())},
                          {"steps", std::move(steps)}});
     }
     doc["results"] = std::move(results);
