@@ -577,6 +577,9 @@ Status TieredKvCache::promote_after_read(int layer, std::span<const GatherItem> 
   for (size_t i = 0; i < items.size(); ++i) {
     const GatherItem& it = items[i];
     if (it.source == Tier::kDevice || (i > 0 && items[i - 1].index == it.index)) continue;
+    // Without a codec a host chunk is compute-ready where it is (both tiers are RAM on the CPU):
+    // a move to the device would copy it, and push another one down, for no faster read.
+    if (it.source == Tier::kHost && options_.host_codec == KvCodec::kNone) continue;
     const ChunkKey key{layer, it.index};
     // A lossy codec's chunks stay in their stored form once they leave the device: a decoded
     // copy on the device would be encoded anew when demoted, into other values than the ones its

@@ -20,9 +20,11 @@
 // Reads: for_each_view() gathers the chunks of the asked ranges in batches of at most
 // gather_batch_bytes of scratch: device chunks are used in place, host chunks in place or
 // decoded, and disk chunks read in one io_uring batch per gather batch and checked. After a
-// batch is used, chunks read from below are promoted when free space (or less important
-// residents) allow; with a lossy host codec only from the disk to the host, so the device holds
-// only keys as they were appended. Every gather counts in stats().
+// batch is used, chunks read from the disk are promoted when free space (or less important
+// residents) allow; with a lossy host codec only to the host, so the device holds only keys as
+// they were appended. Host chunks stay where they are: stored as-is they are read in place (both
+// tiers are RAM on the CPU), and a lossy codec's are not decoded onto the device. Every gather
+// counts in stats().
 //
 // Read-ahead (the decode pipeline): read_ahead() hands the disk chunks of a layer's speculated
 // selection to an I/O thread (read_ahead.h) and returns; the layer's next gather takes the

@@ -416,6 +416,33 @@ TEST(TieredKvCache, ReadAheadStagesDiskChunksForTheLayersNextGather) {
   for (int il = 0; il < kLayers; ++il) expect_same_rows(twin, il, {&all, 1});
 }
 
+// A gather serves a host chunk in place when it is stored as-is (no codec): both tiers are RAM, so
+// moving it to the device would only copy it and push another down. A disk chunk it reads is
+// promoted, as before.
+TEST(TieredKvCache, AsIsHostChunksAreReadInPlaceAndDiskChunksPromoted) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(256).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  int64_t on_host = -1, on_disk = -1;
+  for (int64_t i = 1; i < 28 && (on_host < 0 || on_disk < 0); ++i) {
+    const Tier t = kv.residency().find({1, i})->tier;
+    if (t == Tier::kHost && on_host < 0) on_host = i;
+    if (t == Tier::kDisk && on_disk < 0) on_disk = i;
+  }
+  ASSERT_GE(on_host, 0);
+  ASSERT_GE(on_disk, 0);
+  for (int64_t i : {on_host, on_disk}) kv.set_importance({1, i}, 5.0f);  // worth promoting
+  const uint64_t device_written = kv.stats()[Tier::kDevice].bytes_written;
+  const TokenRange host_rows{on_host * kChunk, (on_host + 1) * kChunk};
+  expect_same_rows(twin, 1, {&host_rows, 1});
+  EXPECT_EQ(kv.residency().find({1, on_host})->tier, Tier::kHost);
+  EXPECT_EQ(kv.stats()[Tier::kDevice].bytes_written, device_written);
+  const TokenRange disk_rows{on_disk * kChunk, (on_disk + 1) * kChunk};
+  expect_same_rows(twin, 1, {&disk_rows, 1});
+  EXPECT_NE(kv.residency().find({1, on_disk})->tier, Tier::kDisk);
+}
+
 TEST(TieredKvCache, ViewGathersEveryPositionIntoOneSegment) {
   TempDir dir;
   Twin twin(small_options(dir.path()));
