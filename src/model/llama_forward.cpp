@@ -488,6 +488,8 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   const int64_t n_pairs = hp_.rope.n_rot / 2;
   const float eps = hp_.rms_eps;
   ThreadPool& pool = *pool_;
+  Trace* trace = options_.trace;
+  const TraceSpan step_span(trace, "decode step", "decode", -1, positions[0]);
   float* x = x_.data();
   float* xn = xn_.data();
   embed(tokens.data(), n, x);
@@ -503,7 +505,10 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
         LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, positions[i], x + i * n_embd));
       }
     }
-    project_qkv(L, xn, n, positions[0], positions.data());
+    {
+      const TraceSpan span(trace, "qkv", "compute", il, positions[0]);
+      project_qkv(L, xn, n, positions[0], positions.data());
+    }
     // Each row's own sequence: its store, its selection, its attention.
     for (int64_t i = 0; i < n; ++i) {
       const DecodeSequence& seq = batch[i].seq;
@@ -513,13 +518,19 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       float* out = attn_.data() + i * n_q;
       LEOAM_RETURN_IF_ERROR(seq.kv->append(il, pos, 1, k, v_.data() + i * n_kv));
       if (seq.selector == nullptr) {
+        const TraceSpan span(trace, "attention", "attention", il, pos);
         const TokenRange visible{0, pos + 1};
         LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, {&visible, 1}, attn_params_, q, pos, 1, out, pool));
         continue;
       }
       const SelectorNeeds needs = seq.selector->needs();
       if (needs.keys) LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
-      LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, seq.selector->select(il, pos, q, pool));
+      std::vector<TokenRange> ranges;
+      {
+        const TraceSpan span(trace, "select", "selection", il, pos);
+        LEOAM_ASSIGN_OR_RETURN(ranges, seq.selector->select(il, pos, q, pool));
+      }
+      const TraceSpan span(trace, "attention", "attention", il, pos);
       if (needs.attention_mass) {
         int64_t n_keys = 0;
         for (const TokenRange& r : ranges) n_keys += r.size();
@@ -530,7 +541,10 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
         LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, ranges, attn_params_, q, pos, 1, out, pool));
       }
     }
-    output_and_ffn(L, x, xn, n);
+    {
+      const TraceSpan span(trace, "ffn", "compute", il, positions[0]);  // with the output projection
+      output_and_ffn(L, x, xn, n);
+    }
     if (il + 1 < hp_.n_layer) {
       const float* next_norm = w_.layers[il + 1].attn_norm;
       const float* proj = proj_.data();

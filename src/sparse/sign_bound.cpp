@@ -5,9 +5,10 @@
 // The rows path puts a row's channels in the lanes: per 8 channels the sign bits, tested lane by
 // lane, pick the lanes of d to add, and each row ends in a horizontal sum. The slices paths put
 // rows in the lanes (16 with AVX-512: a channel's 16 bits are the mask of one masked add), so no
-// row needs a horizontal sum: 1.65-1.9x the rows path's rate in units of 64 rows, the same in
-// units of 8 (AVX2's 8 lanes serve those) (2026-12-04, 2-core EPYC, bench/sign_bound_bench.cpp:
-// 432 against 227-262 M rows x heads a second). Earlier, on the rows layout, tried and dropped:
+// row needs a horizontal sum: 1.62x the rows path's rate in units of 64 rows (433 against 267 M
+// rows x heads a second), but 0.77x in units of 8 (137 against 179: AVX2's 8 lanes serve those,
+// a lane mask a channel for 8 rows) (2026-12-04, idle 2-core EPYC, bench/sign_bound_bench.cpp).
+// Earlier, on the rows layout, tried and dropped:
 // - (2026-12-01, 2-core Xeon VM with AVX-512, bench/sign_bound_bench.cpp) an AVX-512 path with 16
 //   rows in the lanes, per channel a vptestmd and a masked add, or per nibble a lookup in a
 //   16-entry table with one vpermps. Both ran at the AVX2 path's rate: the rows' words of one kv

@@ -115,6 +115,38 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   }
 }
 
+// --batch: several sequences a step, each its own store and selector: a row per policy whose
+// figures are the batch's (tok/s = sequences / step), every sequence's reads counted, and the
+// share attended the policy's as at batch 1.
+TEST_F(BenchKvCliTest, ABatchOfSequencesDecodesTogether) {
+  const std::string json_path = dir_ + "/batch.json";
+  const CliResult r = bench_kv({"--ctx", "2048", "--synthetic-kv", "-n", "3", "--batch", "3", "--policies",
+                                "full,leoam", "--json", json_path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("batch: 3 sequences a step"), std::string::npos) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
+  EXPECT_EQ(doc["batch"].get<int>(), 3);
+  ASSERT_EQ(doc["results"].size(), 2u);
+  for (const nlohmann::json& row : doc["results"]) {
+    const std::string p = row["policy"];
+    EXPECT_NEAR(row["tokens_per_s"].get<double>(), 3e3 / row["ms_per_token"].get<double>(), 1e-6) << p;
+    // Every sequence's positions count: 3 sequences x 2 layers of the tiny model x over 2048.
+    for (const nlohmann::json& step : row["steps"]) {
+      EXPECT_GT(step["n_visible"].get<double>(), 3.0 * 2 * 2048) << p;
+    }
+    EXPECT_EQ(row["breakdown"]["steps"].get<int>(), 2) << p;  // the batch steps' trace
+    EXPECT_GT(row["breakdown"]["weights_ms"].get<double>(), 0.0) << p;
+    const double attended = row["attended_fraction"];
+    if (p == "full") {
+      EXPECT_EQ(attended, 1.0);
+      EXPECT_GT(row["kv_bytes_read"]["disk"].get<double>(), 3 * 0.7 * 2048 * 1024);  // three stores' KV
+    } else {
+      EXPECT_GT(attended, 0.09);
+      EXPECT_LT(attended, 0.16);
+    }
+  }
+}
+
 TEST_F(BenchKvCliTest, PrefillOfAFileRunsTheSamePoliciesOverRealKv) {
   const std::string text_path = dir_ + "/prompt.txt";
   {

@@ -109,7 +109,7 @@ class BenchKvCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand(
-        "kv", "decode speed per attention policy with the KV mostly on disk, beside its bound (batch 1)");
+        "kv", "decode speed per attention policy with the KV mostly on disk, beside its bound");
     cmd->add_option("-m,--model", model_path_, "model file (GGUF); its KV shape is the shape")
         ->required()
         ->check(readable_file())
@@ -124,6 +124,12 @@ class BenchKvCommand : public Command {
         ->capture_default_str()
         ->check(CLI::IsMember(policy_names()))
         ->type_name("P[,P...]");
+    cmd->add_option("--batch", batch_,
+                    "sequences decoded together (ForwardContext::decode_batch), each its own store of --ctx "
+                    "positions (synthetic KV of seed --seed + its index) and its own selector; a row's ms/tok is "
+                    "the batch step's, its tok/s the batch's")
+        ->capture_default_str()
+        ->check(in_range(1, 64));
     cmd->add_option("-n,--n-gen", n_gen_, "tokens decoded per run (the first is reported apart)")
         ->capture_default_str()
         ->check(in_range(2, 4096));
@@ -256,61 +262,96 @@ class BenchKvCommand : public Command {
     const int64_t n_store = n_ctx + n_gen_;
     Trace trace;
     trace.name_thread("compute");
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, true, &trace));
-    auto* tiered = dynamic_cast<TieredKvCache*>(kv.get());
-    LEOAM_RETURN_IF_ERROR(check_disk_space(*tiered, n_ctx));
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
-                           make_sparse_attention(attention, kv_options, model, *kv));
-    run.io_mode = tiered->disk().io_mode();
+    // A store and a selector per sequence; the context owns the first store.
+    std::vector<std::unique_ptr<KvCache>> owned;
+    std::vector<TieredKvCache*> stores;
+    std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
+    for (int b = 0; b < batch_; ++b) {
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, true, &trace));
+      stores.push_back(dynamic_cast<TieredKvCache*>(kv.get()));
+      if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*stores[0], n_ctx));
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
+                             make_sparse_attention(attention, kv_options, model, *kv));
+      selectors.push_back(std::move(selector));
+      owned.push_back(std::move(kv));
+    }
+    run.io_mode = stores[0]->disk().io_mode();
 
     ForwardOptions fwd;
     fwd.n_threads = n_threads_;
-    fwd.selector = selector.get();
+    fwd.selector = selectors[0].get();
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
     fwd.pipeline = decode_pipeline(kv_options);
     fwd.trace = &trace;
+    fwd.n_batch = std::max(fwd.n_batch, batch_);
     const std::string what = policy + " at " + std::to_string(n_ctx) + " tokens";
     fwd.progress = [this, &what](int64_t done, int64_t total) {
       status_.show("prefill for " + what + ": " + std::to_string(done) + "/" + std::to_string(total));
     };
     std::mt19937_64 rng(seed_);
     std::vector<float> logits;
-    int32_t token = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.hparams().n_vocab));
+    const auto n_vocab = static_cast<int32_t>(model.hparams().n_vocab);
+    std::vector<int32_t> tokens(static_cast<size_t>(batch_));
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
     const auto t_fill = std::chrono::steady_clock::now();
-    std::unique_ptr<ForwardContext> ctx;
-    if (synthetic_kv_) {
-      LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *kv, selector.get(), n_ctx, what));
-      LEOAM_ASSIGN_OR_RETURN(ctx, ForwardContext::create(model, fwd, std::move(kv)));
-    } else {
-      LEOAM_ASSIGN_OR_RETURN(ctx, ForwardContext::create(model, fwd, std::move(kv)));
-      const std::span<const int32_t> prompt(prompt_tokens_.data(), static_cast<size_t>(n_ctx));
-      LEOAM_RETURN_IF_ERROR(ctx->eval(prompt, false, logits));
-      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    std::unique_ptr<KvCache> first = std::move(owned[0]);
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(first)));
+    for (int b = 0; b < batch_; ++b) {
+      const std::string seq = batch_ > 1 ? what + ", sequence " + std::to_string(b + 1) : what;
+      if (synthetic_kv_) {  // each sequence its own KV: the seed + its index
+        LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *stores[b], selectors[b].get(), n_ctx, seed_ + static_cast<uint64_t>(b), seq));
+      } else {
+        const std::span<const int32_t> prompt(prompt_tokens_.data(), static_cast<size_t>(n_ctx));
+        LEOAM_RETURN_IF_ERROR(ctx->eval_sequence({stores[b], selectors[b].get()}, prompt, false, logits));
+        tokens[b] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
     }
     run.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count();
-    run.disk_share = disk_share(*tiered);
+    run.disk_share = disk_share(*stores[0]);
 
+    std::vector<BatchToken> batch;
     for (int i = 0; i < n_gen_; ++i) {
       status_.show("decoding " + what + ": token " + std::to_string(i + 1) + "/" + std::to_string(n_gen_));
-      const KvStats before = tiered->stats();
-      const sparse::LayerSparseStats sel_before = selector ? selector->total() : sparse::LayerSparseStats{};
+      std::vector<KvStats> before;
+      int64_t attended0 = 0, visible0 = 0;
+      for (int b = 0; b < batch_; ++b) {
+        before.push_back(stores[b]->stats());
+        if (selectors[b]) {
+          attended0 += selectors[b]->total().n_attended;
+          visible0 += selectors[b]->total().n_visible;
+        }
+      }
       const auto t0 = std::chrono::steady_clock::now();
-      LEOAM_RETURN_IF_ERROR(ctx->eval(std::span<const int32_t>(&token, 1), false, logits));
+      if (batch_ == 1) {  // the single-sequence path (the pipeline, the prompt's forecast)
+        LEOAM_RETURN_IF_ERROR(ctx->eval(std::span<const int32_t>(tokens.data(), 1), false, logits));
+      } else {
+        batch.clear();
+        for (int b = 0; b < batch_; ++b) batch.push_back({tokens[b], {stores[b], selectors[b].get()}});
+        LEOAM_RETURN_IF_ERROR(ctx->decode_batch(batch, logits));
+      }
       Step s;
       s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const KvStats after = tiered->stats();
-      for (int t = 0; t < kNumTiers; ++t) s.kv_bytes_read[t] = after.tiers[t].bytes_read - before.tiers[t].bytes_read;
-      s.abstract_bytes_read = after.disk_abstract_bytes_read - before.disk_abstract_bytes_read;
-      s.kv_bytes_read[static_cast<int>(Tier::kDisk)] -= s.abstract_bytes_read;
-      if (selector) {
-        const sparse::LayerSparseStats sel_after = selector->total();
-        s.n_attended = sel_after.n_attended - sel_before.n_attended;
-        s.n_visible = sel_after.n_visible - sel_before.n_visible;
-      } else {  // full: every visible position of every layer
-        s.n_visible = s.n_attended = (n_ctx + i + 1) * model.hparams().n_layer;
+      for (int b = 0; b < batch_; ++b) {
+        const KvStats after = stores[b]->stats();
+        const uint64_t abstracts = after.disk_abstract_bytes_read - before[b].disk_abstract_bytes_read;
+        for (int t = 0; t < kNumTiers; ++t) s.kv_bytes_read[t] += after.tiers[t].bytes_read - before[b].tiers[t].bytes_read;
+        s.kv_bytes_read[static_cast<int>(Tier::kDisk)] -= abstracts;
+        s.abstract_bytes_read += abstracts;
+        if (selectors[b]) {
+          s.n_attended += selectors[b]->total().n_attended;
+          s.n_visible += selectors[b]->total().n_visible;
+        } else {  // full: every visible position of every layer
+          s.n_visible += (n_ctx + i + 1) * model.hparams().n_layer;
+          s.n_attended += (n_ctx + i + 1) * model.hparams().n_layer;
+        }
       }
+      s.n_attended -= attended0;
+      s.n_visible -= visible0;
       run.steps.push_back(s);
-      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      for (int b = 0; b < batch_; ++b) {
+        const float* row = logits.data() + static_cast<size_t>(b) * n_vocab;
+        tokens[b] = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+      }
     }
     run.breakdown = summarize_decode_steps(trace);
     return run;
@@ -319,7 +360,8 @@ class BenchKvCommand : public Command {
   Status check_disk_space(const TieredKvCache& kv, int64_t n_ctx) const {
     const DiskTier& disk = kv.disk();
     const uint64_t n_chunks = static_cast<uint64_t>((n_ctx + n_gen_ + kv.chunk_tokens() - 1) / kv.chunk_tokens());
-    const uint64_t need = n_chunks * kv.shape().n_layer * (disk.slot_bytes() + disk.record_bytes());
+    const uint64_t need =
+        n_chunks * kv.shape().n_layer * (disk.slot_bytes() + disk.record_bytes()) * static_cast<uint64_t>(batch_);
     const uint64_t want = need + need / 20 + kDiskMarginBytes;  // 5% and 256 MiB of margin
     LEOAM_ASSIGN_OR_RETURN(const uint64_t free, free_bytes(kv_options_.dir));
     if (free < want) {
@@ -331,7 +373,7 @@ class BenchKvCommand : public Command {
     return Status::ok();
   }
 
-  Result<SyntheticKv> make_synthetic_kv(const Model& model, int64_t n_ctx) const {
+  Result<SyntheticKv> make_synthetic_kv(const Model& model, int64_t n_ctx, uint64_t seed) const {
     const ModelHparams& hp = model.hparams();
     LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_freqs));
     SyntheticKvOptions o;
@@ -339,7 +381,7 @@ class BenchKvCommand : public Command {
     o.n_kv_heads = hp.n_head_kv;
     o.head_dim = hp.head_dim;
     o.n_ctx = n_ctx;
-    o.seed = seed_;
+    o.seed = seed;
     return SyntheticKv::create(o, rope);
   }
 
@@ -347,7 +389,7 @@ class BenchKvCommand : public Command {
   // models' queries are) at the last position.
   Result<AttentionProfile> attention_profile(const Model& model, int64_t n_ctx) {
     status_.show("attention profile of the synthetic KV at " + std::to_string(n_ctx) + " tokens ...");
-    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx));
+    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx, seed_));
     AttentionProfile p;
     p.n_ctx = n_ctx;
     p.layer = model.hparams().n_layer / 2;
@@ -377,9 +419,9 @@ class BenchKvCommand : public Command {
   // Appends synthetic KV for [0, n_ctx) block by block, each layer in turn as a prefill batch
   // does, and lets the selector watch the keys and the store as it would in a prefill.
   Status fill_synthetic(const Model& model, KvCache& kv, sparse::SparseAttention* selector, int64_t n_ctx,
-                        const std::string& what) {
+                        uint64_t seed, const std::string& what) {
     const ModelHparams& hp = model.hparams();
-    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx));
+    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx, seed));
     const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
     const size_t row = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
     std::vector<float> k(kFillBlockTokens * row), v(k.size());
@@ -464,6 +506,11 @@ class BenchKvCommand : public Command {
     if (io.find("buffered") != std::string::npos) {
       out += "warning: O_DIRECT fell back to buffered reads: disk figures may come from the page cache\n";
     }
+    if (batch_ > 1) {
+      out += "batch: " + std::to_string(batch_) +
+             " sequences a step, each its own store and selector: ms/tok is a batch step, tok/s the batch's, "
+             "MiB read all the sequences'\n";
+    }
     out += std::string("KV: ") + (synthetic_kv_ ? "synthetic (--synthetic-kv, seed " + std::to_string(seed_) + ")"
                                                 : "prefill of " + prompt_file_) +
            "\n\n";
@@ -481,7 +528,7 @@ class BenchKvCommand : public Command {
       std::snprintf(buf, sizeof(buf),
                     "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx |\n",
                     static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
-                    s.first_ms, 1e3 / s.ms, vs.c_str(), 100.0 * s.attended, mib(s.kv_read[0]).c_str(),
+                    s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, mib(s.kv_read[0]).c_str(),
                     mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
                     s.ms / s.bound_ms);
       out += buf;
@@ -534,6 +581,7 @@ class BenchKvCommand : public Command {
     doc["kv_device_mb"] = kv_options_.device_mb;
     doc["kv_host_mb"] = kv_options_.host_mb;
     doc["pipeline"] = decode_pipeline(kv_options_);
+    doc["batch"] = batch_;
     doc["machine"] = {{"dram_read_gb_per_s", dram_.gb_per_s()},
                       {"dram_n_threads", dram_.n_threads},
                       {"disk_raw_mb_per_s", disk_.raw_mb_per_s},
@@ -563,7 +611,7 @@ class BenchKvCommand : public Command {
                          {"io_mode", r.io_mode},
                          {"ms_per_token", s.ms},
                          {"first_step_ms", s.first_ms},
-                         {"tokens_per_s", 1e3 / s.ms},
+                         {"tokens_per_s", 1e3 * batch_ / s.ms},
                          {"speedup_vs_full", full != nullptr ? Json(summarize(*full).ms / s.ms) : Json(nullptr)},
                          {"attended_fraction", s.attended},
                          {"kv_bytes_read", {{"device", s.kv_read[0]}, {"host", s.kv_read[1]}, {"disk", s.kv_read[2]}}},
@@ -593,6 +641,7 @@ class BenchKvCommand : public Command {
   int n_gen_ = 8;
   int n_threads_ = 0;
   uint64_t seed_ = 1;
+  int batch_ = 1;
   bool synthetic_kv_ = false;
   std::string prompt_file_;
   uint64_t disk_probe_mb_ = 256;
