@@ -196,6 +196,7 @@ std::string KvStats::to_json() const {
   root["disk_io_mode"] = disk_io_mode;
   root["buffer_bytes"] = buffer_bytes;
   root["disk_bytes_prefetched"] = disk_bytes_prefetched;
+  root["disk_abstract_bytes_read"] = disk_abstract_bytes_read;
   if (read_ahead.jobs > 0) {
     root["read_ahead"] = {{"jobs", read_ahead.jobs},
                           {"failed_jobs", read_ahead.failed_jobs},

@@ -132,7 +132,7 @@ struct KvStats {
   //    "peak_abstract_bytes":..}, "host": {..}, "disk": {..}},
   //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
-  //    "disk_io_mode": "..", "buffer_bytes":.., "disk_bytes_prefetched":..,
+  //    "disk_io_mode": "..", "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
   //    "read_ahead": {"jobs":..,"failed_jobs":..,"chunks_staged":..,"chunks_used":..,
   //    "chunks_missed":..,"wait_ms":..} (only when a read-ahead ran),
   //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..},

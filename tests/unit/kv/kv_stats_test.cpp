@@ -66,6 +66,7 @@ KvStats example_stats() {
   s.peak_abstract_bytes = {4ull << 20, 2ull << 10, 5ull << 12};
   s.buffer_bytes = 40ull << 20;
   s.disk_bytes_prefetched = 3ull << 20;
+  s.disk_abstract_bytes_read = 5ull << 10;
   s.disk_read_latency.record_us(1.5);
   s.disk_read_latency.record_us(1000.0);
   s.disk_write_latency.record_us(40.0);
@@ -77,7 +78,7 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   const KvStats s = example_stats();
   const nlohmann::json j = nlohmann::json::parse(s.to_json());
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j.size(), 6u);  // no policy_memory: no policy ran
+  EXPECT_EQ(j.size(), 7u);  // no policy_memory: no policy ran
   const char* names[] = {"device", "host", "disk"};
   for (int t = 0; t < kNumTiers; ++t) {
     const nlohmann::json& tj = j.at("tiers").at(names[t]);
@@ -95,6 +96,7 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   }
   EXPECT_EQ(j.at("buffer_bytes").get<uint64_t>(), s.buffer_bytes);
   EXPECT_EQ(j.at("disk_bytes_prefetched").get<uint64_t>(), s.disk_bytes_prefetched);
+  EXPECT_EQ(j.at("disk_abstract_bytes_read").get<uint64_t>(), s.disk_abstract_bytes_read);
   const nlohmann::json& r = j.at("disk_read_latency_us");
   EXPECT_EQ(r.at("count").get<uint64_t>(), 2u);
   EXPECT_DOUBLE_EQ(r.at("mean").get<double>(), 500.75);
