@@ -514,32 +514,11 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       const DecodeSequence& seq = batch[i].seq;
       const int64_t pos = positions[i];
       const float* k = k_.data() + i * n_kv;
-      const float* q = q_.data() + i * n_q;
-      float* out = attn_.data() + i * n_q;
       LEOAM_RETURN_IF_ERROR(seq.kv->append(il, pos, 1, k, v_.data() + i * n_kv));
-      if (seq.selector == nullptr) {
-        const TraceSpan span(trace, "attention", "attention", il, pos);
-        const TokenRange visible{0, pos + 1};
-        LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, {&visible, 1}, attn_params_, q, pos, 1, out, pool));
-        continue;
+      if (seq.selector != nullptr && seq.selector->needs().keys) {
+        LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
       }
-      const SelectorNeeds needs = seq.selector->needs();
-      if (needs.keys) LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
-      std::vector<TokenRange> ranges;
-      {
-        const TraceSpan span(trace, "select", "selection", il, pos);
-        LEOAM_ASSIGN_OR_RETURN(ranges, seq.selector->select(il, pos, q, pool));
-      }
-      const TraceSpan span(trace, "attention", "attention", il, pos);
-      if (needs.attention_mass) {
-        int64_t n_keys = 0;
-        for (const TokenRange& r : ranges) n_keys += r.size();
-        key_mass_.resize(static_cast<size_t>(n_keys));
-        LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, ranges, attn_params_, q, pos, 1, out, pool, key_mass_));
-        seq.selector->observe_attention(il, pos, ranges, key_mass_);
-      } else {
-        LEOAM_RETURN_IF_ERROR(attention(*seq.kv, il, ranges, attn_params_, q, pos, 1, out, pool));
-      }
+      LEOAM_RETURN_IF_ERROR(attend(seq, il, pos, 1, q_.data() + i * n_q, attn_.data() + i * n_q, trace));
     }
     {
       const TraceSpan span(trace, "ffn", "compute", il, positions[0]);  // with the output projection
@@ -555,6 +534,29 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   }
   logits.resize(static_cast<size_t>(n) * hp_.n_vocab);
   output_logits(x, n, true, logits.data());
+  return Status::ok();
+}
+
+Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out,
+                            Trace* trace) {
+  ThreadPool& pool = *pool_;
+  if (n != 1 || seq.selector == nullptr) {
+    const TraceSpan span(trace, "attention", "attention", layer, pos);
+    const TokenRange visible{0, pos + n};
+    return attention(*seq.kv, layer, {&visible, 1}, attn_params_, q, pos, n, out, pool);
+  }
+  std::vector<TokenRange> ranges;
+  {
+    const TraceSpan span(trace, "select", "selection", layer, pos);
+    LEOAM_ASSIGN_OR_RETURN(ranges, seq.selector->select(layer, pos, q, pool));
+  }
+  const TraceSpan span(trace, "attention", "attention", layer, pos);
+  if (!seq.selector->needs().attention_mass) return attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool);
+  int64_t n_keys = 0;
+  for (const TokenRange& r : ranges) n_keys += r.size();
+  key_mass_.resize(static_cast<size_t>(n_keys));
+  LEOAM_RETURN_IF_ERROR(attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool, key_mass_));
+  seq.selector->observe_attention(layer, pos, ranges, key_mass_);
   return Status::ok();
 }
 
@@ -616,28 +618,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
-    if (decode && selector != nullptr) {
-      std::vector<TokenRange> ranges;
-      {
-        const TraceSpan span(trace, "select", "selection", il, pos0);
-        LEOAM_ASSIGN_OR_RETURN(ranges, selector->select(il, pos0, q_.data(), pool));
-      }
-      const TraceSpan span(trace, "attention", "attention", il, pos0);
-      if (needs.attention_mass) {
-        int64_t n_keys = 0;
-        for (const TokenRange& r : ranges) n_keys += r.size();
-        key_mass_.resize(static_cast<size_t>(n_keys));
-        LEOAM_RETURN_IF_ERROR(
-            attention(*seq_.kv, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool, key_mass_));
-        selector->observe_attention(il, pos0, ranges, key_mass_);
-      } else {
-        LEOAM_RETURN_IF_ERROR(attention(*seq_.kv, il, ranges, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
-      }
-    } else {
-      const TraceSpan span(trace, "attention", "attention", il, pos0);
-      const TokenRange visible{0, pos0 + n};
-      LEOAM_RETURN_IF_ERROR(attention(*seq_.kv, il, {&visible, 1}, attn_params_, q_.data(), pos0, n, attn_.data(), pool));
-    }
+    LEOAM_RETURN_IF_ERROR(attend(seq_, il, pos0, n, q_.data(), attn_.data(), trace));
     {
       const TraceSpan span(trace, "attn_output", "compute", il, pos0);
       attention_output(L, x, xn, n);

@@ -92,6 +92,10 @@ class LlamaForward final : public ForwardContext {
   };
   // Fails unless seq's store has the model's KV shape.
   Status check_sequence(const DecodeSequence& seq) const;
+  // Attention of the n query rows q at positions [pos, pos + n) of `layer` over seq's store into
+  // out: a decode row (n == 1) through seq's selector (which watches the attention mass when it
+  // asks), else every visible position. Its spans go to `trace` (may be null).
+  Status attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out, Trace* trace);
   // decode_batch's step, its rows checked: tokens and positions per row.
   Status decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,
                      std::span<const int64_t> positions, std::vector<float>& logits);
