@@ -75,6 +75,14 @@ void update_abstract(const ChunkGeometry& g, const void* chunk, int64_t t0, int6
 // the decoded form of a chunk whose signs the abstract already holds (kv_codec.h keeps them).
 void widen_abstract_box(const ChunkGeometry& g, const void* chunk, int64_t t0, int64_t t1, float* abstract);
 
+// box = the box of rows [0, n_rows) of the K half of `chunk`: [2][n_kv_heads][head_dim] floats,
+// as update_abstract makes it (n_rows 0: the empty box).
+void chunk_key_box(const ChunkGeometry& g, const void* chunk, int64_t n_rows, float* box);
+
+// dst = the key sign sketch of rows [0, n_rows) of `chunk` as update_abstract sets it, rows past
+// them 0: [C][n_kv_heads][sign_words_per_head].
+void chunk_key_signs(const ChunkGeometry& g, const void* chunk, int64_t n_rows, uint32_t* dst);
+
 // True when a and b are equal element for element (both empty counts as equal).
 bool abstracts_equal(const ChunkGeometry& g, const float* a, const float* b);
 

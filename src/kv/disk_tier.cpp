@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "io/checksum.h"
+#include "kv/box_f16.h"
 
 namespace leoam {
 namespace {
@@ -34,7 +35,8 @@ void push_coalesced(std::vector<Request>& requests, const Request& r) {
   requests.push_back(r);
 }
 
-constexpr uint32_t kRecordMagic = 0x32414b4c;  // "LKA2" read as little-endian bytes (LKA1: no sign sketch)
+// "LKA3" read as little-endian bytes (LKA2: an f32 box; LKA1: no sign sketch).
+constexpr uint32_t kRecordMagic = 0x33414b4c;
 constexpr size_t kRecordHeaderBytes = 40;
 
 struct RecordHeader {
@@ -57,6 +59,29 @@ uint64_t record_checksum(const uint8_t* record, size_t record_bytes) {
   return checksum64_seeded(record + kField + sizeof(zero), record_bytes - kField - sizeof(zero), h);
 }
 
+// A record's abstract: the box in f16, rounded outward (box_f16.h: it still bounds every key,
+// and f16 keys' extremes round to themselves), then the key sign sketch as it is.
+size_t record_abstract_bytes(const ChunkGeometry& g) {
+  return static_cast<size_t>(g.box_floats()) * sizeof(uint16_t) + static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
+}
+
+// dst = abstract (box_floats + sign_words 4-byte slots, chunk_layout.h) as a record stores it.
+void put_record_abstract(const ChunkGeometry& g, const float* abstract, uint8_t* dst) {
+  const int64_t n = g.box_floats();
+  for (int64_t e = 0; e < n; ++e) {
+    const uint16_t h = e < n / 2 ? f16_round_down(abstract[e]) : f16_round_up(abstract[e]);
+    std::memcpy(dst + e * sizeof(h), &h, sizeof(h));
+  }
+  std::memcpy(dst + n * sizeof(uint16_t), abstract + n, static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
+}
+
+// abstract = the record's, its box widened back to f32 exactly.
+void get_record_abstract(const ChunkGeometry& g, const uint8_t* src, float* abstract) {
+  const int64_t n = g.box_floats();
+  load_kv_values(KvDtype::kF16, src, n, abstract);
+  std::memcpy(abstract + n, src + n * sizeof(uint16_t), static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
+}
+
 double elapsed_us(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -73,7 +98,7 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   fs_ = options.file_system != nullptr ? options.file_system : &posix_file_system();
   stored_bytes_ = encoded_chunk_bytes(options.geometry, options.codec);
   slot_bytes_ = align_up(stored_bytes_, kDirectIoAlignment);
-  record_bytes_ = kRecordHeaderBytes + options.geometry.abstract_bytes();
+  record_bytes_ = kRecordHeaderBytes + record_abstract_bytes(options.geometry);
   layers_.resize(static_cast<size_t>(options.n_layer));
 }
 
@@ -233,7 +258,7 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
     h.chunk_checksum = entry.chunk_checksum;
     uint8_t* rec = records.data() + j * record_bytes_;
     std::memcpy(rec, &h, sizeof(h));
-    std::memcpy(rec + kRecordHeaderBytes, w.abstract, options_.geometry.abstract_bytes());
+    put_record_abstract(options_.geometry, w.abstract, rec + kRecordHeaderBytes);
     entry.record_checksum = record_checksum(rec, record_bytes_);
     std::memcpy(rec + offsetof(RecordHeader, record_checksum), &entry.record_checksum, sizeof(uint64_t));
     push_coalesced(slots, {static_cast<uint64_t>(w.index) * slot_bytes_, slot_bytes_, w.stored});
@@ -354,7 +379,7 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
       options_.stats->disk_abstract_bytes_read += req.n_bytes;
     }
   }
-  const size_t n_abstract = options_.geometry.abstract_bytes();
+  const ChunkGeometry& g = options_.geometry;
   for (size_t k = 0; k < runs.size(); ++k) {
     const ChunkRun& r = runs[k];
     const uint8_t* records = read_scratch_.data() + spans[k].at + (spans[k].first - spans[k].read0);
@@ -369,8 +394,8 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
                                std::to_string(static_cast<uint64_t>(i) * record_bytes_) +
                                ": the abstract file is corrupt");
       }
-      std::memcpy(dst, rec + kRecordHeaderBytes, n_abstract);
-      dst += options_.geometry.abstract_floats();
+      get_record_abstract(g, rec + kRecordHeaderBytes, dst);
+      dst += g.abstract_floats();
     }
   }
   return Status::ok();

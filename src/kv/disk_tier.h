@@ -12,10 +12,11 @@
 //   +----------+----------+--  (records are small and not block-aligned), read O_DIRECT through
 //   | record 0 | record 1 |     io_uring by whole blocks (the file is zero-padded to a block), so
 //   +----------+----------+--  abstract reads are disk reads, never page-cache hits
-//   record i = chunk i: a 40-byte header, then its abstract (box and key sign sketch, chunk_layout.h)
+//   record i = chunk i: a 40-byte header, then its abstract: the box in f16, each minimum
+//   rounded down and each maximum up (box_f16.h), and the key sign sketch (chunk_layout.h)
 //
 //   record header (little-endian):
-//     u32 magic "LKA2" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
+//     u32 magic "LKA3" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
 //     u64 chunk checksum (XXH3 of the slot's stored bytes, encoded_chunk_bytes long)
 //     u64 record checksum (XXH3 of header and abstract, with this field zero)
 //

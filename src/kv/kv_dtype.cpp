@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "kernels/cpu/quant.h"
 
 namespace leoam {
 
@@ -20,8 +21,7 @@ void load_kv_values(KvDtype dtype, const void* src, int64_t n, float* dst) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  const auto* in = static_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(in[i]);
+  kernels::dequantize_row(GgmlType::kF16, src, dst, n);  // exact, vectorized
 }
 
 }  // namespace leoam

@@ -148,6 +148,10 @@ Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, K
       return unsupported(path + ": saved by a newer leoam (format version " + std::to_string(version) +
                          "; this build reads up to " + std::to_string(kKvSessionVersion) + ")");
     }
+    if (version < kKvSessionVersion) {
+      return unsupported(path + ": saved by an older leoam (format version " + std::to_string(version) +
+                         ", whose abstract records this build no longer reads); save the session again");
+    }
     const std::string checksum = header.at("checksum").get<std::string>();
     nlohmann::json body = header;
     body.erase("checksum");

@@ -24,7 +24,8 @@
 
 namespace leoam {
 
-inline constexpr int kKvSessionVersion = 1;
+// 2: abstract records with f16 boxes ("LKA3"); 1 (f32 boxes) is no longer read.
+inline constexpr int kKvSessionVersion = 2;
 
 struct KvSession {
   uint64_t model_hash = 0;       // checksum64 of the model file

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -49,7 +50,7 @@ TieredKvCache::TieredKvCache(const TieredKvCacheOptions& options)
 uint64_t TieredKvCache::chunk_budget_bytes(const TieredKvCacheOptions& o, Tier tier) {
   const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
   const uint64_t kv = tier == Tier::kHost ? encoded_chunk_bytes(g, o.host_codec) : g.chunk_bytes();
-  return kv + g.abstract_bytes();
+  return kv + (keeps_abstracts(o) ? g.abstract_bytes() : 0);
 }
 
 TieredKvCache::~TieredKvCache() = default;
@@ -135,6 +136,9 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   const uint64_t n_write_slots = std::clamp<uint64_t>(kWriteBatchBytes / slot, 1,
                                                       static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
   LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
+  if (!keeps_abstracts(options)) {  // the records of a write-through batch, computed as it is written
+    cache->disk_abstracts_.resize(n_write_slots * static_cast<uint64_t>(cache->geometry_.abstract_floats()));
+  }
   if (options.read_ahead_bytes > 0) {
     LEOAM_ASSIGN_OR_RETURN(cache->read_ahead_,
                            ReadAhead::create(*cache->disk_, options.read_ahead_bytes, options.trace));
@@ -158,7 +162,7 @@ Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stor
   for (const Residency::Move& move : plan.moves) {
     LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk));
     residency_.apply(move);
-    if (move.to != Tier::kDisk) {
+    if (move.to != Tier::kDisk && keeps_abstracts(options_)) {
       uint64_t& peak = peak_abstract_bytes_[static_cast<int>(move.to)];
       peak = std::max(peak, static_cast<uint64_t>(residency_.n_chunks(move.to)) * geometry_.abstract_bytes());
     }
@@ -167,6 +171,7 @@ Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stor
 }
 
 void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
+  if (!keeps_abstracts(options_)) return;
   c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
   reset_abstract(geometry_, c.abstract.data());
   update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
@@ -176,6 +181,16 @@ void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
   if (options_.host_codec == KvCodec::kNone) return;
   decode_chunk(geometry_, options_.host_codec, stored, row_scratch_.data());
   widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, c.abstract.data());
+}
+
+const float* TieredKvCache::abstract_for_disk(const Chunk& c, size_t slot) {
+  if (keeps_abstracts(options_)) return c.abstract.data();
+  const auto n = static_cast<size_t>(geometry_.abstract_floats());
+  assert((slot + 1) * n <= disk_abstracts_.size());
+  float* a = disk_abstracts_.data() + slot * n;
+  reset_abstract(geometry_, a);
+  update_abstract(geometry_, c.device != nullptr ? c.device.get() : c.host.get(), 0, c.n_filled, a);
+  return a;
 }
 
 void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const {
@@ -197,8 +212,10 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   if (!move.from) {  // a new chunk
     c = Chunk{};
     c.device = zeroed_bytes(chunk_bytes);
-    c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
-    reset_abstract(geometry_, c.abstract.data());
+    if (keeps_abstracts(options_)) {
+      c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
+      reset_abstract(geometry_, c.abstract.data());
+    }
     return Status::ok();
   }
   const Tier from = *move.from;
@@ -213,7 +230,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
       uint8_t* dst = write_buffer_.data();
       disk_slot_of(c, from, dst);
       cover_stored_form(c, dst);
-      LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, index, dst, c.n_filled, c.abstract.data()));
+      LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, index, dst, c.n_filled, abstract_for_disk(c, 0)));
     }
     c.device.reset();
     c.host.reset();
@@ -339,7 +356,7 @@ Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
       store_kv_values(options_.dtype, k + t * row_elems, row_elems, ch.device.get() + r * row_bytes);
       store_kv_values(options_.dtype, v + t * row_elems, row_elems, ch.device.get() + geometry_.k_bytes() + r * row_bytes);
     }
-    update_abstract(geometry_, ch.device.get(), r0, r1, ch.abstract.data());
+    if (keeps_abstracts(options_)) update_abstract(geometry_, ch.device.get(), r0, r1, ch.abstract.data());
     ch.n_filled = r1;
     stats_[Tier::kDevice].bytes_written += static_cast<uint64_t>(r1 - r0) * row_bytes * 2;
     L.n_tokens = pos0 + t;
@@ -375,7 +392,7 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
     uint8_t* dst = write_buffer_.data() + batch.size() * slot;
     disk_slot_of(ch, r->tier, dst);
     cover_stored_form(ch, dst);
-    batch.push_back({i, dst, ch.n_filled, ch.abstract.data()});
+    batch.push_back({i, dst, ch.n_filled, abstract_for_disk(ch, batch.size())});
     if (batch.size() == n_slots) LEOAM_RETURN_IF_ERROR(flush());
   }
   return batch.empty() ? Status::ok() : flush();
@@ -656,7 +673,7 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
     Chunk& ch = L.chunks[keep_full];
     std::memcpy(ch.device.get(), row_scratch_.data(), geometry_.chunk_bytes());
     ch.n_filled = partial_rows;
-    update_abstract(geometry_, ch.device.get(), 0, partial_rows, ch.abstract.data());
+    if (keeps_abstracts(options_)) update_abstract(geometry_, ch.device.get(), 0, partial_rows, ch.abstract.data());
     L.n_tokens = n;
   }
   update_recent_pins(layer);
@@ -716,6 +733,13 @@ Status TieredKvCache::gather_abstracts(int layer, std::span<const ChunkRun> runs
     std::memcpy(dst + k * n_box, abstract, static_cast<size_t>(n_box) * sizeof(float));
     if (signs != nullptr) abstract_signs(geometry_, abstract, signs + k * geometry_.sign_words());
   };
+  // A device or host chunk's: kept, or computed from its keys (both tiers hold them as they are).
+  const auto deliver_resident = [&](int64_t k, const Chunk& c) {
+    if (keeps_abstracts(options_)) return deliver(k, c.abstract.data());
+    const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
+    chunk_key_box(geometry_, keys, c.n_filled, dst + k * n_box);
+    if (signs != nullptr) chunk_key_signs(geometry_, keys, c.n_filled, signs + k * geometry_.sign_words());
+  };
   const LayerState& L = layers_[layer];
   // In-memory chunks (device, host) are delivered at once; the disk ones are gathered into runs of
   // their own, read together, then delivered where their chunks go.
@@ -724,13 +748,13 @@ Status TieredKvCache::gather_abstracts(int layer, std::span<const ChunkRun> runs
   int64_t k = 0;
   for (const ChunkRun& r : runs) {
     for (int64_t i = r.begin; i < r.end;) {
-      if (!L.chunks[i].abstract.empty()) {
-        deliver(k++, L.chunks[i].abstract.data());
+      if (is_resident(L.chunks[i])) {
+        deliver_resident(k++, L.chunks[i]);
         ++i;
         continue;
       }
       int64_t end = i + 1;
-      while (end < r.end && L.chunks[end].abstract.empty()) ++end;
+      while (end < r.end && !is_resident(L.chunks[end])) ++end;
       disk_runs.push_back({i, end});
       disk_at.push_back(k);
       k += end - i;
@@ -792,14 +816,6 @@ void TieredKvCache::set_importance(ChunkKey key, float importance) {
   if (residency_.find(key) != nullptr) residency_.set_importance(key, importance);
 }
 
-const float* TieredKvCache::abstract_of(ChunkKey key) const {
-  if (key.layer < 0 || key.layer >= options_.shape.n_layer) return nullptr;
-  const LayerState& L = layers_[key.layer];
-  if (key.index < 0 || key.index >= static_cast<int64_t>(L.chunks.size())) return nullptr;
-  const Chunk& ch = L.chunks[key.index];
-  return ch.abstract.empty() ? nullptr : ch.abstract.data();
-}
-
 KvStats TieredKvCache::stats() const {
   KvStats s = stats_;
   for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
@@ -810,14 +826,14 @@ KvStats TieredKvCache::stats() const {
   s.resident_bytes[static_cast<int>(Tier::kHost)] = n(Tier::kHost) * host_chunk_bytes_;
   s.resident_bytes[static_cast<int>(Tier::kDisk)] = n(Tier::kDisk) * slot_bytes_;
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
-    s.abstract_bytes[static_cast<int>(t)] = n(t) * geometry_.abstract_bytes();
+    s.abstract_bytes[static_cast<int>(t)] = keeps_abstracts(options_) ? n(t) * geometry_.abstract_bytes() : 0;
     s.peak_abstract_bytes[static_cast<int>(t)] = peak_abstract_bytes_[static_cast<int>(t)];
   }
   if (disk_ != nullptr) {
     s.abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();
     s.peak_abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();  // the files only grow
   }
-  s.buffer_bytes = scratch_.size() + write_buffer_.size() + row_scratch_.capacity() +
+  s.buffer_bytes = scratch_.size() + write_buffer_.size() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
                    (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0);
   return s;
 }

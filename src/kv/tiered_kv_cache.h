@@ -33,13 +33,16 @@
 //
 // Abstracts: a sealed chunk's abstract bounds every form of its keys that is ever served: as
 // appended, and decoded from its stored form (the box covers both; the codec keeps key signs).
-// So an abstract a policy read once stays sound wherever the chunk moves.
+// So an abstract a policy read once stays sound wherever the chunk moves. Without a lossy codec a
+// device or host chunk's keys are the only form there is, and its abstract is computed from them
+// when asked (nothing is kept in memory); with one, each resident chunk keeps its abstract. A
+// disk chunk's abstract is its record in the disk tier's abstract file.
 //
-// Memory: a device or host chunk costs its tier's budget its KV and its in-memory abstract (box
-// and key sign sketch; chunk_budget_bytes), so each tier holds at most its budget, abstracts
-// included; disk chunks' abstracts stay on disk. Besides the tiers the store keeps one gather
-// batch of scratch and a write-through buffer (the disk queue depth of slots, at most 8 MiB), which
-// stats() reports as buffer_bytes.
+// Memory: a device or host chunk costs its tier's budget its KV and, with a lossy codec, its
+// abstract (box and key sign sketch; chunk_budget_bytes), so each tier holds at most its budget,
+// abstracts included. Besides the tiers the store keeps one gather batch of scratch and a
+// write-through buffer (the disk queue depth of slots, at most 8 MiB, and their abstract
+// records), which stats() reports as buffer_bytes.
 #pragma once
 
 #include <array>
@@ -99,8 +102,11 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // Device bytes that every chunk of a full context needs: the least budget without a disk tier.
   static uint64_t in_memory_device_budget_bytes(const TieredKvCacheOptions& options);
   // What one chunk costs the budget of the device (compute-ready KV) or the host (its stored
-  // form): its KV and its in-memory abstract.
+  // form): its KV, and its abstract where it keeps one in memory (keeps_abstracts).
   static uint64_t chunk_budget_bytes(const TieredKvCacheOptions& options, Tier tier);
+  // Whether device and host chunks keep their abstract in memory: only with a lossy host codec,
+  // whose chunks' abstracts must bound their keys as appended and as decoded.
+  static bool keeps_abstracts(const TieredKvCacheOptions& options) { return options.host_codec != KvCodec::kNone; }
   ~TieredKvCache() override;
 
   const KvCacheShape& shape() const override { return options_.shape; }
@@ -137,8 +143,6 @@ class TieredKvCache final : public KvCache, public KvCatalog {
 
   const ChunkGeometry& geometry() const { return geometry_; }
   const Residency& residency() const { return residency_; }
-  // The in-memory abstract of a device or host chunk (nullptr for disk chunks).
-  const float* abstract_of(ChunkKey key) const;
   // Statistics so far, with the resident bytes, chunks and abstracts as they stand now.
   KvStats stats() const;
   bool has_disk_tier() const { return disk_ != nullptr; }
@@ -155,7 +159,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   struct Chunk {
     std::unique_ptr<uint8_t[]> device;  // [chunk_bytes] compute-ready, when on the device
     std::unique_ptr<uint8_t[]> host;    // [host_chunk_bytes] stored form, when on the host
-    std::vector<float> abstract;        // [abstract_floats], while on the device or host
+    std::vector<float> abstract;        // [abstract_floats], on the device or host when keeps_abstracts
     int64_t n_filled = 0;
     bool sealed = false;                // full, or closed by truncate: immutable
   };
@@ -182,7 +186,12 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // dst [slot_bytes] = chunk c's stored form, zero-padded to its disk slot, from the device
   // (encoded) or the host (as it is).
   void disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const;
+  static bool is_resident(const Chunk& c) { return c.device != nullptr || c.host != nullptr; }
+  // c's abstract made anew from its keys, when it keeps one (keeps_abstracts).
   void recompute_abstract(Chunk& c, const uint8_t* compute_ready);
+  // The abstract record of device or host chunk c, the `slot`-th of a write-through batch: kept,
+  // or computed from its keys into disk_abstracts_.
+  const float* abstract_for_disk(const Chunk& c, size_t slot);
   // Widens c's box to cover its keys decoded from `stored` (its stored form) when the codec is
   // lossy: a sealed chunk's abstract then bounds both forms of its keys, in every tier.
   void cover_stored_form(Chunk& c, const uint8_t* stored);
@@ -222,6 +231,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   AlignedBuffer scratch_;        // gather batch: [n_slots][slot_bytes] stored + decoded chunks
   AlignedBuffer write_buffer_;   // write-through batch: [n][slot_bytes], aligned for O_DIRECT
   std::vector<uint8_t> row_scratch_;
+  std::vector<float> disk_abstracts_;  // [write-through slots][abstract_floats], without keeps_abstracts
 };
 
 }  // namespace leoam

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/fp16.h"
-#include "sparse/box_f16.h"
+#include "kv/box_f16.h"
 #include "sparse/policy_memory.h"
 
 namespace leoam::sparse {

@@ -94,7 +94,7 @@
 #include <string>
 #include <vector>
 
-#include "sparse/box_f16.h"
+#include "kv/box_f16.h"
 #include "sparse/chunk_ranking.h"
 #include "sparse/chunk_tree.h"
 #include "sparse/selection_policy.h"

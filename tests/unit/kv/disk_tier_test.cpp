@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "io/aligned_buffer.h"
+#include "kv/box_f16.h"
 #include "kv_test_util.h"
 
 namespace leoam {
@@ -30,7 +32,7 @@ DiskTierOptions tier_options(const std::string& dir, KvStats* stats) {
   d.dir = dir;
   d.session = "t";
   d.n_layer = kLayers;
-  d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 40 + 4 * (32 + 2) bytes: not block-aligned
+  d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 40 + 2 * 32 + 4 * 16 bytes: not block-aligned
   d.visible_files = true;
   d.stats = stats;
   return d;
@@ -40,6 +42,15 @@ DiskTierOptions tier_options(const std::string& dir, KvStats* stats) {
 std::vector<float> abstract_of(const ChunkGeometry& g, int layer, int64_t i) {
   std::vector<float> a(static_cast<size_t>(g.abstract_floats()));
   std::iota(a.begin(), a.end(), static_cast<float>((layer * 1000 + i) * 100));
+  return a;
+}
+
+// What a read gives back of abstract_of(g, layer, i): its record's box is f16, each minimum
+// rounded down and each maximum up (the floats above are not all f16 values); the signs as they were.
+std::vector<float> read_back(const ChunkGeometry& g, int layer, int64_t i) {
+  std::vector<float> a = abstract_of(g, layer, i);
+  const int64_t n = g.box_floats();
+  for (int64_t e = 0; e < n; ++e) a[e] = f16_to_f32(e < n / 2 ? f16_round_down(a[e]) : f16_round_up(a[e]));
   return a;
 }
 
@@ -83,7 +94,7 @@ TEST(DiskTierAbstracts, EveryRangeReadsItsRecordsByWholeBlocks) {
         const uint64_t before = stats[Tier::kDisk].bytes_read;
         ASSERT_TRUE((*tier)->read_abstracts(il, i0, i1, got.data()).is_ok()) << il << " [" << i0 << ", " << i1 << ")";
         for (int64_t i = i0; i < i1; ++i) {
-          const std::vector<float> want = abstract_of(g, il, i);
+          const std::vector<float> want = read_back(g, il, i);
           ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + (i - i0) * g.abstract_floats()))
               << "layer " << il << " chunk " << i << " of [" << i0 << ", " << i1 << ")";
         }
@@ -93,6 +104,45 @@ TEST(DiskTierAbstracts, EveryRangeReadsItsRecordsByWholeBlocks) {
       }
     }
   }
+}
+
+// A record keeps the box in f16, rounded outward: half an f32 box's bytes, and every minimum read
+// back is at most the one written, every maximum at least.
+TEST(DiskTierAbstracts, RecordsKeepTheBoxInF16RoundedOutward) {
+  TempDir dir;
+  KvStats stats;
+  auto tier = DiskTier::create(tier_options(dir.path(), &stats));
+  ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+  const ChunkGeometry& g = (*tier)->geometry();
+  EXPECT_EQ((*tier)->record_bytes(), 40 + 2 * g.box_floats() + 4 * g.sign_words());
+  auto slot = AlignedBuffer::allocate((*tier)->slot_bytes()).value();
+  std::vector<float> written(static_cast<size_t>(g.abstract_floats()));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> value(0.0f, 3.0f);
+  for (int64_t e = 0; e < g.box_floats() / 2; ++e) {
+    const float a = value(rng), b = value(rng);
+    written[e] = std::min(a, b);
+    written[e + g.box_floats() / 2] = std::max(a, b);
+  }
+  for (int64_t e = g.box_floats(); e < g.abstract_floats(); ++e) {
+    const uint32_t word = static_cast<uint32_t>(rng());
+    std::memcpy(&written[e], &word, sizeof(word));
+  }
+  ASSERT_TRUE((*tier)->write_chunk(0, 0, slot.data(), g.chunk_tokens, written.data()).is_ok());
+  std::vector<float> got(written.size());
+  ASSERT_TRUE((*tier)->read_abstracts(0, 0, 1, got.data()).is_ok());
+  int n_rounded = 0;
+  for (int64_t e = 0; e < g.box_floats(); ++e) {
+    const bool is_min = e < g.box_floats() / 2;
+    EXPECT_TRUE(is_min ? got[e] <= written[e] : got[e] >= written[e]) << e;
+    EXPECT_EQ(f16_to_f32(f32_to_f16(got[e])), got[e]) << "an f16 value";
+    EXPECT_LE(std::abs(got[e] - written[e]), std::abs(written[e]) / 1024 + 1e-7f) << "one f16 step at most";
+    n_rounded += got[e] != written[e];
+  }
+  EXPECT_GT(n_rounded, 0) << "normal floats are rarely f16 values: some must have been rounded";
+  EXPECT_EQ(std::memcmp(got.data() + g.box_floats(), written.data() + g.box_floats(),
+                        static_cast<size_t>(g.sign_words()) * sizeof(uint32_t)),
+            0);
 }
 
 // Several runs in one batch: each run's records land in turn, each read by its own whole blocks,
@@ -117,7 +167,7 @@ TEST(DiskTierAbstracts, SeveralRunsAreReadInOneBatch) {
   const float* at = got.data();
   for (const ChunkRun& r : runs) {
     for (int64_t i = r.begin; i < r.end; ++i, at += g.abstract_floats()) {
-      const std::vector<float> want = abstract_of(g, 1, i);
+      const std::vector<float> want = read_back(g, 1, i);
       EXPECT_TRUE(std::equal(want.begin(), want.end(), at)) << "chunk " << i;
     }
     if (r.end > r.begin) {

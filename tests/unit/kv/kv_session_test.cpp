@@ -138,6 +138,15 @@ TEST_F(KvSessionRejects, ANewerFormatVersion) {
   EXPECT_NE(st.message().find("newer leoam"), std::string::npos) << st.message();
 }
 
+TEST_F(KvSessionRejects, AnOlderFormatVersion) {
+  edit_header([](nlohmann::json& j) { j["version"] = kKvSessionVersion - 1; });
+  const Status st = load();
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("older leoam"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("save the session again"), std::string::npos) << st.message();
+  EXPECT_EQ(target_->n_tokens(), 0);
+}
+
 TEST_F(KvSessionRejects, AnEditedHeader) {
   edit_header([](nlohmann::json& j) { j["tokens"][3] = 7; });
   const Status st = load();

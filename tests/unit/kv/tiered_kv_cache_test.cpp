@@ -27,15 +27,16 @@ constexpr int kHeadDim = 8;
 constexpr int kChunk = 8;
 constexpr int64_t kCtx = 2048;
 
-TieredKvCacheOptions small_options(const std::string& dir) {
+TieredKvCacheOptions small_options(const std::string& dir, KvCodec codec = KvCodec::kNone) {
   TieredKvCacheOptions o;
+  o.host_codec = codec;
   o.shape = {kLayers, kHeads, kHeadDim, kCtx};
   o.chunk_tokens = kChunk;
   o.dir = dir;
   o.session = "test";
   o.n_sink_tokens = 4;
   o.n_recent_tokens = 8;
-  // A chunk costs its tier's budget its KV and its abstract.
+  // A chunk costs its tier's budget its KV, and with a codec its abstract (keeps_abstracts).
   o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
   o.host_budget_bytes = 3 * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);  // three chunks
   o.gather_batch_bytes = 5 * kDirectIoAlignment;                 // five chunks a batch: many batches
@@ -229,17 +230,54 @@ TEST(TieredKvCache, AbstractRunsAreTheBoxesOfEachRunWithOneDiskBatch) {
   EXPECT_TRUE(saw_disk && saw_memory) << "the runs must cross the tiers";
 }
 
-// A device or host chunk costs its tier's budget its KV and its in-memory abstract, and the stats
-// report both per tier: the abstracts in memory now and at their peak, and on disk the abstract
+// Without a codec a device or host chunk's abstract is computed from its keys when asked: it
+// costs its tier's budget nothing, and the stats say so. On disk the abstracts are the abstract
 // files as they lie in the directory.
-TEST(TieredKvCache, AbstractsCountInTheirTierBudgetAndTheStatsShowThem) {
+TEST(TieredKvCache, ResidentAbstractsCostNothingWithoutACodecAndTheStatsShowIt) {
   TempDir dir;
   TieredKvCacheOptions o = small_options(dir.path());
   o.visible_files = true;
   const ChunkGeometry g{kHeads, kHeadDim, kChunk, KvDtype::kF16};
+  ASSERT_FALSE(TieredKvCache::keeps_abstracts(o));
+  ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kDevice), g.chunk_bytes());
+  o.host_budget_bytes = 3 * g.chunk_bytes();  // three chunks, all KV
+  Twin twin(o);
+  for (const int64_t n : {40, 100, 13, 83}) ASSERT_TRUE(twin.append(n).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  EXPECT_EQ(kv.residency().n_chunks(Tier::kHost), 3);
+  const KvStats stats = kv.stats();
+  for (const Tier t : {Tier::kDevice, Tier::kHost}) {
+    SCOPED_TRACE(tier_name(t));
+    const int i = static_cast<int>(t);
+    const uint64_t n = static_cast<uint64_t>(kv.residency().n_chunks(t));
+    EXPECT_EQ(stats.resident_bytes[i], n * g.chunk_bytes());  // no codec: the host holds them as they are
+    EXPECT_EQ(stats.abstract_bytes[i], 0u);
+    EXPECT_EQ(stats.peak_abstract_bytes[i], 0u);
+    EXPECT_EQ(kv.residency().used_bytes(t), stats.resident_bytes[i]);
+  }
+  uint64_t lka_bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".lka") lka_bytes += entry.file_size();
+  }
+  EXPECT_GT(lka_bytes, 0u);
+  EXPECT_EQ(stats.abstract_bytes[static_cast<int>(Tier::kDisk)], lka_bytes);
+  EXPECT_GE(stats.buffer_bytes, o.gather_batch_bytes);
+}
+
+// With a lossy codec each device or host chunk keeps its abstract (it must bound the keys as
+// appended and as decoded): it costs its tier's budget its KV and that abstract, and the stats
+// report the abstracts per tier, now and at their peak.
+TEST(TieredKvCache, KeptAbstractsCountInTheirTierBudgetAndTheStatsShowThem) {
+  TempDir dir;
+  TieredKvCacheOptions o = small_options(dir.path(), KvCodec::kInt8);
+  const ChunkGeometry g{kHeads, kHeadDim, kChunk, KvDtype::kF16};
+  const uint64_t host_kv = encoded_chunk_bytes(g, KvCodec::kInt8);
+  ASSERT_TRUE(TieredKvCache::keeps_abstracts(o));
   ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kDevice), g.chunk_bytes() + g.abstract_bytes());
+  ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kHost), host_kv + g.abstract_bytes());
   // Room for three chunks' KV but not for their abstracts too: the host holds two.
-  o.host_budget_bytes = 3 * g.chunk_bytes();
+  o.host_budget_bytes = 3 * host_kv;
+  ASSERT_LT(o.host_budget_bytes, 3 * (host_kv + g.abstract_bytes()));
   Twin twin(o);
   for (const int64_t n : {40, 100, 13, 83}) ASSERT_TRUE(twin.append(n).is_ok());
   TieredKvCache& kv = twin.tiered();
@@ -249,7 +287,7 @@ TEST(TieredKvCache, AbstractsCountInTheirTierBudgetAndTheStatsShowThem) {
     SCOPED_TRACE(tier_name(t));
     const int i = static_cast<int>(t);
     const uint64_t n = static_cast<uint64_t>(kv.residency().n_chunks(t));
-    EXPECT_EQ(stats.resident_bytes[i], n * g.chunk_bytes());  // no codec: the host holds them as they are
+    EXPECT_EQ(stats.resident_bytes[i], n * (t == Tier::kHost ? host_kv : g.chunk_bytes()));
     EXPECT_EQ(stats.abstract_bytes[i], n * g.abstract_bytes());
     EXPECT_GE(stats.peak_abstract_bytes[i], stats.abstract_bytes[i]);
     const uint64_t budget = t == Tier::kDevice ? o.device_budget_bytes : o.host_budget_bytes;
@@ -257,13 +295,6 @@ TEST(TieredKvCache, AbstractsCountInTheirTierBudgetAndTheStatsShowThem) {
     EXPECT_LE(stats.peak_abstract_bytes[i], budget);
     EXPECT_EQ(kv.residency().used_bytes(t), stats.resident_bytes[i] + stats.abstract_bytes[i]);
   }
-  uint64_t lka_bytes = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    if (entry.path().extension() == ".lka") lka_bytes += entry.file_size();
-  }
-  EXPECT_GT(lka_bytes, 0u);
-  EXPECT_EQ(stats.abstract_bytes[static_cast<int>(Tier::kDisk)], lka_bytes);
-  EXPECT_GE(stats.buffer_bytes, o.gather_batch_bytes);
 }
 
 // Write-through: every chunk an append seals is written to disk by the end of the append, where
@@ -486,12 +517,13 @@ TEST(TieredKvCache, PropertyBudgetsResidencyAndAbstractsHold) {
           ASSERT_NE(c, nullptr) << "chunk " << i << " has no home";
           const std::vector<float> want = recomputed_abstract(kv, {il, i});
           std::vector<float> got(want.size());
-          if (c->tier == Tier::kDisk) {
-            ASSERT_EQ(kv.abstract_of({il, i}), nullptr);
+          if (c->tier == Tier::kDisk) {  // its record
             ASSERT_TRUE(kv.read_disk_abstracts(il, i, i + 1, got.data()).is_ok());
-          } else {
-            ASSERT_NE(kv.abstract_of({il, i}), nullptr);
-            std::memcpy(got.data(), kv.abstract_of({il, i}), got.size() * sizeof(float));
+          } else {  // computed from the resident keys (no codec: nothing kept)
+            const ChunkGeometry& g = kv.geometry();
+            std::vector<uint32_t> signs(static_cast<size_t>(g.sign_words()));
+            ASSERT_TRUE(kv.load_abstracts(il, i, i + 1, got.data(), AbstractSource::kLka, signs.data()).is_ok());
+            std::memcpy(got.data() + g.box_floats(), signs.data(), signs.size() * sizeof(uint32_t));
           }
           ASSERT_TRUE(abstracts_equal(kv.geometry(), got.data(), want.data()))
               << "seed " << seed << " layer " << il << " chunk " << i << " in " << tier_name(c->tier);
@@ -549,8 +581,7 @@ TEST(TieredKvCache, CatalogServesAbstractsFromMemoryAndTheDiskWithoutReadingKv) 
 TEST(TieredKvCache, CatalogRecomputesDiskAbstractsFromKvWithoutLka) {
   for (const KvCodec codec : {KvCodec::kNone, KvCodec::kInt4}) {
     TempDir dir;
-    TieredKvCacheOptions o = small_options(dir.path());
-    o.host_codec = codec;
+    TieredKvCacheOptions o = small_options(dir.path(), codec);
     Twin twin(o);
     ASSERT_TRUE(twin.append(150).is_ok());
     TieredKvCache& kv = twin.tiered();
@@ -610,8 +641,7 @@ TEST(TieredKvCache, TruncateThenAppendMatchesTheMemoryCache) {
 TEST(TieredKvCache, CompressedHostServesCloseRowsAndBoundingAbstracts) {
   for (KvCodec codec : {KvCodec::kInt8, KvCodec::kInt4}) {
     TempDir dir;
-    TieredKvCacheOptions o = small_options(dir.path());
-    o.host_codec = codec;
+    TieredKvCacheOptions o = small_options(dir.path(), codec);
     Twin twin(o);
     ASSERT_TRUE(twin.append(120).is_ok());
     const TokenRange all{0, 120};
@@ -645,8 +675,7 @@ TEST(TieredKvCache, AbstractsBoundTheServedKeysInEveryTierAndCodec) {
     for (const uint64_t host_chunks : {0, 3, 40}) {
       SCOPED_TRACE(std::string(kv_codec_name(codec)) + ", host tier of " + std::to_string(host_chunks) + " chunks");
       TempDir dir;
-      TieredKvCacheOptions o = small_options(dir.path());
-      o.host_codec = codec;
+      TieredKvCacheOptions o = small_options(dir.path(), codec);
       o.host_budget_bytes = host_chunks * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);
       Twin twin(o, 7);
       TieredKvCache& kv = twin.tiered();

@@ -18,7 +18,7 @@
 #include "keys_catalog.h"
 #include "core/fp16.h"
 #include "kv/tiered_kv_cache.h"
-#include "sparse/box_f16.h"
+#include "kv/box_f16.h"
 
 namespace leoam::sparse {
 namespace {

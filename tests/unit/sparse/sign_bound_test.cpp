@@ -25,7 +25,7 @@
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kv/chunk_layout.h"
-#include "sparse/box_f16.h"
+#include "kv/box_f16.h"
 #include "sparse/chunk_bound.h"
 
 namespace leoam::sparse {

@@ -1,4 +1,5 @@
-// Key boxes kept in f16, half the bytes of f32 (LeoAM's LKA keeps f16 min/max per chunk). A box
+// Key boxes kept in f16, half the bytes of f32 (LeoAM's LKA keeps f16 min/max per chunk): the
+// disk tier's abstract records (disk_tier.h) and leoam's chunk trees (sparse/chunk_tree.h). A box
 // ([2][n_kv_heads][head_dim], [0] = min, [1] = max, as chunk_bound.h lays it out) is rounded
 // outward: each minimum to the largest f16 <= it, each maximum to the smallest f16 >= it, so the
 // f16 box holds every key the f32 box held and its bounds stay bounds. Keys stored as f16 (the
@@ -9,7 +10,7 @@
 
 #include "core/fp16.h"
 
-namespace leoam::sparse {
+namespace leoam {
 
 // The largest f16 <= x (x not NaN; -inf below -65504, +inf stays +inf).
 inline uint16_t f16_round_down(float x) {
@@ -39,4 +40,4 @@ inline void decode_box(const uint16_t* src, int64_t box_elements, float* dst) {
   for (int64_t e = 0; e < box_elements; ++e) dst[e] = f16_to_f32(src[e]);
 }
 
-}  // namespace leoam::sparse
+}  // namespace leoam
