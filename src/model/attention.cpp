@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/fp16.h"
 #include "core/huge_pages.h"
 #include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/quant.h"
 
 namespace leoam {
 
@@ -146,31 +146,35 @@ void merge_batch(const float* batch_out, const float* batch_lse, int64_t n_rows,
 }
 
 // logits[h * n_keys + offset + t] = scale * q_h . k_t for the keys t of every segment of `kv`,
-// one query (q: [n_head][head_dim]); offset counts the keys of earlier views.
+// one query (q: [n_head][head_dim]); offset counts the keys of earlier views. The keys are split
+// across the pool; each dot is the row kernel's (kernels::dot_row: f16 keys widened in registers).
 void key_logits(const KvView& kv, const AttentionParams& params, const float* q, int64_t n_keys, int64_t offset,
-                float* logits) {
+                float* logits, ThreadPool& pool) {
   const int group = params.n_head / params.n_head_kv;
-  std::vector<float> row(static_cast<size_t>(params.head_dim));
-  for (const KvSegment& seg : kv.segments()) {
-    for (int64_t t = 0; t < seg.n_tokens; ++t) {
+  const std::span<const KvSegment> segments = kv.segments();
+  std::vector<int64_t> starts;  // the view's key index of each segment's first key
+  int64_t n_view = 0;
+  for (const KvSegment& seg : segments) {
+    starts.push_back(n_view);
+    n_view += seg.n_tokens;
+  }
+  const int64_t cost_per_key = static_cast<int64_t>(params.n_head) * params.head_dim;
+  pool.parallel_for(n_view, cost_per_key, [&](int64_t begin, int64_t end, int) {
+    auto s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1);
+    for (int64_t i = begin; i < end; ++i) {
+      while (i >= starts[s] + segments[s].n_tokens) ++s;
+      const KvSegment& seg = segments[s];
+      const GgmlType type = seg.dtype == KvDtype::kF16 ? GgmlType::kF16 : GgmlType::kF32;
+      const auto* row = static_cast<const uint8_t*>(seg.k_row(i - starts[s]));
+      const size_t head_bytes = static_cast<size_t>(params.head_dim) * kv_dtype_size(seg.dtype);
       for (int g = 0; g < params.n_head_kv; ++g) {
-        if (seg.dtype == KvDtype::kF16) {
-          const auto* k = static_cast<const uint16_t*>(seg.k_row(t)) + static_cast<size_t>(g) * params.head_dim;
-          for (int d = 0; d < params.head_dim; ++d) row[d] = f16_to_f32(k[d]);
-        } else {
-          const auto* k = static_cast<const float*>(seg.k_row(t)) + static_cast<size_t>(g) * params.head_dim;
-          std::copy(k, k + params.head_dim, row.begin());
-        }
         for (int h = g * group; h < (g + 1) * group; ++h) {
           const float* qh = q + static_cast<size_t>(h) * params.head_dim;
-          float dot = 0.0f;
-          for (int d = 0; d < params.head_dim; ++d) dot += qh[d] * row[d];
-          logits[h * n_keys + offset + t] = dot * params.scale;
+          logits[h * n_keys + offset + i] = kernels::dot_row(type, row + g * head_bytes, qh, params.head_dim) * params.scale;
         }
       }
     }
-    offset += seg.n_tokens;
-  }
+  });
 }
 
 // The state of one range-based attention call while the store hands over its batches: the first
@@ -201,7 +205,7 @@ class BatchedAttention {
       if (n_keys_ + n > static_cast<int64_t>(key_mass_.size())) {
         return internal_error("attention: the store handed over more keys than the ranges hold");
       }
-      key_logits(view, params_, q_, static_cast<int64_t>(key_mass_.size()), n_keys_, logits_.data());
+      key_logits(view, params_, q_, static_cast<int64_t>(key_mass_.size()), n_keys_, logits_.data(), pool_);
       n_keys_ += n;
     }
     return Status::ok();
@@ -214,10 +218,13 @@ class BatchedAttention {
     if (key_mass_.empty()) return Status::ok();
     const auto n_keys = static_cast<int64_t>(key_mass_.size());
     if (n_keys_ != n_keys) return internal_error("attention: the store handed over fewer keys than the ranges hold");
-    std::fill(key_mass_.begin(), key_mass_.end(), 0.0f);
-    for (int h = 0; h < params_.n_head; ++h) {
-      for (int64_t t = 0; t < n_keys; ++t) key_mass_[t] += std::exp(logits_[h * n_keys + t] - lse_[h]);
-    }
+    pool_.parallel_for(n_keys, 16 * params_.n_head, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        float mass = 0.0f;
+        for (int h = 0; h < params_.n_head; ++h) mass += std::exp(logits_[h * n_keys + t] - lse_[h]);
+        key_mass_[t] = mass;
+      }
+    });
     return Status::ok();
   }
 
