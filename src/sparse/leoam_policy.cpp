@@ -106,6 +106,7 @@ namespace {
 constexpr int kIakmMaxTokens = 512;      // merges stop here (the store's largest chunk, kMaxChunkTokens)
 constexpr int kIakmInitialTokens = 64;   // LeoAM's initial chunk size
 constexpr int kIakmFineLayers = 2;       // LeoAM: layers 0 and 1 start at the smallest chunks
+constexpr int kIakmFineBlockTokens = 32; // the fine layers' key boxes: signs + boxes = 1/16 of their KV
 constexpr int64_t kIakmEarlySteps = 2;   // decode steps whose selected leaves split unconditionally
 constexpr int kIakmHotSteps = 2;         // consecutive selections before a skewed layer splits a leaf
 constexpr int kIakmColdSteps = 4;        // consecutive misses before two buddies merge
@@ -132,13 +133,14 @@ ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t bu
   }
   o.initial_tokens = std::min(o.initial_tokens, budget_leaf_cap(o, budget_tokens));
   o.key_signs = key_signs;
-  // In the coarse layers, with the rows' signs, a box per block of the size their leaves start at:
-  // the signs tell a block's rows apart. The fine layers, and every layer without signs, keep a
-  // box per store chunk, as tight as a leaf can use (the fine layers' 8-token leaves against
-  // 64-token boxes lost a passkey: bench/RESULTS.md, lean abstracts).
+  // With the rows' signs, which tell a block's rows apart, a box per block: in the coarse layers
+  // of the size their leaves start at, in the fine layers of kIakmFineBlockTokens (their 8-token
+  // leaves against 64-token boxes lost a passkey: bench/RESULTS.md, lean abstracts). Without
+  // signs, a box per store chunk, as tight as a leaf can use.
   o.block_tokens = o.min_tokens;
-  if (key_signs && layer >= kIakmFineLayers) {
-    while (o.block_tokens < kIakmInitialTokens && o.block_tokens * 2 <= o.max_tokens) o.block_tokens *= 2;
+  if (key_signs) {
+    const int block = layer >= kIakmFineLayers ? kIakmInitialTokens : kIakmFineBlockTokens;
+    while (o.block_tokens < block && o.block_tokens * 2 <= o.max_tokens) o.block_tokens *= 2;
     o.block_tokens = std::min(o.block_tokens, budget_leaf_cap(o, budget_tokens));
   }
   return o;
