@@ -62,6 +62,7 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
 
   EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("where a step's time went"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| policy MiB | of KV |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 4096 | leoam | "), std::string::npos) << r.out;
   const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
   ASSERT_EQ(doc["attention_profiles"].size(), 1u);
@@ -100,6 +101,17 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     }
     if (p == "leoam" || p == "quest") {
       EXPECT_GT(b["selection_ms"].get<double>(), 0.0) << p;
+    }
+    // What the policy held about the KV, beside the KV: nothing for full, and leoam's lean trees
+    // (signs and f16 boxes: 1/16 of the KV in this model's two fine layers, with leaves and counts).
+    EXPECT_EQ(row["kv_bytes"].get<uint64_t>(), 4100 * doc["model"]["kv_bytes_per_position"].get<uint64_t>()) << p;
+    const double policy_share = row["policy_peak_bytes"].get<double>() / row["kv_bytes"].get<double>();
+    if (p == "full") {
+      EXPECT_EQ(row["policy_peak_bytes"].get<uint64_t>(), 0u);
+    }
+    if (p == "leoam") {
+      EXPECT_GT(policy_share, 0.0625);
+      EXPECT_LT(policy_share, 0.1);
     }
     const double attended = row["attended_fraction"];
     if (p == "full") {

@@ -74,6 +74,8 @@ struct PolicyRun {
   std::vector<Step> steps;
   std::string io_mode;
   StepBreakdown breakdown;  // the steps after the first, from their trace
+  uint64_t policy_peak_bytes = 0;  // the most the selectors held about the KV (SelectionPolicy::memory), all sequences
+  uint64_t kv_bytes = 0;           // the KV of every position at the end, all sequences
 };
 
 // One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
@@ -354,6 +356,10 @@ class BenchKvCommand : public Command {
       }
     }
     run.breakdown = summarize_decode_steps(trace);
+    for (int b = 0; b < batch_; ++b) {
+      if (selectors[b]) run.policy_peak_bytes += selectors[b]->memory().peak_bytes;
+      run.kv_bytes += static_cast<uint64_t>(stores[b]->n_tokens()) * cost_.kv_bytes_per_position;
+    }
     return run;
   }
 
@@ -479,6 +485,10 @@ class BenchKvCommand : public Command {
     return s;
   }
 
+  static double policy_share(const PolicyRun& r) {
+    return r.kv_bytes > 0 ? static_cast<double>(r.policy_peak_bytes) / static_cast<double>(r.kv_bytes) : 0.0;
+  }
+
   const PolicyRun* full_run(int64_t n_ctx) const {
     for (const PolicyRun& r : runs_) {
       if (r.n_ctx == n_ctx && r.policy == "full") return &r;
@@ -515,8 +525,8 @@ class BenchKvCommand : public Command {
                                                 : "prefill of " + prompt_file_) +
            "\n\n";
     out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | device MiB | host MiB "
-           "| disk MiB | abstract MiB | bound ms | of bound |\n";
-    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+           "| disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV |\n";
+    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const PolicyRun& r : runs_) {
       const Summary s = summarize(r);
       const PolicyRun* full = full_run(r.n_ctx);
@@ -526,18 +536,20 @@ class BenchKvCommand : public Command {
         vs = buf;
       }
       std::snprintf(buf, sizeof(buf),
-                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx |\n",
+                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx | %s | %.2f%% |\n",
                     static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
                     s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, mib(s.kv_read[0]).c_str(),
                     mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
-                    s.ms / s.bound_ms);
+                    s.ms / s.bound_ms, mib(static_cast<double>(r.policy_peak_bytes)).c_str(), 100.0 * policy_share(r));
       out += buf;
     }
     std::snprintf(buf, sizeof(buf),
                   "\nms/tok, tok/s, attended, MiB read and bound: medians over the %d steps after the first (first ms "
                   "apart). vs full: full's ms/tok over this one's. on disk: the share of the KV's chunks on disk "
                   "after the fill. bound: (weights + KV read from device and host) / DRAM bandwidth + (disk KV + "
-                  "abstracts) / disk raw throughput; of bound: ms/tok over it.\n",
+                  "abstracts) / disk raw throughput; of bound: ms/tok over it. policy MiB: the most the policy held about "
+                  "the KV at once (trees, scores, partial keys, the copies a step reads), all sequences; of KV: over "
+                  "their KV.\n",
                   n_gen_ - 1);
     out += buf;
     out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
@@ -618,6 +630,8 @@ class BenchKvCommand : public Command {
                          {"abstract_bytes_read", s.abstract_read},
                          {"bound_ms", s.bound_ms},
                          {"of_bound", s.ms / s.bound_ms},
+                         {"policy_peak_bytes", r.policy_peak_bytes},
+                         {"kv_bytes", r.kv_bytes},
                          {"breakdown", Json::parse(r.breakdown.to_json())},
                          {"steps", std::move(steps)}});
     }
