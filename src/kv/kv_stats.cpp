@@ -149,7 +149,11 @@ std::string KvStats::to_text() const {
   out += latency_line("disk read latency: ", disk_read_latency) + '\n';
   out += latency_line("disk write latency:", disk_write_latency) + '\n';
   out += "disk I/O: " + (disk_io_mode.empty() ? std::string("unknown") : disk_io_mode) + '\n';
-  out += "abstracts: on the device and host in memory, inside their tier's budget; on disk in the abstract files\n";
+  out += abstracts_in_memory
+             ? "abstracts: on the device and host in memory (a lossy host codec), inside their tier's budget; on disk in "
+               "the abstract files\n"
+             : "abstracts: on disk in the abstract files; a device or host chunk's computed from its keys when asked, "
+               "none kept in memory\n";
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
   if (read_ahead.jobs > 0) out += read_ahead.to_text() + '\n';
@@ -194,6 +198,7 @@ std::string KvStats::to_json() const {
   root["disk_read_latency_us"] = latency_json(disk_read_latency);
   root["disk_write_latency_us"] = latency_json(disk_write_latency);
   root["disk_io_mode"] = disk_io_mode;
+  root["abstracts_in_memory"] = abstracts_in_memory;
   root["buffer_bytes"] = buffer_bytes;
   root["disk_bytes_prefetched"] = disk_bytes_prefetched;
   root["disk_abstract_bytes_read"] = disk_abstract_bytes_read;

@@ -107,7 +107,9 @@ struct KvStats {
   std::array<int64_t, kNumTiers> resident_chunks{};
   std::string disk_io_mode;  // "O_DIRECT + io_uring", or the fallback in effect and why
   // The chunks' abstracts (box and key sign sketch): device and host, in memory, counted in their
-  // tier's budget, now and the most at once; disk, the abstract files.
+  // tier's budget, now and the most at once (only when abstracts_in_memory: a lossy host codec;
+  // otherwise they are computed from the resident keys when asked); disk, the abstract files.
+  bool abstracts_in_memory = false;
   std::array<uint64_t, kNumTiers> abstract_bytes{};
   std::array<uint64_t, kNumTiers> peak_abstract_bytes{};
   uint64_t buffer_bytes = 0;  // the store's gather scratch and write-through buffer
@@ -132,7 +134,7 @@ struct KvStats {
   //    "peak_abstract_bytes":..}, "host": {..}, "disk": {..}},
   //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
-  //    "disk_io_mode": "..", "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
+  //    "disk_io_mode": "..", "abstracts_in_memory": bool, "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
   //    "read_ahead": {"jobs":..,"failed_jobs":..,"chunks_staged":..,"chunks_used":..,
   //    "chunks_missed":..,"wait_ms":..} (only when a read-ahead ran),
   //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..},

@@ -825,6 +825,7 @@ KvStats TieredKvCache::stats() const {
   s.resident_bytes[static_cast<int>(Tier::kDevice)] = n(Tier::kDevice) * geometry_.chunk_bytes();
   s.resident_bytes[static_cast<int>(Tier::kHost)] = n(Tier::kHost) * host_chunk_bytes_;
   s.resident_bytes[static_cast<int>(Tier::kDisk)] = n(Tier::kDisk) * slot_bytes_;
+  s.abstracts_in_memory = keeps_abstracts(options_);
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
     s.abstract_bytes[static_cast<int>(t)] = keeps_abstracts(options_) ? n(t) * geometry_.abstract_bytes() : 0;
     s.peak_abstract_bytes[static_cast<int>(t)] = peak_abstract_bytes_[static_cast<int>(t)];

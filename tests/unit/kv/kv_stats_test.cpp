@@ -78,7 +78,7 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   const KvStats s = example_stats();
   const nlohmann::json j = nlohmann::json::parse(s.to_json());
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j.size(), 7u);  // no policy_memory: no policy ran
+  EXPECT_EQ(j.size(), 8u);  // no policy_memory: no policy ran
   const char* names[] = {"device", "host", "disk"};
   for (int t = 0; t < kNumTiers; ++t) {
     const nlohmann::json& tj = j.at("tiers").at(names[t]);
@@ -109,6 +109,16 @@ TEST(KvStatsTest, JsonHasTheDocumentedKeysAndValues) {
   EXPECT_EQ(w.at("p50").get<double>(), 64.0);
   EXPECT_EQ(w.at("buckets"), nlohmann::json::parse("[[64, 1]]"));
   EXPECT_EQ(j.at("disk_io_mode").get<std::string>(), "O_DIRECT + io_uring");
+  EXPECT_FALSE(j.at("abstracts_in_memory").get<bool>());
+}
+
+// The abstracts line says where the abstracts are: kept in memory only with a lossy host codec.
+TEST(KvStatsTest, TheAbstractsLineSaysWhetherTheyAreKeptInMemory) {
+  KvStats s = example_stats();
+  EXPECT_NE(s.to_text().find("computed from its keys when asked, none kept in memory"), std::string::npos) << s.to_text();
+  s.abstracts_in_memory = true;
+  EXPECT_NE(s.to_text().find("in memory (a lossy host codec), inside their tier's budget"), std::string::npos) << s.to_text();
+  EXPECT_TRUE(nlohmann::json::parse(s.to_json()).at("abstracts_in_memory").get<bool>());
 }
 
 TEST(KvStatsTest, PolicyMemoryIsReportedWhenAPolicyRan) {
