@@ -74,6 +74,9 @@ struct TieredKvCacheOptions {
   uint64_t device_budget_bytes = 0;
   uint64_t host_budget_bytes = 0;
   KvCodec host_codec = KvCodec::kNone;  // stored form on the host and disk tiers
+  // Device and host chunks keep their abstracts in memory, inside their tier's budget, even
+  // without a lossy codec: for a policy that scores every far chunk at every step (quest).
+  bool keep_abstracts = false;
   // Disk tier directory (created if missing). Empty: no disk tier, no file is ever opened, and
   // every chunk stays on the device, whose budget must hold the whole context.
   std::string dir;
@@ -104,9 +107,12 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // What one chunk costs the budget of the device (compute-ready KV) or the host (its stored
   // form): its KV, and its abstract where it keeps one in memory (keeps_abstracts).
   static uint64_t chunk_budget_bytes(const TieredKvCacheOptions& options, Tier tier);
-  // Whether device and host chunks keep their abstract in memory: only with a lossy host codec,
-  // whose chunks' abstracts must bound their keys as appended and as decoded.
-  static bool keeps_abstracts(const TieredKvCacheOptions& options) { return options.host_codec != KvCodec::kNone; }
+  // Whether device and host chunks keep their abstract in memory: when asked (keep_abstracts),
+  // and always with a lossy host codec, whose chunks' abstracts must bound their keys as appended
+  // and as decoded.
+  static bool keeps_abstracts(const TieredKvCacheOptions& options) {
+    return options.keep_abstracts || options.host_codec != KvCodec::kNone;
+  }
   ~TieredKvCache() override;
 
   const KvCacheShape& shape() const override { return options_.shape; }

@@ -86,7 +86,12 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->group(group);
 }
 
-bool policy_needs_catalog(const AttentionCliOptions& o) { return sparse::selection_policy_needs_catalog(o.policy); }
+KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
+  KvStoreNeeds needs;
+  needs.chunks = sparse::selection_policy_needs_catalog(o.policy);
+  needs.resident_abstracts = o.policy == "quest" || (o.policy == "leoam" && o.no_adaptive);
+  return needs;
+}
 
 std::vector<std::string> policy_names() {
   std::vector<std::string> names;

@@ -35,8 +35,10 @@ struct AttentionCliOptions {
 
 void add_attention_options(CLI::App& cmd, AttentionCliOptions& options);
 
-// Whether the policy scores chunk abstracts (and so needs the tiered store).
-bool policy_needs_catalog(const AttentionCliOptions& options);
+// What the policy needs of the KV store: chunks, when it scores chunk abstracts (the tiered
+// store); resident abstracts kept, when it scores every far chunk at every step (quest, and leoam
+// without its trees, --no-adaptive) rather than once into its own state (leoam's trees).
+KvStoreNeeds kv_store_needs(const AttentionCliOptions& options);
 // The known policy names (sparse::selection_policy_names(), split), for --policy's check.
 std::vector<std::string> policy_names();
 

@@ -259,6 +259,8 @@ class BenchKvCommand : public Command {
     run.chunk_tokens = chunk_tokens_for(policy, n_ctx);
     AttentionCliOptions attention = attention_options_;
     attention.policy = policy;
+    KvStoreNeeds needs = kv_store_needs(attention);
+    needs.chunks = true;  // every policy through the tiered store: their reads compare
     KvCliOptions kv_options = kv_options_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + n_gen_;
@@ -269,7 +271,7 @@ class BenchKvCommand : public Command {
     std::vector<TieredKvCache*> stores;
     std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
     for (int b = 0; b < batch_; ++b) {
-      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, true, &trace));
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, needs, &trace));
       stores.push_back(dynamic_cast<TieredKvCache*>(kv.get()));
       if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*stores[0], n_ctx));
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,

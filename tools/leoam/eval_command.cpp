@@ -745,7 +745,9 @@ class EvalCommand : public Command {
     }
 
     // Every policy through the tiered store (without --kv-dir, in RAM): its counts compare.
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_ctx, /*need_chunks=*/true));
+    KvStoreNeeds needs = kv_store_needs(attention);
+    needs.chunks = true;
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_ctx, needs));
     KvCache& kv_cache = *kv;  // owned by the context from here on
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
                            make_sparse_attention(attention, kv_options, model, kv_cache));

@@ -100,9 +100,9 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
 }
 
 Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Model& model, int64_t n_ctx,
-                                               bool need_chunks, Trace* trace) {
+                                               const KvStoreNeeds& needs, Trace* trace) {
   const ModelHparams& hp = model.hparams();
-  if (o.dir.empty() && !need_chunks) {
+  if (o.dir.empty() && !needs.chunks) {
     MemoryKvCacheOptions m;
     m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> kv, MemoryKvCache::create(m));
@@ -114,13 +114,14 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   t.n_sink_tokens = o.n_sink;
   t.n_recent_tokens = o.n_recent;
   t.dir = o.dir;
+  t.host_codec = *parse_kv_codec(o.host_codec);  // both before the budgets, which depend on them
+  t.keep_abstracts = needs.resident_abstracts;
   t.device_budget_bytes = mib_to_bytes(o.device_mb);
   t.host_budget_bytes = mib_to_bytes(o.host_mb);
   if (o.dir.empty()) {  // no disk tier: every chunk stays on the device, and no file is written
     t.device_budget_bytes = TieredKvCache::in_memory_device_budget_bytes(t);
     t.host_budget_bytes = 0;
   }
-  t.host_codec = *parse_kv_codec(o.host_codec);
   t.file_options.queue_depth = o.queue_depth;
   if (decode_pipeline(o)) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
   t.trace = trace;

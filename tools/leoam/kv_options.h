@@ -56,13 +56,19 @@ uint64_t prefill_working_set_bytes(const KvCliOptions& options);
 // ForwardOptions::pipeline: --pipeline on with a disk tier (a store in RAM has nothing to read ahead).
 bool decode_pipeline(const KvCliOptions& options);
 
+// What the attention policy needs of the store (attention_options.h: kv_store_needs).
+struct KvStoreNeeds {
+  bool chunks = false;              // it scores chunk abstracts: a tiered store even without --kv-dir
+  bool resident_abstracts = false;  // it scores every far chunk at every step: device and host chunks
+                                    // keep their abstracts (TieredKvCacheOptions::keep_abstracts)
+};
+
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with
-// --kv-dir, else the in-memory cache; or, when `need_chunks` (a policy that scores chunk
-// abstracts) and no --kv-dir, a tiered store without a disk tier, whose device tier holds the
-// whole context: it opens no file. The tiered store records its disk reads in `trace` (may be
-// null). Fails when the store cannot be created.
+// --kv-dir, else the in-memory cache; or, when needs.chunks and no --kv-dir, a tiered store
+// without a disk tier, whose device tier holds the whole context: it opens no file. The tiered
+// store records its disk reads in `trace` (may be null). Fails when the store cannot be created.
 Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& options, const Model& model, int64_t n_ctx,
-                                               bool need_chunks = false, Trace* trace = nullptr);
+                                               const KvStoreNeeds& needs = {}, Trace* trace = nullptr);
 
 // One line on how the disk tier does its I/O ("leoam: KV disk tier DIR: O_DIRECT + io_uring ...").
 std::string kv_store_summary(const KvCliOptions& options, const KvCache& kv);

@@ -265,35 +265,45 @@ TEST(TieredKvCache, ResidentAbstractsCostNothingWithoutACodecAndTheStatsShowIt) 
 }
 
 // With a lossy codec each device or host chunk keeps its abstract (it must bound the keys as
-// appended and as decoded): it costs its tier's budget its KV and that abstract, and the stats
-// report the abstracts per tier, now and at their peak.
+// appended and as decoded), and without one when asked (keep_abstracts: a policy that scores
+// every far chunk at every step): it costs its tier's budget its KV and that abstract, and the
+// stats report the abstracts per tier, now and at their peak.
 TEST(TieredKvCache, KeptAbstractsCountInTheirTierBudgetAndTheStatsShowThem) {
-  TempDir dir;
-  TieredKvCacheOptions o = small_options(dir.path(), KvCodec::kInt8);
-  const ChunkGeometry g{kHeads, kHeadDim, kChunk, KvDtype::kF16};
-  const uint64_t host_kv = encoded_chunk_bytes(g, KvCodec::kInt8);
-  ASSERT_TRUE(TieredKvCache::keeps_abstracts(o));
-  ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kDevice), g.chunk_bytes() + g.abstract_bytes());
-  ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kHost), host_kv + g.abstract_bytes());
-  // Room for three chunks' KV but not for their abstracts too: the host holds two.
-  o.host_budget_bytes = 3 * host_kv;
-  ASSERT_LT(o.host_budget_bytes, 3 * (host_kv + g.abstract_bytes()));
-  Twin twin(o);
-  for (const int64_t n : {40, 100, 13, 83}) ASSERT_TRUE(twin.append(n).is_ok());
-  TieredKvCache& kv = twin.tiered();
-  EXPECT_EQ(kv.residency().n_chunks(Tier::kHost), 2);
-  const KvStats stats = kv.stats();
-  for (const Tier t : {Tier::kDevice, Tier::kHost}) {
-    SCOPED_TRACE(tier_name(t));
-    const int i = static_cast<int>(t);
-    const uint64_t n = static_cast<uint64_t>(kv.residency().n_chunks(t));
-    EXPECT_EQ(stats.resident_bytes[i], n * (t == Tier::kHost ? host_kv : g.chunk_bytes()));
-    EXPECT_EQ(stats.abstract_bytes[i], n * g.abstract_bytes());
-    EXPECT_GE(stats.peak_abstract_bytes[i], stats.abstract_bytes[i]);
-    const uint64_t budget = t == Tier::kDevice ? o.device_budget_bytes : o.host_budget_bytes;
-    EXPECT_LE(stats.resident_bytes[i] + stats.abstract_bytes[i], budget);
-    EXPECT_LE(stats.peak_abstract_bytes[i], budget);
-    EXPECT_EQ(kv.residency().used_bytes(t), stats.resident_bytes[i] + stats.abstract_bytes[i]);
+  for (const bool lossy : {true, false}) {
+    SCOPED_TRACE(lossy ? "int8 codec" : "no codec, keep_abstracts");
+    TempDir dir;
+    TieredKvCacheOptions o = small_options(dir.path(), lossy ? KvCodec::kInt8 : KvCodec::kNone);
+    if (!lossy) {
+      o.keep_abstracts = true;
+      o.device_budget_bytes =
+          TieredKvCache::min_device_budget_bytes(o) + 2 * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
+    }
+    const ChunkGeometry g{kHeads, kHeadDim, kChunk, KvDtype::kF16};
+    const uint64_t host_kv = encoded_chunk_bytes(g, o.host_codec);
+    ASSERT_TRUE(TieredKvCache::keeps_abstracts(o));
+    ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kDevice), g.chunk_bytes() + g.abstract_bytes());
+    ASSERT_EQ(TieredKvCache::chunk_budget_bytes(o, Tier::kHost), host_kv + g.abstract_bytes());
+    // Room for three chunks' KV but not for their abstracts too: the host holds two.
+    o.host_budget_bytes = 3 * host_kv;
+    ASSERT_LT(o.host_budget_bytes, 3 * (host_kv + g.abstract_bytes()));
+    Twin twin(o);
+    for (const int64_t n : {40, 100, 13, 83}) ASSERT_TRUE(twin.append(n).is_ok());
+    TieredKvCache& kv = twin.tiered();
+    EXPECT_EQ(kv.residency().n_chunks(Tier::kHost), 2);
+    const KvStats stats = kv.stats();
+    EXPECT_TRUE(stats.abstracts_in_memory);
+    for (const Tier t : {Tier::kDevice, Tier::kHost}) {
+      SCOPED_TRACE(tier_name(t));
+      const int i = static_cast<int>(t);
+      const uint64_t n = static_cast<uint64_t>(kv.residency().n_chunks(t));
+      EXPECT_EQ(stats.resident_bytes[i], n * (t == Tier::kHost ? host_kv : g.chunk_bytes()));
+      EXPECT_EQ(stats.abstract_bytes[i], n * g.abstract_bytes());
+      EXPECT_GE(stats.peak_abstract_bytes[i], stats.abstract_bytes[i]);
+      const uint64_t budget = t == Tier::kDevice ? o.device_budget_bytes : o.host_budget_bytes;
+      EXPECT_LE(stats.resident_bytes[i] + stats.abstract_bytes[i], budget);
+      EXPECT_LE(stats.peak_abstract_bytes[i], budget);
+      EXPECT_EQ(kv.residency().used_bytes(t), stats.resident_bytes[i] + stats.abstract_bytes[i]);
+    }
   }
 }
 
