@@ -150,8 +150,8 @@ std::string KvStats::to_text() const {
   out += latency_line("disk write latency:", disk_write_latency) + '\n';
   out += "disk I/O: " + (disk_io_mode.empty() ? std::string("unknown") : disk_io_mode) + '\n';
   out += abstracts_in_memory
-             ? "abstracts: on the device and host in memory (a lossy host codec), inside their tier's budget; on disk in "
-               "the abstract files\n"
+             ? "abstracts: on the device and host in memory (a lossy host codec, or a policy that scores every "
+               "chunk at every step), inside their tier's budget; on disk in the abstract files\n"
              : "abstracts: on disk in the abstract files; a device or host chunk's computed from its keys when asked, "
                "none kept in memory\n";
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";

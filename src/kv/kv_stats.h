@@ -107,8 +107,8 @@ struct KvStats {
   std::array<int64_t, kNumTiers> resident_chunks{};
   std::string disk_io_mode;  // "O_DIRECT + io_uring", or the fallback in effect and why
   // The chunks' abstracts (box and key sign sketch): device and host, in memory, counted in their
-  // tier's budget, now and the most at once (only when abstracts_in_memory: a lossy host codec;
-  // otherwise they are computed from the resident keys when asked); disk, the abstract files.
+  // tier's budget, now and the most at once (only when abstracts_in_memory: a lossy host codec,
+  // or quest; otherwise they are computed from the resident keys when asked); disk, the abstract files.
   bool abstracts_in_memory = false;
   std::array<uint64_t, kNumTiers> abstract_bytes{};
   std::array<uint64_t, kNumTiers> peak_abstract_bytes{};

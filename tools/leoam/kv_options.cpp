@@ -27,12 +27,12 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->check(writable_dir())
       ->type_name("DIR")
       ->group(group);
-  cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV (RAM on the CPU), and its chunks' abstracts with a lossy --kv-host-codec")
+  cmd.add_option("--kv-device-mb", o.device_mb, "device tier budget in MiB: compute-ready KV (RAM on the CPU), and its chunks' abstracts with a lossy --kv-host-codec or --policy quest")
       ->capture_default_str()
       ->check(positive<double>())
       ->needs(dir)
       ->group(group);
-  cmd.add_option("--kv-host-mb", o.host_mb, "host tier budget in MiB: RAM, the KV in the --kv-host-codec form, and its chunks' abstracts with a lossy codec (0: none)")
+  cmd.add_option("--kv-host-mb", o.host_mb, "host tier budget in MiB: RAM, the KV in the --kv-host-codec form, and its chunks' abstracts with a lossy codec or --policy quest (0: none)")
       ->capture_default_str()
       ->check(non_negative<double>())
       ->needs(dir)
