@@ -115,6 +115,16 @@ void blas_and_q8(benchmark::internal::Benchmark* b) {
     }
   }
 }
+// A batched decode's few rows (ForwardContext::decode_batch): the f32 method, the 8-bit one, and
+// what kAuto picks.
+void few_tokens(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"method", "shape", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  for (const auto m : {GemmMethod::kBlas, GemmMethod::kQ8, GemmMethod::kAuto}) {
+    for (int shape = 0; shape < 3; ++shape) {
+      for (int64_t t : {1, 2, 4, 8, 16}) b->Args({static_cast<int64_t>(m), shape, t, 2});
+    }
+  }
+}
 void auto_only(benchmark::internal::Benchmark* b) {
   b->ArgNames({"method", "shape", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
   for (int shape = 0; shape < 3; ++shape) {
@@ -134,6 +144,7 @@ BENCHMARK_CAPTURE(BM_gemm, F32, GgmlType::kF32)->Apply(all_methods);
 BENCHMARK_CAPTURE(BM_gemm, Q4_0, GgmlType::kQ4_0)->Apply(all_methods);
 BENCHMARK_CAPTURE(BM_gemm, Q4_0_q8, GgmlType::kQ4_0)->Apply(blas_and_q8);
 BENCHMARK_CAPTURE(BM_gemm, Q8_0, GgmlType::kQ8_0)->Apply(blas_and_q8);
+BENCHMARK_CAPTURE(BM_gemm, Q4_0_few, GgmlType::kQ4_0)->Apply(few_tokens);
 BENCHMARK_CAPTURE(BM_gemm, F16, GgmlType::kF16)->Apply(auto_only);
 BENCHMARK_CAPTURE(BM_gemm, Q4_K, GgmlType::kQ4_K)->Apply(auto_only);
 

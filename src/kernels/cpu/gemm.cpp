@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -229,6 +230,25 @@ void blas_rows(const MatrixView& w, const float* x, int64_t n_tokens, float* y, 
   }
 }
 
+// 16: up to this many tokens (a batched decode's rows) kAuto takes the 8-bit dots even without a
+// multi-token kernel: W streams once through gemm_q8's tiles, where kBlas decodes all of W to f32
+// for a few tokens. Measured (bench_gemm Q4_0_few, AVX2 VM, 2 threads, 8192 x 2048): 8 tokens
+// 7.6 ms against 37.8, 16 tokens 15.0 against 84.7.
+constexpr int64_t kFewTokens = 16;
+
+// 256 KiB: without a multi-token kernel (gemm_q8_is_fast) every token is a pass of dot products
+// over the rows, so gemm_q8 hands them over in tiles this big, each passed by every token while
+// it sits in the L2 cache: W streams from DRAM once, not once a token.
+constexpr size_t kTokenPassTileBytes = size_t{256} << 10;
+
+// The rows of a tile of kTokenPassTileBytes, a multiple of `unit` (at least one unit); the whole
+// range where the path has a multi-token kernel.
+int64_t tile_rows(const MatrixView& w, int64_t unit) {
+  if (gemm_q8_is_fast(w.type)) return std::numeric_limits<int64_t>::max();
+  const auto rows = static_cast<int64_t>(kTokenPassTileBytes / w.row_bytes);
+  return std::max<int64_t>(unit, rows / unit * unit);
+}
+
 void gemm_q8(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
   const size_t stride = activation_bytes(w.type, w.n_cols);
   // The caller's buffer, reused across calls; the pool's threads reach it through xq (a name of
@@ -244,22 +264,27 @@ void gemm_q8(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Th
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (!w.row_groups) {
     const int64_t n_units = (w.n_rows + 15) / 16;  // whole panels and row pairs of groups
+    const int64_t tile = tile_rows(w, 16);
     pool.parallel_for(n_units, [&](int64_t begin, int64_t end, int) {
-      const int64_t r0 = begin * 16, r1 = std::min(end * 16, w.n_rows);
-      gemm_rows_q8(w.type, base + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, r1 - r0, xq, stride, n_tokens,
-                   w.n_cols, y + r0, w.n_rows);
+      const int64_t r1 = std::min(end * 16, w.n_rows);
+      for (int64_t r0 = begin * 16; r0 < r1; r0 += std::min(tile, r1 - r0)) {
+        const int64_t n = std::min(tile, r1 - r0);
+        gemm_rows_q8(w.type, base + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, n, xq, stride, n_tokens,
+                     w.n_cols, y + r0, w.n_rows);
+      }
     });
     return;
   }
   const int64_t n_groups = w.n_rows / kRowGroup;
   const int64_t n_pairs = (n_groups + 1) / 2;  // gemm_groups_q8 works on two groups at a time
   const int64_t r_tail = n_groups * kRowGroup;
+  const int64_t tile_groups = tile_rows(w, 2 * kRowGroup) / kRowGroup;
   pool.parallel_for(n_pairs + (r_tail < w.n_rows ? 1 : 0), [&](int64_t begin, int64_t end, int) {
-    const int64_t g0 = 2 * begin;
     const int64_t g1 = std::min(2 * end, n_groups);
-    if (g0 < g1) {
-      gemm_groups_q8(w.type, base + static_cast<size_t>(g0) * kRowGroup * w.row_bytes, w.row_bytes, g1 - g0, xq,
-                     stride, n_tokens, w.n_cols, y + g0 * kRowGroup, w.n_rows);
+    for (int64_t g0 = 2 * begin; g0 < g1; g0 += std::min(tile_groups, g1 - g0)) {
+      const int64_t n = std::min(tile_groups, g1 - g0);
+      gemm_groups_q8(w.type, base + static_cast<size_t>(g0) * kRowGroup * w.row_bytes, w.row_bytes, n, xq, stride,
+                     n_tokens, w.n_cols, y + g0 * kRowGroup, w.n_rows);
     }
     if (end > n_pairs) {
       gemm_rows_q8(w.type, base + static_cast<size_t>(r_tail) * w.row_bytes, w.row_bytes, w.n_rows - r_tail, xq,
@@ -300,7 +325,7 @@ void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Threa
           const GemmOptions& options) {
   GemmMethod method = options.method;
   if (method == GemmMethod::kQ8 && !has_dot_q8(w.type)) method = GemmMethod::kBlas;
-  if (method == GemmMethod::kAuto && gemm_q8_is_fast(w.type)) method = GemmMethod::kQ8;
+  if (method == GemmMethod::kAuto && gemm_auto_uses_q8(w.type, n_tokens)) method = GemmMethod::kQ8;
   if (method == GemmMethod::kAuto) {
     const double n_macs = static_cast<double>(w.n_rows) * static_cast<double>(w.n_cols) * static_cast<double>(n_tokens);
     method = n_macs < kBlasMinMacs ? GemmMethod::kTiled : GemmMethod::kBlas;
@@ -322,6 +347,10 @@ void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Threa
       gemm_blas(w, x, n_tokens, y, pool);
       return;
   }
+}
+
+bool gemm_auto_uses_q8(GgmlType type, int64_t n_tokens) {
+  return has_dot_q8(type) && (gemm_q8_is_fast(type) || n_tokens <= kFewTokens);
 }
 
 void blas_sgemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int n_threads) {

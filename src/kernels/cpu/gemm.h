@@ -3,7 +3,8 @@
 // Several methods compute the same product; kAuto picks the one measured fastest on the prompt
 // batches that matter (32-512 tokens, see the numbers at the top of gemm.cpp): kQ8 for the types
 // with an integer dot where the CPU has its multi-token kernels (AVX-512 VNNI), else kBlas, or
-// kTiled for tiny products. The others stay
+// kTiled for tiny products; and kQ8 for up to 16 tokens (a batched decode) of any type with an
+// integer dot. The others stay
 // selectable so that tests cover each of them and the benchmark can keep comparing them.
 #pragma once
 
@@ -38,6 +39,10 @@ struct GemmOptions {
 // x: [n_tokens][n_cols] f32, y: [n_tokens][n_rows] f32.
 void gemm(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
           const GemmOptions& options = {});
+
+// Whether kAuto takes kQ8 for `type` and n_tokens (the activations are then rounded to 8 bits, as
+// a test's reference must know).
+bool gemm_auto_uses_q8(GgmlType type, int64_t n_tokens);
 
 // The reference rate for prefill: one plain OpenBLAS sgemm, C[m][n] = A[m][k] B[n][k]^T, all
 // f32 row-major, with OpenBLAS threads = n_threads. For the benchmark.

@@ -58,7 +58,7 @@ TEST_P(GemmTest, MatchesReference) {
       const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
       std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
       const bool q8 =
-          has_dot_q8(type) && (method == GemmMethod::kQ8 || (method == GemmMethod::kAuto && gemm_q8_is_fast(type)));
+          has_dot_q8(type) && (method == GemmMethod::kQ8 || (method == GemmMethod::kAuto && gemm_auto_uses_q8(type, n_tokens)));
       if (q8) {
         y_ref = q8_reference(m, x, n_tokens);
       } else {

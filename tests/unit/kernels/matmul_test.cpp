@@ -47,8 +47,8 @@ TEST_P(MatmulTest, MatchesReference) {
     for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
       const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * s.n_cols), rng);
       std::vector<float> y_ref(static_cast<size_t>(n_tokens * s.n_rows));
-      // Decode, and prefill where the CPU has the 8-bit GEMM, take 8-bit activations.
-      if (has_dot_q8(type) && (n_tokens == 1 || gemm_q8_is_fast(type))) {
+      // Decode, and products that kAuto gives the 8-bit GEMM (gemm.h), take 8-bit activations.
+      if (has_dot_q8(type) && (n_tokens == 1 || gemm_auto_uses_q8(type, n_tokens))) {
         std::vector<uint8_t> xq(activation_bytes(type, s.n_cols));
         for (int64_t t = 0; t < n_tokens; ++t) {
           ref::quantize_activation(type, x.data() + t * s.n_cols, s.n_cols, xq.data());

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/dot_q8.h"
+#include "kernels/cpu/gemm.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
@@ -160,9 +160,10 @@ TEST_P(ForwardVsReference, AllPositionsMatch) {
   // float64 reference agree to ~2e-7 for every type (measured), so the bound is 2e-6. With F16 KV
   // an f32 rounding difference can tip a K/V element to the neighbouring f16 value, which costs up
   // to ~2e-5 (measured on Q4_K), hence the looser per-case bound there.
-  // Where this CPU has the 8-bit GEMM, prefill rounds the inputs of Q4_0, Q8_0, Q4_K and Q6_K
-  // matrices to 8 bits (kernels/cpu/gemm.h, kQ8), and the reference does the same.
-  const bool q8 = kernels::gemm_q8_is_fast(rc.spec.weight_type);
+  // Where kAuto gives this prompt's products the 8-bit GEMM (this CPU's multi-token kernels, or a
+  // prompt of a few tokens), prefill rounds the inputs of Q4_0, Q8_0, Q4_K and Q6_K matrices to 8
+  // bits (kernels/cpu/gemm.h, kQ8), and the reference does the same.
+  const bool q8 = kernels::gemm_auto_uses_q8(rc.spec.weight_type, static_cast<int64_t>(tokens.size()));
   for (const KvDtype kv : {KvDtype::kF16, KvDtype::kF32}) {
     ForwardOptions opts;
     opts.n_threads = 2;

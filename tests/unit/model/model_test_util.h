@@ -64,7 +64,7 @@ inline bool reference_available(std::string* why) {
 // Runs the numpy reference on `model_path`; returns the logits of every position, [n_tokens][n_vocab]
 // flattened, or an empty vector (with *error set) on failure. q8_activations: the reference rounds
 // the inputs of Q4_0, Q8_0, Q4_K and Q6_K matrices to 8 bits, as the engine's prefill does where
-// kernels::gemm_q8_is_fast (llama_ref.py --q8-activations).
+// kernels::gemm_auto_uses_q8 (llama_ref.py --q8-activations).
 inline std::vector<float> run_reference(const std::string& model_path, const std::vector<int32_t>& tokens,
                                         bool kv_f16, std::string* error, bool q8_activations = false) {
   const std::string out = model_path + ".ref.txt";
