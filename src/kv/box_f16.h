@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/fp16.h"
+#include "kv/kv_dtype.h"
 
 namespace leoam {
 
@@ -35,9 +36,9 @@ inline void round_box_outward(const float* src, int64_t box_elements, uint16_t* 
   for (int64_t e = half; e < box_elements; ++e) dst[e] = f16_round_up(src[e]);
 }
 
-// dst = f16 box `src` as f32, exactly.
+// dst = f16 box `src` as f32, exactly (the vectorized f16 row conversion).
 inline void decode_box(const uint16_t* src, int64_t box_elements, float* dst) {
-  for (int64_t e = 0; e < box_elements; ++e) dst[e] = f16_to_f32(src[e]);
+  load_kv_values(KvDtype::kF16, src, box_elements, dst);
 }
 
 }  // namespace leoam

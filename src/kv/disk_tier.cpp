@@ -65,20 +65,18 @@ size_t record_abstract_bytes(const ChunkGeometry& g) {
   return static_cast<size_t>(g.box_floats()) * sizeof(uint16_t) + static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
 }
 
-// dst = abstract (box_floats + sign_words 4-byte slots, chunk_layout.h) as a record stores it.
+// dst = abstract (box_floats + sign_words 4-byte slots, chunk_layout.h) as a record stores it. A
+// record's abstract starts 4-byte aligned (the header is 40 bytes, records a multiple of 4).
 void put_record_abstract(const ChunkGeometry& g, const float* abstract, uint8_t* dst) {
   const int64_t n = g.box_floats();
-  for (int64_t e = 0; e < n; ++e) {
-    const uint16_t h = e < n / 2 ? f16_round_down(abstract[e]) : f16_round_up(abstract[e]);
-    std::memcpy(dst + e * sizeof(h), &h, sizeof(h));
-  }
+  round_box_outward(abstract, n, reinterpret_cast<uint16_t*>(dst));
   std::memcpy(dst + n * sizeof(uint16_t), abstract + n, static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
 }
 
 // abstract = the record's, its box widened back to f32 exactly.
 void get_record_abstract(const ChunkGeometry& g, const uint8_t* src, float* abstract) {
   const int64_t n = g.box_floats();
-  load_kv_values(KvDtype::kF16, src, n, abstract);
+  decode_box(reinterpret_cast<const uint16_t*>(src), n, abstract);
   std::memcpy(abstract + n, src + n * sizeof(uint16_t), static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
 }
 

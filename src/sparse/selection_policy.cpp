@@ -43,6 +43,10 @@ bool selection_policy_needs_catalog(std::string_view name) {
   return name == "quest" || name == "leoam" || name == "h2o-chunked" || name == "oracle";
 }
 
+bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive) {
+  return name == "quest" || (name == "leoam" && !adaptive);
+}
+
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options) {
   if (name == "full") return make_full_policy();
   if (name == "streaming") return make_streaming_policy();

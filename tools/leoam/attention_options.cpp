@@ -89,7 +89,7 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
 KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
   KvStoreNeeds needs;
   needs.chunks = sparse::selection_policy_needs_catalog(o.policy);
-  needs.resident_abstracts = o.policy == "quest" || (o.policy == "leoam" && o.no_adaptive);
+  needs.resident_abstracts = sparse::selection_policy_scores_every_abstract(o.policy, !o.no_adaptive);
   return needs;
 }
 

@@ -36,8 +36,8 @@ struct AttentionCliOptions {
 void add_attention_options(CLI::App& cmd, AttentionCliOptions& options);
 
 // What the policy needs of the KV store: chunks, when it scores chunk abstracts (the tiered
-// store); resident abstracts kept, when it scores every far chunk at every step (quest, and leoam
-// without its trees, --no-adaptive) rather than once into its own state (leoam's trees).
+// store); resident abstracts kept, when it scores every far chunk at every step
+// (sparse::selection_policy_scores_every_abstract).
 KvStoreNeeds kv_store_needs(const AttentionCliOptions& options);
 // The known policy names (sparse::selection_policy_names(), split), for --policy's check.
 std::vector<std::string> policy_names();
