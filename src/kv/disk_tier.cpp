@@ -80,6 +80,10 @@ void get_record_abstract(const ChunkGeometry& g, const uint8_t* src, float* abst
   std::memcpy(abstract + n, src + n * sizeof(uint16_t), static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
 }
 
+uint64_t count_compressed(std::span<const DiskChunkRead> reads) {
+  return static_cast<uint64_t>(std::count_if(reads.begin(), reads.end(), [](const DiskChunkRead& r) { return r.compressed; }));
+}
+
 double elapsed_us(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -97,6 +101,10 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   stored_bytes_ = encoded_chunk_bytes(options.geometry, options.codec);
   slot_bytes_ = align_up(stored_bytes_, kDirectIoAlignment);
   record_bytes_ = kRecordHeaderBytes + record_abstract_bytes(options.geometry);
+  if (options.transfer_codec != KvCodec::kNone) {
+    compressed_bytes_ = encoded_chunk_bytes(options.geometry, options.transfer_codec);
+    compressed_slot_bytes_ = align_up(compressed_bytes_, kDirectIoAlignment);
+  }
   layers_.resize(static_cast<size_t>(options.n_layer));
 }
 
@@ -107,10 +115,12 @@ DiskTier::~DiskTier() {
     const bool had_files = layer.chunks != nullptr;
     layer.chunks.reset();
     layer.abstracts.reset();
+    layer.compressed.reset();
     if (!had_files) continue;
     // Best effort: a destructor has no one to report to, and a leftover file is only litter.
     (void)fs_->remove(chunk_path(il));
     (void)fs_->remove(abstract_path(il));
+    if (options_.transfer_codec != KvCodec::kNone) (void)fs_->remove(compressed_path(il));
   }
 }
 
@@ -123,6 +133,12 @@ std::string DiskTier::chunk_path(int layer) const {
 std::string DiskTier::abstract_path(int layer) const {
   char name[32];
   std::snprintf(name, sizeof(name), "-L%03d.lka", layer);
+  return options_.dir + "/" + options_.session + name;
+}
+
+std::string DiskTier::compressed_path(int layer) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "-L%03d.kvc", layer);
   return options_.dir + "/" + options_.session + name;
 }
 
@@ -139,6 +155,9 @@ Status DiskTier::open_files(bool create) {
   for (int il = 0; il < options_.n_layer; ++il) {
     LEOAM_ASSIGN_OR_RETURN(layers_[il].chunks, fs_->open(chunk_path(il), chunk_options));
     LEOAM_ASSIGN_OR_RETURN(layers_[il].abstracts, fs_->open(abstract_path(il), abstract_options));
+    if (options_.transfer_codec != KvCodec::kNone) {
+      LEOAM_ASSIGN_OR_RETURN(layers_[il].compressed, fs_->open(compressed_path(il), chunk_options));
+    }
     // A kept session's files may end mid-block (older builds did not pad them): it reads its
     // records once, buffered, at open (open_existing) and never through this handle.
     if (create) {
@@ -152,6 +171,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& option
   if (options.n_layer <= 0 || options.geometry.row_elements() <= 0) {
     return invalid_argument("disk tier: bad geometry");
   }
+  if (options.transfer_codec != KvCodec::kNone && options.codec != KvCodec::kNone) {
+    return invalid_argument("disk tier: a transfer codec needs chunks stored as they are (codec none)");
+  }
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
   LEOAM_RETURN_IF_ERROR(tier->fs_->create_dirs(options.dir).with_context("KV directory --kv-dir '" + options.dir + "'"));
   if (Status st = tier->open_files(/*create=*/true); !st.is_ok()) return st;
@@ -159,6 +181,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& option
     for (int il = 0; il < options.n_layer; ++il) {
       LEOAM_RETURN_IF_ERROR(tier->fs_->remove(tier->chunk_path(il)));
       LEOAM_RETURN_IF_ERROR(tier->fs_->remove(tier->abstract_path(il)));
+      if (options.transfer_codec != KvCodec::kNone) LEOAM_RETURN_IF_ERROR(tier->fs_->remove(tier->compressed_path(il)));
     }
   }
   return tier;
@@ -168,6 +191,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions&
                                                           std::span<const int64_t> n_chunks) {
   DiskTierOptions o = options;
   o.keep_files = true;
+  if (o.transfer_codec != KvCodec::kNone) return invalid_argument("disk tier: a kept session has no compressed copy");
   std::unique_ptr<DiskTier> tier(new DiskTier(o));
   if (static_cast<int>(n_chunks.size()) != o.n_layer) return invalid_argument("disk tier: one chunk count per layer needed");
   LEOAM_RETURN_IF_ERROR(tier->open_files(/*create=*/false));
@@ -232,22 +256,23 @@ Status DiskTier::chunk_error(StatusCode code, int layer, int64_t index, const st
                           std::to_string(index) + ": " + what);
 }
 
-Status DiskTier::write_chunk(int layer, int64_t index, const uint8_t* stored, int64_t n_tokens, const float* abstract) {
-  const DiskChunkWrite w{index, stored, n_tokens, abstract};
-  return write_chunks(layer, {&w, 1});
-}
-
 Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes) {
   if (writes.empty()) return Status::ok();
   Layer& L = layers_[layer];
   std::vector<Entry> entries(writes.size());
   std::vector<uint8_t> records(writes.size() * record_bytes_);
   std::vector<WriteRequest> slots;
+  std::vector<WriteRequest> compressed_slots;
   std::vector<WriteRequest> abstracts;
+  const bool with_compressed = options_.transfer_codec != KvCodec::kNone;
   for (size_t j = 0; j < writes.size(); ++j) {
     const DiskChunkWrite& w = writes[j];
+    if (with_compressed && w.compressed == nullptr) {
+      return chunk_error(StatusCode::kInternal, layer, w.index, "write without its compressed form");
+    }
     Entry& entry = entries[j];
-    entry = {true, static_cast<uint32_t>(w.n_tokens), checksum64(w.stored, stored_bytes_), 0};
+    entry = {true, static_cast<uint32_t>(w.n_tokens), checksum64(w.stored, stored_bytes_), 0,
+             with_compressed ? checksum64(w.compressed, compressed_bytes_) : 0};
     RecordHeader h;
     h.n_tokens = entry.n_tokens;
     h.layer = static_cast<uint32_t>(layer);
@@ -260,6 +285,10 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
     entry.record_checksum = record_checksum(rec, record_bytes_);
     std::memcpy(rec + offsetof(RecordHeader, record_checksum), &entry.record_checksum, sizeof(uint64_t));
     push_coalesced(slots, {static_cast<uint64_t>(w.index) * slot_bytes_, slot_bytes_, w.stored});
+    if (with_compressed) {
+      push_coalesced(compressed_slots,
+                     {static_cast<uint64_t>(w.index) * compressed_slot_bytes_, compressed_slot_bytes_, w.compressed});
+    }
     push_coalesced(abstracts, {static_cast<uint64_t>(w.index) * record_bytes_, record_bytes_, rec});
   }
   // Zeros from the last record to the next block edge, the first time the file grows past it:
@@ -278,6 +307,13 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
                                                 : "writing " + std::to_string(writes.size()) + " chunks from this one on: ";
     return chunk_error(st.code(), layer, writes[0].index, what + st.message());
   }
+  if (with_compressed) {
+    if (Status st = L.compressed->write_batch(compressed_slots); !st.is_ok()) {
+      return chunk_error(st.code(), layer, writes[0].index,
+                         "writing the compressed form of " + std::to_string(writes.size()) + " chunk(s) from this one on: " +
+                             st.message());
+    }
+  }
   if (Status st = L.abstracts->write_batch(abstracts); !st.is_ok()) {
     const std::string what = writes.size() == 1 ? "writing the abstract: "
                                                 : "writing " + std::to_string(writes.size()) + " abstracts from this one on: ";
@@ -286,7 +322,7 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
   L.abstract_file_bytes = std::max(L.abstract_file_bytes, padded_end);
   if (options_.stats != nullptr) {
     options_.stats->disk_write_latency.record_us(elapsed_us(t0));
-    (*options_.stats)[Tier::kDisk].bytes_written += writes.size() * (slot_bytes_ + record_bytes_);
+    (*options_.stats)[Tier::kDisk].bytes_written += writes.size() * (slot_bytes_ + compressed_slot_bytes_ + record_bytes_);
   }
   for (size_t j = 0; j < writes.size(); ++j) {
     const int64_t index = writes[j].index;
@@ -299,29 +335,47 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
 Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in) {
   if (reads.empty()) return Status::ok();
   Layer& L = layers_[layer];
-  std::vector<ReadRequest> requests;
+  std::vector<ReadRequest> requests, compressed_requests;
   requests.reserve(reads.size());
+  uint64_t n_bytes = 0;
   for (const DiskChunkRead& r : reads) {
     if (!has_chunk(layer, r.index)) return chunk_error(StatusCode::kInternal, layer, r.index, "read of a chunk never written");
-    push_coalesced(requests, {static_cast<uint64_t>(r.index) * slot_bytes_, slot_bytes_, r.dst});
+    if (r.compressed && L.compressed == nullptr) {
+      return chunk_error(StatusCode::kInternal, layer, r.index, "compressed read without a transfer codec");
+    }
+    const size_t slot = r.compressed ? compressed_slot_bytes_ : slot_bytes_;
+    push_coalesced(r.compressed ? compressed_requests : requests, {static_cast<uint64_t>(r.index) * slot, slot, r.dst});
+    n_bytes += slot;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  if (Status st = L.chunks->read(requests); !st.is_ok()) {
-    return chunk_error(st.code(), layer, reads[0].index,
-                       "reading " + std::to_string(reads.size()) + " chunk(s) from this one on: " + st.message());
+  for (const auto& [file, reqs] : {std::pair{L.chunks.get(), &requests}, std::pair{L.compressed.get(), &compressed_requests}}) {
+    if (reqs->empty()) continue;
+    if (Status st = file->read(*reqs); !st.is_ok()) {
+      return chunk_error(st.code(), layer, reads[0].index,
+                         "reading " + std::to_string(reads.size()) + " chunk(s) from this one on: " + st.message());
+    }
   }
   if (KvStats* stats = count_in != nullptr ? count_in : options_.stats; stats != nullptr) {
     stats->disk_read_latency.record_us(elapsed_us(t0));
-    (*stats)[Tier::kDisk].bytes_read += reads.size() * slot_bytes_;
+    (*stats)[Tier::kDisk].bytes_read += n_bytes;
+    if (options_.transfer_codec != KvCodec::kNone) {
+      const uint64_t n_compressed = count_compressed(reads);
+      TransferStats& t = stats->transfer;
+      t.chunks_compressed += n_compressed;
+      t.chunks_as_is += reads.size() - n_compressed;
+      t.bytes_compressed += n_compressed * compressed_slot_bytes_;
+    }
   }
   for (const DiskChunkRead& r : reads) {
-    const uint64_t expected = L.entries[r.index].chunk_checksum;
-    const uint64_t got = checksum64(r.dst, stored_bytes_);
+    const Entry& e = L.entries[r.index];
+    const uint64_t expected = r.compressed ? e.compressed_checksum : e.chunk_checksum;
+    const uint64_t got = checksum64(r.dst, r.compressed ? compressed_bytes_ : stored_bytes_);
     if (got != expected) {
+      const size_t slot = r.compressed ? compressed_slot_bytes_ : slot_bytes_;
       return chunk_error(StatusCode::kCorrupt, layer, r.index,
-                         "checksum mismatch in " + chunk_path(layer) + " at offset " +
-                             std::to_string(static_cast<uint64_t>(r.index) * slot_bytes_) + " (expected " + hex(expected) +
-                             ", read " + hex(got) + "): the KV file is corrupt");
+                         "checksum mismatch in " + (r.compressed ? compressed_path(layer) : chunk_path(layer)) +
+                             " at offset " + std::to_string(static_cast<uint64_t>(r.index) * slot) + " (expected " +
+                             hex(expected) + ", read " + hex(got) + "): the KV file is corrupt");
     }
   }
   return Status::ok();
@@ -402,6 +456,7 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
 Status DiskTier::sync() {
   for (Layer& L : layers_) {
     LEOAM_RETURN_IF_ERROR(L.chunks->sync());
+    if (L.compressed != nullptr) LEOAM_RETURN_IF_ERROR(L.compressed->sync());
     LEOAM_RETURN_IF_ERROR(L.abstracts->sync());
   }
   return Status::ok();

@@ -1,5 +1,5 @@
 // DiskTier: the KV chunks and abstracts of one session that live on disk. Two files per layer
-// in the session's directory:
+// in the session's directory, and a third with a transfer codec:
 //
 //   <dir>/<session>-L003.kv    chunk slots, opened O_DIRECT, read in batches through io_uring
 //   +-----------------+-----------------+-----------------+--
@@ -15,13 +15,17 @@
 //   record i = chunk i: a 40-byte header, then its abstract: the box in f16, each minimum
 //   rounded down and each maximum up (box_f16.h), and the key sign sketch (chunk_layout.h)
 //
+//   <dir>/<session>-L003.kvc   with a transfer codec (--kv-compress): every chunk again, in the
+//                              codec's form (kv_codec.h), slot i = chunk i as in the .kv; a read
+//                              may ask for it instead of the stored form (fewer bytes to move)
+//
 //   record header (little-endian):
 //     u32 magic "LKA3" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
 //     u64 chunk checksum (XXH3 of the slot's stored bytes, encoded_chunk_bytes long)
 //     u64 record checksum (XXH3 of header and abstract, with this field zero)
 //
-// Integrity: every chunk read is checked against the checksum the tier recorded when it wrote
-// the chunk, and every abstract record against its own checksum and the one recorded. A
+// Integrity: every chunk read (either form) is checked against the checksum the tier recorded
+// when it wrote the chunk, and every abstract record against its own checksum and the one recorded. A
 // mismatch is a kCorrupt error naming the session, the layer, the chunk and the file; so are a
 // short read or an I/O error (kIoError). A failed read or write changes no recorded state: the
 // chunk is exactly as readable (or not yet written) as before.
@@ -53,6 +57,9 @@ struct DiskTierOptions {
   int n_layer = 0;
   ChunkGeometry geometry;
   KvCodec codec = KvCodec::kNone;  // the stored form of the chunks
+  // A second, compressed copy of every chunk written, for reads that ask for it (kNone: none).
+  // Only beside the stored form kNone; not for a kept session (open_existing).
+  KvCodec transfer_codec = KvCodec::kNone;
   FileOpenOptions file_options;    // direct / uring / queue depth (create and truncate are set here)
   bool keep_files = false;         // leave the files in place when destroyed
   bool visible_files = false;      // without keep_files: unlink at the end, not at once
@@ -61,19 +68,23 @@ struct DiskTierOptions {
 };
 
 // One chunk to read: its slot's stored bytes land in dst (aligned to kDirectIoAlignment, at
-// least slot_bytes() long).
+// least slot_bytes() long), or with `compressed` its transfer codec form (at least
+// compressed_slot_bytes() long).
 struct DiskChunkRead {
   int64_t index = 0;
   uint8_t* dst = nullptr;
+  bool compressed = false;
 };
 
 // One chunk to write: its stored form [slot_bytes()] (aligned; bytes past stored_bytes() are
-// written as they are, normally zero), its filled rows and its abstract.
+// written as they are, normally zero), its filled rows and its abstract; with a transfer codec
+// also its compressed form [compressed_slot_bytes()] (aligned, zero-padded likewise).
 struct DiskChunkWrite {
   int64_t index = 0;
   const uint8_t* stored = nullptr;
   int64_t n_tokens = 0;
   const float* abstract = nullptr;
+  const uint8_t* compressed = nullptr;
 };
 
 class DiskTier {
@@ -94,23 +105,25 @@ class DiskTier {
   size_t stored_bytes() const { return stored_bytes_; }  // encoded_chunk_bytes
   size_t slot_bytes() const { return slot_bytes_; }      // stored_bytes rounded up to 4096
   size_t record_bytes() const { return record_bytes_; }
+  KvCodec transfer_codec() const { return options_.transfer_codec; }
+  size_t compressed_bytes() const { return compressed_bytes_; }            // encoded_chunk_bytes
+  size_t compressed_slot_bytes() const { return compressed_slot_bytes_; }  // rounded up to 4096
   // The abstract files' bytes on disk, all layers (records and block padding).
   uint64_t abstract_file_bytes() const;
   // The I/O mode in effect, e.g. "O_DIRECT + io_uring (queue depth 32), chunks and abstracts",
   // or the fallback note ("buffered (page cache)" where O_DIRECT was refused).
   std::string io_mode() const;
-  // Paths of a layer's two files.
+  // Paths of a layer's files.
   std::string chunk_path(int layer) const;
   std::string abstract_path(int layer) const;
+  std::string compressed_path(int layer) const;
 
   // True once chunk `index` of `layer` has been written (and not forgotten).
   bool has_chunk(int layer, int64_t index) const;
   int64_t n_tokens_of(int layer, int64_t index) const;  // filled rows of a written chunk
 
-  // Writes chunk `index` of `layer`: stored [slot_bytes()] (aligned; bytes past stored_bytes()
-  // are written as they are, normally zero), its filled rows and its abstract.
-  [[nodiscard]] Status write_chunk(int layer, int64_t index, const uint8_t* stored, int64_t n_tokens,
-                                   const float* abstract);
+  // Writes one chunk of `layer` (write_chunks of one).
+  [[nodiscard]] Status write_chunk(int layer, const DiskChunkWrite& write) { return write_chunks(layer, {&write, 1}); }
   // Writes chunks of one layer in one batch (the KV slots in flight together, then the
   // abstracts). A chunk counts as written only once the whole batch is: after an error none of
   // them does.
@@ -138,9 +151,11 @@ class DiskTier {
     uint32_t n_tokens = 0;
     uint64_t chunk_checksum = 0;
     uint64_t record_checksum = 0;
+    uint64_t compressed_checksum = 0;  // with a transfer codec
   };
   struct Layer {
     std::unique_ptr<RandomAccessFile> chunks;
+    std::unique_ptr<RandomAccessFile> compressed;      // with a transfer codec
     std::unique_ptr<RandomAccessFile> abstracts;       // buffered: record writes, open_existing's read
     std::unique_ptr<RandomAccessFile> abstract_reads;  // O_DIRECT reads of whole blocks; null when kept
     uint64_t abstract_file_bytes = 0;                  // the .lka's length so far, a block multiple
@@ -156,6 +171,8 @@ class DiskTier {
   size_t stored_bytes_ = 0;
   size_t slot_bytes_ = 0;
   size_t record_bytes_ = 0;
+  size_t compressed_bytes_ = 0;
+  size_t compressed_slot_bytes_ = 0;
   std::vector<Layer> layers_;
   AlignedBuffer read_scratch_;  // read_abstracts' blocks, grown as needed
 };

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpu_features.h"
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_util.h"
 
 namespace leoam {
 
@@ -49,18 +51,29 @@ float decoded_value(float min, float scale, int code) { return min + scale * sta
 // x[n], n <= 32 -> one block at dst (block_bytes(codec) long). With keep_signs, a code whose
 // value has the other sign than x moves one step toward x's side of 0 (x >= 0 decodes >= 0, x <= 0
 // decodes <= 0, by sign bit), so that a key's sign bit in an abstract holds for its decoded form.
-void encode_group(KvCodec codec, const float* x, int n, bool keep_signs, uint8_t* dst) {
-  const int levels = codec_levels(codec);
+struct GroupRange {
+  uint16_t min_h = 0;    // the group's minimum, rounded down to f16
+  uint16_t scale_h = 0;  // (max - min) / levels, rounded up to f16; 0 for a constant group
+};
+
+GroupRange group_range(KvCodec codec, const float* x, int n) {
   float lo = x[0], hi = x[0];
   for (int i = 1; i < n; ++i) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
-  const uint16_t min_h = f16_round_down(lo);
-  const float min = f16_to_f32(min_h);
+  GroupRange r;
+  r.min_h = f16_round_down(lo);
   // Double: the range of two floats is exact there, so the covering check in f16_round_up holds.
-  const double range = static_cast<double>(hi) - static_cast<double>(min);
-  const uint16_t scale_h = range > 0.0 ? f16_round_up(range / levels) : 0;
+  const double range = static_cast<double>(hi) - static_cast<double>(f16_to_f32(r.min_h));
+  r.scale_h = range > 0.0 ? f16_round_up(range / codec_levels(codec)) : 0;
+  return r;
+}
+
+void encode_group(KvCodec codec, const float* x, int n, bool keep_signs, uint8_t* dst) {
+  const int levels = codec_levels(codec);
+  const auto [min_h, scale_h] = group_range(codec, x, n);
+  const float min = f16_to_f32(min_h);
   const double scale = f16_to_f32(scale_h);
 
   uint8_t codes[kKvCodecGroup] = {};  // unused codes of a short group stay 0
@@ -102,6 +115,80 @@ void decode_group(KvCodec codec, const uint8_t* src, int n, float* x) {
     x[i] = decoded_value(min, scale, code);
   }
 }
+
+
+#ifdef LEOAM_HAVE_X86
+
+// 8 codes (bytes at q) -> 8 floats min + scale * code: the product is exact in f32, so the sum
+// rounds once, as decode_group's does, with or without FMA.
+LEOAM_AVX2 inline __m256 decode8(__m128i codes8, __m256 scale, __m256 min) {
+  return _mm256_add_ps(min, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes8))));
+}
+
+// 8 floats -> dst, as store_kv_values writes them (f16: round to nearest even, as f32_to_f16).
+template <KvDtype kDtype>
+LEOAM_AVX2 inline void store8(__m256 x, uint8_t* dst) {
+  if constexpr (kDtype == KvDtype::kF16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst), x);
+  }
+}
+
+// One whole group of 32 (block at src) -> 32 values at dst in kDtype: bitwise what decode_group
+// and store_kv_values give.
+template <KvCodec kCodec, KvDtype kDtype>
+LEOAM_AVX2 void decode_full_group_avx2(const uint8_t* src, uint8_t* dst) {
+  constexpr size_t kOut = kDtype == KvDtype::kF16 ? 16 : 32;  // bytes of 8 values
+  uint16_t scale_h, min_h;
+  std::memcpy(&scale_h, src, sizeof(scale_h));
+  std::memcpy(&min_h, src + sizeof(scale_h), sizeof(min_h));
+  const __m256 scale = _mm256_set1_ps(_cvtsh_ss(scale_h));
+  const __m256 min = _mm256_set1_ps(_cvtsh_ss(min_h));
+  const uint8_t* q = src + kBlockHeaderBytes;
+  __m128i lo, hi;  // codes 0..15 and 16..31
+  if constexpr (kCodec == KvCodec::kInt8) {
+    lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+  } else {
+    // Element 2i in the low nibble of q[i], 2i + 1 in the high one: interleave the nibbles back.
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i even = _mm_and_si128(packed, mask);
+    const __m128i odd = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+    lo = _mm_unpacklo_epi8(even, odd);
+    hi = _mm_unpackhi_epi8(even, odd);
+  }
+  store8<kDtype>(decode8(lo, scale, min), dst);
+  store8<kDtype>(decode8(_mm_srli_si128(lo, 8), scale, min), dst + kOut);
+  store8<kDtype>(decode8(hi, scale, min), dst + 2 * kOut);
+  store8<kDtype>(decode8(_mm_srli_si128(hi, 8), scale, min), dst + 3 * kOut);
+}
+
+template <KvCodec kCodec, KvDtype kDtype>
+LEOAM_AVX2 void decode_chunk_avx2(const ChunkGeometry& g, const uint8_t* src, uint8_t* out) {
+  const int64_t n = g.row_elements();
+  const size_t row_bytes = g.row_bytes();
+  const size_t n_block_bytes = block_bytes(kCodec);
+  const int64_t n_rows = 2 * static_cast<int64_t>(g.chunk_tokens);
+  const int64_t n_full = n / kKvCodecGroup * kKvCodecGroup;
+  float x[kKvCodecGroup];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    uint8_t* row = out + static_cast<size_t>(r) * row_bytes;
+    for (int64_t e0 = 0; e0 < n_full; e0 += kKvCodecGroup) {
+      decode_full_group_avx2<kCodec, kDtype>(src, row + static_cast<size_t>(e0) * kv_dtype_size(kDtype));
+      src += n_block_bytes;
+    }
+    if (n_full < n) {  // a short last group
+      const int len = static_cast<int>(n - n_full);
+      decode_group(kCodec, src, len, x);
+      store_kv_values(kDtype, x, len, row + static_cast<size_t>(n_full) * kv_dtype_size(kDtype));
+      src += n_block_bytes;
+    }
+  }
+}
+
+#endif  // LEOAM_HAVE_X86
 
 }  // namespace
 
@@ -150,6 +237,72 @@ void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_
 }
 
 void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst) {
+#ifdef LEOAM_HAVE_X86
+  if (codec != KvCodec::kNone && cpu_path() >= CpuPath::kAvx2) {
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    const bool f16 = g.dtype == KvDtype::kF16;
+    if (codec == KvCodec::kInt4) {
+      f16 ? decode_chunk_avx2<KvCodec::kInt4, KvDtype::kF16>(g, src, out)
+          : decode_chunk_avx2<KvCodec::kInt4, KvDtype::kF32>(g, src, out);
+    } else {
+      f16 ? decode_chunk_avx2<KvCodec::kInt8, KvDtype::kF16>(g, src, out)
+          : decode_chunk_avx2<KvCodec::kInt8, KvDtype::kF32>(g, src, out);
+    }
+    return;
+  }
+#endif
+  ref::decode_chunk(g, codec, src, dst);
+}
+
+int64_t codec_groups_per_row(const ChunkGeometry& g) { return groups_per_row(g); }
+
+void key_group_scales(const ChunkGeometry& g, KvCodec codec, const void* chunk, int64_t n_rows, float* scales) {
+  const int64_t n = g.row_elements();
+  const int64_t n_groups = groups_per_row(g);
+  std::fill(scales, scales + n_groups, 0.0f);
+  const auto* in = static_cast<const uint8_t*>(chunk);
+  float x[kKvCodecGroup];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = in + static_cast<size_t>(r) * g.row_bytes();
+    for (int64_t gi = 0; gi < n_groups; ++gi) {
+      const int64_t e0 = gi * kKvCodecGroup;
+      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
+      load_kv_values(g.dtype, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype), len, x);
+      scales[gi] = std::max(scales[gi], f16_to_f32(group_range(codec, x, len).scale_h));
+    }
+  }
+}
+
+void stored_key_group_scales(const ChunkGeometry& g, KvCodec codec, const uint8_t* stored, int64_t n_rows, float* scales) {
+  const int64_t n_groups = groups_per_row(g);
+  std::fill(scales, scales + n_groups, 0.0f);
+  for (int64_t r = 0; r < n_rows; ++r) {  // K rows come first
+    for (int64_t gi = 0; gi < n_groups; ++gi, stored += block_bytes(codec)) {
+      uint16_t scale_h;
+      std::memcpy(&scale_h, stored, sizeof(scale_h));
+      scales[gi] = std::max(scales[gi], f16_to_f32(scale_h));
+    }
+  }
+}
+
+void widen_box_by_group_scales(const ChunkGeometry& g, const float* scales, float* box) {
+  const int64_t n = g.row_elements();
+  float* lo = box;
+  float* hi = box + n;
+  // |round trip - x| <= s (kv_codec.h) before the dtype's rounding, which moves a value v by at
+  // most |v| * 2^-11 + 2^-25 (f16; less for f32): twice that covers |v| <= |x| + s either way.
+  const auto margin = [](float v, float s) { return s + (std::abs(v) + s) * 0x1p-10f + 0x1p-24f; };
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = scales[i / kKvCodecGroup];
+    if (lo[i] > hi[i]) continue;  // the empty box
+    lo[i] -= margin(lo[i], s);
+    hi[i] += margin(hi[i], s);
+  }
+}
+
+namespace ref {
+
+void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst) {
   if (codec == KvCodec::kNone) {
     std::memcpy(dst, src, g.chunk_bytes());
     return;
@@ -170,5 +323,7 @@ void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, voi
     }
   }
 }
+
+}  // namespace ref
 
 }  // namespace leoam

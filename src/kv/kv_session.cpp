@@ -91,7 +91,7 @@ Status save_kv_session(KvCache& kv, const KvSession& session, const std::string&
     auto flush = [&]() -> Status {
       reset_abstract(g, abstract.data());
       update_abstract(g, chunk.data(), 0, filled, abstract.data());
-      LEOAM_RETURN_IF_ERROR(tier->write_chunk(il, index, chunk.data(), filled, abstract.data()));
+      LEOAM_RETURN_IF_ERROR(tier->write_chunk(il, {index, chunk.data(), filled, abstract.data()}));
       std::memset(chunk.data(), 0, chunk.size());
       ++index;
       filled = 0;

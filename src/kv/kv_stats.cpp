@@ -104,6 +104,20 @@ std::string ReadAheadStats::to_text() const {
   return out;
 }
 
+std::string TransferStats::to_text() const {
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "compressed transfers (%s): %llu disk chunks read compressed (%s), %llu as they are; %.1f ms decoding",
+                mode.c_str(), static_cast<unsigned long long>(chunks_compressed), human_bytes(bytes_compressed).c_str(),
+                static_cast<unsigned long long>(chunks_as_is), decode_ms);
+  std::string out = buf;
+  if (disk_mb_per_s > 0.0 || decode_mb_per_s > 0.0) {
+    std::snprintf(buf, sizeof(buf), "; measured disk %.0f MB/s, decode %.0f MB/s", disk_mb_per_s, decode_mb_per_s);
+    out += buf;
+  }
+  return out;
+}
+
 double LatencyHistogram::quantile_upper_us(double p) const {
   if (count_ == 0) return 0.0;
   p = std::clamp(p, 0.0, 1.0);
@@ -157,6 +171,7 @@ std::string KvStats::to_text() const {
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
   if (read_ahead.jobs > 0) out += read_ahead.to_text() + '\n';
+  if (!transfer.mode.empty()) out += transfer.to_text() + '\n';
   if (prefill.known) {
     const int d = static_cast<int>(Tier::kDisk);
     const std::string ahead =
@@ -209,6 +224,15 @@ std::string KvStats::to_json() const {
                           {"chunks_used", read_ahead.chunks_used},
                           {"chunks_missed", read_ahead.chunks_missed},
                           {"wait_ms", read_ahead.wait_ms}};
+  }
+  if (!transfer.mode.empty()) {
+    root["transfer"] = {{"mode", transfer.mode},
+                        {"chunks_compressed", transfer.chunks_compressed},
+                        {"chunks_as_is", transfer.chunks_as_is},
+                        {"bytes_compressed", transfer.bytes_compressed},
+                        {"decode_ms", transfer.decode_ms},
+                        {"disk_mb_per_s", transfer.disk_mb_per_s},
+                        {"decode_mb_per_s", transfer.decode_mb_per_s}};
   }
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   if (prefill.known) {

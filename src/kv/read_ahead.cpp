@@ -23,7 +23,7 @@ Result<std::unique_ptr<ReadAhead>> ReadAhead::create(DiskTier& disk, uint64_t bu
 }
 
 ReadAhead::ReadAhead(DiskTier& disk, uint64_t half_bytes, Trace* trace)
-    : disk_(disk), trace_(trace), slot_bytes_(disk.slot_bytes()), half_bytes_(half_bytes) {}
+    : disk_(disk), trace_(trace), half_bytes_(half_bytes) {}
 
 ReadAhead::~ReadAhead() {
   if (!thread_.joinable()) return;
@@ -74,10 +74,13 @@ void ReadAhead::count(Job& job, KvStats& stats) {
   job.counted = true;
   stats.disk_read_latency.merge(job.io.disk_read_latency);
   stats[Tier::kDisk].bytes_read += job.io[Tier::kDisk].bytes_read;
+  stats.transfer.chunks_compressed += job.io.transfer.chunks_compressed;
+  stats.transfer.chunks_as_is += job.io.transfer.chunks_as_is;
+  stats.transfer.bytes_compressed += job.io.transfer.bytes_compressed;
   stats.read_ahead.jobs += 1;
   if (job.status.is_ok()) {
     stats.read_ahead.chunks_staged += job.reads.size();
-    for (const DiskChunkRead& r : job.reads) job.where.emplace(r.index, r.dst);
+    for (const DiskChunkRead& r : job.reads) job.where.emplace(r.index, r);
   } else {
     stats.read_ahead.failed_jobs += 1;
   }
@@ -90,7 +93,7 @@ void ReadAhead::drop(Job& job, KvStats& stats) {
   job.where.clear();
 }
 
-void ReadAhead::start(int layer, std::span<const int64_t> indices, KvStats& stats) {
+void ReadAhead::start(int layer, std::span<const int64_t> indices, bool compressed, KvStats& stats) {
   if (Job* old = job_of(layer); old != nullptr) drop(*old, stats);
   Job& job = jobs_[next_];
   uint8_t* buffer = buffers_[next_].data();
@@ -103,9 +106,10 @@ void ReadAhead::start(int layer, std::span<const int64_t> indices, KvStats& stat
   job.reads.clear();
   job.where.clear();
   job.io = KvStats();
-  const size_t fit = static_cast<size_t>(half_bytes_ / slot_bytes_);
+  const size_t slot = compressed ? disk_.compressed_slot_bytes() : disk_.slot_bytes();
+  const size_t fit = static_cast<size_t>(half_bytes_ / slot);
   for (size_t i = 0; i < indices.size() && i < fit; ++i) {
-    job.reads.push_back({indices[i], buffer + i * slot_bytes_});
+    job.reads.push_back({indices[i], buffer + i * slot, compressed});
   }
   if (job.reads.empty()) return;  // not held: nothing to wait for
   // The reads in file order, so that adjacent slots coalesce into one request.
@@ -157,11 +161,11 @@ bool ReadAhead::covers(int layer) const {
   return false;
 }
 
-const uint8_t* ReadAhead::staged(int layer, int64_t index) const {
+const DiskChunkRead* ReadAhead::staged(int layer, int64_t index) const {
   for (const Job& j : jobs_) {
     if (!j.held || j.layer != layer || !j.counted) continue;
     const auto it = j.where.find(index);
-    return it != j.where.end() ? it->second : nullptr;
+    return it != j.where.end() ? &it->second : nullptr;
   }
   return nullptr;
 }

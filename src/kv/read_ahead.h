@@ -48,9 +48,9 @@ class ReadAhead {
   ReadAhead& operator=(const ReadAhead&) = delete;
 
   // Queues the reads of chunks `indices` of `layer` (written to disk, in any order), as many as
-  // half the budget holds, into a fresh job. A job of the same layer still held is dropped first,
+  // half the budget holds, into a fresh job; with `compressed`, of their compressed copies. A job of the same layer still held is dropped first,
   // and the one whose buffer the new job takes; each is waited for and its I/O counted in `stats`.
-  void start(int layer, std::span<const int64_t> indices, KvStats& stats);
+  void start(int layer, std::span<const int64_t> indices, bool compressed, KvStats& stats);
   // Waits until no job of `layer` is in flight, and counts a finished one's I/O into `stats`
   // (disk bytes read, latency, the pipeline counters); a wait is a span in `trace` (may be null).
   void settle(int layer, KvStats& stats, Trace* trace = nullptr);
@@ -58,10 +58,10 @@ class ReadAhead {
   void settle_all(KvStats& stats);
   // Whether a settled job of `layer` is held: its gather may find chunks staged.
   bool covers(int layer) const;
-  // The stored bytes of chunk `index` of `layer` (slot_bytes long), when a settled job of the
+  // The read of chunk `index` of `layer` (its bytes and their form), when a settled job of the
   // layer read it successfully; nullptr otherwise. A job that failed stages nothing: the gather
   // reads its chunks itself and reports what goes wrong.
-  const uint8_t* staged(int layer, int64_t index) const;
+  const DiskChunkRead* staged(int layer, int64_t index) const;
   // Forgets every job's chunks (the KV they hold may be about to change).
   void drop_all(KvStats& stats);
   // The staging buffers' bytes (both), for the store's buffer report.
@@ -75,7 +75,7 @@ class ReadAhead {
     bool counted = false;  // its I/O is in the store's stats, and `where` filled
     Status status;
     std::vector<DiskChunkRead> reads;
-    std::unordered_map<int64_t, const uint8_t*> where;  // chunk index -> its stored bytes, once ok
+    std::unordered_map<int64_t, DiskChunkRead> where;  // chunk index -> its read, once ok
     KvStats io;  // the job's disk bytes and latency, counted apart from the store's
   };
 
@@ -89,7 +89,6 @@ class ReadAhead {
 
   DiskTier& disk_;
   Trace* trace_;
-  size_t slot_bytes_;
   uint64_t half_bytes_;
   AlignedBuffer buffers_[2];
   Job jobs_[2];

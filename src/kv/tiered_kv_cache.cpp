@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -50,7 +51,9 @@ TieredKvCache::TieredKvCache(const TieredKvCacheOptions& options)
 uint64_t TieredKvCache::chunk_budget_bytes(const TieredKvCacheOptions& o, Tier tier) {
   const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
   const uint64_t kv = tier == Tier::kHost ? encoded_chunk_bytes(g, o.host_codec) : g.chunk_bytes();
-  return kv + (keeps_abstracts(o) ? g.abstract_bytes() : 0);
+  // With compressed transfers a chunk read compressed keeps its codec scales (transfer_scales).
+  const uint64_t scales = o.compress != KvCompress::kOff ? codec_groups_per_row(g) * sizeof(float) : 0;
+  return kv + (keeps_abstracts(o) ? g.abstract_bytes() : 0) + scales;
 }
 
 TieredKvCache::~TieredKvCache() = default;
@@ -104,6 +107,10 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   if (options.dir.empty() && options.host_codec != KvCodec::kNone) {
     return invalid_argument("a KV store without a disk tier (no --kv-dir) has no host tier to encode for");
   }
+  if (options.compress != KvCompress::kOff && options.host_codec != KvCodec::kNone) {
+    return invalid_argument(std::string("--kv-compress ") + kv_compress_name(options.compress) +
+                            " needs --kv-host-codec none: with a lossy host codec the disk holds only the compressed form");
+  }
 
   std::unique_ptr<TieredKvCache> cache(new TieredKvCache(options));
   if (cache->options_.session.empty()) cache->options_.session = default_session_name();
@@ -121,6 +128,7 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   d.n_layer = s.n_layer;
   d.geometry = cache->geometry_;
   d.codec = options.host_codec;
+  d.transfer_codec = transfer_codec_of(options.compress);
   d.file_options = options.file_options;
   d.file_system = options.file_system;
   d.visible_files = options.visible_files;
@@ -128,7 +136,8 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   LEOAM_ASSIGN_OR_RETURN(cache->disk_, DiskTier::create(d));
   cache->stats_.disk_io_mode = cache->disk_->io_mode();
 
-  const size_t decoded = options.host_codec == KvCodec::kNone ? 0 : align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment);
+  const bool decodes = options.host_codec != KvCodec::kNone || options.compress != KvCompress::kOff;
+  const size_t decoded = decodes ? align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment) : 0;
   const uint64_t n_slots = std::max<uint64_t>(1, options.gather_batch_bytes / (slot + decoded));
   LEOAM_ASSIGN_OR_RETURN(cache->scratch_, AlignedBuffer::allocate(n_slots * (slot + decoded)));
   // Write-through batches: the disk tier's queue depth of slots, at most kWriteBatchBytes (one slot at least).
@@ -136,6 +145,19 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   const uint64_t n_write_slots = std::clamp<uint64_t>(kWriteBatchBytes / slot, 1,
                                                       static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
   LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
+  if (options.compress != KvCompress::kOff) {
+    const DiskTier& disk = *cache->disk_;
+    LEOAM_ASSIGN_OR_RETURN(cache->compressed_write_buffer_,
+                           AlignedBuffer::allocate(n_write_slots * disk.compressed_slot_bytes()));
+    cache->stats_.transfer.mode = options.compress == KvCompress::kAuto
+                                      ? std::string("auto (") + kv_codec_name(disk.transfer_codec()) + ")"
+                                      : kv_compress_name(options.compress);
+    if (options.compress == KvCompress::kAuto) {
+      cache->transfer_model_ = std::make_unique<TransferCostModel>(
+          TransferCostModel::Sizes{disk.slot_bytes(), disk.compressed_slot_bytes(), cache->geometry_.chunk_bytes()});
+      cache->calibrate_decode();
+    }
+  }
   if (!keeps_abstracts(options)) {  // the records of a write-through batch, computed as it is written
     cache->disk_abstracts_.resize(n_write_slots * static_cast<uint64_t>(cache->geometry_.abstract_floats()));
   }
@@ -158,9 +180,10 @@ int64_t TieredKvCache::n_tokens(int layer) const {
 
 // --- moving chunks between tiers ---------------------------------------------------------
 
-Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk) {
+Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk,
+                                const uint8_t* compressed_read) {
   for (const Residency::Move& move : plan.moves) {
-    LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk));
+    LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk, compressed_read));
     residency_.apply(move);
     if (move.to != Tier::kDisk && keeps_abstracts(options_)) {
       uint64_t& peak = peak_abstract_bytes_[static_cast<int>(move.to)];
@@ -175,6 +198,17 @@ void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
   c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
   reset_abstract(geometry_, c.abstract.data());
   update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
+  widen_for_transfers(c, compute_ready, c.abstract.data());
+}
+
+void TieredKvCache::widen_for_transfers(const Chunk& c, const uint8_t* keys, float* box) const {
+  if (!transfers_compressed()) return;
+  std::vector<float> scales = c.transfer_scales;
+  if (scales.empty()) {
+    scales.resize(static_cast<size_t>(codec_groups_per_row(geometry_)));
+    key_group_scales(geometry_, disk_->transfer_codec(), keys, c.n_filled, scales.data());
+  }
+  widen_box_by_group_scales(geometry_, scales.data(), box);
 }
 
 void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
@@ -183,14 +217,55 @@ void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
   widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, c.abstract.data());
 }
 
-const float* TieredKvCache::abstract_for_disk(const Chunk& c, size_t slot) {
-  if (keeps_abstracts(options_)) return c.abstract.data();
-  const auto n = static_cast<size_t>(geometry_.abstract_floats());
-  assert((slot + 1) * n <= disk_abstracts_.size());
-  float* a = disk_abstracts_.data() + slot * n;
-  reset_abstract(geometry_, a);
-  update_abstract(geometry_, c.device != nullptr ? c.device.get() : c.host.get(), 0, c.n_filled, a);
+const float* TieredKvCache::abstract_for_disk(Chunk& c, size_t slot, const uint8_t* compressed) {
+  float* a = nullptr;
+  if (keeps_abstracts(options_)) {
+    a = c.abstract.data();
+  } else {
+    const auto n = static_cast<size_t>(geometry_.abstract_floats());
+    assert((slot + 1) * n <= disk_abstracts_.size());
+    a = disk_abstracts_.data() + slot * n;
+    reset_abstract(geometry_, a);
+    update_abstract(geometry_, c.device != nullptr ? c.device.get() : c.host.get(), 0, c.n_filled, a);
+  }
+  if (compressed != nullptr) {
+    decode_chunk(geometry_, disk_->transfer_codec(), compressed, row_scratch_.data());
+    widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, a);
+  }
   return a;
+}
+
+DiskChunkWrite TieredKvCache::disk_write_of(Chunk& c, int64_t index, const uint8_t* stored, size_t slot) {
+  uint8_t* compressed = nullptr;
+  if (transfers_compressed()) {
+    const size_t n = disk_->compressed_slot_bytes();
+    compressed = compressed_write_buffer_.data() + slot * n;
+    std::memset(compressed, 0, n);
+    // The stored form is the compute-ready one here (a transfer codec needs the host codec none).
+    encode_chunk(geometry_, disk_->transfer_codec(), stored, compressed);
+  }
+  return {index, stored, c.n_filled, abstract_for_disk(c, slot, compressed), compressed};
+}
+
+void TieredKvCache::calibrate_decode() {
+  const KvCodec codec = disk_->transfer_codec();
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(geometry_, codec));
+  std::vector<uint8_t> chunk(geometry_.chunk_bytes(), 0);
+  encode_chunk(geometry_, codec, chunk.data(), encoded.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  double seconds = 0.0;
+  uint64_t bytes = 0;
+  while (seconds < 1e-3) {
+    decode_chunk(geometry_, codec, encoded.data(), row_scratch_.data());
+    bytes += geometry_.chunk_bytes();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  transfer_model_->record_decode(bytes, seconds);
+}
+
+bool TieredKvCache::read_compressed() const {
+  if (!transfers_compressed()) return false;
+  return transfer_model_ == nullptr || transfer_model_->prefers_compressed();
 }
 
 void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const {
@@ -202,7 +277,8 @@ void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const 
   }
 }
 
-Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk) {
+Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk,
+                                 const uint8_t* compressed_read) {
   Chunk& c = chunk(move.chunk);
   const int layer = move.chunk.layer;
   const int64_t index = move.chunk.index;
@@ -230,11 +306,12 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
       uint8_t* dst = write_buffer_.data();
       disk_slot_of(c, from, dst);
       cover_stored_form(c, dst);
-      LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, index, dst, c.n_filled, abstract_for_disk(c, 0)));
+      LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, disk_write_of(c, index, dst, 0)));
     }
     c.device.reset();
     c.host.reset();
     std::vector<float>().swap(c.abstract);  // free it: disk chunks' abstracts live on disk
+    std::vector<float>().swap(c.transfer_scales);
     return Status::ok();
   }
 
@@ -242,6 +319,11 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   const uint8_t* stored = nullptr;
   if (from == Tier::kDisk) {
     stored = stored_from_disk;
+    c.transfer_scales.clear();
+    if (stored != nullptr && compressed_read != nullptr) {
+      c.transfer_scales.resize(static_cast<size_t>(codec_groups_per_row(geometry_)));
+      stored_key_group_scales(geometry_, disk_->transfer_codec(), compressed_read, c.n_filled, c.transfer_scales.data());
+    }
     if (stored == nullptr) {
       settle(layer);
       const DiskChunkRead read{index, write_buffer_.data()};
@@ -392,7 +474,7 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
     uint8_t* dst = write_buffer_.data() + batch.size() * slot;
     disk_slot_of(ch, r->tier, dst);
     cover_stored_form(ch, dst);
-    batch.push_back({i, dst, ch.n_filled, abstract_for_disk(ch, batch.size())});
+    batch.push_back(disk_write_of(ch, i, dst, batch.size()));
     if (batch.size() == n_slots) LEOAM_RETURN_IF_ERROR(flush());
   }
   return batch.empty() ? Status::ok() : flush();
@@ -417,7 +499,7 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
   settle(layer);
   ++tick_;
   const int64_t c = options_.chunk_tokens;
-  const size_t scratch_slot = slot_bytes_ + (options_.host_codec == KvCodec::kNone
+  const size_t scratch_slot = slot_bytes_ + (options_.host_codec == KvCodec::kNone && !transfers_compressed()
                                                  ? 0
                                                  : align_up(geometry_.chunk_bytes(), kDirectIoAlignment));
   const int64_t n_slots = static_cast<int64_t>(scratch_.size() / scratch_slot);
@@ -494,14 +576,16 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
       last = i;
     }
   }
-  read_ahead_->start(layer, on_disk, stats_);
+  read_ahead_->start(layer, on_disk, read_compressed(), stats_);
   return Status::ok();
 }
 
 Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
   const KvCodec codec = options_.host_codec;
+  const bool compressed = read_compressed();  // this batch's disk chunks, unless staged otherwise
   const size_t slot = slot_bytes_;
-  const size_t decoded = codec == KvCodec::kNone ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
+  const size_t decoded =
+      codec == KvCodec::kNone && !transfers_compressed() ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
   const size_t scratch_slot = slot + decoded;
   LayerState& L = layers_[layer];
 
@@ -513,6 +597,7 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
     if (i > 0 && items[i - 1].index == it.index) {
       it.data = items[i - 1].data;
       it.stored = items[i - 1].stored;
+      it.compressed = items[i - 1].compressed;
       continue;
     }
     Chunk& ch = L.chunks[it.index];
@@ -545,31 +630,49 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
         host.misses += 1;
         stats_[Tier::kDisk].hits += 1;
         uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot;
-        const uint8_t* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, it.index) : nullptr;
+        const DiskChunkRead* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, it.index) : nullptr;
         if (staged != nullptr) {
           stats_.read_ahead.chunks_used += 1;
-          it.stored = staged;
+          it.stored = staged->dst;
+          it.compressed = staged->compressed;
         } else {
           if (read_ahead_ != nullptr && read_ahead_->covers(layer)) stats_.read_ahead.chunks_missed += 1;
-          reads.push_back({it.index, dst});
+          reads.push_back({it.index, dst, compressed});
           it.stored = dst;
+          it.compressed = compressed;
         }
-        it.data = codec == KvCodec::kNone ? it.stored : dst + slot;
+        it.data = codec == KvCodec::kNone && !it.compressed ? it.stored : dst + slot;
         break;
       }
     }
   }
   if (!reads.empty()) {
     const TraceSpan span(options_.trace, "disk read", "io", layer);
+    const auto t0 = std::chrono::steady_clock::now();
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
+    if (transfer_model_ != nullptr) {
+      const uint64_t bytes = reads.size() * (compressed ? disk_->compressed_slot_bytes() : slot);
+      transfer_model_->record_disk_read(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
-  if (codec != KvCodec::kNone) {
+  if (codec != KvCodec::kNone || transfers_compressed()) {
     const TraceSpan span(options_.trace, "decode chunks", "decode", layer);
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t n_transfer_decoded = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const GatherItem& it = items[i];
-      if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index)) {
+      if (it.source != Tier::kDisk || (i > 0 && items[i - 1].index == it.index)) continue;
+      if (codec != KvCodec::kNone) {
         decode_chunk(geometry_, codec, it.stored, const_cast<uint8_t*>(it.data));
+      } else if (it.compressed) {
+        decode_chunk(geometry_, disk_->transfer_codec(), it.stored, const_cast<uint8_t*>(it.data));
+        ++n_transfer_decoded;
       }
+    }
+    if (n_transfer_decoded > 0) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stats_.transfer.decode_ms += seconds * 1e3;
+      if (transfer_model_ != nullptr) transfer_model_->record_decode(n_transfer_decoded * geometry_.chunk_bytes(), seconds);
     }
   }
 
@@ -609,7 +712,11 @@ Status TieredKvCache::promote_after_read(int layer, std::span<const GatherItem> 
       LEOAM_ASSIGN_OR_RETURN(plan, residency_.plan_promote(key, Tier::kHost));
     }
     if (plan.moves.empty()) continue;
-    LEOAM_RETURN_IF_ERROR(carry_out(plan, it.source == Tier::kDisk ? it.stored : nullptr));
+    // Without a host codec the stored form is the compute-ready one: a chunk read compressed
+    // moves up as decoded.
+    const uint8_t* read = options_.host_codec == KvCodec::kNone ? it.data : it.stored;
+    LEOAM_RETURN_IF_ERROR(carry_out(plan, it.source == Tier::kDisk ? read : nullptr,
+                                    it.source == Tier::kDisk && it.compressed ? it.stored : nullptr));
   }
   return Status::ok();
 }
@@ -738,6 +845,7 @@ Status TieredKvCache::gather_abstracts(int layer, std::span<const ChunkRun> runs
     if (keeps_abstracts(options_)) return deliver(k, c.abstract.data());
     const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
     chunk_key_box(geometry_, keys, c.n_filled, dst + k * n_box);
+    widen_for_transfers(c, keys, dst + k * n_box);
     if (signs != nullptr) chunk_key_signs(geometry_, keys, c.n_filled, signs + k * geometry_.sign_words());
   };
   const LayerState& L = layers_[layer];
@@ -824,7 +932,8 @@ KvStats TieredKvCache::stats() const {
   const auto n = [this](Tier t) { return static_cast<uint64_t>(residency_.n_chunks(t)); };
   s.resident_bytes[static_cast<int>(Tier::kDevice)] = n(Tier::kDevice) * geometry_.chunk_bytes();
   s.resident_bytes[static_cast<int>(Tier::kHost)] = n(Tier::kHost) * host_chunk_bytes_;
-  s.resident_bytes[static_cast<int>(Tier::kDisk)] = n(Tier::kDisk) * slot_bytes_;
+  s.resident_bytes[static_cast<int>(Tier::kDisk)] =
+      n(Tier::kDisk) * (slot_bytes_ + (transfers_compressed() ? disk_->compressed_slot_bytes() : 0));
   s.abstracts_in_memory = keeps_abstracts(options_);
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
     s.abstract_bytes[static_cast<int>(t)] = keeps_abstracts(options_) ? n(t) * geometry_.abstract_bytes() : 0;
@@ -834,7 +943,11 @@ KvStats TieredKvCache::stats() const {
     s.abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();
     s.peak_abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();  // the files only grow
   }
-  s.buffer_bytes = scratch_.size() + write_buffer_.size() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
+  if (transfer_model_ != nullptr) {
+    s.transfer.disk_mb_per_s = transfer_model_->disk_rate() / 1e6;
+    s.transfer.decode_mb_per_s = transfer_model_->decode_rate() / 1e6;
+  }
+  s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
                    (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0);
   return s;
 }

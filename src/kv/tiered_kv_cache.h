@@ -26,6 +26,12 @@
 // tiers are RAM on the CPU), and a lossy codec's are not decoded onto the device. Every gather
 // counts in stats().
 //
+// Compressed transfers (--kv-compress, transfer_compression.h): with the host codec none, the disk
+// also keeps each chunk in a transfer codec's form, and a gather batch reads its disk chunks in
+// that form where asked (int4, int8) or where the cost model expects it to be faster (auto), then
+// decodes them. A chunk so read is promoted as decoded, lossy like the codec. The disk abstract
+// record bounds the keys in both forms.
+//
 // Read-ahead (the decode pipeline): read_ahead() hands the disk chunks of a layer's speculated
 // selection to an I/O thread (read_ahead.h) and returns; the layer's next gather takes the
 // staged bytes for the chunks it finds there and reads the others itself (counted as missed).
@@ -62,6 +68,7 @@
 #include "kv/kv_stats.h"
 #include "kv/read_ahead.h"
 #include "kv/residency.h"
+#include "kv/transfer_compression.h"
 
 namespace leoam {
 
@@ -74,6 +81,8 @@ struct TieredKvCacheOptions {
   uint64_t device_budget_bytes = 0;
   uint64_t host_budget_bytes = 0;
   KvCodec host_codec = KvCodec::kNone;  // stored form on the host and disk tiers
+  // Disk reads of a compressed copy (transfer_compression.h); with a disk tier and host codec none.
+  KvCompress compress = KvCompress::kOff;
   // Device and host chunks keep their abstracts in memory, inside their tier's budget, even
   // without a lossy codec: for a policy that scores every far chunk at every step (quest).
   bool keep_abstracts = false;
@@ -166,6 +175,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
     std::unique_ptr<uint8_t[]> device;  // [chunk_bytes] compute-ready, when on the device
     std::unique_ptr<uint8_t[]> host;    // [host_chunk_bytes] stored form, when on the host
     std::vector<float> abstract;        // [abstract_floats], on the device or host when keeps_abstracts
+    // [codec_groups_per_row] when the resident bytes are the round trip of a compressed read: how
+    // far they may lie from the chunk as appended (kv_codec.h, key_group_scales).
+    std::vector<float> transfer_scales;
     int64_t n_filled = 0;
     bool sealed = false;                // full, or closed by truncate: immutable
   };
@@ -181,14 +193,19 @@ class TieredKvCache final : public KvCache, public KvCatalog {
     const uint8_t* data = nullptr;    // compute-ready bytes of the chunk
     Tier source = Tier::kDevice;
     const uint8_t* stored = nullptr;  // its stored form, when read from the host or the disk
+    bool compressed = false;          // read from the disk in the transfer codec's form
   };
 
   explicit TieredKvCache(const TieredKvCacheOptions& options);
   // Carries out a plan's moves in order, applying each to the residency once done. A move up
   // from the disk takes the chunk's stored bytes from stored_from_disk when given (a gather just
-  // read them), else reads them.
-  Status carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk = nullptr);
-  Status move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk);
+  // read them), else reads them; compressed_read: the compressed form they were decoded from.
+  Status carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk = nullptr,
+                   const uint8_t* compressed_read = nullptr);
+  Status move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk, const uint8_t* compressed_read);
+  // With compressed transfers: widens `box` (of resident chunk c, whose bytes are `keys`) to hold
+  // its keys in both forms, the chunk as appended and its round trip (kv_codec.h's bound).
+  void widen_for_transfers(const Chunk& c, const uint8_t* keys, float* box) const;
   // dst [slot_bytes] = chunk c's stored form, zero-padded to its disk slot, from the device
   // (encoded) or the host (as it is).
   void disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const;
@@ -196,8 +213,18 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // c's abstract made anew from its keys, when it keeps one (keeps_abstracts).
   void recompute_abstract(Chunk& c, const uint8_t* compute_ready);
   // The abstract record of device or host chunk c, the `slot`-th of a write-through batch: kept,
-  // or computed from its keys into disk_abstracts_.
-  const float* abstract_for_disk(const Chunk& c, size_t slot);
+  // or computed from its keys into disk_abstracts_; with compressed transfers, widened to bound
+  // the keys of `compressed` (its compressed copy) too.
+  const float* abstract_for_disk(Chunk& c, size_t slot, const uint8_t* compressed);
+  // The disk write of chunk `index` of c, whose stored form is at `stored` (a slot), the
+  // `slot`-th of a write-through batch: with compressed transfers, its compressed copy is encoded
+  // into compressed_write_buffer_ and its abstract widened to bound it.
+  DiskChunkWrite disk_write_of(Chunk& c, int64_t index, const uint8_t* stored, size_t slot);
+  bool transfers_compressed() const { return disk_ != nullptr && disk_->transfer_codec() != KvCodec::kNone; }
+  // Whether this gather batch reads its disk chunks compressed (--kv-compress).
+  bool read_compressed() const;
+  // Gives the cost model (auto) a first decode rate: one chunk decoded for a millisecond or so.
+  void calibrate_decode();
   // Widens c's box to cover its keys decoded from `stored` (its stored form) when the codec is
   // lossy: a sealed chunk's abstract then bounds both forms of its keys, in every tier.
   void cover_stored_form(Chunk& c, const uint8_t* stored);
@@ -236,6 +263,8 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   std::array<uint64_t, kNumTiers> peak_abstract_bytes_{};  // device and host: the most held at once
   AlignedBuffer scratch_;        // gather batch: [n_slots][slot_bytes] stored + decoded chunks
   AlignedBuffer write_buffer_;   // write-through batch: [n][slot_bytes], aligned for O_DIRECT
+  AlignedBuffer compressed_write_buffer_;  // with compressed transfers: [n][compressed slot bytes]
+  std::unique_ptr<TransferCostModel> transfer_model_;  // --kv-compress auto
   std::vector<uint8_t> row_scratch_;
   std::vector<float> disk_abstracts_;  // [write-through slots][abstract_floats], without keeps_abstracts
 };

@@ -216,6 +216,35 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   EXPECT_NE(no_dir.err.find("--kv-dir"), std::string::npos) << no_dir.err;
 }
 
+// --kv-compress int4 reads disk chunks as their int4 copy: the same text pipelined or not,
+// --kv-stats counts the compressed reads, and a lossy host codec beside it is refused.
+TEST_F(KvCliTest, CompressedTransfersWriteTheSameTextPipelinedOrNotAndAreCounted) {
+  const auto run_with = [&](const std::string& pipeline) {
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", "leoam", "--budget", "0.1",
+                                     "--kv-compress", "int4", "--pipeline", pipeline, "--kv-stats", "--kv-stats-json",
+                                     dir_ + "/c-" + pipeline + ".json"};
+    for (const std::string& a : tiny_tiers("kvc-" + pipeline)) args.push_back(a);
+    return run(args);
+  };
+  const CliResult off = run_with("off");
+  ASSERT_EQ(off.status, 0) << off.err;
+  const CliResult on = run_with("on");
+  ASSERT_EQ(on.status, 0) << on.err;
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_NE(off.err.find("compressed transfers (int4): "), std::string::npos) << off.err;
+  for (const std::string name : {"off", "on"}) {
+    const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/c-" + name + ".json"));
+    EXPECT_GT(stats.at("transfer").at("chunks_compressed").get<double>(), 0.0) << stats.dump(1);
+    EXPECT_EQ(stats.at("transfer").at("chunks_as_is").get<double>(), 0.0) << stats.dump(1);
+  }
+
+  std::vector<std::string> both = {"-p", "Once", "-n", "2", "--kv-compress", "auto", "--kv-host-codec", "int4"};
+  for (const std::string& a : tiny_tiers("kvc-both")) both.push_back(a);
+  const CliResult refused = run(both);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("--kv-compress auto needs --kv-host-codec none"), std::string::npos) << refused.err;
+}
+
 // --prompts decodes a file's prompts together, each in its own tiered store with its own leoam
 // selector: each prompt's text is the one a run of that prompt alone writes. It refuses the
 // options of one sequence (-p, --kv-save, ...).

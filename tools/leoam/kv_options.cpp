@@ -49,6 +49,14 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->check(CLI::IsMember({"none", "int8", "int4"}))
       ->needs(dir)
       ->group(group);
+  cmd.add_option("--kv-compress", o.compress,
+                 "form of the chunks read from the disk tier: off (as they are), int8 or int4 (a compressed copy, read "
+                 "and decoded: fewer bytes, lossy), or auto (int4 when the disk and decode speeds measured so far say "
+                 "it is faster); the disk keeps both forms; needs --kv-host-codec none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "int8", "int4", "auto"}))
+      ->needs(dir)
+      ->group(group);
   cmd.add_option("--kv-sink", o.n_sink, "first tokens (the sink): pinned to the device tier, and always attended")
       ->capture_default_str()
       ->check(non_negative<int>())
@@ -114,7 +122,8 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   t.n_sink_tokens = o.n_sink;
   t.n_recent_tokens = o.n_recent;
   t.dir = o.dir;
-  t.host_codec = *parse_kv_codec(o.host_codec);  // both before the budgets, which depend on them
+  t.host_codec = *parse_kv_codec(o.host_codec);  // these before the budgets, which depend on them
+  t.compress = *parse_kv_compress(o.compress);
   t.keep_abstracts = needs.resident_abstracts;
   t.device_budget_bytes = mib_to_bytes(o.device_mb);
   t.host_budget_bytes = mib_to_bytes(o.host_mb);
@@ -133,9 +142,10 @@ std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
   const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
   if (tiered == nullptr) return "KV store: in memory";
   if (!tiered->has_disk_tier()) return "KV store: in memory, in chunks of " + std::to_string(o.chunk_tokens) + " tokens";
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "KV store: device %.2f MiB, host %.2f MiB (%s), chunks of %d tokens, disk tier %s: ",
-                o.device_mb, o.host_mb, o.host_codec.c_str(), o.chunk_tokens, o.dir.c_str());
+  char buf[200];
+  std::snprintf(buf, sizeof(buf),
+                "KV store: device %.2f MiB, host %.2f MiB (%s), chunks of %d tokens, disk tier %s (compressed reads: %s): ",
+                o.device_mb, o.host_mb, o.host_codec.c_str(), o.chunk_tokens, o.dir.c_str(), o.compress.c_str());
   return buf + tiered->disk().io_mode();
 }
 

@@ -30,6 +30,7 @@ struct KvCliOptions {
   double host_mb = 1024.0;
   int chunk_tokens = 0;  // 0: the attention policy's (default_chunk_tokens, attention_options.h)
   std::string host_codec = "none";
+  std::string compress = "off";  // TieredKvCacheOptions::compress
   int n_sink = 4;
   int n_recent = 64;
   int queue_depth = 32;
@@ -41,7 +42,7 @@ struct KvCliOptions {
   std::string stats_json_path;
 };
 
-// Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-sink,
+// Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-compress, --kv-sink,
 // --kv-recent, --kv-queue-depth, --prefill-mb, --pipeline, --read-ahead-mb, --kv-meta-mb, --kv-stats
 // and --kv-stats-json on `cmd`.
 void add_kv_options(CLI::App& cmd, KvCliOptions& options);

@@ -128,7 +128,7 @@ TEST(DiskTierAbstracts, RecordsKeepTheBoxInF16RoundedOutward) {
     const uint32_t word = static_cast<uint32_t>(rng());
     std::memcpy(&written[e], &word, sizeof(word));
   }
-  ASSERT_TRUE((*tier)->write_chunk(0, 0, slot.data(), g.chunk_tokens, written.data()).is_ok());
+  ASSERT_TRUE((*tier)->write_chunk(0, {0, slot.data(), g.chunk_tokens, written.data()}).is_ok());
   std::vector<float> got(written.size());
   ASSERT_TRUE((*tier)->read_abstracts(0, 0, 1, got.data()).is_ok());
   int n_rounded = 0;
