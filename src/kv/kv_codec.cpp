@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/fp16.h"
@@ -56,28 +57,49 @@ struct GroupRange {
   uint16_t scale_h = 0;  // (max - min) / levels, rounded up to f16; 0 for a constant group
 };
 
-GroupRange group_range(KvCodec codec, const float* x, int n) {
-  float lo = x[0], hi = x[0];
-  for (int i = 1; i < n; ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-  }
+// The block header of a group whose values span [lo, hi]. A minimum of -0 counts as +0: both
+// decode alike, and then the sign of a zero minimum does not depend on the order the values were
+// compared in (the vector path's differs).
+GroupRange group_range(KvCodec codec, float lo, float hi) {
   GroupRange r;
-  r.min_h = f16_round_down(lo);
+  r.min_h = f16_round_down(lo + 0.0f);
   // Double: the range of two floats is exact there, so the covering check in f16_round_up holds.
   const double range = static_cast<double>(hi) - static_cast<double>(f16_to_f32(r.min_h));
   r.scale_h = range > 0.0 ? f16_round_up(range / codec_levels(codec)) : 0;
   return r;
 }
 
+GroupRange group_range(KvCodec codec, const float* x, int n) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  return group_range(codec, lo, hi);
+}
+
+// One block at dst: the header r and the codes[32] packed.
+void put_block(KvCodec codec, GroupRange r, const int32_t* codes, uint8_t* dst) {
+  std::memcpy(dst, &r.scale_h, sizeof(r.scale_h));
+  std::memcpy(dst + sizeof(r.scale_h), &r.min_h, sizeof(r.min_h));
+  uint8_t* q = dst + kBlockHeaderBytes;
+  if (codec == KvCodec::kInt8) {
+    for (int i = 0; i < kKvCodecGroup; ++i) q[i] = static_cast<uint8_t>(codes[i]);
+  } else {
+    for (int i = 0; i < kKvCodecGroup / 2; ++i) q[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
+  }
+}
+
+// x[n], n <= 32 -> one block at dst (block_bytes(codec) long). With keep_signs, a code whose
+// value has the other sign than x moves one step toward x's side of 0 (x >= 0 decodes >= 0, x <= 0
+// decodes <= 0, by sign bit), so that a key's sign bit in an abstract holds for its decoded form.
 void encode_group(KvCodec codec, const float* x, int n, bool keep_signs, uint8_t* dst) {
   const int levels = codec_levels(codec);
-  const auto [min_h, scale_h] = group_range(codec, x, n);
-  const float min = f16_to_f32(min_h);
-  const double scale = f16_to_f32(scale_h);
-
-  uint8_t codes[kKvCodecGroup] = {};  // unused codes of a short group stay 0
-  if (scale_h != 0) {
+  const GroupRange r = group_range(codec, x, n);
+  const float min = f16_to_f32(r.min_h);
+  const double scale = f16_to_f32(r.scale_h);
+  int32_t codes[kKvCodecGroup] = {};  // unused codes of a short group stay 0
+  if (r.scale_h != 0) {
     for (int i = 0; i < n; ++i) {
       const double q = (static_cast<double>(x[i]) - min) / scale + 0.5;
       // q >= 1 false for NaN too: a cast of NaN to an integer is undefined.
@@ -88,17 +110,10 @@ void encode_group(KvCodec codec, const float* x, int n, bool keep_signs, uint8_t
         if (!std::signbit(x[i]) && decoded_value(min, static_cast<float>(scale), code) < 0.0f) ++code;
         if (std::signbit(x[i]) && decoded_value(min, static_cast<float>(scale), code) > 0.0f) --code;
       }
-      codes[i] = static_cast<uint8_t>(code);
+      codes[i] = code;
     }
   }
-  std::memcpy(dst, &scale_h, sizeof(scale_h));
-  std::memcpy(dst + sizeof(scale_h), &min_h, sizeof(min_h));
-  uint8_t* q = dst + kBlockHeaderBytes;
-  if (codec == KvCodec::kInt8) {
-    std::memcpy(q, codes, kKvCodecGroup);
-  } else {
-    for (int i = 0; i < kKvCodecGroup / 2; ++i) q[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
-  }
+  put_block(codec, r, codes, dst);
 }
 
 // One block at src -> x[n].
@@ -166,11 +181,10 @@ LEOAM_AVX2 void decode_full_group_avx2(const uint8_t* src, uint8_t* dst) {
 }
 
 template <KvCodec kCodec, KvDtype kDtype>
-LEOAM_AVX2 void decode_chunk_avx2(const ChunkGeometry& g, const uint8_t* src, uint8_t* out) {
+LEOAM_AVX2 void decode_rows_avx2(const ChunkGeometry& g, const uint8_t* src, int64_t n_rows, uint8_t* out) {
   const int64_t n = g.row_elements();
   const size_t row_bytes = g.row_bytes();
   const size_t n_block_bytes = block_bytes(kCodec);
-  const int64_t n_rows = 2 * static_cast<int64_t>(g.chunk_tokens);
   const int64_t n_full = n / kKvCodecGroup * kKvCodecGroup;
   float x[kKvCodecGroup];
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -188,7 +202,146 @@ LEOAM_AVX2 void decode_chunk_avx2(const ChunkGeometry& g, const uint8_t* src, ui
   }
 }
 
+// One whole group of 32 values (x) -> one block at dst: encode_group's bytes exactly. The codes
+// take encode_group's double arithmetic, four lanes at a time (IEEE division rounds alike).
+LEOAM_AVX2 void encode_full_group_avx2(KvCodec codec, const float* x, bool keep_signs, uint8_t* dst) {
+  const __m256 v[4] = {_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)};
+  __m256 lo = _mm256_min_ps(_mm256_min_ps(v[0], v[1]), _mm256_min_ps(v[2], v[3]));
+  __m256 hi = _mm256_max_ps(_mm256_max_ps(v[0], v[1]), _mm256_max_ps(v[2], v[3]));
+  float los[8], his[8];
+  _mm256_storeu_ps(los, lo);
+  _mm256_storeu_ps(his, hi);
+  float l = los[0], h = his[0];
+  for (int i = 1; i < 8; ++i) {
+    l = std::min(l, los[i]);
+    h = std::max(h, his[i]);
+  }
+  const GroupRange r = group_range(codec, l, h);
+  alignas(32) int32_t codes[kKvCodecGroup] = {};
+  if (r.scale_h != 0) {
+    const float min = f16_to_f32(r.min_h);
+    const float scale = f16_to_f32(r.scale_h);
+    const __m256d min_d = _mm256_set1_pd(min), scale_d = _mm256_set1_pd(scale);
+    const __m256d half = _mm256_set1_pd(0.5), one = _mm256_set1_pd(1.0);
+    const __m256d top = _mm256_set1_pd(codec_levels(codec));
+    const __m256 min_f = _mm256_set1_ps(min), scale_f = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      __m128i c4[2];
+      for (int k = 0; k < 2; ++k) {
+        const __m256d xd = _mm256_cvtps_pd(k == 0 ? _mm256_castps256_ps128(v[j]) : _mm256_extractf128_ps(v[j], 1));
+        const __m256d q = _mm256_add_pd(_mm256_div_pd(_mm256_sub_pd(xd, min_d), scale_d), half);
+        const __m256d kept = _mm256_and_pd(_mm256_cmp_pd(q, one, _CMP_GE_OQ), _mm256_min_pd(q, top));
+        c4[k] = _mm256_cvttpd_epi32(kept);
+      }
+      __m256i c = _mm256_set_m128i(c4[1], c4[0]);
+      if (keep_signs) {
+        const __m256 dec = _mm256_add_ps(min_f, _mm256_mul_ps(scale_f, _mm256_cvtepi32_ps(c)));
+        const __m256i negative = _mm256_srai_epi32(_mm256_castps_si256(v[j]), 31);
+        const __m256i up = _mm256_andnot_si256(negative, _mm256_castps_si256(_mm256_cmp_ps(dec, zero, _CMP_LT_OQ)));
+        const __m256i down = _mm256_and_si256(negative, _mm256_castps_si256(_mm256_cmp_ps(dec, zero, _CMP_GT_OQ)));
+        c = _mm256_add_epi32(_mm256_sub_epi32(c, up), down);  // masks are -1
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * j), c);
+    }
+  }
+  put_block(codec, r, codes, dst);
+}
+
+template <KvDtype kDtype>
+LEOAM_AVX2 void encode_rows_avx2(const ChunkGeometry& g, KvCodec codec, const uint8_t* in, int64_t n_rows, uint8_t* dst) {
+  const int64_t n = g.row_elements();
+  const size_t row_bytes = g.row_bytes();
+  const size_t n_block_bytes = block_bytes(codec);
+  float x[kKvCodecGroup];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = in + static_cast<size_t>(r) * row_bytes;
+    const bool keep_signs = r < g.chunk_tokens;  // K rows come first
+    for (int64_t e0 = 0; e0 < n; e0 += kKvCodecGroup, dst += n_block_bytes) {
+      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
+      const uint8_t* at = row + static_cast<size_t>(e0) * kv_dtype_size(kDtype);
+      if (len < kKvCodecGroup) {
+        load_kv_values(kDtype, at, len, x);
+        encode_group(codec, x, len, keep_signs, dst);
+        continue;
+      }
+      if constexpr (kDtype == KvDtype::kF16) {
+        for (int i = 0; i < kKvCodecGroup; i += 8) {
+          _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 2 * i))));
+        }
+      } else {
+        std::memcpy(x, at, sizeof(x));
+      }
+      encode_full_group_avx2(codec, x, keep_signs, dst);
+    }
+  }
+}
+
 #endif  // LEOAM_HAVE_X86
+
+// Rows [0, n_rows) of a chunk (K rows first: a key row keeps its sign) to and from blocks.
+void encode_rows_scalar(const ChunkGeometry& g, KvCodec codec, const void* src, int64_t n_rows, uint8_t* dst) {
+  const int64_t n = g.row_elements();
+  const size_t row_bytes = g.row_bytes();
+  const size_t n_block_bytes = block_bytes(codec);
+  const uint8_t* in = static_cast<const uint8_t*>(src);
+  float x[kKvCodecGroup];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = in + static_cast<size_t>(r) * row_bytes;
+    for (int64_t e0 = 0; e0 < n; e0 += kKvCodecGroup) {
+      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
+      load_kv_values(g.dtype, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype), len, x);
+      encode_group(codec, x, len, /*keep_signs=*/r < g.chunk_tokens, dst);  // K rows come first
+      dst += n_block_bytes;
+    }
+  }
+}
+
+void decode_rows_scalar(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, int64_t n_rows, void* dst) {
+  const int64_t n = g.row_elements();
+  const size_t row_bytes = g.row_bytes();
+  const size_t n_block_bytes = block_bytes(codec);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  float x[kKvCodecGroup];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    uint8_t* row = out + static_cast<size_t>(r) * row_bytes;
+    for (int64_t e0 = 0; e0 < n; e0 += kKvCodecGroup) {
+      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
+      decode_group(codec, src, len, x);
+      store_kv_values(g.dtype, x, len, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype));
+      src += n_block_bytes;
+    }
+  }
+}
+
+void encode_rows(const ChunkGeometry& g, KvCodec codec, const void* src, int64_t n_rows, uint8_t* dst) {
+#ifdef LEOAM_HAVE_X86
+  if (cpu_path() >= CpuPath::kAvx2) {
+    const auto* in = static_cast<const uint8_t*>(src);
+    g.dtype == KvDtype::kF16 ? encode_rows_avx2<KvDtype::kF16>(g, codec, in, n_rows, dst)
+                             : encode_rows_avx2<KvDtype::kF32>(g, codec, in, n_rows, dst);
+    return;
+  }
+#endif
+  encode_rows_scalar(g, codec, src, n_rows, dst);
+}
+
+void decode_rows(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, int64_t n_rows, void* dst) {
+#ifdef LEOAM_HAVE_X86
+  if (cpu_path() >= CpuPath::kAvx2) {
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    const bool f16 = g.dtype == KvDtype::kF16;
+    if (codec == KvCodec::kInt4) {
+      f16 ? decode_rows_avx2<KvCodec::kInt4, KvDtype::kF16>(g, src, n_rows, out)
+          : decode_rows_avx2<KvCodec::kInt4, KvDtype::kF32>(g, src, n_rows, out);
+    } else {
+      f16 ? decode_rows_avx2<KvCodec::kInt8, KvDtype::kF16>(g, src, n_rows, out)
+          : decode_rows_avx2<KvCodec::kInt8, KvDtype::kF32>(g, src, n_rows, out);
+    }
+    return;
+  }
+#endif
+  decode_rows_scalar(g, codec, src, n_rows, dst);
+}
 
 }  // namespace
 
@@ -219,109 +372,39 @@ void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_
     std::memcpy(dst, src, g.chunk_bytes());
     return;
   }
-  const int64_t n = g.row_elements();
-  const size_t row_bytes = g.row_bytes();
-  const size_t n_block_bytes = block_bytes(codec);
-  const int64_t n_rows = 2 * static_cast<int64_t>(g.chunk_tokens);
-  const uint8_t* in = static_cast<const uint8_t*>(src);
-  float x[kKvCodecGroup];
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const uint8_t* row = in + static_cast<size_t>(r) * row_bytes;
-    for (int64_t e0 = 0; e0 < n; e0 += kKvCodecGroup) {
-      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
-      load_kv_values(g.dtype, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype), len, x);
-      encode_group(codec, x, len, /*keep_signs=*/r < g.chunk_tokens, dst);  // K rows come first
-      dst += n_block_bytes;
-    }
-  }
+  encode_rows(g, codec, src, 2 * static_cast<int64_t>(g.chunk_tokens), dst);
 }
-
-void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst) {
-#ifdef LEOAM_HAVE_X86
-  if (codec != KvCodec::kNone && cpu_path() >= CpuPath::kAvx2) {
-    uint8_t* out = static_cast<uint8_t*>(dst);
-    const bool f16 = g.dtype == KvDtype::kF16;
-    if (codec == KvCodec::kInt4) {
-      f16 ? decode_chunk_avx2<KvCodec::kInt4, KvDtype::kF16>(g, src, out)
-          : decode_chunk_avx2<KvCodec::kInt4, KvDtype::kF32>(g, src, out);
-    } else {
-      f16 ? decode_chunk_avx2<KvCodec::kInt8, KvDtype::kF16>(g, src, out)
-          : decode_chunk_avx2<KvCodec::kInt8, KvDtype::kF32>(g, src, out);
-    }
-    return;
-  }
-#endif
-  ref::decode_chunk(g, codec, src, dst);
-}
-
-int64_t codec_groups_per_row(const ChunkGeometry& g) { return groups_per_row(g); }
-
-void key_group_scales(const ChunkGeometry& g, KvCodec codec, const void* chunk, int64_t n_rows, float* scales) {
-  const int64_t n = g.row_elements();
-  const int64_t n_groups = groups_per_row(g);
-  std::fill(scales, scales + n_groups, 0.0f);
-  const auto* in = static_cast<const uint8_t*>(chunk);
-  float x[kKvCodecGroup];
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const uint8_t* row = in + static_cast<size_t>(r) * g.row_bytes();
-    for (int64_t gi = 0; gi < n_groups; ++gi) {
-      const int64_t e0 = gi * kKvCodecGroup;
-      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
-      load_kv_values(g.dtype, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype), len, x);
-      scales[gi] = std::max(scales[gi], f16_to_f32(group_range(codec, x, len).scale_h));
-    }
-  }
-}
-
-void stored_key_group_scales(const ChunkGeometry& g, KvCodec codec, const uint8_t* stored, int64_t n_rows, float* scales) {
-  const int64_t n_groups = groups_per_row(g);
-  std::fill(scales, scales + n_groups, 0.0f);
-  for (int64_t r = 0; r < n_rows; ++r) {  // K rows come first
-    for (int64_t gi = 0; gi < n_groups; ++gi, stored += block_bytes(codec)) {
-      uint16_t scale_h;
-      std::memcpy(&scale_h, stored, sizeof(scale_h));
-      scales[gi] = std::max(scales[gi], f16_to_f32(scale_h));
-    }
-  }
-}
-
-void widen_box_by_group_scales(const ChunkGeometry& g, const float* scales, float* box) {
-  const int64_t n = g.row_elements();
-  float* lo = box;
-  float* hi = box + n;
-  // |round trip - x| <= s (kv_codec.h) before the dtype's rounding, which moves a value v by at
-  // most |v| * 2^-11 + 2^-25 (f16; less for f32): twice that covers |v| <= |x| + s either way.
-  const auto margin = [](float v, float s) { return s + (std::abs(v) + s) * 0x1p-10f + 0x1p-24f; };
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = scales[i / kKvCodecGroup];
-    if (lo[i] > hi[i]) continue;  // the empty box
-    lo[i] -= margin(lo[i], s);
-    hi[i] += margin(hi[i], s);
-  }
-}
-
-namespace ref {
 
 void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst) {
   if (codec == KvCodec::kNone) {
     std::memcpy(dst, src, g.chunk_bytes());
     return;
   }
-  const int64_t n = g.row_elements();
-  const size_t row_bytes = g.row_bytes();
-  const size_t n_block_bytes = block_bytes(codec);
-  const int64_t n_rows = 2 * static_cast<int64_t>(g.chunk_tokens);
-  uint8_t* out = static_cast<uint8_t*>(dst);
-  float x[kKvCodecGroup];
-  for (int64_t r = 0; r < n_rows; ++r) {
-    uint8_t* row = out + static_cast<size_t>(r) * row_bytes;
-    for (int64_t e0 = 0; e0 < n; e0 += kKvCodecGroup) {
-      const int len = static_cast<int>(std::min<int64_t>(kKvCodecGroup, n - e0));
-      decode_group(codec, src, len, x);
-      store_kv_values(g.dtype, x, len, row + static_cast<size_t>(e0) * kv_dtype_size(g.dtype));
-      src += n_block_bytes;
-    }
+  decode_rows(g, codec, src, 2 * static_cast<int64_t>(g.chunk_tokens), dst);
+}
+
+void round_trip_keys(const ChunkGeometry& g, KvCodec codec, const void* chunk, void* dst) {
+  std::vector<uint8_t> blocks(encoded_chunk_bytes(g, codec) / 2);  // the K rows' half
+  encode_rows(g, codec, chunk, g.chunk_tokens, blocks.data());
+  decode_rows(g, codec, blocks.data(), g.chunk_tokens, dst);
+}
+
+namespace ref {
+
+void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_t* dst) {
+  if (codec == KvCodec::kNone) {
+    std::memcpy(dst, src, g.chunk_bytes());
+    return;
   }
+  encode_rows_scalar(g, codec, src, 2 * static_cast<int64_t>(g.chunk_tokens), dst);
+}
+
+void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst) {
+  if (codec == KvCodec::kNone) {
+    std::memcpy(dst, src, g.chunk_bytes());
+    return;
+  }
+  decode_rows_scalar(g, codec, src, 2 * static_cast<int64_t>(g.chunk_tokens), dst);
 }
 
 }  // namespace ref

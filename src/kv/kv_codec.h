@@ -22,8 +22,8 @@
 //
 // Keys and values are taken to be finite and within f16 range (|x| <= 65504), as f16 KV is.
 //
-// Encoding is scalar (it runs on demotion and write-through). Decoding runs on every gather of a
-// compressed chunk, so it has an AVX2 path, bitwise equal to the scalar reference ref::decode_chunk.
+// Encoding (every chunk written with a codec) and decoding (every gather of a compressed chunk)
+// have AVX2 paths, bitwise equal to the scalar references in namespace ref.
 #pragma once
 
 #include <cstddef>
@@ -51,17 +51,12 @@ void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_
 // dst[g.chunk_bytes()] = the chunk decoded from its stored form.
 void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst);
 
-// The codec's bound on how far a round trip moves a key, per group of 32 channels: scales[gi] (for
-// codec_groups_per_row groups) = the largest group scale over K rows [0, n_rows), as encode_chunk
-// picks it from the keys (key_group_scales) or as a stored form holds it (stored_key_group_scales).
-int64_t codec_groups_per_row(const ChunkGeometry& g);
-void key_group_scales(const ChunkGeometry& g, KvCodec codec, const void* chunk, int64_t n_rows, float* scales);
-void stored_key_group_scales(const ChunkGeometry& g, KvCodec codec, const uint8_t* stored, int64_t n_rows, float* scales);
-// Widens box [2][row_elements] (minima, then maxima; chunk_layout.h) so that it holds the round
-// trip of every key it held, and every key whose round trip it held, given the scales of both.
-void widen_box_by_group_scales(const ChunkGeometry& g, const float* scales, float* box);
+// dst [chunk_tokens][row_bytes] = the K rows of `chunk` (a whole chunk, layout of chunk_layout.h)
+// as decode_chunk(encode_chunk(chunk)) gives them, for codec int8 or int4.
+void round_trip_keys(const ChunkGeometry& g, KvCodec codec, const void* chunk, void* dst);
 
 namespace ref {
+void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_t* dst);
 void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst);
 }  // namespace ref
 

@@ -93,7 +93,7 @@ void ReadAhead::drop(Job& job, KvStats& stats) {
   job.where.clear();
 }
 
-void ReadAhead::start(int layer, std::span<const int64_t> indices, bool compressed, KvStats& stats) {
+void ReadAhead::start(int layer, std::span<const DiskChunkRead> chunks, KvStats& stats) {
   if (Job* old = job_of(layer); old != nullptr) drop(*old, stats);
   Job& job = jobs_[next_];
   uint8_t* buffer = buffers_[next_].data();
@@ -106,10 +106,12 @@ void ReadAhead::start(int layer, std::span<const int64_t> indices, bool compress
   job.reads.clear();
   job.where.clear();
   job.io = KvStats();
-  const size_t slot = compressed ? disk_.compressed_slot_bytes() : disk_.slot_bytes();
-  const size_t fit = static_cast<size_t>(half_bytes_ / slot);
-  for (size_t i = 0; i < indices.size() && i < fit; ++i) {
-    job.reads.push_back({indices[i], buffer + i * slot, compressed});
+  uint64_t used = 0;
+  for (const DiskChunkRead& c : chunks) {
+    const size_t slot = c.compressed ? disk_.compressed_slot_bytes() : disk_.slot_bytes();
+    if (used + slot > half_bytes_) break;
+    job.reads.push_back({c.index, buffer + used, c.compressed});
+    used += slot;
   }
   if (job.reads.empty()) return;  // not held: nothing to wait for
   // The reads in file order, so that adjacent slots coalesce into one request.

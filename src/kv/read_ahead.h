@@ -47,10 +47,10 @@ class ReadAhead {
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
 
-  // Queues the reads of chunks `indices` of `layer` (written to disk, in any order), as many as
-  // half the budget holds, into a fresh job; with `compressed`, of their compressed copies. A job of the same layer still held is dropped first,
+  // Queues the reads of `chunks` of `layer` (written to disk, in any order; each its index and
+  // form, dst unused), as many as half the budget holds, into a fresh job. A job of the same layer still held is dropped first,
   // and the one whose buffer the new job takes; each is waited for and its I/O counted in `stats`.
-  void start(int layer, std::span<const int64_t> indices, bool compressed, KvStats& stats);
+  void start(int layer, std::span<const DiskChunkRead> chunks, KvStats& stats);
   // Waits until no job of `layer` is in flight, and counts a finished one's I/O into `stats`
   // (disk bytes read, latency, the pipeline counters); a wait is a span in `trace` (may be null).
   void settle(int layer, KvStats& stats, Trace* trace = nullptr);

@@ -51,9 +51,7 @@ TieredKvCache::TieredKvCache(const TieredKvCacheOptions& options)
 uint64_t TieredKvCache::chunk_budget_bytes(const TieredKvCacheOptions& o, Tier tier) {
   const ChunkGeometry g{o.shape.n_kv_heads, o.shape.head_dim, o.chunk_tokens, o.dtype};
   const uint64_t kv = tier == Tier::kHost ? encoded_chunk_bytes(g, o.host_codec) : g.chunk_bytes();
-  // With compressed transfers a chunk read compressed keeps its codec scales (transfer_scales).
-  const uint64_t scales = o.compress != KvCompress::kOff ? codec_groups_per_row(g) * sizeof(float) : 0;
-  return kv + (keeps_abstracts(o) ? g.abstract_bytes() : 0) + scales;
+  return kv + (keeps_abstracts(o) ? g.abstract_bytes() : 0);
 }
 
 TieredKvCache::~TieredKvCache() = default;
@@ -198,17 +196,14 @@ void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
   c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
   reset_abstract(geometry_, c.abstract.data());
   update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
-  widen_for_transfers(c, compute_ready, c.abstract.data());
+  cover_round_trip(c, compute_ready, c.abstract.data());
 }
 
-void TieredKvCache::widen_for_transfers(const Chunk& c, const uint8_t* keys, float* box) const {
-  if (!transfers_compressed()) return;
-  std::vector<float> scales = c.transfer_scales;
-  if (scales.empty()) {
-    scales.resize(static_cast<size_t>(codec_groups_per_row(geometry_)));
-    key_group_scales(geometry_, disk_->transfer_codec(), keys, c.n_filled, scales.data());
-  }
-  widen_box_by_group_scales(geometry_, scales.data(), box);
+void TieredKvCache::cover_round_trip(const Chunk& c, const uint8_t* keys, float* box) {
+  if (!transfers_compressed() || c.lossy) return;
+  round_trip_scratch_.resize(geometry_.k_bytes());
+  round_trip_keys(geometry_, disk_->transfer_codec(), keys, round_trip_scratch_.data());
+  widen_abstract_box(geometry_, round_trip_scratch_.data(), 0, c.n_filled, box);
 }
 
 void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
@@ -311,7 +306,6 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     c.device.reset();
     c.host.reset();
     std::vector<float>().swap(c.abstract);  // free it: disk chunks' abstracts live on disk
-    std::vector<float>().swap(c.transfer_scales);
     return Status::ok();
   }
 
@@ -319,11 +313,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   const uint8_t* stored = nullptr;
   if (from == Tier::kDisk) {
     stored = stored_from_disk;
-    c.transfer_scales.clear();
-    if (stored != nullptr && compressed_read != nullptr) {
-      c.transfer_scales.resize(static_cast<size_t>(codec_groups_per_row(geometry_)));
-      stored_key_group_scales(geometry_, disk_->transfer_codec(), compressed_read, c.n_filled, c.transfer_scales.data());
-    }
+    if (stored != nullptr && compressed_read != nullptr) c.lossy = true;
     if (stored == nullptr) {
       settle(layer);
       const DiskChunkRead read{index, write_buffer_.data()};
@@ -564,7 +554,8 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
   }
   const int64_t c = options_.chunk_tokens;
   const int64_t n = layers_[layer].n_tokens;
-  std::vector<int64_t> on_disk;
+  std::vector<DiskChunkRead> on_disk;  // index and form
+  const bool compressed = read_compressed();
   int64_t last = -1;
   for (const TokenRange& r : ranges) {
     if (r.begin < 0 || r.end > n || r.end < r.begin) {
@@ -572,11 +563,13 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
                               ", " + std::to_string(r.end) + ") is outside [0, " + std::to_string(n) + ")");
     }
     for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
-      if (residency_.find({layer, i})->tier == Tier::kDisk) on_disk.push_back(i);
+      if (residency_.find({layer, i})->tier == Tier::kDisk) {
+        on_disk.push_back({i, nullptr, compressed || layers_[layer].chunks[i].lossy});
+      }
       last = i;
     }
   }
-  read_ahead_->start(layer, on_disk, read_compressed(), stats_);
+  read_ahead_->start(layer, on_disk, stats_);
   return Status::ok();
 }
 
@@ -631,15 +624,16 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
         stats_[Tier::kDisk].hits += 1;
         uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot;
         const DiskChunkRead* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, it.index) : nullptr;
+        if (staged != nullptr && !staged->compressed && ch.lossy) staged = nullptr;  // not the form it serves
         if (staged != nullptr) {
           stats_.read_ahead.chunks_used += 1;
           it.stored = staged->dst;
           it.compressed = staged->compressed;
         } else {
           if (read_ahead_ != nullptr && read_ahead_->covers(layer)) stats_.read_ahead.chunks_missed += 1;
-          reads.push_back({it.index, dst, compressed});
+          it.compressed = compressed || ch.lossy;
+          reads.push_back({it.index, dst, it.compressed});
           it.stored = dst;
-          it.compressed = compressed;
         }
         it.data = codec == KvCodec::kNone && !it.compressed ? it.stored : dst + slot;
         break;
@@ -651,7 +645,8 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
     const auto t0 = std::chrono::steady_clock::now();
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
     if (transfer_model_ != nullptr) {
-      const uint64_t bytes = reads.size() * (compressed ? disk_->compressed_slot_bytes() : slot);
+      uint64_t bytes = 0;
+      for (const DiskChunkRead& r : reads) bytes += r.compressed ? disk_->compressed_slot_bytes() : slot;
       transfer_model_->record_disk_read(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
@@ -845,7 +840,7 @@ Status TieredKvCache::gather_abstracts(int layer, std::span<const ChunkRun> runs
     if (keeps_abstracts(options_)) return deliver(k, c.abstract.data());
     const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
     chunk_key_box(geometry_, keys, c.n_filled, dst + k * n_box);
-    widen_for_transfers(c, keys, dst + k * n_box);
+    cover_round_trip(c, keys, dst + k * n_box);
     if (signs != nullptr) chunk_key_signs(geometry_, keys, c.n_filled, signs + k * geometry_.sign_words());
   };
   const LayerState& L = layers_[layer];
@@ -947,7 +942,8 @@ KvStats TieredKvCache::stats() const {
     s.transfer.disk_mb_per_s = transfer_model_->disk_rate() / 1e6;
     s.transfer.decode_mb_per_s = transfer_model_->decode_rate() / 1e6;
   }
-  s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
+  s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() +
+                   round_trip_scratch_.capacity() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
                    (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0);
   return s;
 }

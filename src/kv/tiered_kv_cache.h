@@ -175,9 +175,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
     std::unique_ptr<uint8_t[]> device;  // [chunk_bytes] compute-ready, when on the device
     std::unique_ptr<uint8_t[]> host;    // [host_chunk_bytes] stored form, when on the host
     std::vector<float> abstract;        // [abstract_floats], on the device or host when keeps_abstracts
-    // [codec_groups_per_row] when the resident bytes are the round trip of a compressed read: how
-    // far they may lie from the chunk as appended (kv_codec.h, key_group_scales).
-    std::vector<float> transfer_scales;
+    // Served as its compressed copy's round trip from now on: it was read compressed and moved up
+    // as decoded, and its abstract may bound only that form. Wherever it is, it is read compressed.
+    bool lossy = false;
     int64_t n_filled = 0;
     bool sealed = false;                // full, or closed by truncate: immutable
   };
@@ -203,9 +203,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Status carry_out(const Residency::Plan& plan, const uint8_t* stored_from_disk = nullptr,
                    const uint8_t* compressed_read = nullptr);
   Status move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk, const uint8_t* compressed_read);
-  // With compressed transfers: widens `box` (of resident chunk c, whose bytes are `keys`) to hold
-  // its keys in both forms, the chunk as appended and its round trip (kv_codec.h's bound).
-  void widen_for_transfers(const Chunk& c, const uint8_t* keys, float* box) const;
+  // With compressed transfers: widens `box` of resident chunk c (whose bytes are `keys`), unless it
+  // is lossy, to hold its keys' round trip too, the form a compressed read would serve.
+  void cover_round_trip(const Chunk& c, const uint8_t* keys, float* box);
   // dst [slot_bytes] = chunk c's stored form, zero-padded to its disk slot, from the device
   // (encoded) or the host (as it is).
   void disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const;
@@ -221,7 +221,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // into compressed_write_buffer_ and its abstract widened to bound it.
   DiskChunkWrite disk_write_of(Chunk& c, int64_t index, const uint8_t* stored, size_t slot);
   bool transfers_compressed() const { return disk_ != nullptr && disk_->transfer_codec() != KvCodec::kNone; }
-  // Whether this gather batch reads its disk chunks compressed (--kv-compress).
+  // Whether this gather batch reads its disk chunks compressed (--kv-compress; lossy ones always).
   bool read_compressed() const;
   // Gives the cost model (auto) a first decode rate: one chunk decoded for a millisecond or so.
   void calibrate_decode();
@@ -266,6 +266,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   AlignedBuffer compressed_write_buffer_;  // with compressed transfers: [n][compressed slot bytes]
   std::unique_ptr<TransferCostModel> transfer_model_;  // --kv-compress auto
   std::vector<uint8_t> row_scratch_;
+  std::vector<uint8_t> round_trip_scratch_;  // cover_round_trip's keys, with compressed transfers
   std::vector<float> disk_abstracts_;  // [write-through slots][abstract_floats], without keeps_abstracts
 };
 

@@ -685,7 +685,10 @@ TEST(TieredKvCache, AbstractsBoundTheServedKeysInEveryTierAndCodec) {
                                                   {KvCodec::kInt8, KvCompress::kOff},
                                                   {KvCodec::kInt4, KvCompress::kOff},
                                                   {KvCodec::kNone, KvCompress::kInt8},
-                                                  {KvCodec::kNone, KvCompress::kInt4}};
+                                                  {KvCodec::kNone, KvCompress::kInt4},
+                                                  // equal slots here: the first batch reads compressed (no disk
+                                                  // rate yet), later ones as they are but for the lossy chunks
+                                                  {KvCodec::kNone, KvCompress::kAuto}};
   for (const auto& [codec, compress] : forms) {
     for (const uint64_t host_chunks : {0, 3, 40}) {
       SCOPED_TRACE(std::string(kv_codec_name(codec)) + ", --kv-compress " + kv_compress_name(compress) +
