@@ -111,8 +111,9 @@ std::string TransferStats::to_text() const {
                 mode.c_str(), static_cast<unsigned long long>(chunks_compressed), human_bytes(bytes_compressed).c_str(),
                 static_cast<unsigned long long>(chunks_as_is), decode_ms);
   std::string out = buf;
-  if (disk_mb_per_s > 0.0 || decode_mb_per_s > 0.0) {
-    std::snprintf(buf, sizeof(buf), "; measured disk %.0f MB/s, decode %.0f MB/s", disk_mb_per_s, decode_mb_per_s);
+  if (decode_us_per_chunk > 0.0) {
+    std::snprintf(buf, sizeof(buf), "; a chunk: %.1f us as it is, %.1f compressed + %.1f decoding", as_is_us_per_chunk,
+                  compressed_us_per_chunk, decode_us_per_chunk);
     out += buf;
   }
   return out;
@@ -231,8 +232,9 @@ std::string KvStats::to_json() const {
                         {"chunks_as_is", transfer.chunks_as_is},
                         {"bytes_compressed", transfer.bytes_compressed},
                         {"decode_ms", transfer.decode_ms},
-                        {"disk_mb_per_s", transfer.disk_mb_per_s},
-                        {"decode_mb_per_s", transfer.decode_mb_per_s}};
+                        {"as_is_us_per_chunk", transfer.as_is_us_per_chunk},
+                        {"compressed_us_per_chunk", transfer.compressed_us_per_chunk},
+                        {"decode_us_per_chunk", transfer.decode_us_per_chunk}};
   }
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   if (prefill.known) {

@@ -137,7 +137,9 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   const bool decodes = options.host_codec != KvCodec::kNone || options.compress != KvCompress::kOff;
   const size_t decoded = decodes ? align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment) : 0;
   const uint64_t n_slots = std::max<uint64_t>(1, options.gather_batch_bytes / (slot + decoded));
-  LEOAM_ASSIGN_OR_RETURN(cache->scratch_, AlignedBuffer::allocate(n_slots * (slot + decoded)));
+  cache->gather_slots_ = static_cast<int64_t>(n_slots);
+  // gather_batch's layout: the reads (one slot more, for the packing), then the decoded chunks.
+  LEOAM_ASSIGN_OR_RETURN(cache->scratch_, AlignedBuffer::allocate((n_slots + 1) * slot + n_slots * decoded));
   // Write-through batches: the disk tier's queue depth of slots, at most kWriteBatchBytes (one slot at least).
   constexpr uint64_t kWriteBatchBytes = uint64_t{8} << 20;
   const uint64_t n_write_slots = std::clamp<uint64_t>(kWriteBatchBytes / slot, 1,
@@ -151,8 +153,7 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
                                       ? std::string("auto (") + kv_codec_name(disk.transfer_codec()) + ")"
                                       : kv_compress_name(options.compress);
     if (options.compress == KvCompress::kAuto) {
-      cache->transfer_model_ = std::make_unique<TransferCostModel>(
-          TransferCostModel::Sizes{disk.slot_bytes(), disk.compressed_slot_bytes(), cache->geometry_.chunk_bytes()});
+      cache->transfer_model_ = std::make_unique<TransferCostModel>();
       cache->calibrate_decode();
     }
   }
@@ -249,18 +250,18 @@ void TieredKvCache::calibrate_decode() {
   encode_chunk(geometry_, codec, chunk.data(), encoded.data());
   const auto t0 = std::chrono::steady_clock::now();
   double seconds = 0.0;
-  uint64_t bytes = 0;
+  uint64_t n = 0;
   while (seconds < 1e-3) {
     decode_chunk(geometry_, codec, encoded.data(), row_scratch_.data());
-    bytes += geometry_.chunk_bytes();
+    ++n;
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  transfer_model_->record_decode(bytes, seconds);
+  transfer_model_->record_decode(n, seconds);
 }
 
-bool TieredKvCache::read_compressed() const {
+bool TieredKvCache::choose_compressed_read() {
   if (!transfers_compressed()) return false;
-  return transfer_model_ == nullptr || transfer_model_->prefers_compressed();
+  return transfer_model_ == nullptr || transfer_model_->choose_compressed();
 }
 
 void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const {
@@ -489,10 +490,7 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
   settle(layer);
   ++tick_;
   const int64_t c = options_.chunk_tokens;
-  const size_t scratch_slot = slot_bytes_ + (options_.host_codec == KvCodec::kNone && !transfers_compressed()
-                                                 ? 0
-                                                 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment));
-  const int64_t n_slots = static_cast<int64_t>(scratch_.size() / scratch_slot);
+  const int64_t n_slots = gather_slots_;
 
   std::vector<GatherItem> batch;
   int64_t slots_used = 0;
@@ -555,7 +553,7 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
   const int64_t c = options_.chunk_tokens;
   const int64_t n = layers_[layer].n_tokens;
   std::vector<DiskChunkRead> on_disk;  // index and form
-  const bool compressed = read_compressed();
+  const bool compressed = choose_compressed_read();
   int64_t last = -1;
   for (const TokenRange& r : ranges) {
     if (r.begin < 0 || r.end > n || r.end < r.begin) {
@@ -575,14 +573,32 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
 
 Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
   const KvCodec codec = options_.host_codec;
-  const bool compressed = read_compressed();  // this batch's disk chunks, unless staged otherwise
+  const bool compressed = choose_compressed_read();  // this batch's disk chunks, unless staged otherwise
   const size_t slot = slot_bytes_;
   const size_t decoded =
       codec == KvCodec::kNone && !transfers_compressed() ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
-  const size_t scratch_slot = slot + decoded;
   LayerState& L = layers_[layer];
+  // A disk chunk's read staged ahead in the form it serves, or null.
+  const auto staged_read = [&](int64_t index) -> const DiskChunkRead* {
+    const DiskChunkRead* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, index) : nullptr;
+    return staged != nullptr && !staged->compressed && L.chunks[index].lossy ? nullptr : staged;
+  };
 
-  // Where each chunk's compute-ready bytes are; one scratch slot per chunk that needs one.
+  // The scratch (gather_slots_ chunks a batch): the reads' bytes, then the decoded chunks. The
+  // compressed reads are packed first, one after another, so that neighbours in the file are one
+  // request; the reads as they are follow, a slot each, from the next whole slot.
+  size_t n_compressed = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const GatherItem& it = items[i];
+    if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index) && staged_read(it.index) == nullptr &&
+        (compressed || L.chunks[it.index].lossy)) {
+      ++n_compressed;
+    }
+  }
+  uint8_t* next_compressed = scratch_.data();
+  uint8_t* next_as_is = scratch_.data() + align_up(n_compressed * (transfers_compressed() ? disk_->compressed_slot_bytes() : 0), slot);
+  uint8_t* const decoded_base = scratch_.data() + (gather_slots_ + 1) * slot;
+
   std::vector<DiskChunkRead> reads;
   size_t next_slot = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -612,7 +628,7 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
         if (codec == KvCodec::kNone) {
           it.data = ch.host.get();
         } else {
-          uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot + slot;
+          uint8_t* dst = decoded_base + next_slot++ * decoded;
           const TraceSpan span(options_.trace, "decode chunks", "decode", layer);
           decode_chunk(geometry_, codec, ch.host.get(), dst);
           it.data = dst;
@@ -622,20 +638,20 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
         device.misses += 1;
         host.misses += 1;
         stats_[Tier::kDisk].hits += 1;
-        uint8_t* dst = scratch_.data() + next_slot++ * scratch_slot;
-        const DiskChunkRead* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, it.index) : nullptr;
-        if (staged != nullptr && !staged->compressed && ch.lossy) staged = nullptr;  // not the form it serves
-        if (staged != nullptr) {
+        uint8_t* decoded_dst = decoded_base + next_slot++ * decoded;
+        if (const DiskChunkRead* staged = staged_read(it.index); staged != nullptr) {
           stats_.read_ahead.chunks_used += 1;
           it.stored = staged->dst;
           it.compressed = staged->compressed;
         } else {
           if (read_ahead_ != nullptr && read_ahead_->covers(layer)) stats_.read_ahead.chunks_missed += 1;
           it.compressed = compressed || ch.lossy;
-          reads.push_back({it.index, dst, it.compressed});
-          it.stored = dst;
+          uint8_t*& next = it.compressed ? next_compressed : next_as_is;
+          reads.push_back({it.index, next, it.compressed});
+          it.stored = next;
+          next += it.compressed ? disk_->compressed_slot_bytes() : slot;
         }
-        it.data = codec == KvCodec::kNone && !it.compressed ? it.stored : dst + slot;
+        it.data = codec == KvCodec::kNone && !it.compressed ? it.stored : decoded_dst;
         break;
       }
     }
@@ -644,10 +660,12 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
     const TraceSpan span(options_.trace, "disk read", "io", layer);
     const auto t0 = std::chrono::steady_clock::now();
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
-    if (transfer_model_ != nullptr) {
-      uint64_t bytes = 0;
-      for (const DiskChunkRead& r : reads) bytes += r.compressed ? disk_->compressed_slot_bytes() : slot;
-      transfer_model_->record_disk_read(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (transfer_model_ != nullptr) {  // a batch of one form: a sample of its time per chunk
+      const auto n_compressed = std::count_if(reads.begin(), reads.end(), [](const DiskChunkRead& r) { return r.compressed; });
+      if (n_compressed == 0 || n_compressed == static_cast<std::ptrdiff_t>(reads.size())) {
+        transfer_model_->record_read(n_compressed > 0, reads.size(),
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
     }
   }
   if (codec != KvCodec::kNone || transfers_compressed()) {
@@ -667,7 +685,7 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
     if (n_transfer_decoded > 0) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       stats_.transfer.decode_ms += seconds * 1e3;
-      if (transfer_model_ != nullptr) transfer_model_->record_decode(n_transfer_decoded * geometry_.chunk_bytes(), seconds);
+      if (transfer_model_ != nullptr) transfer_model_->record_decode(n_transfer_decoded, seconds);
     }
   }
 
@@ -939,8 +957,9 @@ KvStats TieredKvCache::stats() const {
     s.peak_abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();  // the files only grow
   }
   if (transfer_model_ != nullptr) {
-    s.transfer.disk_mb_per_s = transfer_model_->disk_rate() / 1e6;
-    s.transfer.decode_mb_per_s = transfer_model_->decode_rate() / 1e6;
+    s.transfer.as_is_us_per_chunk = transfer_model_->as_is_seconds() * 1e6;
+    s.transfer.compressed_us_per_chunk = transfer_model_->compressed_seconds() * 1e6;
+    s.transfer.decode_us_per_chunk = transfer_model_->decode_seconds() * 1e6;
   }
   s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() +
                    round_trip_scratch_.capacity() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +

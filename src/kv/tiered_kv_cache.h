@@ -29,7 +29,8 @@
 // Compressed transfers (--kv-compress, transfer_compression.h): with the host codec none, the disk
 // also keeps each chunk in a transfer codec's form, and a gather batch reads its disk chunks in
 // that form where asked (int4, int8) or where the cost model expects it to be faster (auto), then
-// decodes them. A chunk so read is promoted as decoded, lossy like the codec. The disk abstract
+// decodes them; the compressed reads of a batch lie packed in its scratch, so that neighbours in
+// the file are one request. A chunk so read is promoted as decoded, lossy like the codec. The disk abstract
 // record bounds the keys in both forms.
 //
 // Read-ahead (the decode pipeline): read_ahead() hands the disk chunks of a layer's speculated
@@ -221,8 +222,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // into compressed_write_buffer_ and its abstract widened to bound it.
   DiskChunkWrite disk_write_of(Chunk& c, int64_t index, const uint8_t* stored, size_t slot);
   bool transfers_compressed() const { return disk_ != nullptr && disk_->transfer_codec() != KvCodec::kNone; }
-  // Whether this gather batch reads its disk chunks compressed (--kv-compress; lossy ones always).
-  bool read_compressed() const;
+  // Whether this gather batch (or read-ahead) reads its disk chunks compressed (--kv-compress; lossy
+  // ones always).
+  bool choose_compressed_read();
   // Gives the cost model (auto) a first decode rate: one chunk decoded for a millisecond or so.
   void calibrate_decode();
   // Widens c's box to cover its keys decoded from `stored` (its stored form) when the codec is
@@ -261,7 +263,8 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   KvStats stats_;
   uint64_t tick_ = 0;
   std::array<uint64_t, kNumTiers> peak_abstract_bytes_{};  // device and host: the most held at once
-  AlignedBuffer scratch_;        // gather batch: [n_slots][slot_bytes] stored + decoded chunks
+  AlignedBuffer scratch_;        // gather batch: [gather_slots_ + 1][slot_bytes] read, [gather_slots_] decoded
+  int64_t gather_slots_ = 0;     // chunks a gather batch reads or decodes at most
   AlignedBuffer write_buffer_;   // write-through batch: [n][slot_bytes], aligned for O_DIRECT
   AlignedBuffer compressed_write_buffer_;  // with compressed transfers: [n][compressed slot bytes]
   std::unique_ptr<TransferCostModel> transfer_model_;  // --kv-compress auto

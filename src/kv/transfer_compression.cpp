@@ -29,15 +29,12 @@ KvCodec transfer_codec_of(KvCompress mode) {
   return KvCodec::kNone;
 }
 
-bool TransferCostModel::prefers_compressed() const {
-  const double disk = disk_rate();
-  const double decode = decode_rate();
-  if (disk <= 0.0) return true;     // unknown: the compressed reads will measure it
-  if (decode <= 0.0) return false;  // the decode's cost is unknown: read as it is
-  const double as_is = static_cast<double>(sizes_.slot_bytes) / disk;
-  const double compressed = static_cast<double>(sizes_.compressed_slot_bytes) / disk +
-                            static_cast<double>(sizes_.chunk_bytes) / decode;
-  return compressed < as_is;
+bool TransferCostModel::choose_compressed() {
+  ++n_choices_;
+  if (as_is_.units == 0.0) return false;  // try each form once: as it is first (exact)
+  if (compressed_.units == 0.0) return true;
+  const bool faster = compressed_seconds() + decode_seconds() < as_is_seconds();
+  return n_choices_ % kExploreEvery == 0 ? !faster : faster;
 }
 
 }  // namespace leoam

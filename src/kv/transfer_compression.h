@@ -4,14 +4,15 @@
 //
 //   off          read chunks as they are (exact)
 //   int8, int4   always read the compressed copy (lossy: kv_codec.h bounds the error)
-//   auto         int4 when TransferCostModel expects it to be faster, per gather batch:
-//                  as they are:  n * slot_bytes / disk_rate
-//                  compressed:   n * compressed_slot_bytes / disk_rate + n * chunk_bytes / decode_rate
+//   auto         int4 when TransferCostModel expects it to be faster, per gather batch: a chunk's
+//                read as it is, against its compressed read plus its decode
 //
-// The rates are measured while the store runs: every disk read of chunks and every decode of a
-// compressed chunk is a sample. Both are decayed sums of bytes and seconds, so that the model
-// follows a disk whose throughput changes. Before the first read the disk rate is unknown, and the
-// compressed form is read (the reads then measure it).
+// Each form's read time is measured per chunk, from the gather batches that read only that form:
+// what a chunk costs depends on the disk (a disk that serves a request per latency charges a
+// small read as much as a large one), not only on its bytes. The times are decayed sums, so that
+// the model follows a disk that slows down. Each form is tried first, and the one not chosen is
+// tried again one batch in kExploreEvery, to notice when it has become the faster. The decode
+// rate starts from a calibration (TieredKvCache).
 #pragma once
 
 #include <cstddef>
@@ -32,37 +33,35 @@ KvCodec transfer_codec_of(KvCompress mode);
 
 class TransferCostModel {
  public:
-  struct Sizes {
-    size_t slot_bytes = 0;             // a chunk as it is, on disk
-    size_t compressed_slot_bytes = 0;  // its compressed copy, on disk
-    size_t chunk_bytes = 0;            // decoded (compute-ready)
-  };
-  explicit TransferCostModel(const Sizes& sizes) : sizes_(sizes) {}
+  static constexpr int kExploreEvery = 32;
 
-  void record_disk_read(uint64_t bytes, double seconds) { disk_.add(bytes, seconds); }
-  void record_decode(uint64_t decoded_bytes, double seconds) { decode_.add(decoded_bytes, seconds); }
-  // Bytes per second; 0 before the first sample.
-  double disk_rate() const { return disk_.rate(); }
-  double decode_rate() const { return decode_.rate(); }
-  // Whether reading a chunk's compressed copy and decoding it is expected to take less time than
-  // reading it as it is.
-  bool prefers_compressed() const;
+  void record_read(bool compressed, uint64_t n_chunks, double seconds) {
+    (compressed ? compressed_ : as_is_).add(static_cast<double>(n_chunks), seconds);
+  }
+  void record_decode(uint64_t n_chunks, double seconds) { decode_.add(static_cast<double>(n_chunks), seconds); }
+  // Seconds a chunk takes to read as it is, to read compressed, and to decode; 0 before a sample.
+  double as_is_seconds() const { return as_is_.per_unit(); }
+  double compressed_seconds() const { return compressed_.per_unit(); }
+  double decode_seconds() const { return decode_.per_unit(); }
+  // Whether the next batch reads compressed: the faster form, or the other one to explore it.
+  bool choose_compressed();
 
  private:
-  // A rate from samples, each older one weighing kDecay times the next (about 20 samples matter).
-  struct DecayedRate {
+  // Seconds per unit from samples, each older one weighing kDecay times the next.
+  struct Decayed {
     static constexpr double kDecay = 0.95;
-    double bytes = 0.0, seconds = 0.0;
-    void add(uint64_t b, double s) {
-      bytes = bytes * kDecay + static_cast<double>(b);
+    double units = 0.0, seconds = 0.0;
+    void add(double u, double s) {
+      units = units * kDecay + u;
       seconds = seconds * kDecay + s;
     }
-    double rate() const { return seconds > 0.0 ? bytes / seconds : 0.0; }
+    double per_unit() const { return units > 0.0 ? seconds / units : 0.0; }
   };
 
-  Sizes sizes_;
-  DecayedRate disk_;
-  DecayedRate decode_;
+  Decayed as_is_;
+  Decayed compressed_;
+  Decayed decode_;
+  uint64_t n_choices_ = 0;
 };
 
 }  // namespace leoam

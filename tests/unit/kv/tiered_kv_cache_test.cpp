@@ -686,8 +686,8 @@ TEST(TieredKvCache, AbstractsBoundTheServedKeysInEveryTierAndCodec) {
                                                   {KvCodec::kInt4, KvCompress::kOff},
                                                   {KvCodec::kNone, KvCompress::kInt8},
                                                   {KvCodec::kNone, KvCompress::kInt4},
-                                                  // equal slots here: the first batch reads compressed (no disk
-                                                  // rate yet), later ones as they are but for the lossy chunks
+                                                  // equal slots here: both forms are tried, and mostly as
+                                                  // they are read later, but for the lossy chunks
                                                   {KvCodec::kNone, KvCompress::kAuto}};
   for (const auto& [codec, compress] : forms) {
     for (const uint64_t host_chunks : {0, 3, 40}) {
@@ -831,8 +831,8 @@ TEST(TieredKvCache, CompressedTransfersNeedTheHostCodecNone) {
       << kv.status().message();
 }
 
-// auto: the cost model has a decode rate from the start (a calibration), and reads compressed
-// until the disk's rate says otherwise; its rates are reported.
+// auto: the cost model has a decode time from the start (a calibration), tries each form, and
+// reports its times.
 TEST(TieredKvCache, AutoTransfersReportTheirRatesAndChoices) {
   TempDir dir;
   TieredKvCacheOptions o = small_options(dir.path());
@@ -843,9 +843,11 @@ TEST(TieredKvCache, AutoTransfersReportTheirRatesAndChoices) {
   ASSERT_TRUE(read_rows(twin.tiered(), 0, {&all, 1}).is_ok());
   const KvStats s = twin.tiered().stats();
   EXPECT_EQ(s.transfer.mode, "auto (int4)");
-  EXPECT_GT(s.transfer.chunks_compressed + s.transfer.chunks_as_is, 10u);
-  EXPECT_GT(s.transfer.decode_mb_per_s, 0.0);
-  EXPECT_GT(s.transfer.disk_mb_per_s, 0.0);
+  EXPECT_GT(s.transfer.chunks_compressed, 0u);
+  EXPECT_GT(s.transfer.chunks_as_is, 0u);
+  EXPECT_GT(s.transfer.decode_us_per_chunk, 0.0);
+  EXPECT_GT(s.transfer.as_is_us_per_chunk, 0.0);
+  EXPECT_GT(s.transfer.compressed_us_per_chunk, 0.0);
 }
 
 TEST(TieredKvCache, RejectsADeviceBudgetBelowThePinnedChunks) {
