@@ -76,7 +76,16 @@ struct PolicyRun {
   StepBreakdown breakdown;  // the steps after the first, from their trace
   uint64_t policy_peak_bytes = 0;  // the most the selectors held about the KV (SelectionPolicy::memory), all sequences
   uint64_t kv_bytes = 0;           // the KV of every position at the end, all sequences
+  TransferStats transfer;          // --kv-compress: the compressed reads, all sequences (times: the first's)
 };
+
+// A run's compressed reads as KvStats::to_json gives them; null without --kv-compress.
+Json transfer_json(const TransferStats& t) {
+  if (t.mode.empty()) return Json(nullptr);
+  KvStats stats;
+  stats.transfer = t;
+  return Json::parse(stats.to_json()).at("transfer");
+}
 
 // One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
 struct AttentionProfile {
@@ -361,6 +370,15 @@ class BenchKvCommand : public Command {
     for (int b = 0; b < batch_; ++b) {
       if (selectors[b]) run.policy_peak_bytes += selectors[b]->memory().peak_bytes;
       run.kv_bytes += static_cast<uint64_t>(stores[b]->n_tokens()) * cost_.kv_bytes_per_position;
+      const TransferStats t = stores[b]->stats().transfer;
+      if (b == 0) {
+        run.transfer = t;
+      } else {
+        run.transfer.chunks_compressed += t.chunks_compressed;
+        run.transfer.chunks_as_is += t.chunks_as_is;
+        run.transfer.bytes_compressed += t.bytes_compressed;
+        run.transfer.decode_ms += t.decode_ms;
+      }
     }
     return run;
   }
@@ -566,6 +584,9 @@ class BenchKvCommand : public Command {
                     b.io_wait_ms, b.decode_ms, b.attention_ms, b.other_ms, b.read_ahead_ms);
       out += buf;
     }
+    for (const PolicyRun& r : runs_) {
+      if (!r.transfer.mode.empty()) out += std::to_string(r.n_ctx) + " " + r.policy + ", the whole run: " + r.transfer.to_text() + "\n";
+    }
     for (const AttentionProfile& p : profiles_) {
       std::snprintf(buf, sizeof(buf),
                     "\nsynthetic KV at %lld tokens, layer %d, KV head 0, one random query at the last position: the "
@@ -635,6 +656,7 @@ class BenchKvCommand : public Command {
                          {"policy_peak_bytes", r.policy_peak_bytes},
                          {"kv_bytes", r.kv_bytes},
                          {"breakdown", Json::parse(r.breakdown.to_json())},
+                         {"transfer", transfer_json(r.transfer)},
                          {"steps", std::move(steps)}});
     }
     doc["results"] = std::move(results);
