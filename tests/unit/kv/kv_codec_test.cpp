@@ -91,6 +91,55 @@ Block parse_block(KvCodec codec, const uint8_t* p) {
 int levels(KvCodec codec) { return codec == KvCodec::kInt8 ? 255 : 15; }
 size_t block_size(KvCodec codec) { return codec == KvCodec::kInt8 ? 36 : 20; }
 
+// The documented K layout: token groups of 32 rows, each n scales, n minima, then a code row each.
+size_t key_code_row(KvCodec codec, int64_t n) { return codec == KvCodec::kInt8 ? n : (n + 1) / 2; }
+size_t keys_size(const ChunkGeometry& g, KvCodec codec) {
+  size_t bytes = 0;
+  for (int64_t t0 = 0; t0 < g.chunk_tokens; t0 += 32) {
+    bytes += 4 * g.row_elements() + std::min<int64_t>(32, g.chunk_tokens - t0) * key_code_row(codec, g.row_elements());
+  }
+  return bytes;
+}
+
+// Element e of row r (K rows 0 .. C-1, then the V rows) of `encoded`: its group's header and its
+// code, read by the documented layout.
+struct Quant {
+  float scale, min;
+  uint16_t scale_bits, min_bits;
+  int code;
+};
+
+Quant quant_of(const ChunkGeometry& g, KvCodec codec, const uint8_t* encoded, int64_t r, int64_t e) {
+  const int64_t n = g.row_elements();
+  if (r >= g.chunk_tokens) {  // V: the block of the row's group of 32 elements
+    const int64_t n_groups = (n + 31) / 32;
+    const Block b = parse_block(codec, encoded + keys_size(g, codec) + ((r - g.chunk_tokens) * n_groups + e / 32) * block_size(codec));
+    return {b.scale, b.min, b.scale_bits, b.min_bits, b.codes[e % 32]};
+  }
+  const uint8_t* group = encoded + (r / 32) * (4 * n + 32 * key_code_row(codec, n));
+  Quant q;
+  q.scale_bits = static_cast<uint16_t>(group[2 * e] | (group[2 * e + 1] << 8));
+  q.min_bits = static_cast<uint16_t>(group[2 * n + 2 * e] | (group[2 * n + 2 * e + 1] << 8));
+  q.scale = f16_to_f32(q.scale_bits);
+  q.min = f16_to_f32(q.min_bits);
+  const uint8_t* codes = group + 4 * n + (r % 32) * key_code_row(codec, n);
+  q.code = codec == KvCodec::kInt8 ? codes[e] : (codes[e / 2] >> (4 * (e % 2))) & 0xf;
+  return q;
+}
+
+// The values of the group that element e of row r belongs to: K, its channel over the rows of its
+// token group; V, its row's 32-element group.
+std::vector<float> group_values(const ChunkGeometry& g, const std::vector<float>& x, int64_t r, int64_t e) {
+  const int64_t n = g.row_elements();
+  std::vector<float> v;
+  if (r < g.chunk_tokens) {
+    for (int64_t t = r / 32 * 32; t < std::min<int64_t>(g.chunk_tokens, r / 32 * 32 + 32); ++t) v.push_back(x[t * n + e]);
+  } else {
+    for (int64_t i = e / 32 * 32; i < std::min<int64_t>(n, e / 32 * 32 + 32); ++i) v.push_back(x[r * n + i]);
+  }
+  return v;
+}
+
 // Half an f16 ulp of y: the most that rounding y to f16 moves it (normal range).
 double f16_half_ulp(double y) {
   const double a = std::max(std::fabs(y), std::ldexp(1.0, -14));
@@ -120,25 +169,25 @@ TEST(KvCodecTest, NamesRoundTrip) {
 }
 
 TEST(KvCodecTest, EncodedSizes) {
-  // row 32 elements: one full group per row, 2 * 16 rows
+  // row 32 elements, 16 rows: K one token group (32 scales and minima, 16 code rows), V one block a row
   const ChunkGeometry a = geometry(4, 8, 16, KvDtype::kF16);
   EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kNone), 2048u);
-  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kInt8), 32u * 36);
-  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kInt4), 32u * 20);
-  // row 36 elements: a full group and a short one of 4
+  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kInt8), 4u * 32 + 16 * 32 + 16 * 36);
+  EXPECT_EQ(encoded_chunk_bytes(a, KvCodec::kInt4), 4u * 32 + 16 * 16 + 16 * 20);
+  // row 36 elements: V a full group and a short one of 4
   const ChunkGeometry b = geometry(3, 12, 8, KvDtype::kF32);
   EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kNone), 2u * 8 * 36 * 4);
-  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kInt8), 16u * 2 * 36);
-  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kInt4), 16u * 2 * 20);
-  // row 5 elements: one short group
+  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kInt8), 4u * 36 + 8 * 36 + 8 * 2 * 36);
+  EXPECT_EQ(encoded_chunk_bytes(b, KvCodec::kInt4), 4u * 36 + 8 * 18 + 8 * 2 * 20);
+  // row 5 elements: an odd int4 code row of 3 bytes, one short V group
   const ChunkGeometry c = geometry(1, 5, 8, KvDtype::kF16);
-  EXPECT_EQ(encoded_chunk_bytes(c, KvCodec::kInt8), 16u * 36);
-  EXPECT_EQ(encoded_chunk_bytes(c, KvCodec::kInt4), 16u * 20);
-  // a real model's shape: 8 heads of 128, 64 tokens
+  EXPECT_EQ(encoded_chunk_bytes(c, KvCodec::kInt8), 4u * 5 + 8 * 5 + 8 * 36);
+  EXPECT_EQ(encoded_chunk_bytes(c, KvCodec::kInt4), 4u * 5 + 8 * 3 + 8 * 20);
+  // a real model's shape: 8 heads of 128, 64 tokens: two K token groups
   const ChunkGeometry d = geometry(8, 128, 64, KvDtype::kF16);
   EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kNone), 262144u);
-  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kInt8), 147456u);
-  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kInt4), 81920u);
+  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kInt8), 2u * (4 * 1024 + 32 * 1024) + 64 * 32 * 36);
+  EXPECT_EQ(encoded_chunk_bytes(d, KvCodec::kInt4), 2u * (4 * 1024 + 32 * 512) + 64 * 32 * 20);
 }
 
 // (geometry n_kv_heads, head_dim), dtype, codec
@@ -161,42 +210,43 @@ TEST_P(KvCodecRoundTripTest, ErrorIsAtMostHalfAScalePerGroup) {
   const auto [encoded, y] = round_trip(g, codec, original);
 
   const int64_t n = g.row_elements();
-  const int64_t n_groups = (n + 31) / 32;
   const double l = levels(codec);
   for (int64_t r = 0; r < 2 * g.chunk_tokens; ++r) {
-    for (int64_t gi = 0; gi < n_groups; ++gi) {
-      const Block b = parse_block(codec, encoded.data() + (r * n_groups + gi) * block_size(codec));
-      const int64_t e0 = gi * 32, len = std::min<int64_t>(32, n - e0);
-      const float* xs = &x[r * n + e0];
-      const double lo = *std::min_element(xs, xs + len), hi = *std::max_element(xs, xs + len);
-      SCOPED_TRACE("row " + std::to_string(r) + " group " + std::to_string(gi));
+    for (int64_t e = 0; e < n; ++e) {
+      const Quant q = quant_of(g, codec, encoded.data(), r, e);
+      const std::vector<float> members = group_values(g, x, r, e);
+      const double lo = *std::min_element(members.begin(), members.end());
+      const double hi = *std::max_element(members.begin(), members.end());
+      SCOPED_TRACE("row " + std::to_string(r) + " element " + std::to_string(e));
       // The stored min is the group min rounded down to f16 (exact when the chunk is f16).
-      EXPECT_LE(b.min, lo);
-      EXPECT_LE(lo - b.min, 2 * f16_half_ulp(lo));
+      EXPECT_LE(q.min, lo);
+      EXPECT_LE(lo - q.min, 2 * f16_half_ulp(lo));
       if (dtype == KvDtype::kF16) {
-        EXPECT_EQ(b.min, lo);
+        EXPECT_EQ(q.min, lo);
       }
       // The scale covers [min, max] in `levels` steps and is no coarser than rounding needs.
-      EXPECT_GE(b.min + l * b.scale, hi);
-      EXPECT_LE(b.scale, (hi - b.min) / l * (1.0 + std::ldexp(1.0, -10)));
-      for (int64_t i = 0; i < 32; ++i) {
-        if (i >= len) {
-          EXPECT_EQ(b.codes[i], 0) << "unused code " << i;
-          continue;
-        }
-        const double xi = xs[i];
-        // The scalar reference: decode from the parsed block, round to the chunk's dtype.
-        const float ref_f32 = b.min + b.scale * static_cast<float>(b.codes[i]);
-        const float ref = dtype == KvDtype::kF16 ? f16_to_f32(f32_to_f16(ref_f32)) : ref_f32;
-        EXPECT_EQ(y[r * n + e0 + i], ref) << "element " << i;
-        // Round to nearest: the code is within half a step of x ...
-        const double exact = static_cast<double>(b.min) + static_cast<double>(b.scale) * b.codes[i];
-        EXPECT_LE(std::fabs(exact - xi), 0.5 * b.scale * (1 + 1e-9)) << "element " << i;
-        // ... and the decoded value within half a step plus the output's rounding.
-        const double rounding = dtype == KvDtype::kF16 ? f16_half_ulp(ref_f32) : 1e-7 * std::fabs(ref_f32);
-        EXPECT_LE(std::fabs(y[r * n + e0 + i] - xi), 0.5 * b.scale + rounding) << "element " << i;
-      }
+      EXPECT_GE(q.min + l * q.scale, hi);
+      EXPECT_LE(q.scale, (hi - q.min) / l * (1.0 + std::ldexp(1.0, -10)));
+      const double xi = x[r * n + e];
+      // The scalar reference: decode from the parsed header, round to the chunk's dtype.
+      const float ref_f32 = q.min + q.scale * static_cast<float>(q.code);
+      const float ref = dtype == KvDtype::kF16 ? f16_to_f32(f32_to_f16(ref_f32)) : ref_f32;
+      EXPECT_EQ(y[r * n + e], ref);
+      // Round to nearest: the code is within half a step of x (a key within one, kept on its side
+      // of 0) ...
+      const double exact = static_cast<double>(q.min) + static_cast<double>(q.scale) * q.code;
+      const double step = r < g.chunk_tokens ? 1.0 : 0.5;
+      EXPECT_LE(std::fabs(exact - xi), step * q.scale * (1 + 1e-9));
+      // ... and the decoded value within that plus the output's rounding.
+      const double rounding = dtype == KvDtype::kF16 ? f16_half_ulp(ref_f32) : 1e-7 * std::fabs(ref_f32);
+      EXPECT_LE(std::fabs(y[r * n + e] - xi), step * q.scale + rounding);
     }
+  }
+  // A short V group's unused codes are 0.
+  const int64_t n_groups = (n + 31) / 32;
+  for (int64_t r = 0; r < g.chunk_tokens && n % 32 != 0; ++r) {
+    const Block b = parse_block(codec, encoded.data() + keys_size(g, codec) + (r * n_groups + n_groups - 1) * block_size(codec));
+    for (int64_t i = n % 32; i < 32; ++i) EXPECT_EQ(b.codes[i], 0) << "row " << r << " unused code " << i;
   }
 }
 
@@ -204,9 +254,12 @@ TEST_P(KvCodecRoundTripTest, ConstantGroupsDecodeExactly) {
   const auto [shape, dtype, codec] = GetParam();
   const ChunkGeometry g = geometry(shape.first, shape.second, 8, dtype);
   const float constants[] = {1.5f, -3.25f, 0.0f, 1000.0f, -0.0078125f};
-  std::vector<float> x(static_cast<size_t>(2 * g.chunk_tokens * g.row_elements()));
-  for (size_t r = 0; r < x.size() / g.row_elements(); ++r) {
-    std::fill_n(x.begin() + r * g.row_elements(), g.row_elements(), constants[r % std::size(constants)]);
+  const int64_t n = g.row_elements();
+  std::vector<float> x(static_cast<size_t>(2 * g.chunk_tokens * n));
+  for (int64_t r = 0; r < 2 * g.chunk_tokens; ++r) {
+    for (int64_t e = 0; e < n; ++e) {  // K constant along each channel, V along each row
+      x[r * n + e] = constants[(r < g.chunk_tokens ? e : r) % std::size(constants)];
+    }
   }
   const auto original = store_chunk(g, x);
   std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
@@ -215,26 +268,30 @@ TEST_P(KvCodecRoundTripTest, ConstantGroupsDecodeExactly) {
   decode_chunk(g, codec, encoded.data(), decoded.data());
   EXPECT_EQ(decoded, original);
   // A constant group stores scale 0 and all-zero codes.
-  const Block b = parse_block(codec, encoded.data());
-  EXPECT_EQ(b.scale_bits, 0);
-  EXPECT_EQ(b.min, 1.5f);
-  EXPECT_EQ(b.codes, std::vector<int>(32, 0));
+  for (const int64_t r : {int64_t{0}, int64_t{g.chunk_tokens}}) {
+    const Quant q = quant_of(g, codec, encoded.data(), r, 0);
+    EXPECT_EQ(q.scale_bits, 0);
+    EXPECT_EQ(q.min, x[r * n]);
+    EXPECT_EQ(q.code, 0);
+  }
+  EXPECT_EQ(parse_block(codec, encoded.data() + keys_size(g, codec)).codes, std::vector<int>(32, 0));
 }
 
-TEST_P(KvCodecRoundTripTest, ZeroRowsEncodeToZeroAndStayZero) {
+TEST_P(KvCodecRoundTripTest, ZeroValueRowsEncodeToZeroAndStayZero) {
   const auto [shape, dtype, codec] = GetParam();
   const ChunkGeometry g = geometry(shape.first, shape.second, 8, dtype);
-  // Rows 0..2 of K filled, the rest zero, as a chunk still being appended.
+  // V rows 0..2 filled, the rest zero, as a chunk still being appended.
   std::vector<float> x = random_values(g, 12);
-  std::fill(x.begin() + 3 * g.row_elements(), x.end(), 0.0f);
+  std::fill(x.begin() + (g.chunk_tokens + 3) * g.row_elements(), x.end(), 0.0f);
   const auto original = store_chunk(g, x);
   std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
   encode_chunk(g, codec, original.data(), encoded.data());
-  const size_t encoded_row_bytes = encoded.size() / (2 * g.chunk_tokens);
-  EXPECT_TRUE(std::all_of(encoded.begin() + 3 * encoded_row_bytes, encoded.end(), [](uint8_t v) { return v == 0; }));
+  const size_t encoded_row_bytes = (encoded.size() - keys_size(g, codec)) / g.chunk_tokens;
+  EXPECT_TRUE(std::all_of(encoded.begin() + keys_size(g, codec) + 3 * encoded_row_bytes, encoded.end(),
+                          [](uint8_t v) { return v == 0; }));
   std::vector<uint8_t> decoded(g.chunk_bytes(), 0xAB);
   decode_chunk(g, codec, encoded.data(), decoded.data());
-  EXPECT_TRUE(std::all_of(decoded.begin() + 3 * g.row_bytes(), decoded.end(), [](uint8_t v) { return v == 0; }));
+  EXPECT_TRUE(std::all_of(decoded.begin() + g.k_bytes() + 3 * g.row_bytes(), decoded.end(), [](uint8_t v) { return v == 0; }));
 }
 
 // Keys keep their side of 0 (x >= 0 decodes >= 0, a set sign bit decodes <= 0), so an abstract's
@@ -251,14 +308,13 @@ TEST_P(KvCodecRoundTripTest, KeysKeepTheirSignWithinOneStep) {
   const std::vector<float> x = load_chunk(g, original);
   const auto [encoded, y] = round_trip(g, codec, original);
   const int64_t n = g.row_elements();
-  const int64_t n_groups = (n + 31) / 32;
   int n_moved = 0;
   for (int64_t r = 0; r < 2 * g.chunk_tokens; ++r) {
     const bool key = r < g.chunk_tokens;
     for (int64_t e = 0; e < n; ++e) {
-      const Block b = parse_block(codec, encoded.data() + (r * n_groups + e / 32) * block_size(codec));
+      const Quant b = quant_of(g, codec, encoded.data(), r, e);
       const double xi = x[r * n + e], yi = y[r * n + e];
-      const double exact = static_cast<double>(b.min) + static_cast<double>(b.scale) * b.codes[e % 32];
+      const double exact = static_cast<double>(b.min) + static_cast<double>(b.scale) * b.code;
       const bool moved = std::fabs(exact - xi) > 0.5 * b.scale * (1 + 1e-9);
       SCOPED_TRACE("row " + std::to_string(r) + " element " + std::to_string(e));
       if (key) {
@@ -331,16 +387,17 @@ TEST(KvCodecTest, NoneIsBitExact) {
   EXPECT_EQ(decoded, original);
 }
 
-// One group of 32 in the first K row; every other row is zero and encodes to zero blocks.
-std::vector<uint8_t> encode_first_row(KvDtype dtype, KvCodec codec, const std::vector<float>& row0) {
+// One group of 32 in the first V row; every other value is zero and encodes to zero bytes.
+std::vector<uint8_t> encode_first_value_row(KvDtype dtype, KvCodec codec, const std::vector<float>& row0) {
   const ChunkGeometry g = geometry(1, 32, 8, dtype);
   std::vector<float> x(static_cast<size_t>(2 * 8 * 32), 0.0f);
-  std::copy(row0.begin(), row0.end(), x.begin());
+  std::copy(row0.begin(), row0.end(), x.begin() + 8 * 32);
   std::vector<uint8_t> encoded(encoded_chunk_bytes(g, codec));
   encode_chunk(g, codec, store_chunk(g, x).data(), encoded.data());
-  EXPECT_TRUE(std::all_of(encoded.begin() + block_size(codec), encoded.end(), [](uint8_t v) { return v == 0; }));
-  encoded.resize(block_size(codec));
-  return encoded;
+  const auto block = encoded.begin() + static_cast<ptrdiff_t>(keys_size(g, codec));
+  EXPECT_TRUE(std::all_of(encoded.begin(), block, [](uint8_t v) { return v == 0; }));
+  EXPECT_TRUE(std::all_of(block + static_cast<ptrdiff_t>(block_size(codec)), encoded.end(), [](uint8_t v) { return v == 0; }));
+  return std::vector<uint8_t>(block, block + static_cast<ptrdiff_t>(block_size(codec)));
 }
 
 TEST(KvCodecTest, Int8BlockBytesForZeroToThirtyOne) {
@@ -353,7 +410,7 @@ TEST(KvCodecTest, Int8BlockBytesForZeroToThirtyOne) {
       0,   8,   16,  25,  33,  41,  49,  58,  66,  74,  82,  90,  99,  107, 115, 123,  //
       132, 140, 148, 156, 164, 173, 181, 189, 197, 206, 214, 222, 230, 239, 247, 255};
   for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32}) {
-    EXPECT_EQ(encode_first_row(dtype, KvCodec::kInt8, row), want) << kv_dtype_name(dtype);
+    EXPECT_EQ(encode_first_value_row(dtype, KvCodec::kInt8, row), want) << kv_dtype_name(dtype);
   }
 }
 
@@ -365,16 +422,40 @@ TEST(KvCodecTest, Int4BlockBytesPinNibbleOrder) {
   const std::vector<uint8_t> want = {0x00, 0x38, 0x00, 0xC4,                          //
                                      0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,  //
                                      0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE};
-  EXPECT_EQ(encode_first_row(KvDtype::kF16, KvCodec::kInt4, row), want);
+  EXPECT_EQ(encode_first_value_row(KvDtype::kF16, KvCodec::kInt4, row), want);
 
   // Decoding gives the values back exactly: every one is min + 0.5 * code.
   const ChunkGeometry g = geometry(1, 32, 8, KvDtype::kF32);
   std::vector<uint8_t> encoded(encoded_chunk_bytes(g, KvCodec::kInt4), 0);
-  std::copy(want.begin(), want.end(), encoded.begin());
+  std::copy(want.begin(), want.end(), encoded.begin() + static_cast<ptrdiff_t>(keys_size(g, KvCodec::kInt4)));
   std::vector<uint8_t> decoded(g.chunk_bytes());
   decode_chunk(g, KvCodec::kInt4, encoded.data(), decoded.data());
   const std::vector<float> y = load_chunk(g, decoded);
-  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 32), row);
+  EXPECT_EQ(std::vector<float>(y.begin() + 8 * 32, y.begin() + 9 * 32), row);
+}
+
+// The K layout, byte for byte: two rows of 8 channels, channel e spanning [-2 + e / 2, that +
+// 3.75]: scale 0.25 (f16 0x3400) everywhere, minima -2 .. 1.5, codes 0 in row 0 and 15 in row 1.
+TEST(KvCodecTest, KeyGroupBytesAreChannelHeadersThenCodeRows) {
+  const ChunkGeometry g = geometry(1, 8, 2, KvDtype::kF16);
+  std::vector<float> x(static_cast<size_t>(2 * 2 * 8), 0.0f);
+  for (int e = 0; e < 8; ++e) {
+    x[e] = -2.0f + 0.5f * static_cast<float>(e);
+    x[8 + e] = x[e] + 3.75f;
+  }
+  std::vector<uint8_t> encoded(encoded_chunk_bytes(g, KvCodec::kInt4));
+  ASSERT_EQ(encoded.size(), 4u * 8 + 2 * 4 + 2 * 20);
+  encode_chunk(g, KvCodec::kInt4, store_chunk(g, x).data(), encoded.data());
+  const std::vector<uint8_t> want = {
+      0x00, 0x34, 0x00, 0x34, 0x00, 0x34, 0x00, 0x34, 0x00, 0x34, 0x00, 0x34, 0x00, 0x34, 0x00, 0x34,  // scales
+      0x00, 0xC0, 0x00, 0xBE, 0x00, 0xBC, 0x00, 0xB8, 0x00, 0x00, 0x00, 0x38, 0x00, 0x3C, 0x00, 0x3E,  // minima
+      0x00, 0x00, 0x00, 0x00,                                                                          // row 0
+      0xFF, 0xFF, 0xFF, 0xFF};                                                                         // row 1
+  EXPECT_EQ(std::vector<uint8_t>(encoded.begin(), encoded.begin() + 40), want);
+  std::vector<uint8_t> decoded(g.chunk_bytes());
+  decode_chunk(g, KvCodec::kInt4, encoded.data(), decoded.data());
+  const std::vector<float> y = load_chunk(g, decoded);
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 16), std::vector<float>(x.begin(), x.begin() + 16));
 }
 
 TEST(KvCodecTest, NarrowGroupFarFromZeroInF32KeepsItsPrecision) {
@@ -383,17 +464,17 @@ TEST(KvCodecTest, NarrowGroupFarFromZeroInF32KeepsItsPrecision) {
   // rescaled, every value stays within half a step.
   const ChunkGeometry g = geometry(1, 32, 8, KvDtype::kF32);
   std::vector<float> x(static_cast<size_t>(2 * 8 * 32), 0.0f);
-  for (int i = 0; i < 32; ++i) x[i] = 1000.4f + 0.001f * static_cast<float>(i);
+  for (int i = 0; i < 32; ++i) x[8 * 32 + i] = 1000.4f + 0.001f * static_cast<float>(i);  // V row 0
   const auto original = store_chunk(g, x);
   std::vector<uint8_t> encoded(encoded_chunk_bytes(g, KvCodec::kInt8));
   encode_chunk(g, KvCodec::kInt8, original.data(), encoded.data());
-  const Block b = parse_block(KvCodec::kInt8, encoded.data());
+  const Block b = parse_block(KvCodec::kInt8, encoded.data() + keys_size(g, KvCodec::kInt8));
   EXPECT_EQ(b.min, 1000.0f);
   EXPECT_LT(b.scale, 0.0017f);  // (1000.431 - 1000) / 255 = 0.00169, rounded up to f16
   std::vector<uint8_t> decoded(g.chunk_bytes());
   decode_chunk(g, KvCodec::kInt8, encoded.data(), decoded.data());
   const std::vector<float> y = load_chunk(g, decoded);
-  for (int i = 0; i < 32; ++i) EXPECT_NEAR(y[i], x[i], 0.5 * b.scale + 1e-4) << i;
+  for (int i = 8 * 32; i < 9 * 32; ++i) EXPECT_NEAR(y[i], x[i], 0.5 * b.scale + 1e-4) << i;
 }
 
 }  // namespace
