@@ -460,9 +460,14 @@ LEOAM_AVX2 void decode_keys_avx2(const ChunkGeometry& g, const uint8_t* src, uin
   for (int64_t t0 = 0; t0 < g.chunk_tokens; t0 += kKvCodecGroup) {
     const int64_t t = std::min<int64_t>(kKvCodecGroup, g.chunk_tokens - t0);
     const uint8_t* codes = src + 4 * static_cast<size_t>(n);
-    for (int64_t e = 0; e < n; ++e) {
+    const uint8_t* mins = src + 2 * static_cast<size_t>(n);
+    for (int64_t e0 = 0; e0 < n8; e0 += 8) {
+      _mm256_storeu_ps(scale_f.data() + e0, load8<KvDtype::kF16>(src + 2 * e0));
+      _mm256_storeu_ps(min_f.data() + e0, load8<KvDtype::kF16>(mins + 2 * e0));
+    }
+    for (int64_t e = n8; e < n; ++e) {
       scale_f[e] = f16_to_f32(get_f16(src, e));
-      min_f[e] = f16_to_f32(get_f16(src + 2 * static_cast<size_t>(n), e));
+      min_f[e] = f16_to_f32(get_f16(mins, e));
     }
     for (int64_t r = 0; r < t; ++r) {
       const uint8_t* code_row = codes + r * row_bytes;
