@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_util.h"
+#include "kv/box_f16.h"
 
 namespace leoam {
 
@@ -24,27 +25,13 @@ size_t block_bytes(KvCodec codec) {
 
 int64_t groups_per_row(const ChunkGeometry& g) { return (g.row_elements() + kKvCodecGroup - 1) / kKvCodecGroup; }
 
-// The largest f16 not above x (x finite and within f16 range): the stored minimum must not
-// exceed the true one, or the smallest values would decode high by up to half an f16 ulp of the
-// minimum, which for a narrow group far from 0 is many scales.
-uint16_t f16_round_down(float x) {
-  uint16_t h = f32_to_f16(x);
-  if (f16_to_f32(h) > x) {
-    // One step toward -inf: positive values shrink their magnitude, -0 and negatives grow it.
-    h = (h & 0x8000u) == 0 && h != 0 ? static_cast<uint16_t>(h - 1)
-                                     : static_cast<uint16_t>((h | 0x8000u) + 1);
-  }
-  return h;
-}
-
-// The smallest positive f16 not below x >= 0: a scale that covers [min, max] in `levels` steps,
-// so the top code is never clamped short of max.
-uint16_t f16_round_up(double x) {
+// The smallest positive f16 not below x >= 0, from a double: a scale that covers [min, max] in
+// `levels` steps, so the top code is never clamped short of max.
+uint16_t f16_scale_round_up(double x) {
   uint16_t h = f32_to_f16(static_cast<float>(x));
   if (static_cast<double>(f16_to_f32(h)) < x) h = static_cast<uint16_t>(h + 1);
   return h;
 }
-
 
 // The decoded value of `code`: scale * code is exact in f32 (11 + 8 significant bits), so only
 // the sum rounds, with or without FMA.
@@ -60,10 +47,13 @@ struct GroupRange {
 // compared in (the vector paths' differs).
 GroupRange group_range(KvCodec codec, float lo, float hi) {
   GroupRange r;
+  // The minimum rounded down (box_f16.h): rounded to nearest it could exceed the true one, and the
+  // smallest values would decode high by up to half an f16 ulp of it, for a narrow group far from
+  // 0 many scales.
   r.min_h = f16_round_down(lo + 0.0f);
-  // Double: the range of two floats is exact there, so the covering check in f16_round_up holds.
+  // Double: the range of two floats is exact there, so the covering check in f16_scale_round_up holds.
   const double range = static_cast<double>(hi) - static_cast<double>(f16_to_f32(r.min_h));
-  r.scale_h = range > 0.0 ? f16_round_up(range / codec_levels(codec)) : 0;
+  r.scale_h = range > 0.0 ? f16_scale_round_up(range / codec_levels(codec)) : 0;
   return r;
 }
 
@@ -578,6 +568,14 @@ void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, voi
   auto* chunk = static_cast<uint8_t*>(dst);
   decode_keys(g, codec, src, chunk);
   decode_values(g, codec, src + keys_bytes(g, codec), chunk + g.k_bytes());
+}
+
+void decode_chunk_keys(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst) {
+  if (codec == KvCodec::kNone) {
+    std::memcpy(dst, src, g.k_bytes());
+    return;
+  }
+  decode_keys(g, codec, src, static_cast<uint8_t*>(dst));
 }
 
 void round_trip_keys(const ChunkGeometry& g, KvCodec codec, const void* chunk, void* dst) {

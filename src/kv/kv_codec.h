@@ -57,6 +57,9 @@ void encode_chunk(const ChunkGeometry& g, KvCodec codec, const void* src, uint8_
 // dst[g.chunk_bytes()] = the chunk decoded from its stored form.
 void decode_chunk(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst);
 
+// dst [chunk_tokens][row_bytes] = the K rows of the chunk whose stored form is at src (the keys
+// of decode_chunk alone).
+void decode_chunk_keys(const ChunkGeometry& g, KvCodec codec, const uint8_t* src, void* dst);
 // dst [chunk_tokens][row_bytes] = the K rows of `chunk` (a whole chunk, layout of chunk_layout.h)
 // as decode_chunk(encode_chunk(chunk)) gives them, for codec int8 or int4.
 void round_trip_keys(const ChunkGeometry& g, KvCodec codec, const void* chunk, void* dst);

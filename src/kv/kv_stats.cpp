@@ -51,6 +51,17 @@ nlohmann::ordered_json policy_memory_json(const PolicyMemoryStats& m) {
   return j;
 }
 
+nlohmann::ordered_json transfer_json(const TransferStats& t) {
+  return {{"mode", t.mode},
+          {"chunks_compressed", t.chunks_compressed},
+          {"chunks_as_is", t.chunks_as_is},
+          {"bytes_compressed", t.bytes_compressed},
+          {"decode_ms", t.decode_ms},
+          {"as_is_us_per_chunk", t.as_is_us_per_chunk},
+          {"compressed_us_per_chunk", t.compressed_us_per_chunk},
+          {"decode_us_per_chunk", t.decode_us_per_chunk}};
+}
+
 }  // namespace
 
 std::string PolicyMemoryStats::to_text() const {
@@ -60,6 +71,8 @@ std::string PolicyMemoryStats::to_text() const {
 }
 
 std::string PolicyMemoryStats::to_json() const { return policy_memory_json(*this).dump(); }
+
+std::string TransferStats::to_json() const { return transfer_json(*this).dump(); }
 
 std::string human_bytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -226,16 +239,7 @@ std::string KvStats::to_json() const {
                           {"chunks_missed", read_ahead.chunks_missed},
                           {"wait_ms", read_ahead.wait_ms}};
   }
-  if (!transfer.mode.empty()) {
-    root["transfer"] = {{"mode", transfer.mode},
-                        {"chunks_compressed", transfer.chunks_compressed},
-                        {"chunks_as_is", transfer.chunks_as_is},
-                        {"bytes_compressed", transfer.bytes_compressed},
-                        {"decode_ms", transfer.decode_ms},
-                        {"as_is_us_per_chunk", transfer.as_is_us_per_chunk},
-                        {"compressed_us_per_chunk", transfer.compressed_us_per_chunk},
-                        {"decode_us_per_chunk", transfer.decode_us_per_chunk}};
-  }
+  if (!transfer.mode.empty()) root["transfer"] = transfer_json(transfer);
   if (!policy_memory.policy.empty()) root["policy_memory"] = policy_memory_json(policy_memory);
   if (prefill.known) {
     nlohmann::ordered_json p, d;

@@ -113,6 +113,9 @@ struct TransferStats {
   // "compressed transfers (auto (int4)): 1200 disk chunks read compressed (47.0 MiB), 30 as they
   // are; 35.2 ms decoding; a chunk: 81.0 us as it is, 30.2 compressed + 12.9 decoding" (for --kv-stats)
   std::string to_text() const;
+  // {"mode":..,"chunks_compressed":..,"chunks_as_is":..,"bytes_compressed":..,"decode_ms":..,
+  //  "as_is_us_per_chunk":..,"compressed_us_per_chunk":..,"decode_us_per_chunk":..}
+  std::string to_json() const;
 };
 
 struct KvStats {
@@ -155,9 +158,7 @@ struct KvStats {
   //    "disk_io_mode": "..", "abstracts_in_memory": bool, "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
   //    "read_ahead": {"jobs":..,"failed_jobs":..,"chunks_staged":..,"chunks_used":..,
   //    "chunks_missed":..,"wait_ms":..} (only when a read-ahead ran),
-  //    "transfer": {"mode":..,"chunks_compressed":..,"chunks_as_is":..,"bytes_compressed":..,
-  //    "decode_ms":..,"as_is_us_per_chunk":..,"compressed_us_per_chunk":..,"decode_us_per_chunk":..}
-  //    (only with --kv-compress),
+  //    "transfer": {TransferStats::to_json} (only with --kv-compress),
   //    "policy_memory": {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..},
   //    "prefill": {"bytes_read": {"device":..,"host":..,"disk":..}, "bytes_written": {..},
   //    "working_set_budget_bytes":..,"working_set_bytes":..,"segments":..},

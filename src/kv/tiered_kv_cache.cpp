@@ -209,7 +209,7 @@ void TieredKvCache::cover_round_trip(const Chunk& c, const uint8_t* keys, float*
 
 void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
   if (options_.host_codec == KvCodec::kNone) return;
-  decode_chunk(geometry_, options_.host_codec, stored, row_scratch_.data());
+  decode_chunk_keys(geometry_, options_.host_codec, stored, row_scratch_.data());
   widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, c.abstract.data());
 }
 
@@ -225,7 +225,7 @@ const float* TieredKvCache::abstract_for_disk(Chunk& c, size_t slot, const uint8
     update_abstract(geometry_, c.device != nullptr ? c.device.get() : c.host.get(), 0, c.n_filled, a);
   }
   if (compressed != nullptr) {
-    decode_chunk(geometry_, disk_->transfer_codec(), compressed, row_scratch_.data());
+    decode_chunk_keys(geometry_, disk_->transfer_codec(), compressed, row_scratch_.data());
     widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, a);
   }
   return a;
@@ -552,8 +552,7 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
   }
   const int64_t c = options_.chunk_tokens;
   const int64_t n = layers_[layer].n_tokens;
-  std::vector<DiskChunkRead> on_disk;  // index and form
-  const bool compressed = choose_compressed_read();
+  std::vector<DiskChunkRead> on_disk;  // index, and whether lossy (read compressed whatever the form)
   int64_t last = -1;
   for (const TokenRange& r : ranges) {
     if (r.begin < 0 || r.end > n || r.end < r.begin) {
@@ -562,10 +561,13 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
     }
     for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
       if (residency_.find({layer, i})->tier == Tier::kDisk) {
-        on_disk.push_back({i, nullptr, compressed || layers_[layer].chunks[i].lossy});
+        on_disk.push_back({i, nullptr, layers_[layer].chunks[i].lossy});
       }
       last = i;
     }
+  }
+  if (!on_disk.empty() && choose_compressed_read()) {
+    for (DiskChunkRead& r : on_disk) r.compressed = true;
   }
   read_ahead_->start(layer, on_disk, stats_);
   return Status::ok();
@@ -573,7 +575,6 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
 
 Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
   const KvCodec codec = options_.host_codec;
-  const bool compressed = choose_compressed_read();  // this batch's disk chunks, unless staged otherwise
   const size_t slot = slot_bytes_;
   const size_t decoded =
       codec == KvCodec::kNone && !transfers_compressed() ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
@@ -587,14 +588,17 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
   // The scratch (gather_slots_ chunks a batch): the reads' bytes, then the decoded chunks. The
   // compressed reads are packed first, one after another, so that neighbours in the file are one
   // request; the reads as they are follow, a slot each, from the next whole slot.
-  size_t n_compressed = 0;
+  size_t n_reads = 0, n_lossy_reads = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const GatherItem& it = items[i];
-    if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index) && staged_read(it.index) == nullptr &&
-        (compressed || L.chunks[it.index].lossy)) {
-      ++n_compressed;
+    if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index) && staged_read(it.index) == nullptr) {
+      ++n_reads;
+      n_lossy_reads += L.chunks[it.index].lossy ? 1 : 0;
     }
   }
+  // The form of this batch's disk reads (lossy chunks are read compressed whatever it is).
+  const bool compressed = n_reads > 0 && choose_compressed_read();
+  const size_t n_compressed = compressed ? n_reads : n_lossy_reads;
   uint8_t* next_compressed = scratch_.data();
   uint8_t* next_as_is = scratch_.data() + align_up(n_compressed * (transfers_compressed() ? disk_->compressed_slot_bytes() : 0), slot);
   uint8_t* const decoded_base = scratch_.data() + (gather_slots_ + 1) * slot;

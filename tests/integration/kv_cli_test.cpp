@@ -81,6 +81,14 @@ class KvCliTest : public ::testing::Test {
             "--kv-chunk", "8", "--kv-recent", "8"};
   }
 
+  // A greedy leoam@0.1 run of the book prompt over tiny tiers in DIR/name, with `extra` flags.
+  CliResult run_leoam_on_disk(const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "--policy", "leoam", "--budget", "0.1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const std::string& a : tiny_tiers(name)) args.push_back(a);
+    return run(args);
+  }
+
   std::string dir_;
   std::string prompt_;
 };
@@ -182,11 +190,9 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
 // --kv-dir the flag is refused.
 TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   const auto run_with = [&](const std::string& pipeline) {
-    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "24", "--policy", "leoam", "--budget", "0.1",
-                                     "--pipeline", pipeline, "--kv-stats", "--kv-stats-json",
-                                     dir_ + "/" + pipeline + ".json", "--trace", dir_ + "/" + pipeline + ".trace.json"};
-    for (const std::string& a : tiny_tiers("kv-" + pipeline)) args.push_back(a);
-    return run(args);
+    return run_leoam_on_disk("kv-" + pipeline, {"-n", "24", "--pipeline", pipeline, "--kv-stats", "--kv-stats-json",
+                                                dir_ + "/" + pipeline + ".json", "--trace",
+                                                dir_ + "/" + pipeline + ".trace.json"});
   };
   const CliResult off = run_with("off");
   ASSERT_EQ(off.status, 0) << off.err;
@@ -220,11 +226,8 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
 // --kv-stats counts the compressed reads, and a lossy host codec beside it is refused.
 TEST_F(KvCliTest, CompressedTransfersWriteTheSameTextPipelinedOrNotAndAreCounted) {
   const auto run_with = [&](const std::string& pipeline) {
-    std::vector<std::string> args = {"-f", prompt_, "--temp", "0", "-n", "16", "--policy", "leoam", "--budget", "0.1",
-                                     "--kv-compress", "int4", "--pipeline", pipeline, "--kv-stats", "--kv-stats-json",
-                                     dir_ + "/c-" + pipeline + ".json"};
-    for (const std::string& a : tiny_tiers("kvc-" + pipeline)) args.push_back(a);
-    return run(args);
+    return run_leoam_on_disk("kvc-" + pipeline, {"-n", "16", "--kv-compress", "int4", "--pipeline", pipeline,
+                                                 "--kv-stats", "--kv-stats-json", dir_ + "/c-" + pipeline + ".json"});
   };
   const CliResult off = run_with("off");
   ASSERT_EQ(off.status, 0) << off.err;

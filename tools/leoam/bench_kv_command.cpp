@@ -79,13 +79,6 @@ struct PolicyRun {
   TransferStats transfer;          // --kv-compress: the compressed reads, all sequences (times: the first's)
 };
 
-// A run's compressed reads as KvStats::to_json gives them; null without --kv-compress.
-Json transfer_json(const TransferStats& t) {
-  if (t.mode.empty()) return Json(nullptr);
-  KvStats stats;
-  stats.transfer = t;
-  return Json::parse(stats.to_json()).at("transfer");
-}
 
 // One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
 struct AttentionProfile {
@@ -656,7 +649,7 @@ class BenchKvCommand : public Command {
                          {"policy_peak_bytes", r.policy_peak_bytes},
                          {"kv_bytes", r.kv_bytes},
                          {"breakdown", Json::parse(r.breakdown.to_json())},
-                         {"transfer", transfer_json(r.transfer)},
+                         {"transfer", r.transfer.mode.empty() ? Json(nullptr) : Json::parse(r.transfer.to_json())},
                          {"steps", std::move(steps)}});
     }
     doc["results"] = std::move(results);
