@@ -35,20 +35,42 @@ void push_coalesced(std::vector<Request>& requests, const Request& r) {
   requests.push_back(r);
 }
 
-// "LKA3" read as little-endian bytes (LKA2: an f32 box; LKA1: no sign sketch).
-constexpr uint32_t kRecordMagic = 0x33414b4c;
-constexpr size_t kRecordHeaderBytes = 40;
+// "LKA4" read as little-endian bytes (LKA3: a record per chunk; LKA2: an f32 box; LKA1: no sign
+// sketch).
+constexpr uint32_t kRecordMagic = 0x34414b4c;
+constexpr size_t kRecordHeaderBytes = 32;
 
 struct RecordHeader {
   uint32_t magic = kRecordMagic;
-  uint32_t n_tokens = 0;
   uint32_t layer = 0;
   uint32_t codec = 0;
-  uint64_t index = 0;
-  uint64_t chunk_checksum = 0;
+  uint32_t group_chunks = 0;
+  uint64_t group = 0;
   uint64_t record_checksum = 0;
 };
 static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
+
+// One chunk's place in its group's record (n_tokens 0: not written).
+struct RecordSlot {
+  uint32_t n_tokens = 0;
+  uint32_t zero = 0;
+  uint64_t chunk_checksum = 0;
+};
+static_assert(sizeof(RecordSlot) == 16);
+
+// Where the parts of a record of `group_chunks` chunks lie (the header comment of disk_tier.h).
+struct RecordLayout {
+  size_t slots = kRecordHeaderBytes;
+  size_t box = 0;    // f16 [box_floats]
+  size_t signs = 0;  // u32 [group_chunks][sign_words]
+  size_t bytes = 0;
+
+  RecordLayout(const ChunkGeometry& g, int group_chunks) {
+    box = slots + static_cast<size_t>(group_chunks) * sizeof(RecordSlot);
+    signs = box + static_cast<size_t>(g.box_floats()) * sizeof(uint16_t);
+    bytes = signs + static_cast<size_t>(group_chunks) * static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
+  }
+};
 
 // XXH3 of the record with its checksum field read as zero.
 uint64_t record_checksum(const uint8_t* record, size_t record_bytes) {
@@ -59,25 +81,40 @@ uint64_t record_checksum(const uint8_t* record, size_t record_bytes) {
   return checksum64_seeded(record + kField + sizeof(zero), record_bytes - kField - sizeof(zero), h);
 }
 
-// A record's abstract: the box in f16, rounded outward (box_f16.h: it still bounds every key,
-// and f16 keys' extremes round to themselves), then the key sign sketch as it is.
-size_t record_abstract_bytes(const ChunkGeometry& g) {
-  return static_cast<size_t>(g.box_floats()) * sizeof(uint16_t) + static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
+// A group's record with no chunk in it: the empty box (min +inf, max -inf), no sign set.
+void reset_record(const ChunkGeometry& g, const RecordLayout& r, const RecordHeader& header, uint8_t* record) {
+  std::memset(record, 0, r.bytes);
+  std::memcpy(record, &header, sizeof(header));
+  const int64_t half = g.box_floats() / 2;
+  auto* box = reinterpret_cast<uint16_t*>(record + r.box);
+  std::fill(box, box + half, uint16_t{0x7c00});             // +inf
+  std::fill(box + half, box + 2 * half, uint16_t{0xfc00});  // -inf
 }
 
-// dst = abstract (box_floats + sign_words 4-byte slots, chunk_layout.h) as a record stores it. A
-// record's abstract starts 4-byte aligned (the header is 40 bytes, records a multiple of 4).
-void put_record_abstract(const ChunkGeometry& g, const float* abstract, uint8_t* dst) {
-  const int64_t n = g.box_floats();
-  round_box_outward(abstract, n, reinterpret_cast<uint16_t*>(dst));
-  std::memcpy(dst + n * sizeof(uint16_t), abstract + n, static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
+// Adds chunk `slot` of the group to its record: its fill and checksum, its key signs, and its box
+// into the group's, rounded outward (the f16 extremes stay exact: the union of the chunks' f16
+// boxes, the same whatever the order).
+void put_chunk(const ChunkGeometry& g, const RecordLayout& r, int slot, const RecordSlot& s, const float* abstract,
+               uint8_t* record) {
+  std::memcpy(record + r.slots + slot * sizeof(RecordSlot), &s, sizeof(s));
+  const int64_t half = g.box_floats() / 2;
+  auto* box = reinterpret_cast<uint16_t*>(record + r.box);
+  for (int64_t e = 0; e < half; ++e) {
+    const float lo = std::min(f16_to_f32(box[e]), abstract[e]);
+    const float hi = std::max(f16_to_f32(box[half + e]), abstract[half + e]);
+    box[e] = f16_round_down(lo);
+    box[half + e] = f16_round_up(hi);
+  }
+  const size_t sign_bytes = static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
+  std::memcpy(record + r.signs + slot * sign_bytes, abstract + g.box_floats(), sign_bytes);
 }
 
-// abstract = the record's, its box widened back to f32 exactly.
-void get_record_abstract(const ChunkGeometry& g, const uint8_t* src, float* abstract) {
-  const int64_t n = g.box_floats();
-  decode_box(reinterpret_cast<const uint16_t*>(src), n, abstract);
-  std::memcpy(abstract + n, src + n * sizeof(uint16_t), static_cast<size_t>(g.sign_words()) * sizeof(uint32_t));
+// abstract = chunk `slot`'s as the record gives it: the group's box, widened back to f32 exactly,
+// then the chunk's own key signs.
+void get_chunk_abstract(const ChunkGeometry& g, const RecordLayout& r, const uint8_t* record, int slot, float* abstract) {
+  decode_box(reinterpret_cast<const uint16_t*>(record + r.box), g.box_floats(), abstract);
+  const size_t sign_bytes = static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
+  std::memcpy(abstract + g.box_floats(), record + r.signs + slot * sign_bytes, sign_bytes);
 }
 
 uint64_t count_compressed(std::span<const DiskChunkRead> reads) {
@@ -100,12 +137,16 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   fs_ = options.file_system != nullptr ? options.file_system : &posix_file_system();
   stored_bytes_ = encoded_chunk_bytes(options.geometry, options.codec);
   slot_bytes_ = align_up(stored_bytes_, kDirectIoAlignment);
-  record_bytes_ = kRecordHeaderBytes + record_abstract_bytes(options.geometry);
   if (options.transfer_codec != KvCodec::kNone) {
     compressed_bytes_ = encoded_chunk_bytes(options.geometry, options.transfer_codec);
     compressed_slot_bytes_ = align_up(compressed_bytes_, kDirectIoAlignment);
   }
   layers_.resize(static_cast<size_t>(options.n_layer));
+  for (int il = 0; il < options.n_layer; ++il) {
+    const auto& groups = options.abstract_group_chunks;
+    layers_[il].group_chunks = il < static_cast<int>(groups.size()) ? groups[il] : 1;
+    layers_[il].record_bytes = RecordLayout(options.geometry, layers_[il].group_chunks).bytes;
+  }
 }
 
 DiskTier::~DiskTier() {
@@ -174,6 +215,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& option
   if (options.transfer_codec != KvCodec::kNone && options.codec != KvCodec::kNone) {
     return invalid_argument("disk tier: a transfer codec needs chunks stored as they are (codec none)");
   }
+  for (const int g : options.abstract_group_chunks) {
+    if (g < 1 || g > 4096) return invalid_argument("disk tier: chunks per abstract record must be 1 to 4096");
+  }
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
   LEOAM_RETURN_IF_ERROR(tier->fs_->create_dirs(options.dir).with_context("KV directory --kv-dir '" + options.dir + "'"));
   if (Status st = tier->open_files(/*create=*/true); !st.is_ok()) return st;
@@ -195,26 +239,40 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions&
   std::unique_ptr<DiskTier> tier(new DiskTier(o));
   if (static_cast<int>(n_chunks.size()) != o.n_layer) return invalid_argument("disk tier: one chunk count per layer needed");
   LEOAM_RETURN_IF_ERROR(tier->open_files(/*create=*/false));
-  std::vector<float> abstracts;
+  for (const int g : o.abstract_group_chunks) {
+    if (g < 1 || g > 4096) return invalid_argument("disk tier: chunks per abstract record must be 1 to 4096");
+  }
+  const ChunkGeometry& geo = o.geometry;
   for (int il = 0; il < o.n_layer; ++il) {
+    Layer& L = tier->layers_[il];
     const int64_t n = n_chunks[il];
-    tier->layers_[il].entries.assign(static_cast<size_t>(n), Entry{});
-    std::vector<uint8_t> records(static_cast<size_t>(n) * tier->record_bytes_);
+    const int64_t G = L.group_chunks;
+    const int64_t n_groups = (n + G - 1) / G;
+    L.entries.assign(static_cast<size_t>(n), Entry{});
+    L.record_checksums.assign(static_cast<size_t>(n_groups), 0);
     if (n == 0) continue;
+    const RecordLayout layout(geo, L.group_chunks);
+    std::vector<uint8_t> records(static_cast<size_t>(n_groups) * L.record_bytes);
     const ReadRequest req{0, records.size(), records.data()};
-    LEOAM_RETURN_IF_ERROR(tier->layers_[il].abstracts->read({&req, 1}));
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* rec = records.data() + i * tier->record_bytes_;
+    LEOAM_RETURN_IF_ERROR(L.abstracts->read({&req, 1}));
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const uint8_t* rec = records.data() + g * L.record_bytes;
       RecordHeader h;
       std::memcpy(&h, rec, sizeof(h));
-      if (h.magic != kRecordMagic || h.layer != static_cast<uint32_t>(il) || h.index != static_cast<uint64_t>(i) ||
-          h.codec != static_cast<uint32_t>(o.codec) || h.n_tokens == 0 ||
-          h.n_tokens > static_cast<uint32_t>(o.geometry.chunk_tokens) ||
-          record_checksum(rec, tier->record_bytes_) != h.record_checksum) {
-        return tier->chunk_error(StatusCode::kCorrupt, il, i,
+      bool ok = h.magic == kRecordMagic && h.layer == static_cast<uint32_t>(il) && h.group == static_cast<uint64_t>(g) &&
+                h.codec == static_cast<uint32_t>(o.codec) && h.group_chunks == static_cast<uint32_t>(G) &&
+                record_checksum(rec, L.record_bytes) == h.record_checksum;
+      for (int64_t i = g * G; ok && i < std::min(n, (g + 1) * G); ++i) {
+        RecordSlot slot;
+        std::memcpy(&slot, rec + layout.slots + (i - g * G) * sizeof(RecordSlot), sizeof(slot));
+        ok = slot.n_tokens > 0 && slot.n_tokens <= static_cast<uint32_t>(geo.chunk_tokens);
+        if (ok) L.entries[i] = Entry{true, slot.n_tokens, slot.chunk_checksum, 0};
+      }
+      if (!ok) {
+        return tier->chunk_error(StatusCode::kCorrupt, il, g * G,
                                  "abstract record in " + tier->abstract_path(il) + " is corrupt (bad header or checksum)");
       }
-      tier->layers_[il].entries[i] = Entry{true, h.n_tokens, h.chunk_checksum, h.record_checksum};
+      L.record_checksums[g] = h.record_checksum;
     }
   }
   return tier;
@@ -256,14 +314,87 @@ Status DiskTier::chunk_error(StatusCode code, int layer, int64_t index, const st
                           std::to_string(index) + ": " + what);
 }
 
+uint64_t DiskTier::buffer_bytes() const {
+  uint64_t total = 0;
+  for (const Layer& L : layers_) total += L.open_record.capacity();
+  return total;
+}
+
+Status DiskTier::load_record(int layer, int64_t g, std::vector<uint8_t>& record) {
+  Layer& L = layers_[layer];
+  const RecordLayout layout(options_.geometry, L.group_chunks);
+  if (g == L.open_group) {
+    record = L.open_record;
+    return Status::ok();
+  }
+  if (g >= static_cast<int64_t>(L.record_checksums.size()) || L.record_checksums[g] == 0) {
+    RecordHeader h;
+    h.layer = static_cast<uint32_t>(layer);
+    h.codec = static_cast<uint32_t>(options_.codec);
+    h.group_chunks = static_cast<uint32_t>(L.group_chunks);
+    h.group = static_cast<uint64_t>(g);
+    record.resize(layout.bytes);
+    reset_record(options_.geometry, layout, h, record.data());
+    return Status::ok();
+  }
+  // A group written before, not the last one (a truncation went back into it): from the file.
+  record.resize(layout.bytes);
+  const ReadRequest req{static_cast<uint64_t>(g) * layout.bytes, layout.bytes, record.data()};
+  if (Status st = L.abstracts->read({&req, 1}); !st.is_ok()) {
+    return chunk_error(st.code(), layer, g * L.group_chunks, "reading its abstract record back: " + st.message());
+  }
+  if (record_checksum(record.data(), layout.bytes) != L.record_checksums[g]) {
+    return chunk_error(StatusCode::kCorrupt, layer, g * L.group_chunks,
+                       "abstract checksum mismatch in " + abstract_path(layer) + " at offset " +
+                           std::to_string(req.offset) + ": the abstract file is corrupt");
+  }
+  return Status::ok();
+}
+
+Status DiskTier::write_records(int layer, std::vector<GroupRecord>& groups, int64_t first_chunk, uint64_t* n_bytes) {
+  Layer& L = layers_[layer];
+  std::vector<WriteRequest> requests;
+  std::vector<uint64_t> checksums;
+  uint64_t records_end = 0;
+  for (GroupRecord& r : groups) {
+    const uint64_t h = record_checksum(r.bytes.data(), r.bytes.size());
+    std::memcpy(r.bytes.data() + offsetof(RecordHeader, record_checksum), &h, sizeof(h));
+    checksums.push_back(h);
+    const uint64_t offset = static_cast<uint64_t>(r.group) * L.record_bytes;
+    push_coalesced(requests, {offset, r.bytes.size(), r.bytes.data()});
+    records_end = std::max<uint64_t>(records_end, offset + r.bytes.size());
+  }
+  // Zeros from the last record to the next block edge, the first time the file grows past it:
+  // the file then ends on a block, so that an O_DIRECT read of any records' blocks is whole.
+  static constexpr std::array<uint8_t, kDirectIoAlignment> kZeros{};
+  const uint64_t padded_end = align_up(records_end, kDirectIoAlignment);
+  if (records_end > L.abstract_file_bytes && padded_end > records_end) {
+    requests.push_back({records_end, static_cast<size_t>(padded_end - records_end), kZeros.data()});
+  }
+  if (Status st = L.abstracts->write_batch(requests); !st.is_ok()) {
+    return chunk_error(st.code(), layer, first_chunk, "writing abstract records: " + st.message());
+  }
+  L.abstract_file_bytes = std::max(L.abstract_file_bytes, padded_end);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const auto g = static_cast<size_t>(groups[k].group);
+    if (L.record_checksums.size() <= g) L.record_checksums.resize(g + 1, 0);
+    L.record_checksums[g] = checksums[k];
+    *n_bytes += groups[k].bytes.size();
+  }
+  L.open_group = groups.back().group;
+  L.open_record = std::move(groups.back().bytes);
+  return Status::ok();
+}
+
 Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes) {
   if (writes.empty()) return Status::ok();
   Layer& L = layers_[layer];
+  const ChunkGeometry& geo = options_.geometry;
+  const RecordLayout layout(geo, L.group_chunks);
   std::vector<Entry> entries(writes.size());
-  std::vector<uint8_t> records(writes.size() * record_bytes_);
   std::vector<WriteRequest> slots;
   std::vector<WriteRequest> compressed_slots;
-  std::vector<WriteRequest> abstracts;
+  std::vector<GroupRecord> groups;  // the records the batch touches, in the order it first does
   const bool with_compressed = options_.transfer_codec != KvCodec::kNone;
   for (size_t j = 0; j < writes.size(); ++j) {
     const DiskChunkWrite& w = writes[j];
@@ -271,34 +402,22 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
       return chunk_error(StatusCode::kInternal, layer, w.index, "write without its compressed form");
     }
     Entry& entry = entries[j];
-    entry = {true, static_cast<uint32_t>(w.n_tokens), checksum64(w.stored, stored_bytes_), 0,
+    entry = {true, static_cast<uint32_t>(w.n_tokens), checksum64(w.stored, stored_bytes_),
              with_compressed ? checksum64(w.compressed, compressed_bytes_) : 0};
-    RecordHeader h;
-    h.n_tokens = entry.n_tokens;
-    h.layer = static_cast<uint32_t>(layer);
-    h.codec = static_cast<uint32_t>(options_.codec);
-    h.index = static_cast<uint64_t>(w.index);
-    h.chunk_checksum = entry.chunk_checksum;
-    uint8_t* rec = records.data() + j * record_bytes_;
-    std::memcpy(rec, &h, sizeof(h));
-    put_record_abstract(options_.geometry, w.abstract, rec + kRecordHeaderBytes);
-    entry.record_checksum = record_checksum(rec, record_bytes_);
-    std::memcpy(rec + offsetof(RecordHeader, record_checksum), &entry.record_checksum, sizeof(uint64_t));
+    const int64_t g = w.index / L.group_chunks;
+    auto rec = std::find_if(groups.begin(), groups.end(), [&](const GroupRecord& r) { return r.group == g; });
+    if (rec == groups.end()) {
+      groups.push_back({g, {}});
+      LEOAM_RETURN_IF_ERROR(load_record(layer, g, groups.back().bytes));
+      rec = groups.end() - 1;
+    }
+    put_chunk(geo, layout, static_cast<int>(w.index % L.group_chunks), {entry.n_tokens, 0, entry.chunk_checksum},
+              w.abstract, rec->bytes.data());
     push_coalesced(slots, {static_cast<uint64_t>(w.index) * slot_bytes_, slot_bytes_, w.stored});
     if (with_compressed) {
       push_coalesced(compressed_slots,
                      {static_cast<uint64_t>(w.index) * compressed_slot_bytes_, compressed_slot_bytes_, w.compressed});
     }
-    push_coalesced(abstracts, {static_cast<uint64_t>(w.index) * record_bytes_, record_bytes_, rec});
-  }
-  // Zeros from the last record to the next block edge, the first time the file grows past it:
-  // the file then ends on a block, so that an O_DIRECT read of any records' blocks is whole.
-  static constexpr std::array<uint8_t, kDirectIoAlignment> kZeros{};
-  uint64_t records_end = 0;
-  for (const WriteRequest& w : abstracts) records_end = std::max<uint64_t>(records_end, w.offset + w.n_bytes);
-  const uint64_t padded_end = align_up(records_end, kDirectIoAlignment);
-  if (records_end > L.abstract_file_bytes && padded_end > records_end) {
-    abstracts.push_back({records_end, static_cast<size_t>(padded_end - records_end), kZeros.data()});
   }
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -314,15 +433,12 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
                              st.message());
     }
   }
-  if (Status st = L.abstracts->write_batch(abstracts); !st.is_ok()) {
-    const std::string what = writes.size() == 1 ? "writing the abstract: "
-                                                : "writing " + std::to_string(writes.size()) + " abstracts from this one on: ";
-    return chunk_error(st.code(), layer, writes[0].index, what + st.message());
-  }
-  L.abstract_file_bytes = std::max(L.abstract_file_bytes, padded_end);
+  uint64_t record_bytes_written = 0;
+  LEOAM_RETURN_IF_ERROR(write_records(layer, groups, writes[0].index, &record_bytes_written));
   if (options_.stats != nullptr) {
     options_.stats->disk_write_latency.record_us(elapsed_us(t0));
-    (*options_.stats)[Tier::kDisk].bytes_written += writes.size() * (slot_bytes_ + compressed_slot_bytes_ + record_bytes_);
+    (*options_.stats)[Tier::kDisk].bytes_written +=
+        writes.size() * (slot_bytes_ + compressed_slot_bytes_) + record_bytes_written;
   }
   for (size_t j = 0; j < writes.size(); ++j) {
     const int64_t index = writes[j].index;
@@ -388,11 +504,14 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
       if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
     }
   }
-  // Per run, the whole blocks that hold its records, so that the read can bypass the page cache.
+  const int64_t G = L.group_chunks;
+  const uint64_t rb = L.record_bytes;
+  // Per run, the whole blocks that hold its groups' records, so that the read can bypass the page
+  // cache.
   RandomAccessFile& file = L.abstract_reads != nullptr ? *L.abstract_reads : *L.abstracts;
   const bool whole_blocks = L.abstract_reads != nullptr;
   struct Span {
-    uint64_t first = 0;  // the run's first record
+    int64_t g0 = 0;      // the run's first group
     uint64_t read0 = 0, read1 = 0;
     uint64_t at = 0;     // where its blocks land in the scratch
   };
@@ -404,9 +523,10 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
       continue;
     }
     Span sp;
-    sp.first = static_cast<uint64_t>(r.begin) * record_bytes_;
-    const uint64_t last = static_cast<uint64_t>(r.end) * record_bytes_;
-    sp.read0 = whole_blocks ? sp.first / kDirectIoAlignment * kDirectIoAlignment : sp.first;
+    sp.g0 = r.begin / G;
+    const uint64_t first = static_cast<uint64_t>(sp.g0) * rb;
+    const uint64_t last = static_cast<uint64_t>((r.end - 1) / G + 1) * rb;
+    sp.read0 = whole_blocks ? first / kDirectIoAlignment * kDirectIoAlignment : first;
     sp.read1 = whole_blocks ? align_up(last, kDirectIoAlignment) : last;
     sp.at = total;
     total += align_up(sp.read1 - sp.read0, kDirectIoAlignment);
@@ -432,21 +552,29 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
     }
   }
   const ChunkGeometry& g = options_.geometry;
+  const RecordLayout layout(g, L.group_chunks);
   for (size_t k = 0; k < runs.size(); ++k) {
     const ChunkRun& r = runs[k];
-    const uint8_t* records = read_scratch_.data() + spans[k].at + (spans[k].first - spans[k].read0);
+    const uint8_t* records = read_scratch_.data() + spans[k].at + (spans[k].g0 * rb - spans[k].read0);
+    int64_t checked = -1;  // the last group checked
     for (int64_t i = r.begin; i < r.end; ++i) {
-      const uint8_t* rec = records + (i - r.begin) * record_bytes_;
-      RecordHeader h;
-      std::memcpy(&h, rec, sizeof(h));
-      const Entry& e = L.entries[i];
-      if (h.record_checksum != e.record_checksum || record_checksum(rec, record_bytes_) != e.record_checksum) {
-        return chunk_error(StatusCode::kCorrupt, layer, i,
-                           "abstract checksum mismatch in " + abstract_path(layer) + " at offset " +
-                               std::to_string(static_cast<uint64_t>(i) * record_bytes_) +
-                               ": the abstract file is corrupt");
+      const int64_t gi = i / G;
+      const uint8_t* rec = records + (gi - spans[k].g0) * rb;
+      if (gi != checked) {
+        if (gi >= static_cast<int64_t>(L.record_checksums.size())) {
+          return chunk_error(StatusCode::kInternal, layer, i, "abstract record never written");
+        }
+        RecordHeader h;
+        std::memcpy(&h, rec, sizeof(h));
+        const uint64_t expected = L.record_checksums[gi];
+        if (h.record_checksum != expected || record_checksum(rec, rb) != expected) {
+          return chunk_error(StatusCode::kCorrupt, layer, i,
+                             "abstract checksum mismatch in " + abstract_path(layer) + " at offset " +
+                                 std::to_string(static_cast<uint64_t>(gi) * rb) + ": the abstract file is corrupt");
+        }
+        checked = gi;
       }
-      get_record_abstract(g, rec + kRecordHeaderBytes, dst);
+      get_chunk_abstract(g, layout, rec, static_cast<int>(i - gi * G), dst);
       dst += g.abstract_floats();
     }
   }
@@ -462,9 +590,45 @@ Status DiskTier::sync() {
   return Status::ok();
 }
 
-void DiskTier::forget_from(int layer, int64_t index) {
-  std::vector<Entry>& e = layers_[layer].entries;
-  if (index < static_cast<int64_t>(e.size())) e.resize(static_cast<size_t>(std::max<int64_t>(index, 0)));
+Status DiskTier::forget_from(int layer, int64_t index, std::span<const float> kept_abstracts) {
+  Layer& L = layers_[layer];
+  const ChunkGeometry& geo = options_.geometry;
+  index = std::max<int64_t>(index, 0);
+  const int64_t G = L.group_chunks;
+  const int64_t g = index / G;  // the first group that loses chunks, or that index cuts
+  const int64_t first = g * G;
+  const bool cut = index % G != 0 && g < static_cast<int64_t>(L.record_checksums.size()) && L.record_checksums[g] != 0;
+  if (cut && static_cast<int64_t>(kept_abstracts.size()) < (index - first) * geo.abstract_floats()) {
+    return chunk_error(StatusCode::kInternal, layer, index, "forget_from cuts a group without its kept abstracts");
+  }
+  if (index < static_cast<int64_t>(L.entries.size())) L.entries.resize(static_cast<size_t>(index));
+  if (L.open_group >= g) {
+    L.open_group = -1;
+    std::vector<uint8_t>().swap(L.open_record);
+  }
+  L.record_checksums.resize(std::min(L.record_checksums.size(), static_cast<size_t>(g)));
+  if (!cut) return Status::ok();
+  // The cut group's record again, from the abstracts of the chunks it keeps.
+  const RecordLayout layout(geo, L.group_chunks);
+  std::vector<GroupRecord> groups(1);
+  groups[0].group = g;
+  LEOAM_RETURN_IF_ERROR(load_record(layer, g, groups[0].bytes));  // g has no record now: an empty one
+  bool any = false;
+  for (int64_t i = first; i < index; ++i) {
+    if (!has_chunk(layer, i)) continue;
+    const Entry& e = L.entries[i];
+    put_chunk(geo, layout, static_cast<int>(i - first), {e.n_tokens, 0, e.chunk_checksum},
+              kept_abstracts.data() + (i - first) * geo.abstract_floats(), groups[0].bytes.data());
+    any = true;
+  }
+  if (!any) return Status::ok();
+  uint64_t n_bytes = 0;
+  if (Status st = write_records(layer, groups, first, &n_bytes); !st.is_ok()) {
+    L.entries.resize(std::min(L.entries.size(), static_cast<size_t>(first)));  // their record is gone: so are they
+    return st;
+  }
+  if (options_.stats != nullptr) (*options_.stats)[Tier::kDisk].bytes_written += n_bytes;
+  return Status::ok();
 }
 
 }  // namespace leoam

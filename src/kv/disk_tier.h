@@ -12,17 +12,27 @@
 //   +----------+----------+--  (records are small and not block-aligned), read O_DIRECT through
 //   | record 0 | record 1 |     io_uring by whole blocks (the file is zero-padded to a block), so
 //   +----------+----------+--  abstract reads are disk reads, never page-cache hits
-//   record i = chunk i: a 40-byte header, then its abstract: the box in f16, each minimum
-//   rounded down and each maximum up (box_f16.h), and the key sign sketch (chunk_layout.h)
+//   record g = the abstracts of chunks [g G, (g + 1) G) of the layer, G its group (the policy's
+//   choice, DiskTierOptions::abstract_group_chunks: a box per block of what it keeps in memory):
+//   a 32-byte header, a 16-byte slot per chunk (its fill and checksum), one box for the group in
+//   f16 (the union of its chunks' boxes, each minimum rounded down and each maximum up:
+//   box_f16.h), then each chunk's key sign sketch (chunk_layout.h). A chunk's abstract is the
+//   group's box and its own signs: a box that still bounds its keys, G times fewer box bytes.
 //
 //   <dir>/<session>-L003.kvc   with a transfer codec (--kv-compress): every chunk again, in the
 //                              codec's form (kv_codec.h), slot i = chunk i as in the .kv; a read
 //                              may ask for it instead of the stored form (fewer bytes to move)
 //
-//   record header (little-endian):
-//     u32 magic "LKA3" | u32 n_tokens (filled rows) | u32 layer | u32 codec | u64 chunk index
-//     u64 chunk checksum (XXH3 of the slot's stored bytes, encoded_chunk_bytes long)
-//     u64 record checksum (XXH3 of header and abstract, with this field zero)
+//   record (little-endian):
+//     u32 magic "LKA4" | u32 layer | u32 codec | u32 G | u64 group index
+//     u64 record checksum (XXH3 of the whole record, with this field zero)
+//     G x { u32 n_tokens (filled rows; 0: not written) | u32 0 | u64 chunk checksum (XXH3 of
+//           the slot's stored bytes, encoded_chunk_bytes long) }
+//     f16 box[2][n_kv_heads][head_dim] | u32 signs[G][chunk_tokens][n_kv_heads][words per head]
+//
+// A group's record is rewritten as its chunks are written (write-through seals them in order: the
+// tier keeps each layer's last record in memory, so nothing is read back), and when a truncation
+// cuts a group, from the abstracts of the chunks kept in it (forget_from).
 //
 // Integrity: every chunk read (either form) is checked against the checksum the tier recorded
 // when it wrote the chunk, and every abstract record against its own checksum and the one recorded. A
@@ -60,6 +70,9 @@ struct DiskTierOptions {
   // A second, compressed copy of every chunk written, for reads that ask for it (kNone: none).
   // Only beside the stored form kNone; not for a kept session (open_existing).
   KvCodec transfer_codec = KvCodec::kNone;
+  // Per layer, the chunks that share an abstract record (G above; empty, or a layer past the
+  // end: 1). A kept session's records must have been written with the same.
+  std::vector<int> abstract_group_chunks;
   FileOpenOptions file_options;    // direct / uring / queue depth (create and truncate are set here)
   bool keep_files = false;         // leave the files in place when destroyed
   bool visible_files = false;      // without keep_files: unlink at the end, not at once
@@ -104,7 +117,10 @@ class DiskTier {
   const std::string& session() const { return options_.session; }
   size_t stored_bytes() const { return stored_bytes_; }  // encoded_chunk_bytes
   size_t slot_bytes() const { return slot_bytes_; }      // stored_bytes rounded up to 4096
-  size_t record_bytes() const { return record_bytes_; }
+  int group_chunks(int layer) const { return layers_[layer].group_chunks; }
+  size_t record_bytes(int layer) const { return layers_[layer].record_bytes; }
+  // The last record of each layer, kept to add the next chunks to it.
+  uint64_t buffer_bytes() const;
   KvCodec transfer_codec() const { return options_.transfer_codec; }
   size_t compressed_bytes() const { return compressed_bytes_; }            // encoded_chunk_bytes
   size_t compressed_slot_bytes() const { return compressed_slot_bytes_; }  // rounded up to 4096
@@ -142,15 +158,16 @@ class DiskTier {
   }
   // Makes every written chunk and abstract durable.
   [[nodiscard]] Status sync();
-  // Forgets chunks at and past `index` of `layer` (their slots may be rewritten).
-  void forget_from(int layer, int64_t index);
+  // Forgets chunks at and past `index` of `layer` (their slots may be rewritten). Where `index`
+  // cuts a group, its record is rewritten from kept_abstracts: the abstracts (as write_chunks
+  // takes them) of chunks [index - index % G, index), of which those written are kept.
+  [[nodiscard]] Status forget_from(int layer, int64_t index, std::span<const float> kept_abstracts = {});
 
  private:
   struct Entry {
     bool written = false;
     uint32_t n_tokens = 0;
     uint64_t chunk_checksum = 0;
-    uint64_t record_checksum = 0;
     uint64_t compressed_checksum = 0;  // with a transfer codec
   };
   struct Layer {
@@ -160,17 +177,32 @@ class DiskTier {
     std::unique_ptr<RandomAccessFile> abstract_reads;  // O_DIRECT reads of whole blocks; null when kept
     uint64_t abstract_file_bytes = 0;                  // the .lka's length so far, a block multiple
     std::vector<Entry> entries;                        // [chunk index]
+    int group_chunks = 1;                              // G
+    size_t record_bytes = 0;
+    std::vector<uint64_t> record_checksums;            // [group index]: of its record as written
+    int64_t open_group = -1;                           // the group of open_record, -1: none
+    std::vector<uint8_t> open_record;                  // the last record written
   };
 
   explicit DiskTier(const DiskTierOptions& options);
   Status open_files(bool create);
   Status chunk_error(StatusCode code, int layer, int64_t index, const std::string& what) const;
+  // record = group g's record as the file holds it (the open one from memory), checked; or, with
+  // none written, an empty one.
+  Status load_record(int layer, int64_t g, std::vector<uint8_t>& record);
+  // Writes the records of `groups` (group index, record; the checksum field filled here) in one
+  // batch, with the block padding past the file's end, then records their checksums and keeps
+  // the last one open. Nothing changes on failure.
+  struct GroupRecord {
+    int64_t group = 0;
+    std::vector<uint8_t> bytes;
+  };
+  Status write_records(int layer, std::vector<GroupRecord>& groups, int64_t first_chunk, uint64_t* n_bytes);
 
   DiskTierOptions options_;
   FileSystem* fs_ = nullptr;
   size_t stored_bytes_ = 0;
   size_t slot_bytes_ = 0;
-  size_t record_bytes_ = 0;
   size_t compressed_bytes_ = 0;
   size_t compressed_slot_bytes_ = 0;
   std::vector<Layer> layers_;

@@ -24,8 +24,9 @@
 
 namespace leoam {
 
-// 2: abstract records with f16 boxes ("LKA3"); 1 (f32 boxes) is no longer read.
-inline constexpr int kKvSessionVersion = 2;
+// 3: abstract records per group of chunks ("LKA4", a session keeps one chunk a group); 2 (a
+// record per chunk, "LKA3") and 1 (f32 boxes) are no longer read.
+inline constexpr int kKvSessionVersion = 3;
 
 struct KvSession {
   uint64_t model_hash = 0;       // checksum64 of the model file

@@ -127,6 +127,13 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   d.geometry = cache->geometry_;
   d.codec = options.host_codec;
   d.transfer_codec = transfer_codec_of(options.compress);
+  for (const int tokens : options.abstract_tokens) {
+    if (tokens <= 0 || tokens % options.chunk_tokens != 0) {
+      return invalid_argument("KV store: a disk abstract record must cover a multiple of the chunk (" +
+                              std::to_string(options.chunk_tokens) + " tokens), not " + std::to_string(tokens));
+    }
+    d.abstract_group_chunks.push_back(tokens / options.chunk_tokens);
+  }
   d.file_options = options.file_options;
   d.file_system = options.file_system;
   d.visible_files = options.visible_files;
@@ -789,7 +796,16 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
   for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) residency_.erase({layer, i});
   L.chunks.resize(static_cast<size_t>(first_gone));
   std::erase_if(L.recent_pins, [&](int64_t i) { return i >= first_gone; });
-  if (disk_ != nullptr) disk_->forget_from(layer, first_gone);
+  if (disk_ != nullptr) {
+    // A disk abstract record that the cut splits is written again from the chunks it keeps.
+    const int64_t group_first = first_gone - first_gone % disk_->group_chunks(layer);
+    std::vector<float> kept(static_cast<size_t>((first_gone - group_first) * geometry_.abstract_floats()));
+    for (int64_t i = group_first; i < first_gone; ++i) {
+      if (!disk_->has_chunk(layer, i)) continue;
+      LEOAM_RETURN_IF_ERROR(record_abstract_again(layer, i, kept.data() + (i - group_first) * geometry_.abstract_floats()));
+    }
+    LEOAM_RETURN_IF_ERROR(disk_->forget_from(layer, first_gone, kept));
+  }
   L.n_tokens = keep_full * c;
 
   if (partial_rows > 0) {
@@ -816,7 +832,7 @@ void TieredKvCache::clear() {
   residency_.clear();
   for (int il = 0; il < options_.shape.n_layer; ++il) {
     layers_[il] = LayerState{};
-    if (disk_ != nullptr) disk_->forget_from(il, 0);
+    if (disk_ != nullptr) (void)disk_->forget_from(il, 0);  // cuts no record: cannot fail
   }
 }
 
@@ -935,6 +951,35 @@ Status TieredKvCache::abstracts_from_kv(int layer, int64_t i0, int64_t i1, float
   return Status::ok();
 }
 
+Status TieredKvCache::record_abstract_again(int layer, int64_t index, float* a) {
+  const Chunk& c = layers_[layer].chunks[index];
+  if (keeps_abstracts(options_) && !c.abstract.empty()) {
+    std::memcpy(a, c.abstract.data(), c.abstract.size() * sizeof(float));
+    return Status::ok();
+  }
+  const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
+  std::vector<uint8_t> decoded;  // not row_scratch_: truncate_layer keeps the cut chunk's rows there
+  if (keys == nullptr) {  // on the disk only: its stored form, decoded
+    settle(layer);
+    const DiskChunkRead read{index, scratch_.data()};
+    LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, {&read, 1}));
+    keys = scratch_.data();
+    if (options_.host_codec != KvCodec::kNone) {
+      decoded.resize(geometry_.chunk_bytes());
+      decode_chunk(geometry_, options_.host_codec, scratch_.data(), decoded.data());
+      keys = decoded.data();
+    }
+  }
+  reset_abstract(geometry_, a);
+  update_abstract(geometry_, keys, 0, c.n_filled, a);
+  if (transfers_compressed()) {
+    round_trip_scratch_.resize(geometry_.k_bytes());
+    round_trip_keys(geometry_, disk_->transfer_codec(), keys, round_trip_scratch_.data());
+    widen_abstract_box(geometry_, round_trip_scratch_.data(), 0, c.n_filled, a);
+  }
+  return Status::ok();
+}
+
 // --- hints and inspection --------------------------------------------------------------------
 
 void TieredKvCache::set_importance(ChunkKey key, float importance) {
@@ -967,7 +1012,8 @@ KvStats TieredKvCache::stats() const {
   }
   s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() +
                    round_trip_scratch_.capacity() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
-                   (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0);
+                   (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0) +
+                   (disk_ != nullptr ? disk_->buffer_bytes() : 0);
   return s;
 }
 

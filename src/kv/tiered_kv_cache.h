@@ -43,7 +43,8 @@
 // So an abstract a policy read once stays sound wherever the chunk moves. Without a lossy codec a
 // device or host chunk's keys are the only form there is, and its abstract is computed from them
 // when asked (nothing is kept in memory); with one, each resident chunk keeps its abstract. A
-// disk chunk's abstract is its record in the disk tier's abstract file.
+// disk chunk's abstract is its record in the disk tier's abstract file: the box of its group
+// (abstract_tokens), its own signs.
 //
 // Memory: a device or host chunk costs its tier's budget its KV and, with a lossy codec, its
 // abstract (box and key sign sketch; chunk_budget_bytes), so each tier holds at most its budget,
@@ -87,6 +88,10 @@ struct TieredKvCacheOptions {
   // Device and host chunks keep their abstracts in memory, inside their tier's budget, even
   // without a lossy codec: for a policy that scores every far chunk at every step (quest).
   bool keep_abstracts = false;
+  // Per layer, the positions one disk abstract record covers (disk_tier.h: one box for them, each
+  // chunk's own key signs), a multiple of chunk_tokens: the policy's blocks
+  // (sparse::selection_policy_abstract_tokens). Empty, or a layer past the end: chunk_tokens.
+  std::vector<int> abstract_tokens;
   // Disk tier directory (created if missing). Empty: no disk tier, no file is ever opened, and
   // every chunk stays on the device, whose budget must hold the whole context.
   std::string dir;
@@ -237,6 +242,10 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // The abstracts of disk chunks [i0, i1) of `layer`, recomputed from their KV, read in full in
   // batches of the gather scratch (AbstractSource::kKv).
   Status abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst);
+  // a = sealed chunk `index` of `layer`'s abstract as its disk record takes it, made again for a
+  // record that a truncation cuts (DiskTier::forget_from): kept, or from its keys (resident, or
+  // read from the disk), widened to bound their compressed round trip with compressed transfers.
+  Status record_abstract_again(int layer, int64_t index, float* a);
   Status open_chunk(int layer, int64_t index);
   // Writes the chunks of `layer` from `first` on that are sealed and have no disk copy yet to the
   // disk, in batches of write_buffer_'s slots, where they live (write-through).

@@ -14,6 +14,8 @@ std::unique_ptr<SelectionPolicy> make_quest_policy(const PolicyOptions& options)
 Result<std::unique_ptr<SelectionPolicy>> make_infinigen_policy(const PolicyOptions& options);
 std::unique_ptr<SelectionPolicy> make_leoam_policy(const PolicyOptions& options);
 Result<std::unique_ptr<SelectionPolicy>> make_oracle_policy(const PolicyOptions& options);
+// Defined in leoam_policy.cpp: the block size of its trees' boxes at `layer` and a far budget.
+int leoam_block_tokens(const PolicyOptions& options, int layer, int store_chunk_tokens, int64_t budget_tokens);
 
 namespace {
 
@@ -45,6 +47,12 @@ bool selection_policy_needs_catalog(std::string_view name) {
 
 bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive) {
   return name == "quest" || (name == "leoam" && !adaptive);
+}
+
+int selection_policy_abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,
+                                     int64_t budget_tokens) {
+  if (name == "leoam" && options.adaptive) return leoam_block_tokens(options, layer, chunk_tokens, budget_tokens);
+  return chunk_tokens;
 }
 
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options) {

@@ -156,6 +156,14 @@ bool selection_policy_needs_catalog(std::string_view name);
 // adaptive trees), rather than once into state of its own (leoam's trees): its store should keep
 // the device and host chunks' abstracts (TieredKvCacheOptions::keep_abstracts).
 bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive);
+// The positions one disk abstract record of `layer` should cover (TieredKvCacheOptions::
+// abstract_tokens), for a store of chunk_tokens chunks whose context gives the layer a far
+// budget of budget_tokens: leoam's trees keep a box per block (32 tokens in its fine layers, 64 in
+// the others, with the key signs; smaller where the budget caps them) and read their store
+// chunks' abstracts only to union them into those blocks, so a record per block loses them
+// nothing; every other policy scores the store's chunks themselves: one a record.
+int selection_policy_abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,
+                                     int64_t budget_tokens);
 // Fails, naming the known policies, for an unknown name.
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options);
 

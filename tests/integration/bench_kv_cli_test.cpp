@@ -62,7 +62,7 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
 
   EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("where a step's time went"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| policy MiB | of KV |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| policy MiB | of KV | .lka of KV |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 4096 | leoam | "), std::string::npos) << r.out;
   const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
   ASSERT_EQ(doc["attention_profiles"].size(), 1u);
@@ -112,6 +112,14 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     if (p == "leoam") {
       EXPECT_GT(policy_share, 0.0625);
       EXPECT_LT(policy_share, 0.1);
+    }
+    // The disk tier's abstract records: one per 32-token block of leoam's fine layers (a box and
+    // every row's signs: 1/16 of the KV, and the headers), one per chunk for the others.
+    const double lka_share = row["disk_abstract_bytes"].get<double>() / row["kv_bytes"].get<double>();
+    EXPECT_GT(lka_share, 0.0) << p;
+    if (p == "leoam") {
+      EXPECT_GT(lka_share, 0.0625);
+      EXPECT_LT(lka_share, 0.08);
     }
     const double attended = row["attended_fraction"];
     if (p == "full") {

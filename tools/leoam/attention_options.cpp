@@ -90,6 +90,19 @@ KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
   KvStoreNeeds needs;
   needs.chunks = sparse::selection_policy_needs_catalog(o.policy);
   needs.resident_abstracts = sparse::selection_policy_scores_every_abstract(o.policy, !o.no_adaptive);
+  sparse::PolicyOptions p;
+  p.adaptive = !o.no_adaptive;
+  p.key_signs = !o.no_key_signs;
+  // The grain of the trees at the whole context's budget (as default_chunk_tokens sizes the
+  // chunks): a shorter context's trees may use finer blocks, which a tree grown from the disk
+  // then fills with its records' boxes (sound, looser).
+  needs.abstract_tokens = [o, p](int layer, int n_layer, int chunk_tokens, int64_t far_tokens) {
+    const Result<std::map<int, double>> overrides = layer_budgets(o, n_layer);
+    double b = o.budget;
+    if (overrides.is_ok() && overrides->count(layer) != 0) b = overrides->at(layer);
+    const auto budget_tokens = static_cast<int64_t>(b <= 1.0 ? b * static_cast<double>(far_tokens) : b);
+    return sparse::selection_policy_abstract_tokens(o.policy, p, layer, chunk_tokens, budget_tokens);
+  };
   return needs;
 }
 

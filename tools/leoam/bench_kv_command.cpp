@@ -76,6 +76,7 @@ struct PolicyRun {
   StepBreakdown breakdown;  // the steps after the first, from their trace
   uint64_t policy_peak_bytes = 0;  // the most the selectors held about the KV (SelectionPolicy::memory), all sequences
   uint64_t kv_bytes = 0;           // the KV of every position at the end, all sequences
+  uint64_t disk_abstract_bytes = 0;  // the disk tier's abstract files (.lka) at the end, all sequences
   TransferStats transfer;          // --kv-compress: the compressed reads, all sequences (times: the first's)
 };
 
@@ -363,7 +364,9 @@ class BenchKvCommand : public Command {
     for (int b = 0; b < batch_; ++b) {
       if (selectors[b]) run.policy_peak_bytes += selectors[b]->memory().peak_bytes;
       run.kv_bytes += static_cast<uint64_t>(stores[b]->n_tokens()) * cost_.kv_bytes_per_position;
-      const TransferStats t = stores[b]->stats().transfer;
+      const KvStats stats = stores[b]->stats();
+      run.disk_abstract_bytes += stats.abstract_bytes[static_cast<int>(Tier::kDisk)];
+      const TransferStats t = stats.transfer;
       if (b == 0) {
         run.transfer = t;
       } else {
@@ -379,8 +382,12 @@ class BenchKvCommand : public Command {
   Status check_disk_space(const TieredKvCache& kv, int64_t n_ctx) const {
     const DiskTier& disk = kv.disk();
     const uint64_t n_chunks = static_cast<uint64_t>((n_ctx + n_gen_ + kv.chunk_tokens() - 1) / kv.chunk_tokens());
-    const uint64_t need =
-        n_chunks * kv.shape().n_layer * (disk.slot_bytes() + disk.record_bytes()) * static_cast<uint64_t>(batch_);
+    uint64_t need = 0;  // per sequence, then the batch's
+    for (int il = 0; il < kv.shape().n_layer; ++il) {
+      const uint64_t n_records = (n_chunks + disk.group_chunks(il) - 1) / disk.group_chunks(il);
+      need += n_chunks * (disk.slot_bytes() + disk.compressed_slot_bytes()) + n_records * disk.record_bytes(il);
+    }
+    need *= static_cast<uint64_t>(batch_);
     const uint64_t want = need + need / 20 + kDiskMarginBytes;  // 5% and 256 MiB of margin
     LEOAM_ASSIGN_OR_RETURN(const uint64_t free, free_bytes(kv_options_.dir));
     if (free < want) {
@@ -501,6 +508,9 @@ class BenchKvCommand : public Command {
   static double policy_share(const PolicyRun& r) {
     return r.kv_bytes > 0 ? static_cast<double>(r.policy_peak_bytes) / static_cast<double>(r.kv_bytes) : 0.0;
   }
+  static double disk_abstract_share(const PolicyRun& r) {
+    return r.kv_bytes > 0 ? static_cast<double>(r.disk_abstract_bytes) / static_cast<double>(r.kv_bytes) : 0.0;
+  }
 
   const PolicyRun* full_run(int64_t n_ctx) const {
     for (const PolicyRun& r : runs_) {
@@ -538,8 +548,9 @@ class BenchKvCommand : public Command {
                                                 : "prefill of " + prompt_file_) +
            "\n\n";
     out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | device MiB | host MiB "
-           "| disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV |\n";
-    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+           "| disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
+    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |\n";
     for (const PolicyRun& r : runs_) {
       const Summary s = summarize(r);
       const PolicyRun* full = full_run(r.n_ctx);
@@ -549,11 +560,13 @@ class BenchKvCommand : public Command {
         vs = buf;
       }
       std::snprintf(buf, sizeof(buf),
-                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx | %s | %.2f%% |\n",
+                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx | %s | %.2f%% "
+                    "| %.2f%% |\n",
                     static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
                     s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, mib(s.kv_read[0]).c_str(),
                     mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
-                    s.ms / s.bound_ms, mib(static_cast<double>(r.policy_peak_bytes)).c_str(), 100.0 * policy_share(r));
+                    s.ms / s.bound_ms, mib(static_cast<double>(r.policy_peak_bytes)).c_str(), 100.0 * policy_share(r),
+                    100.0 * disk_abstract_share(r));
       out += buf;
     }
     std::snprintf(buf, sizeof(buf),
@@ -562,9 +575,10 @@ class BenchKvCommand : public Command {
                   "after the fill. bound: (weights + KV read from device and host) / DRAM bandwidth + (disk KV + "
                   "abstracts) / disk raw throughput; of bound: ms/tok over it. policy MiB: the most the policy held about "
                   "the KV at once (trees, scores, partial keys, the copies a step reads), all sequences; of KV: over "
-                  "their KV.\n",
+                  "their KV.",
                   n_gen_ - 1);
     out += buf;
+    out += " .lka of KV: the disk tier's abstract records (on disk, not in RAM) over the KV.\n";
     out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
     out += std::string("\nwhere a step's time went (means over the steps after the first, ms; the pipeline ") +
            (decode_pipeline(kv_options_) ? "on" : "off") + "):\n\n";
@@ -648,6 +662,7 @@ class BenchKvCommand : public Command {
                          {"of_bound", s.ms / s.bound_ms},
                          {"policy_peak_bytes", r.policy_peak_bytes},
                          {"kv_bytes", r.kv_bytes},
+                         {"disk_abstract_bytes", r.disk_abstract_bytes},
                          {"breakdown", Json::parse(r.breakdown.to_json())},
                          {"transfer", r.transfer.mode.empty() ? Json(nullptr) : Json::parse(r.transfer.to_json())},
                          {"steps", std::move(steps)}});

@@ -125,6 +125,12 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   t.host_codec = *parse_kv_codec(o.host_codec);  // these before the budgets, which depend on them
   t.compress = *parse_kv_compress(o.compress);
   t.keep_abstracts = needs.resident_abstracts;
+  if (!o.dir.empty() && needs.abstract_tokens) {
+    const int64_t far = std::max<int64_t>(0, n_ctx - o.n_sink - o.n_recent);
+    for (int il = 0; il < hp.n_layer; ++il) {
+      t.abstract_tokens.push_back(needs.abstract_tokens(il, static_cast<int>(hp.n_layer), o.chunk_tokens, far));
+    }
+  }
   t.device_budget_bytes = mib_to_bytes(o.device_mb);
   t.host_budget_bytes = mib_to_bytes(o.host_mb);
   if (o.dir.empty()) {  // no disk tier: every chunk stays on the device, and no file is written

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,10 @@ struct KvStoreNeeds {
   bool chunks = false;              // it scores chunk abstracts: a tiered store even without --kv-dir
   bool resident_abstracts = false;  // it scores every far chunk at every step: device and host chunks
                                     // keep their abstracts (TieredKvCacheOptions::keep_abstracts)
+  // The positions a disk abstract record of `layer` covers, for chunks of chunk_tokens and a
+  // context of far_tokens between the sink and the recent window; null: a chunk
+  // (TieredKvCacheOptions::abstract_tokens).
+  std::function<int(int layer, int n_layer, int chunk_tokens, int64_t far_tokens)> abstract_tokens;
 };
 
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with

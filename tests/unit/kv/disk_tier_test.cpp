@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -32,7 +33,7 @@ DiskTierOptions tier_options(const std::string& dir, KvStats* stats) {
   d.dir = dir;
   d.session = "t";
   d.n_layer = kLayers;
-  d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 40 + 2 * 32 + 4 * 16 bytes: not block-aligned
+  d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 32 + 16 + 2 * 32 + 4 * 16 bytes: not block-aligned
   d.visible_files = true;
   d.stats = stats;
   return d;
@@ -85,7 +86,7 @@ TEST(DiskTierAbstracts, EveryRangeReadsItsRecordsByWholeBlocks) {
   std::mt19937 rng(5);
   write_all(**tier, rng);
   const ChunkGeometry& g = (*tier)->geometry();
-  const uint64_t rb = (*tier)->record_bytes();
+  const uint64_t rb = (*tier)->record_bytes(0);
   ASSERT_NE(rb % kDirectIoAlignment, 0u);
   for (int il = 0; il < kLayers; ++il) {
     for (int64_t i0 = 0; i0 < kChunks; i0 += 3) {
@@ -114,7 +115,7 @@ TEST(DiskTierAbstracts, RecordsKeepTheBoxInF16RoundedOutward) {
   auto tier = DiskTier::create(tier_options(dir.path(), &stats));
   ASSERT_TRUE(tier.is_ok()) << tier.status().message();
   const ChunkGeometry& g = (*tier)->geometry();
-  EXPECT_EQ((*tier)->record_bytes(), 40 + 2 * g.box_floats() + 4 * g.sign_words());
+  EXPECT_EQ((*tier)->record_bytes(0), 32 + 16 + 2 * g.box_floats() + 4 * g.sign_words());
   auto slot = AlignedBuffer::allocate((*tier)->slot_bytes()).value();
   std::vector<float> written(static_cast<size_t>(g.abstract_floats()));
   std::mt19937 rng(9);
@@ -155,7 +156,7 @@ TEST(DiskTierAbstracts, SeveralRunsAreReadInOneBatch) {
   std::mt19937 rng(6);
   write_all(**tier, rng);
   const ChunkGeometry& g = (*tier)->geometry();
-  const uint64_t rb = (*tier)->record_bytes();
+  const uint64_t rb = (*tier)->record_bytes(1);
   const std::vector<ChunkRun> runs = {{3, 5}, {5, 6}, {0, 1}, {7, 7}, {9, kChunks}};
   std::vector<float> got(static_cast<size_t>((2 + 1 + 1 + (kChunks - 9)) * g.abstract_floats()));
   const uint64_t samples = stats.disk_read_latency.count();
@@ -220,6 +221,150 @@ TEST(DiskTierAbstracts, ReadsBypassThePageCache) {
   std::vector<float> got(static_cast<size_t>(kChunks * (*tier)->geometry().abstract_floats()));
   ASSERT_TRUE((*tier)->read_abstracts(1, 0, kChunks, got.data()).is_ok());
   EXPECT_EQ(cached_pages(lka), 0) << "a buffered read would have left the records' pages in the page cache";
+}
+
+// What a read gives back of chunk i in groups of G (kChunks written): the f16 union of the boxes
+// of its group's written chunks [first, end), its own signs.
+std::vector<float> group_read_back(const ChunkGeometry& g, int layer, int64_t i, int64_t first, int64_t end) {
+  std::vector<float> a = read_back(g, layer, i);
+  const int64_t half = g.box_floats() / 2;
+  for (int64_t j = first; j < end; ++j) {
+    const std::vector<float> b = read_back(g, layer, j);
+    for (int64_t e = 0; e < half; ++e) {
+      a[e] = std::min(a[e], b[e]);
+      a[half + e] = std::max(a[half + e], b[half + e]);
+    }
+  }
+  return a;
+}
+
+// Groups of 4 and 3 chunks (layers 0 and 1), written in shuffled batches, so that most records
+// are written again after another group's: a chunk reads its group's box and its own signs, and
+// a range reads the whole blocks of its groups' records.
+TEST(DiskTierGroups, AChunkReadsItsGroupsBoxAndItsOwnSigns) {
+  TempDir dir;
+  KvStats stats;
+  DiskTierOptions o = tier_options(dir.path(), &stats);
+  o.abstract_group_chunks = {4, 3};
+  auto tier = DiskTier::create(o);
+  ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+  std::mt19937 rng(11);
+  write_all(**tier, rng);
+  const ChunkGeometry& g = (*tier)->geometry();
+  for (int il = 0; il < kLayers; ++il) {
+    const int64_t G = (*tier)->group_chunks(il);
+    const uint64_t rb = (*tier)->record_bytes(il);
+    EXPECT_EQ(rb, 32 + 16 * G + 2 * g.box_floats() + 4 * G * g.sign_words());
+    EXPECT_EQ(std::filesystem::file_size((*tier)->abstract_path(il)), align_up((kChunks + G - 1) / G * rb, kDirectIoAlignment))
+        << "one record a group";
+    for (int64_t i0 = 0; i0 < kChunks; i0 += 5) {
+      for (int64_t i1 : {i0 + 1, std::min<int64_t>(kChunks, i0 + 6), kChunks}) {
+        std::vector<float> got(static_cast<size_t>((i1 - i0) * g.abstract_floats()));
+        const uint64_t before = stats[Tier::kDisk].bytes_read;
+        ASSERT_TRUE((*tier)->read_abstracts(il, i0, i1, got.data()).is_ok()) << il << " [" << i0 << ", " << i1 << ")";
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t first = i / G * G;
+          const std::vector<float> want = group_read_back(g, il, i, first, std::min(kChunks, first + G));
+          ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + (i - i0) * g.abstract_floats()))
+              << "layer " << il << " chunk " << i << " of [" << i0 << ", " << i1 << ")";
+        }
+        const uint64_t block0 = i0 / G * rb / kDirectIoAlignment * kDirectIoAlignment;
+        const uint64_t block1 = align_up(((i1 - 1) / G + 1) * rb, kDirectIoAlignment);
+        EXPECT_EQ(stats[Tier::kDisk].bytes_read - before, block1 - block0) << "the blocks of the groups' records";
+      }
+    }
+  }
+}
+
+// forget_from inside a group writes its record again from the kept chunks' abstracts: their box
+// no longer holds the forgotten chunks' keys, as if these had never been written.
+TEST(DiskTierGroups, ForgettingIntoAGroupRewritesItsRecordFromTheKeptChunks) {
+  TempDir dir;
+  KvStats stats;
+  DiskTierOptions o = tier_options(dir.path(), &stats);
+  o.abstract_group_chunks = {4, 4};
+  auto tier = DiskTier::create(o);
+  ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+  std::mt19937 rng(12);
+  write_all(**tier, rng);
+  const ChunkGeometry& g = (*tier)->geometry();
+  EXPECT_EQ((*tier)->forget_from(0, 6).code(), StatusCode::kInternal) << "a cut group needs its kept abstracts";
+
+  std::vector<float> kept;
+  for (int64_t i : {4, 5}) {
+    const std::vector<float> a = abstract_of(g, 0, i);
+    kept.insert(kept.end(), a.begin(), a.end());
+  }
+  ASSERT_TRUE((*tier)->forget_from(0, 6, kept).is_ok());
+  EXPECT_TRUE((*tier)->has_chunk(0, 5));
+  EXPECT_FALSE((*tier)->has_chunk(0, 6));
+  std::vector<float> got(static_cast<size_t>(6 * g.abstract_floats()));
+  ASSERT_TRUE((*tier)->read_abstracts(0, 0, 6, got.data()).is_ok());
+  for (int64_t i = 0; i < 6; ++i) {
+    const int64_t first = i / 4 * 4;
+    const std::vector<float> want = group_read_back(g, 0, i, first, std::min<int64_t>(6, first + 4));
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * g.abstract_floats())) << "chunk " << i;
+  }
+  // Written again, chunk 6 joins the kept ones.
+  auto slot = AlignedBuffer::allocate((*tier)->slot_bytes()).value();
+  const std::vector<float> a6 = abstract_of(g, 0, 6);
+  ASSERT_TRUE((*tier)->write_chunk(0, {6, slot.data(), g.chunk_tokens, a6.data()}).is_ok());
+  got.resize(static_cast<size_t>(g.abstract_floats()));
+  ASSERT_TRUE((*tier)->read_abstracts(0, 4, 5, got.data()).is_ok());
+  const std::vector<float> want = group_read_back(g, 0, 4, 4, 7);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin()));
+  // At a group's edge nothing is rewritten, and the layer's other records stay.
+  ASSERT_TRUE((*tier)->forget_from(1, 8).is_ok());
+  got.resize(static_cast<size_t>(8 * g.abstract_floats()));
+  ASSERT_TRUE((*tier)->read_abstracts(1, 0, 8, got.data()).is_ok());
+  EXPECT_FALSE((*tier)->has_chunk(1, 8));
+}
+
+// A kept session's grouped records open again (open_existing learns every chunk's fill and
+// checksum from them); a record with a flipped byte, or opened with another group size, is
+// refused as corrupt.
+TEST(DiskTierGroups, KeptRecordsOpenAgainAndAreChecked) {
+  TempDir dir;
+  DiskTierOptions o = tier_options(dir.path(), nullptr);
+  o.abstract_group_chunks = {4, 2};
+  o.keep_files = true;
+  std::mt19937 rng(13);
+  {
+    auto tier = DiskTier::create(o);
+    ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+    write_all(**tier, rng);
+    ASSERT_TRUE((*tier)->sync().is_ok());
+  }
+  const std::vector<int64_t> counts(kLayers, kChunks);
+  {
+    auto tier = DiskTier::open_existing(o, counts);
+    ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+    const ChunkGeometry& g = (*tier)->geometry();
+    std::vector<float> got(static_cast<size_t>(kChunks * g.abstract_floats()));
+    ASSERT_TRUE((*tier)->read_abstracts(1, 0, kChunks, got.data()).is_ok());
+    for (int64_t i = 0; i < kChunks; ++i) {
+      const std::vector<float> want = group_read_back(g, 1, i, i / 2 * 2, std::min<int64_t>(kChunks, i / 2 * 2 + 2));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * g.abstract_floats())) << "chunk " << i;
+      EXPECT_EQ((*tier)->n_tokens_of(1, i), g.chunk_tokens);
+    }
+  }
+  DiskTierOptions other = o;
+  other.abstract_group_chunks = {4, 4};
+  auto wrong = DiskTier::open_existing(other, counts);
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kCorrupt) << wrong.status().message();
+
+  const std::string lka = dir.path() + "/t-L000.lka";
+  {
+    std::fstream f(lka, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);  // in the first record's box
+    const char flipped = 0x5a;
+    f.write(&flipped, 1);
+  }
+  auto corrupt = DiskTier::open_existing(o, counts);
+  ASSERT_FALSE(corrupt.is_ok());
+  EXPECT_EQ(corrupt.status().code(), StatusCode::kCorrupt) << corrupt.status().message();
+  EXPECT_NE(corrupt.status().message().find("abstract record"), std::string::npos) << corrupt.status().message();
 }
 
 }  // namespace

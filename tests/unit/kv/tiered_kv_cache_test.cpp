@@ -317,7 +317,7 @@ TEST(TieredKvCache, SealedChunksAreWrittenThroughAndDemotedWithoutAWrite) {
   o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o) + 2 * 8 * TieredKvCache::chunk_budget_bytes(o, Tier::kDevice);
   o.host_budget_bytes = 0;  // device -> disk: a demotion would be the only other writer
   Twin twin(o);
-  const uint64_t per_chunk = twin.tiered().disk().slot_bytes() + twin.tiered().disk().record_bytes();
+  const uint64_t per_chunk = twin.tiered().disk().slot_bytes() + twin.tiered().disk().record_bytes(0);
   const auto sealed_on_disk = [&](int64_t n_sealed) {
     for (int il = 0; il < kLayers; ++il) {
       for (int64_t i = 0; i < n_sealed; ++i) {
@@ -582,7 +582,7 @@ TEST(TieredKvCache, CatalogServesAbstractsFromMemoryAndTheDiskWithoutReadingKv) 
   // Two loads, each reading the whole blocks under its runs of disk records (O_DIRECT): at most
   // the records plus two partial blocks a run.
   EXPECT_LE(after[Tier::kDisk].bytes_read - before[Tier::kDisk].bytes_read,
-            2 * static_cast<uint64_t>(n_disk) * (kv.disk().record_bytes() + 2 * kDirectIoAlignment));
+            2 * static_cast<uint64_t>(n_disk) * (kv.disk().record_bytes(0) + 2 * kDirectIoAlignment));
   EXPECT_FALSE(catalog.load_abstracts(1, 0, 20, got.data(), AbstractSource::kLka).is_ok());
 }
 
@@ -648,6 +648,57 @@ TEST(TieredKvCache, TruncateThenAppendMatchesTheMemoryCache) {
   EXPECT_EQ(twin.tiered().residency().n_chunks(), 0);
 }
 
+// Disk abstract records per group of chunks (abstract_tokens): a truncation that cuts a group
+// writes its record again from the chunks kept, so that after it the records are those of a store
+// that never held the forgotten rows, bit for bit, and still bound every key.
+TEST(TieredKvCache, TruncatingIntoAGroupLeavesTheRecordsOfAFreshStore) {
+  for (const KvCompress compress : {KvCompress::kOff, KvCompress::kInt4}) {
+    SCOPED_TRACE(kv_compress_name(compress));
+    TieredKvCacheOptions o = small_options("");
+    o.abstract_tokens = {4 * kChunk, 2 * kChunk};
+    o.compress = compress;
+    std::mt19937 rng(21);
+    // 40: five whole chunks kept (a cut after the one in a chunk re-reads that chunk's rows, and
+    // with compressed transfers they may come back as the codec's round trip).
+    const int64_t n_kept = 40, n_junk = 113, n_more = 60;
+    std::vector<std::vector<float>> k(kLayers), v(kLayers), junk_k(kLayers), junk_v(kLayers);
+    for (int il = 0; il < kLayers; ++il) {
+      k[il] = random_rows(rng, n_kept + n_more, kHeads * kHeadDim);
+      v[il] = random_rows(rng, n_kept + n_more, kHeads * kHeadDim);
+      junk_k[il] = random_rows(rng, n_junk, kHeads * kHeadDim);
+      junk_v[il] = random_rows(rng, n_junk, kHeads * kHeadDim);
+    }
+    const size_t row = kHeads * kHeadDim;
+    TempDir dir_a, dir_b;
+    o.dir = dir_a.path();
+    auto a = TieredKvCache::create(o);
+    o.dir = dir_b.path();
+    auto b = TieredKvCache::create(o);
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    for (int il = 0; il < kLayers; ++il) {
+      ASSERT_TRUE((*a)->append(il, 0, n_kept, k[il].data(), v[il].data()).is_ok());
+      ASSERT_TRUE((*a)->append(il, n_kept, n_junk, junk_k[il].data(), junk_v[il].data()).is_ok());
+    }
+    ASSERT_TRUE((*a)->truncate(n_kept).is_ok());
+    for (int il = 0; il < kLayers; ++il) {
+      ASSERT_TRUE((*a)->append(il, n_kept, n_more, k[il].data() + n_kept * row, v[il].data() + n_kept * row).is_ok());
+      ASSERT_TRUE((*b)->append(il, 0, n_kept + n_more, k[il].data(), v[il].data()).is_ok());
+    }
+    const ChunkGeometry& g = (*a)->geometry();
+    const int64_t n_sealed = (n_kept + n_more) / kChunk;
+    for (int il = 0; il < kLayers; ++il) {
+      std::vector<float> got(static_cast<size_t>(n_sealed * g.abstract_floats())), want(got.size());
+      ASSERT_TRUE((*a)->read_disk_abstracts(il, 0, n_sealed, got.data()).is_ok());
+      ASSERT_TRUE((*b)->read_disk_abstracts(il, 0, n_sealed, want.data()).is_ok());
+      for (int64_t i = 0; i < n_sealed; ++i) {
+        EXPECT_TRUE(abstracts_equal(g, got.data() + i * g.abstract_floats(), want.data() + i * g.abstract_floats()))
+            << "layer " << il << " chunk " << i;
+        EXPECT_EQ(check_bounds(**a, {il, i}, got.data() + i * g.abstract_floats()), "");
+      }
+    }
+  }
+}
+
 TEST(TieredKvCache, CompressedHostServesCloseRowsAndBoundingAbstracts) {
   for (KvCodec codec : {KvCodec::kInt8, KvCodec::kInt4}) {
     TempDir dir;
@@ -691,47 +742,50 @@ TEST(TieredKvCache, AbstractsBoundTheServedKeysInEveryTierAndCodec) {
                                                   {KvCodec::kNone, KvCompress::kAuto}};
   for (const auto& [codec, compress] : forms) {
     for (const uint64_t host_chunks : {0, 3, 40}) {
-      SCOPED_TRACE(std::string(kv_codec_name(codec)) + ", --kv-compress " + kv_compress_name(compress) +
-                   ", host tier of " + std::to_string(host_chunks) + " chunks");
-      TempDir dir;
-      TieredKvCacheOptions o = small_options(dir.path(), codec);
-      o.compress = compress;
-      o.host_budget_bytes = host_chunks * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);
-      Twin twin(o, 7);
-      TieredKvCache& kv = twin.tiered();
-      std::vector<std::vector<std::vector<float>>> first_seen(kLayers);  // [layer][chunk]: as first read
-      std::uniform_int_distribution<int64_t> pick(0, 1 << 20);
-      std::map<Tier, int> tiers_checked;
-      for (const int64_t n : {37, 64, 5, 90, 1, 40}) {
-        ASSERT_TRUE(twin.append(n).is_ok());
-        for (int il = 0; il < kLayers; ++il) {
-          // Two gathers of random ranges: chunks read from below move up.
-          for (int g = 0; g < 2; ++g) {
-            const int64_t total = kv.n_tokens(il);
-            const int64_t a = pick(twin.rng()) % total, b = pick(twin.rng()) % total;
-            const TokenRange ranges[] = {{0, std::min<int64_t>(4, total)}, {std::min(a, b), std::max(a, b) + 1}};
-            ASSERT_TRUE(read_rows(kv, il, ranges[1].begin < 4 ? std::span(ranges + 1, 1) : std::span(ranges)).is_ok());
-          }
-          const auto now = served_abstracts(kv, il);
-          const int64_t n_sealed = kv.n_tokens(il) / kChunk;
-          for (int64_t i = 0; i < static_cast<int64_t>(now.size()); ++i) {
-            SCOPED_TRACE("layer " + std::to_string(il) + " chunk " + std::to_string(i));
-            ASSERT_EQ(check_bounds(kv, {il, i}, now[i].data()), "");
-            if (i < static_cast<int64_t>(first_seen[il].size())) {
-              ASSERT_EQ(check_bounds(kv, {il, i}, first_seen[il][i].data()), "") << "as first read";
+      for (const bool grouped : {false, true}) {  // disk records per chunk, or per 4 and 2 chunks
+        SCOPED_TRACE(std::string(kv_codec_name(codec)) + ", --kv-compress " + kv_compress_name(compress) +
+                     ", host tier of " + std::to_string(host_chunks) + " chunks" + (grouped ? ", grouped records" : ""));
+        TempDir dir;
+        TieredKvCacheOptions o = small_options(dir.path(), codec);
+        o.compress = compress;
+        if (grouped) o.abstract_tokens = {4 * kChunk, 2 * kChunk};
+        o.host_budget_bytes = host_chunks * TieredKvCache::chunk_budget_bytes(o, Tier::kHost);
+        Twin twin(o, 7);
+        TieredKvCache& kv = twin.tiered();
+        std::vector<std::vector<std::vector<float>>> first_seen(kLayers);  // [layer][chunk]: as first read
+        std::uniform_int_distribution<int64_t> pick(0, 1 << 20);
+        std::map<Tier, int> tiers_checked;
+        for (const int64_t n : {37, 64, 5, 90, 1, 40}) {
+          ASSERT_TRUE(twin.append(n).is_ok());
+          for (int il = 0; il < kLayers; ++il) {
+            // Two gathers of random ranges: chunks read from below move up.
+            for (int g = 0; g < 2; ++g) {
+              const int64_t total = kv.n_tokens(il);
+              const int64_t a = pick(twin.rng()) % total, b = pick(twin.rng()) % total;
+              const TokenRange ranges[] = {{0, std::min<int64_t>(4, total)}, {std::min(a, b), std::max(a, b) + 1}};
+              ASSERT_TRUE(read_rows(kv, il, ranges[1].begin < 4 ? std::span(ranges + 1, 1) : std::span(ranges)).is_ok());
             }
-            tiers_checked[kv.chunk_tier(il, i)] += 1;
+            const auto now = served_abstracts(kv, il);
+            const int64_t n_sealed = kv.n_tokens(il) / kChunk;
+            for (int64_t i = 0; i < static_cast<int64_t>(now.size()); ++i) {
+              SCOPED_TRACE("layer " + std::to_string(il) + " chunk " + std::to_string(i));
+              ASSERT_EQ(check_bounds(kv, {il, i}, now[i].data()), "");
+              if (i < static_cast<int64_t>(first_seen[il].size())) {
+                ASSERT_EQ(check_bounds(kv, {il, i}, first_seen[il][i].data()), "") << "as first read";
+              }
+              tiers_checked[kv.chunk_tier(il, i)] += 1;
+            }
+            // Sealed chunks are immutable: remember them as first read.
+            for (int64_t i = static_cast<int64_t>(first_seen[il].size()); i < n_sealed; ++i) first_seen[il].push_back(now[i]);
           }
-          // Sealed chunks are immutable: remember them as first read.
-          for (int64_t i = static_cast<int64_t>(first_seen[il].size()); i < n_sealed; ++i) first_seen[il].push_back(now[i]);
         }
-      }
-      EXPECT_GT(tiers_checked[Tier::kDevice], 0);
-      if (host_chunks < 40) {
-        EXPECT_GT(tiers_checked[Tier::kDisk], 0);
-      }
-      if (host_chunks > 0) {
-        EXPECT_GT(tiers_checked[Tier::kHost], 0);
+        EXPECT_GT(tiers_checked[Tier::kDevice], 0);
+        if (host_chunks < 40) {
+          EXPECT_GT(tiers_checked[Tier::kDisk], 0);
+        }
+        if (host_chunks > 0) {
+          EXPECT_GT(tiers_checked[Tier::kHost], 0);
+        }
       }
     }
   }
@@ -992,7 +1046,7 @@ TEST_F(TieredKvCacheFaults, FlippedBitInAnAbstractIsNamed) {
   Fault f;
   f.kind = FaultKind::kFlipBit;
   f.path_suffix = "test-L001.lka";
-  f.byte_offset = 2 * kv().disk().record_bytes() + 50;
+  f.byte_offset = 2 * kv().disk().record_bytes(0) + 50;
   for (int64_t i = 1; i < 4; ++i) ASSERT_EQ(kv().residency().find({1, i})->tier, Tier::kDisk);
   std::vector<float> abstracts(3 * static_cast<size_t>(kv().geometry().abstract_floats()));
   ASSERT_TRUE(kv().read_disk_abstracts(1, 1, 4, abstracts.data()).is_ok());  // not yet armed
