@@ -29,8 +29,17 @@
 //       attention: [0, segment start) from the store, the segment's rows from the working set
 //       x += attention and FFN, as above
 //
-// The same operations on the same batches: where the segment starts at position 0, the logits are
-// those of an in-memory cache bit for bit. Its buffers live for the eval only.
+// A segment that starts at position 0 attends batch by batch and reads nothing from the store:
+// its logits are those of an in-memory cache bit for bit. A later one (or a prompt that continues
+// a context) reads [0, segment start) of each layer from the store once for all of its rows: each
+// batch's q, k and v first, then one attention over the segment's queries (which the working set
+// then also holds, with their outputs and attention's merge scratch: about three times the row
+// cost at MHA shapes), then each batch's output projection and FFN. So every KV byte before a
+// segment is read at most once per later segment and layer: with two segments, at most once.
+// (A working set that holds fewer than two batches of such rows goes batch by batch, each batch
+// reading what is before its segment.) Fewer reads would need the queries (or the residual
+// stream) of every later row at once, which no working set bounded apart from the prompt holds
+// (docs/kv-store.md). Its buffers live for the eval only.
 //
 // Decoding one token issues few parallel regions, since each costs a wake-up of the workers:
 // per layer Q, K and V share one region, gate and up (with the SwiGLU) another, attention,
@@ -160,10 +169,13 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> spec_xn_;   // [n_embd] the pipeline's speculation: the next layer's norm of x
   std::vector<float> spec_q_;    // [n_head][head_dim] and its query
   // The layered prefill's working set, sized per prompt: the residual stream of a segment's rows
-  // and one layer's K and V of them, in the store's dtype.
-  std::vector<float> seg_x_;    // [segment][n_embd]
-  std::vector<uint8_t> seg_k_;  // [segment][n_head_kv][head_dim]
+  // and one layer's K and V of them, in the store's dtype; in a segment that attends KV in the
+  // store, also their queries and attention outputs.
+  std::vector<float> seg_x_;     // [segment][n_embd]
+  std::vector<uint8_t> seg_k_;   // [segment][n_head_kv][head_dim]
   std::vector<uint8_t> seg_v_;
+  std::vector<float> seg_q_;     // [segment][n_head][head_dim]
+  std::vector<float> seg_attn_;  // [segment][n_head][head_dim]
   PrefillStats prefill_stats_;
 };
 

@@ -57,10 +57,10 @@ class LayeredPrefill : public ::testing::Test {
     return std::move(kv).value();
   }
 
-  std::unique_ptr<ForwardContext> context(uint64_t working_set_bytes, std::unique_ptr<KvCache> kv) {
+  std::unique_ptr<ForwardContext> context(uint64_t working_set_bytes, std::unique_ptr<KvCache> kv, int n_batch = 64) {
     ForwardOptions o;
     o.n_threads = 2;
-    o.n_batch = 64;
+    o.n_batch = n_batch;
     o.n_ctx = spec_.n_ctx;
     o.prefill_working_set_bytes = working_set_bytes;
     auto ctx = LlamaForward::create(*model_, o, std::move(kv));
@@ -68,8 +68,11 @@ class LayeredPrefill : public ::testing::Test {
     return ctx.is_ok() ? std::move(ctx).value() : nullptr;
   }
 
-  // What one prompt row costs the working set: its residual stream and one layer's f16 K and V.
+  // What one prompt row costs the working set: its residual stream and one layer's f16 K and V;
+  // in a segment that reads the store, also its query, its attention output and attention's merge
+  // scratch.
   uint64_t row_bytes() const { return spec_.n_embd * 4 + 2 * spec_.n_head_kv * 16 * 2; }
+  uint64_t wide_row_bytes() const { return row_bytes() + (3 * spec_.n_embd + spec_.n_head) * 4; }
 
   SyntheticModelSpec spec_;
   testing_util::TempFile file_{"layered_prefill"};
@@ -130,6 +133,42 @@ TEST_F(LayeredPrefill, SegmentsReadTheEarlierOnesFromTheStoreAndDecodingGoesOn) 
     ASSERT_TRUE(ctx->eval(next, false, got).is_ok());
     EXPECT_LT(rel_l2(got, want), 1e-5) << "decode step " << step;
   }
+}
+
+// Each later segment reads the KV before it from the store once a layer, for all of its batches
+// together: here segments [0, 224), [224, 288) (two batches of 32) and [288, 300), so the disk
+// reads are at most the slots of [0, 224) and [0, 288) in every layer, where reading once a
+// batch would take those of [0, 224) twice. The logits stay those of the batch order.
+TEST_F(LayeredPrefill, LaterSegmentsReadTheEarlierKvOnceForAllTheirBatches) {
+  TieredKvCache* batch_store = nullptr;
+  std::unique_ptr<ForwardContext> batch_ctx = context(0, small_store("batch", &batch_store), 32);
+  TieredKvCache* store = nullptr;
+  const uint64_t ws = 224 * row_bytes();  // 224 rows of the first segment, 64 of a later one
+  ASSERT_EQ(ws / wide_row_bytes(), 64u);
+  std::unique_ptr<ForwardContext> ctx = context(ws, small_store("once", &store), 32);
+  ASSERT_NE(batch_ctx, nullptr);
+  ASSERT_NE(ctx, nullptr);
+  std::vector<float> want, got;
+  ASSERT_TRUE(batch_ctx->eval(prompt_, true, want).is_ok());
+  ASSERT_TRUE(ctx->eval(prompt_, true, got).is_ok());
+  EXPECT_LT(rel_l2(got, want), 1e-5);
+  const PrefillStats p = ctx->prefill_stats();
+  EXPECT_EQ(p.n_segments, 3);
+  EXPECT_LE(p.working_set_bytes, ws);
+  const uint64_t slot = store->disk().slot_bytes();
+  const uint64_t at_most = spec_.n_layer * (224 / 16 + 288 / 16) * slot;
+  const uint64_t read = store->stats()[Tier::kDisk].bytes_read;
+  EXPECT_GT(read, 0u);
+  EXPECT_LE(read, at_most) << "a byte before a segment is read once a layer for it";
+
+  // A prompt that continues the context reads the context once a layer too, in one segment.
+  std::vector<int32_t> more(prompt_.begin(), prompt_.begin() + 96);
+  const uint64_t before = store->stats()[Tier::kDisk].bytes_read;
+  ASSERT_TRUE(batch_ctx->eval(more, true, want).is_ok());
+  ASSERT_TRUE(ctx->eval(more, true, got).is_ok());
+  EXPECT_LT(rel_l2(got, want), 1e-5);
+  EXPECT_EQ(ctx->prefill_stats().n_segments, 5) << "96 rows: segments of 64 and 32";
+  EXPECT_LE(store->stats()[Tier::kDisk].bytes_read - before, spec_.n_layer * (300 / 16 + 1 + 364 / 16 + 1) * slot);
 }
 
 // Ctrl-C between segments keeps the segments done: their KV is complete in every layer.
