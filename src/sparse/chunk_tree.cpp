@@ -18,9 +18,11 @@ bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // scratch of a grow over a long prompt stays that of one piece (32 chunks at 4 KV heads of 64:
 // 64 KiB), not as large as the f32 boxes of the whole prompt.
 constexpr int64_t kGrowPieceChunks = 32;
-// The tree's arrays grow by a 32nd past their need when they must grow: they hold at most that
-// much slack (policy_memory.h), and a long context reallocates them every 32nd of its length.
-constexpr size_t kTreeSlack = 32;
+// The tree's arrays grow by a 128th past their need when they must grow: they hold at most that
+// much slack (policy_memory.h; 0.04% of the KV), and a long context reallocates them every 128th
+// of its length (a copy of its signs and boxes: 24 MiB a layer at Llama-2-7B's 32K, every 256
+// decode steps).
+constexpr size_t kTreeSlack = 128;
 
 // x is min * 2^k for some k >= 0.
 bool is_pow2_multiple(int64_t x, int64_t min) { return x >= min && x % min == 0 && is_pow2(x / min); }
