@@ -337,7 +337,7 @@ Status DiskTier::load_record(int layer, int64_t g, std::vector<uint8_t>& record)
     reset_record(options_.geometry, layout, h, record.data());
     return Status::ok();
   }
-  // A group written before, not the last one (a truncation went back into it): from the file.
+  // A group written before that is not the open one (a chunk written out of order): from the file.
   record.resize(layout.bytes);
   const ReadRequest req{static_cast<uint64_t>(g) * layout.bytes, layout.bytes, record.data()};
   if (Status st = L.abstracts->read({&req, 1}); !st.is_ok()) {

@@ -779,6 +779,19 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
   const int64_t c = options_.chunk_tokens;
   const int64_t keep_full = n / c;      // chunks [0, keep_full) stay as they are
   const int64_t partial_rows = n % c;   // rows kept of chunk keep_full, re-opened on the device
+  const int64_t first_gone = keep_full;
+
+  // A disk abstract record that the cut splits is written again from the abstracts of the chunks
+  // it keeps (DiskTier::forget_from), made before row_scratch_ holds the kept rows below.
+  std::vector<float> kept;
+  if (disk_ != nullptr) {
+    const int64_t group_first = first_gone - first_gone % disk_->group_chunks(layer);
+    kept.resize(static_cast<size_t>((first_gone - group_first) * geometry_.abstract_floats()));
+    for (int64_t i = group_first; i < first_gone; ++i) {
+      if (!disk_->has_chunk(layer, i)) continue;
+      LEOAM_RETURN_IF_ERROR(record_abstract_again(layer, i, kept.data() + (i - group_first) * geometry_.abstract_floats()));
+    }
+  }
 
   // The kept rows of the boundary chunk, compute-ready, before its chunk is forgotten.
   if (partial_rows > 0) {
@@ -792,20 +805,10 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
       return Status::ok();
     }));
   }
-  const int64_t first_gone = keep_full;
   for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) residency_.erase({layer, i});
   L.chunks.resize(static_cast<size_t>(first_gone));
   std::erase_if(L.recent_pins, [&](int64_t i) { return i >= first_gone; });
-  if (disk_ != nullptr) {
-    // A disk abstract record that the cut splits is written again from the chunks it keeps.
-    const int64_t group_first = first_gone - first_gone % disk_->group_chunks(layer);
-    std::vector<float> kept(static_cast<size_t>((first_gone - group_first) * geometry_.abstract_floats()));
-    for (int64_t i = group_first; i < first_gone; ++i) {
-      if (!disk_->has_chunk(layer, i)) continue;
-      LEOAM_RETURN_IF_ERROR(record_abstract_again(layer, i, kept.data() + (i - group_first) * geometry_.abstract_floats()));
-    }
-    LEOAM_RETURN_IF_ERROR(disk_->forget_from(layer, first_gone, kept));
-  }
+  if (disk_ != nullptr) LEOAM_RETURN_IF_ERROR(disk_->forget_from(layer, first_gone, kept));
   L.n_tokens = keep_full * c;
 
   if (partial_rows > 0) {
@@ -958,25 +961,19 @@ Status TieredKvCache::record_abstract_again(int layer, int64_t index, float* a) 
     return Status::ok();
   }
   const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
-  std::vector<uint8_t> decoded;  // not row_scratch_: truncate_layer keeps the cut chunk's rows there
   if (keys == nullptr) {  // on the disk only: its stored form, decoded
     settle(layer);
     const DiskChunkRead read{index, scratch_.data()};
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, {&read, 1}));
     keys = scratch_.data();
     if (options_.host_codec != KvCodec::kNone) {
-      decoded.resize(geometry_.chunk_bytes());
-      decode_chunk(geometry_, options_.host_codec, scratch_.data(), decoded.data());
-      keys = decoded.data();
+      decode_chunk_keys(geometry_, options_.host_codec, scratch_.data(), row_scratch_.data());
+      keys = row_scratch_.data();
     }
   }
   reset_abstract(geometry_, a);
   update_abstract(geometry_, keys, 0, c.n_filled, a);
-  if (transfers_compressed()) {
-    round_trip_scratch_.resize(geometry_.k_bytes());
-    round_trip_keys(geometry_, disk_->transfer_codec(), keys, round_trip_scratch_.data());
-    widen_abstract_box(geometry_, round_trip_scratch_.data(), 0, c.n_filled, a);
-  }
+  cover_round_trip(c, keys, a);
   return Status::ok();
 }
 

@@ -244,7 +244,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Status abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst);
   // a = sealed chunk `index` of `layer`'s abstract as its disk record takes it, made again for a
   // record that a truncation cuts (DiskTier::forget_from): kept, or from its keys (resident, or
-  // read from the disk), widened to bound their compressed round trip with compressed transfers.
+  // read from the disk into scratch_ and decoded into row_scratch_), widened by cover_round_trip.
   Status record_abstract_again(int layer, int64_t index, float* a);
   Status open_chunk(int layer, int64_t index);
   // Writes the chunks of `layer` from `first` on that are sealed and have no disk copy yet to the
