@@ -13,6 +13,7 @@ packages=(
   libxxhash-dev          # checksums of KV written to disk
   libcli11-dev           # command-line parsing
   nlohmann-json3-dev     # JSON output
+  libcpp-httplib-dev     # the HTTP server of `leoam serve`
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev       # microbenchmarks
   python3 python3-numpy  # the independent numpy reference of the forward pass

@@ -34,7 +34,6 @@
 #include "attention_options.h"
 #include "cli_common.h"
 #include "core/memory_bandwidth.h"
-#include "core/thread_pool.h"
 #include "core/trace.h"
 #include "engine/benchmark.h"
 #include "engine/step_breakdown.h"
@@ -138,10 +137,7 @@ class BenchKvCommand : public Command {
     cmd->add_option("-n,--n-gen", n_gen_, "tokens decoded per run (the first is reported apart)")
         ->capture_default_str()
         ->check(in_range(2, 4096));
-    cmd->add_option("-t,--threads", n_threads_,
-                    "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
-        ->capture_default_str()
-        ->check(non_negative<int>());
+    add_threads_option(*cmd, n_threads_);
     cmd->add_option("--seed", seed_, "seed of the synthetic KV and the first token")->capture_default_str();
     CLI::Option* synth = cmd->add_flag("--synthetic-kv", synthetic_kv_,
                                        "fill the store with synthetic skewed KV (model/synthetic_kv.h) instead of a "

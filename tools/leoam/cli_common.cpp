@@ -1,5 +1,7 @@
 #include "cli_common.h"
 
+#include "core/thread_pool.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -65,6 +67,13 @@ CLI::Validator writable_dir() {
         return {};
       },
       "");
+}
+
+void add_threads_option(CLI::App& cmd, int& n_threads) {
+  cmd.add_option("-t,--threads", n_threads,
+                 "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
+      ->capture_default_str()
+      ->check(non_negative<int>());
 }
 
 Result<std::string> read_text_file(const std::string& path) {

@@ -46,6 +46,7 @@ std::unique_ptr<Command> make_bench_command();
 std::unique_ptr<Command> make_bench_kv_command();
 std::unique_ptr<Command> make_bench_gather_command();
 std::unique_ptr<Command> make_eval_command();
+std::unique_ptr<Command> make_serve_command();
 
 // Prints "leoam: error: <message>" on one line of stderr (newlines in message become spaces).
 void print_error(std::string_view message);
@@ -76,6 +77,9 @@ template <typename T>
 CLI::Validator in_range(T lo, T hi);
 template <typename T>
 CLI::Validator at_least(T lo);
+
+// Adds `-t,--threads N` (0: the physical cores) bound to `n_threads`.
+void add_threads_option(CLI::App& cmd, int& n_threads);
 
 // The whole contents of `path`.
 Result<std::string> read_text_file(const std::string& path);

@@ -65,7 +65,6 @@
 
 #include "attention_options.h"
 #include "cli_common.h"
-#include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "eval/task.h"
 #include "kv/kv_stats.h"
@@ -419,10 +418,7 @@ class EvalCommand : public Command {
     cmd->add_option("-b,--batch-size", n_batch_, "prompt tokens per forward pass")
         ->capture_default_str()
         ->check(in_range(1, 1 << 20));
-    cmd->add_option("-t,--threads", n_threads_,
-                    "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
-        ->capture_default_str()
-        ->check(non_negative<int>());
+    add_threads_option(*cmd, n_threads_);
     add_kv_options(*cmd, kv_options_);
     add_attention_options(*cmd, attention_options_);
     // --policy and --budget are lists here: the sweep runs each policy at each budget.

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   commands.push_back(make_bench_command());
   commands.push_back(make_bench_gather_command());
   commands.push_back(make_eval_command());
+  commands.push_back(make_serve_command());
   std::vector<CLI::App*> subcommands;
   for (auto& command : commands) subcommands.push_back(command->add_to(app));
 

@@ -29,13 +29,13 @@
 #include "kv/tiered_kv_cache.h"
 #include "attention_options.h"
 #include "kv_options.h"
-#include "core/thread_pool.h"
 #include "engine/batch_generator.h"
 #include "engine/generator.h"
 #include "engine/step_breakdown.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "progress_bar.h"
+#include "sampler_options.h"
 #include "sigint_scope.h"
 #include "tokenizer/tokenizer.h"
 
@@ -129,29 +129,8 @@ class RunCommand : public Command {
                     "attention policy, so --dump-logits scores the policy on the prompt)")
         ->capture_default_str()
         ->check(in_range(1, 1 << 20));
-    cmd->add_option("-t,--threads", n_threads_,
-                    "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
-        ->capture_default_str()
-        ->check(non_negative<int>());
-    SamplerOptions& s = options_.sampler;
-    cmd->add_option("--temp", s.temperature, "temperature (<= 0: greedy, always the most likely token)")
-        ->capture_default_str()
-        ->check(number<float>());
-    cmd->add_option("--top-k", s.top_k, "keep the K most likely tokens (<= 0: all)")
-        ->capture_default_str()
-        ->check(number<int>());
-    cmd->add_option("--top-p", s.top_p, "keep the most likely tokens up to probability mass P (1: off)")
-        ->capture_default_str()
-        ->check(in_range(0.0f, 1.0f));
-    cmd->add_option("--min-p", s.min_p, "drop tokens less likely than P times the most likely one (0: off)")
-        ->capture_default_str()
-        ->check(in_range(0.0f, 1.0f));
-    cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalize tokens seen in the last --repeat-last-n (1: off)")
-        ->capture_default_str()
-        ->check(positive<float>());
-    cmd->add_option("--repeat-last-n", s.repeat_last_n, "tokens of history the repeat penalty looks at (0: off)")
-        ->capture_default_str()
-        ->check(non_negative<int>());
+    add_threads_option(*cmd, n_threads_);
+    add_sampler_options(*cmd, options_.sampler);
     cmd->add_option("--seed", seed_, "random seed for sampling (-1: a random one; --verbose prints it)")
         ->capture_default_str()
         ->check(at_least<int64_t>(-1));

@@ -1,10 +1,6 @@
-// The generator over a real forward pass and tokenizer: a small synthetic llama written to a
-// temporary directory once for the suite.
+// The generator over a real forward pass and tokenizer (tiny_model_test.h).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,53 +8,13 @@
 #include "engine/batch_generator.h"
 #include "engine/generator.h"
 #include "kv/memory_kv_cache.h"
-#include "model/forward_context.h"
-#include "model/model.h"
-#include "model/synthetic_model.h"
-#include "tokenizer/tokenizer.h"
+#include "tiny_model_test.h"
 
 namespace leoam {
 namespace {
 
-namespace fs = std::filesystem;
-
-class GeneratorModelTest : public ::testing::Test {
+class GeneratorModelTest : public TinyModelTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(fs::temp_directory_path() / ("leoam_generator_test_" + std::to_string(::getpid())));
-    fs::create_directories(*dir_);
-    const std::string path = *dir_ + "/tiny.gguf";
-    SyntheticModelSpec spec;  // the defaults: 2 layers, n_embd 128, vocab 512, context 256
-    spec.n_ctx = 256;
-    Status st = write_synthetic_model(spec, path);
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    auto model = Model::load(path);
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
-    model_ = model->release();
-    auto tok = Tokenizer::from_gguf(model_->gguf());
-    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
-    tokenizer_ = tok->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    std::error_code ec;
-    if (dir_ != nullptr) fs::remove_all(*dir_, ec);
-    delete dir_;
-    tokenizer_ = nullptr;
-    model_ = nullptr;
-    dir_ = nullptr;
-  }
-
-  std::unique_ptr<ForwardContext> context(int n_ctx) {
-    ForwardOptions o;
-    o.n_ctx = n_ctx;
-    o.n_threads = 2;
-    auto ctx = ForwardContext::create(*model_, o);
-    EXPECT_TRUE(ctx.is_ok()) << ctx.status().message();
-    return ctx.is_ok() ? std::move(*ctx) : nullptr;
-  }
-
   struct Output {
     Result<GenerateStats> stats = internal_error("not run");
     std::string text;
@@ -95,14 +51,7 @@ class GeneratorModelTest : public ::testing::Test {
     return o;
   }
 
-  static std::string* dir_;
-  static Model* model_;
-  static Tokenizer* tokenizer_;
 };
-
-std::string* GeneratorModelTest::dir_ = nullptr;
-Model* GeneratorModelTest::model_ = nullptr;
-Tokenizer* GeneratorModelTest::tokenizer_ = nullptr;
 
 TEST_F(GeneratorModelTest, StreamedTextIsTheDetokenizedTokens) {
   for (uint64_t seed : {1u, 2u, 3u, 4u}) {

@@ -1,0 +1,54 @@
+// The JSON that answers a completion or chat request, whole or as stream chunks (OpenAI's
+// shapes: "text_completion", "chat.completion" and "chat.completion.chunk"), built from the
+// scheduler's events.
+//
+//   whole:  add(event) for every event, then body(last event)
+//   stream: chunk(event) for each event that carries text or tokens, then final_chunk(last event)
+//           (finish_reason and usage), then "data: [DONE]"
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/batch_scheduler.h"
+#include "server/completion_request.h"
+
+namespace leoam {
+class Tokenizer;
+}
+
+namespace leoam::server {
+
+class CompletionResponse {
+ public:
+  // `id` names the response ("cmpl-..." or "chatcmpl-..."), `model` the model it came from.
+  CompletionResponse(const CompletionRequest& request, std::string id, std::string model, const Tokenizer& tokenizer);
+
+  void add(const GenerationEvent& event);
+  nlohmann::json body(const GenerationEvent& last) const;
+
+  nlohmann::json chunk(const GenerationEvent& event);
+  nlohmann::json final_chunk(const GenerationEvent& last) const;
+
+ private:
+  nlohmann::json envelope(const char* object) const;
+  nlohmann::json usage(const GenerationEvent& last) const;
+  // The logprobs of `event`'s tokens in the endpoint's shape, appended to `into`.
+  void append_logprobs(const GenerationEvent& event, nlohmann::json& into);
+  nlohmann::json empty_logprobs() const;
+
+  Endpoint endpoint_;
+  bool logprobs_ = false;
+  std::string id_;
+  std::string model_;
+  int64_t created_ = 0;
+  const Tokenizer& tokenizer_;
+  std::string text_;          // whole: the text so far
+  nlohmann::json logprobs_json_;
+  int64_t text_offset_ = 0;   // completions' logprobs.text_offset of the next token
+  bool sent_role_ = false;    // chat stream: the first chunk carries the role
+};
+
+}  // namespace leoam::server

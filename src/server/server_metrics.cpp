@@ -1,0 +1,82 @@
+#include "server/server_metrics.h"
+
+#include <cstdio>
+
+#include "kv/tier.h"
+
+namespace leoam::server {
+namespace {
+
+// "# HELP name help\n# TYPE name type\n"
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void sample(std::string& out, const std::string& name, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %.17g\n", value);
+  out += name + buf;
+}
+
+}  // namespace
+
+void ServerMetrics::record_request(const std::string& endpoint, int http_status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, http_status}];
+}
+
+void ServerMetrics::record_first_token_ms(double ms) {
+  std::lock_guard lock(mutex_);
+  ++n_first_tokens_;
+  first_token_ms_sum_ += ms;
+}
+
+std::string ServerMetrics::prometheus_text(const SchedulerStats& s) const {
+  std::string out;
+  {
+    std::lock_guard lock(mutex_);
+    header(out, "leoam_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
+    for (const auto& [key, n] : requests_) {
+      sample(out, "leoam_http_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"}",
+             static_cast<double>(n));
+    }
+    header(out, "leoam_time_to_first_token_seconds", "summary", "From a completion request's arrival to its first token.");
+    sample(out, "leoam_time_to_first_token_seconds_sum", first_token_ms_sum_ / 1000.0);
+    sample(out, "leoam_time_to_first_token_seconds_count", static_cast<double>(n_first_tokens_));
+  }
+  header(out, "leoam_requests_running", "gauge", "Completion requests in the running batch.");
+  sample(out, "leoam_requests_running", static_cast<double>(s.n_running));
+  header(out, "leoam_requests_queued", "gauge", "Completion requests waiting for a place in the batch.");
+  sample(out, "leoam_requests_queued", static_cast<double>(s.n_queued));
+  header(out, "leoam_requests_finished_total", "counter", "Completion requests finished, by how they ended.");
+  const uint64_t ended_ok = s.n_requests - s.n_cancelled - s.n_failed;
+  sample(out, "leoam_requests_finished_total{result=\"ok\"}", static_cast<double>(ended_ok));
+  sample(out, "leoam_requests_finished_total{result=\"cancelled\"}", static_cast<double>(s.n_cancelled));
+  sample(out, "leoam_requests_finished_total{result=\"error\"}", static_cast<double>(s.n_failed));
+  header(out, "leoam_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
+  sample(out, "leoam_prompt_tokens_total", static_cast<double>(s.n_prompt_tokens));
+  header(out, "leoam_prompt_tokens_reused_total", "counter", "Prompt tokens whose KV was reused from a cached prefix.");
+  sample(out, "leoam_prompt_tokens_reused_total", 0.0);
+  header(out, "leoam_generated_tokens_total", "counter", "Tokens generated.");
+  sample(out, "leoam_generated_tokens_total", static_cast<double>(s.n_generated_tokens));
+  header(out, "leoam_decode_steps_total", "counter", "Batched decode steps.");
+  sample(out, "leoam_decode_steps_total", static_cast<double>(s.n_steps));
+  header(out, "leoam_prefill_seconds_total", "counter", "Time spent prefilling prompts.");
+  sample(out, "leoam_prefill_seconds_total", s.prefill_ms / 1000.0);
+  header(out, "leoam_decode_seconds_total", "counter", "Time spent in batched decode steps.");
+  sample(out, "leoam_decode_seconds_total", s.decode_ms / 1000.0);
+  header(out, "leoam_decode_tokens_per_second", "gauge", "Tokens generated per second of decode steps, since the start.");
+  sample(out, "leoam_decode_tokens_per_second", s.decode_ms > 0 ? static_cast<double>(s.n_generated_tokens) * 1000.0 / s.decode_ms : 0.0);
+  header(out, "leoam_kv_resident_bytes", "gauge", "KV bytes of the running requests, by tier.");
+  for (int t = 0; t < kNumTiers; ++t) {
+    sample(out, std::string("leoam_kv_resident_bytes{tier=\"") + tier_name(static_cast<Tier>(t)) + "\"}",
+           static_cast<double>(s.resident_bytes[t]));
+  }
+  header(out, "leoam_kv_disk_read_bytes_total", "counter", "KV bytes read from the disk tier.");
+  sample(out, "leoam_kv_disk_read_bytes_total", static_cast<double>(s.disk_bytes_read));
+  header(out, "leoam_kv_disk_written_bytes_total", "counter", "KV bytes written to the disk tier.");
+  sample(out, "leoam_kv_disk_written_bytes_total", static_cast<double>(s.disk_bytes_written));
+  return out;
+}
+
+}  // namespace leoam::server

@@ -1,0 +1,368 @@
+// `leoam serve` on stories260K over real HTTP on the loopback: the endpoints, streamed against
+// whole answers, every error case, concurrent streaming clients, the API key, a full queue, and
+// a client that goes away mid-stream.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "server_process.h"
+
+namespace leoam::testing_cli {
+namespace {
+
+using json = nlohmann::json;
+
+// What a streamed completion delivered: its chunks' text, the last chunk, and whether it ended
+// with "data: [DONE]".
+struct Streamed {
+  int status = 0;
+  std::string text;
+  json last;
+  bool done = false;
+  std::vector<json> chunks;
+};
+
+// Posts `body` with "stream": true and reads its SSE events; `stop_after` > 0 hangs up after that
+// many chunks.
+Streamed post_stream(httplib::Client& c, const std::string& path, json body, int stop_after = 0) {
+  body["stream"] = true;
+  Streamed out;
+  std::string buffer;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+      const std::string event = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0) continue;
+      const std::string payload = event.substr(6);
+      if (payload == "[DONE]") {
+        out.done = true;
+        continue;
+      }
+      out.chunks.push_back(json::parse(payload));
+      const json& j = out.chunks.back();
+      if (j.contains("choices") && !j["choices"].empty()) {
+        const json& ch = j["choices"][0];
+        out.text += ch.contains("text") ? ch["text"].get<std::string>() : ch["delta"].value("content", "");
+      }
+      out.last = j;
+      if (stop_after > 0 && static_cast<int>(out.chunks.size()) >= stop_after) return false;
+    }
+    return true;
+  };
+  httplib::Result r = c.send(req);
+  out.status = r ? r->status : 0;
+  return out;
+}
+
+json post_json(httplib::Client& c, const std::string& path, const json& body, int* status) {
+  httplib::Result r = c.Post(path, body.dump(), "application/json");
+  *status = r ? r->status : 0;
+  return r ? json::parse(r->body, nullptr, false) : json();
+}
+
+// The metric's value in /metrics text (a line "NAME VALUE"), or -1.
+double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
+}
+
+// One server for the suite: stories260K, 512-token contexts, 4 requests at once.
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(kStoriesModel)) return;
+    char tmpl[] = "/tmp/leoam_serve_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    server_ = new ServerProcess(*dir_, {"-m", kStoriesModel, "-c", "512", "--parallel", "4", "--max-queue", "16",
+                                        "--max-body-mb", "0.05", "-t", "2"});
+  }
+  static void TearDownTestSuite() {
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->stop(), 0) << server_->stderr_text();
+    }
+    delete server_;
+    server_ = nullptr;
+    std::error_code ec;
+    if (dir_ != nullptr) std::filesystem::remove_all(*dir_, ec);
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (server_ == nullptr) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+    ASSERT_TRUE(server_->started()) << server_->stderr_text();
+  }
+  static inline std::string* dir_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+};
+
+TEST_F(ServeTest, HealthModelsAndMetrics) {
+  auto c = server_->client();
+  auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto models = c->Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json m = json::parse(models->body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "stories260K");
+  EXPECT_EQ(m["data"][0]["meta"]["n_ctx"], 512);
+  int status = 0;
+  post_json(*c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}}, &status);
+  EXPECT_EQ(status, 200);
+  auto metrics = c->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  EXPECT_GE(metric(metrics->body, "leoam_generated_tokens_total"), 5.0) << metrics->body;
+  EXPECT_GE(metric(metrics->body, "leoam_prompt_tokens_total"), 5.0);
+  EXPECT_EQ(metric(metrics->body, "leoam_requests_running"), 0.0);
+  EXPECT_NE(metrics->body.find("leoam_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), std::string::npos);
+  EXPECT_NE(metrics->body.find("leoam_kv_resident_bytes{tier=\"disk\"}"), std::string::npos);
+}
+
+TEST_F(ServeTest, StreamedTextEqualsTheWholeAnswerForTheSameSeed) {
+  auto c = server_->client();
+  for (int seed : {1, 2, 3}) {
+    const json body = {{"prompt", "Once upon a time, there was"}, {"max_tokens", 48}, {"temperature", 0.9},
+                       {"seed", seed}};
+    int status = 0;
+    const json whole = post_json(*c, "/v1/completions", body, &status);
+    ASSERT_EQ(status, 200) << whole.dump();
+    EXPECT_EQ(whole["object"], "text_completion");
+    const std::string text = whole["choices"][0]["text"];
+    EXPECT_FALSE(text.empty());
+    const Streamed s = post_stream(*c, "/v1/completions", body);
+    EXPECT_EQ(s.status, 200);
+    EXPECT_TRUE(s.done);
+    EXPECT_EQ(s.text, text) << "seed " << seed;
+    EXPECT_EQ(s.last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+    EXPECT_EQ(s.last["usage"], whole["usage"]);
+    EXPECT_EQ(whole["usage"]["total_tokens"].get<int>(),
+              whole["usage"]["prompt_tokens"].get<int>() + whole["usage"]["completion_tokens"].get<int>());
+  }
+  // With stream_options.include_usage, OpenAI's usage chunk (no choices) comes before [DONE].
+  const Streamed u = post_stream(*c, "/v1/completions",
+                                 {{"prompt", "Once"}, {"max_tokens", 4}, {"stream_options", {{"include_usage", true}}}});
+  EXPECT_TRUE(u.done);
+  EXPECT_TRUE(u.last["choices"].empty());
+  EXPECT_EQ(u.last["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(ServeTest, StopStringsAndLogprobs) {
+  auto c = server_->client();
+  int status = 0;
+  const json plain = post_json(*c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200);
+  const std::string text = plain["choices"][0]["text"];
+  const std::string stop = text.substr(text.size() / 2, 4);
+  const json stopped = post_json(
+      *c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {stop}}},
+      &status);
+  EXPECT_EQ(stopped["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+
+  const json lp = post_json(*c, "/v1/completions",
+                            {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}}, &status);
+  ASSERT_EQ(status, 200) << lp.dump();
+  const json& l = lp["choices"][0]["logprobs"];
+  ASSERT_EQ(l["tokens"].size(), 6u);
+  ASSERT_EQ(l["token_logprobs"].size(), 6u);
+  ASSERT_EQ(l["top_logprobs"].size(), 6u);
+  std::string joined;
+  for (const json& t : l["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, lp["choices"][0]["text"]);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_LE(l["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(l["top_logprobs"][i].size(), 2u);
+    // Greedy: the token is its own most likely alternative.
+    EXPECT_DOUBLE_EQ(l["top_logprobs"][i][l["tokens"][i].get<std::string>()].get<double>(), l["token_logprobs"][i].get<double>());
+  }
+}
+
+TEST_F(ServeTest, BadRequestsGetOpenAIErrors) {
+  auto c = server_->client();
+  const auto expect_error = [&](const std::string& path, const std::string& body, int status, const std::string& says,
+                                const std::string& param = "") {
+    httplib::Result r = c->Post(path, body, "application/json");
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(r->status, status) << body << " -> " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(says), std::string::npos) << r->body;
+    EXPECT_TRUE(j["error"].contains("type"));
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << r->body;
+    }
+  };
+  expect_error("/v1/completions", "{\"prompt\": ", 400, "not valid JSON");
+  expect_error("/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", 400, "must be an integer", "max_tokens");
+  expect_error("/v1/completions", R"({"prompt": "x", "max_tokens": 513})", 400, "must be in [0, 512]", "max_tokens");
+  expect_error("/v1/completions", R"({"prompt": "x", "temperature": true})", 400, "must be a number", "temperature");
+  expect_error("/v1/completions", R"({"prompt": [1, 100000]})", 400, "out of the vocabulary", "prompt");
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += " the cat";
+  expect_error("/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "the context holds 512", "prompt");
+  expect_error("/v1/completions", json{{"prompt", std::string(60000, 'a')}}.dump(), 413, "--max-body-mb");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", 400, "chat template");
+  auto missing = c->Get("/v1/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(json::parse(missing->body)["error"]["code"], "not_found");
+}
+
+TEST_F(ServeTest, EightConcurrentStreamingClientsEachGetTheirOwnAnswer) {
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a dog", "The sun was", "Tom and Sue",
+                                            "One day, a bird", "There was a big tree", "The cat", "A little boy"};
+  // Each prompt's answer alone, greedy, first.
+  std::vector<std::string> alone;
+  auto c = server_->client();
+  for (const std::string& p : prompts) {
+    int status = 0;
+    const json j = post_json(*c, "/v1/completions", {{"prompt", p}, {"max_tokens", 40}, {"temperature", 0}}, &status);
+    ASSERT_EQ(status, 200);
+    alone.push_back(j["choices"][0]["text"]);
+  }
+  // Then all at once, streamed: 4 decode together, 4 wait and join.
+  std::vector<std::future<Streamed>> futures;
+  for (const std::string& p : prompts) {
+    futures.push_back(std::async(std::launch::async, [&, p] {
+      auto client = server_->client();
+      return post_stream(*client, "/v1/completions", {{"prompt", p}, {"max_tokens", 40}, {"temperature", 0}});
+    }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Streamed s = futures[i].get();
+    EXPECT_EQ(s.status, 200);
+    EXPECT_TRUE(s.done);
+    EXPECT_EQ(s.text, alone[i]) << prompts[i];
+  }
+}
+
+TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
+  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  char tmpl[] = "/tmp/leoam_serve_key_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  ServerProcess server(tmpl, {"-m", kStoriesModel, "-c", "256", "--api-key", "sesame", "-t", "1"});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  auto none = server.client();
+  auto wrong = server.client("open");
+  auto right = server.client("sesame");
+  const auto status = [](httplib::Result r) { return r ? r->status : 0; };
+  EXPECT_EQ(status(none->Get("/health")), 200);
+  for (const char* path : {"/v1/models", "/metrics"}) {
+    EXPECT_EQ(status(none->Get(path)), 401) << path;
+    EXPECT_EQ(status(wrong->Get(path)), 401) << path;
+    EXPECT_EQ(status(right->Get(path)), 200) << path;
+  }
+  const std::string body = R"({"prompt": "Once", "max_tokens": 3})";
+  auto r = none->Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(status(wrong->Post("/v1/completions", body, "application/json")), 401);
+  EXPECT_EQ(status(right->Post("/v1/completions", body, "application/json")), 200);
+  EXPECT_EQ(server.stop(), 0);
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+}
+
+// The KV files the server process holds open in `dir` (unlinked once open, so only its open
+// descriptors show them).
+int open_kv_files(pid_t pid, const std::string& dir) {
+  int n = 0;
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& e : std::filesystem::directory_iterator(fds)) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind(dir, 0) == 0) ++n;
+  }
+  return n;
+}
+
+// One request at a time and none waiting: a second is refused with 503 and Retry-After; the
+// first's client hangs up mid-stream, which cancels it and frees its KV (files and bytes).
+TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
+  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  char tmpl[] = "/tmp/leoam_serve_busy_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string kv_dir = dir + "/kv";
+  {
+    ServerProcess server(dir, {"-m", kStoriesModel, "-c", "16384", "--parallel", "1", "--max-queue", "0", "-t", "1",
+                               "--kv-dir", kv_dir, "--kv-device-mb", "0.25", "--kv-host-mb", "0.25"});
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    EXPECT_EQ(open_kv_files(server.pid(), kv_dir), 0);
+    std::promise<void> streaming;
+    std::promise<void> hang_up;
+    auto first = std::async(std::launch::async, [&] {
+      auto c = server.client();
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 16000}, {"stream", true}}.dump();
+      req.set_header("Content-Type", "application/json");
+      bool told = false;
+      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (!told) {
+          told = true;
+          streaming.set_value();
+          hang_up.get_future().wait();
+          return false;  // hang up
+        }
+        return true;
+      };
+      return c->send(req);
+    });
+    streaming.get_future().wait();
+    EXPECT_GT(open_kv_files(server.pid(), kv_dir), 0);  // the running request's store
+    auto c = server.client();
+    auto busy = c->Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 3})", "application/json");
+    ASSERT_TRUE(busy);
+    EXPECT_EQ(busy->status, 503);
+    EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+    EXPECT_EQ(json::parse(busy->body)["error"]["code"], "server_busy");
+    hang_up.set_value();
+    first.get();
+    // The server notices at its next write, cancels the request and frees its store.
+    double cancelled = 0;
+    std::string metrics;
+    for (int i = 0; i < 200 && cancelled < 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto m = c->Get("/metrics");
+      ASSERT_TRUE(m);
+      metrics = m->body;
+      cancelled = metric(metrics, "leoam_requests_finished_total{result=\"cancelled\"}");
+    }
+    EXPECT_EQ(cancelled, 1.0) << metrics;
+    EXPECT_EQ(metric(metrics, "leoam_requests_running"), 0.0);
+    EXPECT_EQ(metric(metrics, "leoam_kv_resident_bytes{tier=\"device\"}"), 0.0);
+    EXPECT_EQ(metric(metrics, "leoam_kv_resident_bytes{tier=\"disk\"}"), 0.0);
+    EXPECT_LT(metric(metrics, "leoam_generated_tokens_total"), 16000.0);
+    EXPECT_EQ(open_kv_files(server.pid(), kv_dir), 0);
+    // And the place is free again.
+    auto after = c->Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 3})", "application/json");
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->status, 200);
+    EXPECT_EQ(server.stop(), 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace leoam::testing_cli

@@ -1,0 +1,222 @@
+// Continuous batching over the tiny model (tiny_model_test.h): requests that join a running
+// batch get what generate() gives each alone; stop strings, log-probabilities, a full queue,
+// cancellation and shutdown.
+#include "engine/batch_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/generator.h"
+#include "kv/memory_kv_cache.h"
+#include "tiny_model_test.h"
+
+namespace leoam {
+namespace {
+
+using namespace std::chrono_literals;
+
+// What a request's stream delivered.
+struct Collected {
+  std::string text;
+  std::vector<GeneratedToken> tokens;
+  GenerationEvent last;
+  bool ended = false;
+};
+
+Collected drain(GenerationStream& stream) {
+  Collected c;
+  while (!c.ended) {
+    std::optional<GenerationEvent> e = stream.next(30s);
+    if (!e) break;  // a hung scheduler: the test's checks fail on ended
+    c.text += e->text;
+    c.tokens.insert(c.tokens.end(), e->tokens.begin(), e->tokens.end());
+    if (e->done) {
+      c.last = std::move(*e);
+      c.ended = true;
+    }
+  }
+  return c;
+}
+
+class BatchSchedulerTest : public TinyModelTest {
+ protected:
+  // A scheduler whose requests each get an in-memory store of n_ctx positions; live_ counts them.
+  std::unique_ptr<BatchScheduler> scheduler(int n_parallel, int max_queued, int64_t n_ctx = 128) {
+    ForwardOptions fwd;
+    fwd.n_threads = 2;
+    fwd.n_batch = 64;
+    const ModelHparams& hp = model_->hparams();
+    SequenceFactory factory = [hp, n_ctx]() -> Result<SequenceSlot> {
+      MemoryKvCacheOptions m;
+      m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> kv, MemoryKvCache::create(m));
+      return SequenceSlot{std::move(kv), nullptr};
+    };
+    auto s = BatchScheduler::create(*model_, *tokenizer_, fwd, factory, {n_parallel, max_queued});
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    return s.is_ok() ? std::move(*s) : nullptr;
+  }
+
+  static GenerationRequest request(std::string_view prompt, int n_predict, float temperature, uint64_t seed) {
+    GenerationRequest r;
+    r.prompt_tokens = tokenizer_->tokenize(prompt, /*add_bos=*/true, /*parse_special=*/false);
+    r.n_predict = n_predict;
+    r.sampler.temperature = temperature;
+    r.sampler.seed = seed;
+    return r;
+  }
+
+  // generate() alone on a fresh context: its tokens, and its text without an end-of-generation
+  // token's piece (a request's text leaves it out).
+  static std::vector<int32_t> alone(const GenerationRequest& r, std::string* text) {
+    auto ctx = context(128);
+    GenerateOptions o;
+    o.n_predict = r.n_predict;
+    o.sampler = r.sampler;
+    std::vector<int32_t> tokens;
+    GenerateCallbacks cb;
+    cb.on_token = [&](int32_t t) { tokens.push_back(t); };
+    auto st = generate_from_tokens(*ctx, *tokenizer_, r.prompt_tokens, false, o, cb);
+    EXPECT_TRUE(st.is_ok()) << st.status().message();
+    std::vector<int32_t> shown = tokens;
+    if (!shown.empty() && tokenizer_->is_eog(shown.back())) shown.pop_back();
+    *text = tokenizer_->detokenize(shown, /*remove_leading_space=*/false);
+    return tokens;
+  }
+
+  static std::vector<int32_t> ids(const Collected& c) {
+    std::vector<int32_t> v;
+    for (const GeneratedToken& t : c.tokens) v.push_back(t.token);
+    return v;
+  }
+};
+
+TEST_F(BatchSchedulerTest, RequestsThatJoinARunningBatchGetWhatEachGetsAlone) {
+  auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8);
+  ASSERT_NE(s, nullptr);
+  const std::vector<GenerationRequest> requests = {
+      request("the cat", 30, 0.0f, 0), request("once upon a time", 12, 0.0f, 0),
+      request("a", 40, 0.9f, 7), request("the dog and the", 20, 1.0f, 3), request("b c d", 25, 0.0f, 0)};
+  // Two run at once: the others wait and join as places free, between steps.
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  for (const GenerationRequest& r : requests) {
+    auto stream = s->submit(r);
+    ASSERT_TRUE(stream.is_ok()) << stream.status().message();
+    streams.push_back(*stream);
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Collected c = drain(*streams[i]);
+    ASSERT_TRUE(c.ended) << "request " << i;
+    std::string text;
+    EXPECT_EQ(ids(c), alone(requests[i], &text)) << "request " << i;
+    EXPECT_EQ(c.text, text) << "request " << i;
+    EXPECT_EQ(c.last.n_generated, static_cast<int64_t>(c.tokens.size()));
+    EXPECT_EQ(c.last.n_prompt_tokens, static_cast<int64_t>(requests[i].prompt_tokens.size()));
+    const bool eog = tokenizer_->is_eog(c.tokens.back().token);
+    EXPECT_EQ(c.last.finish, eog ? FinishReason::kStop : FinishReason::kLength) << "request " << i;
+  }
+  const SchedulerStats st = s->stats();
+  EXPECT_EQ(st.n_requests, requests.size());
+  EXPECT_EQ(st.n_running, 0);
+  EXPECT_EQ(st.n_queued, 0);
+  EXPECT_GT(st.n_steps, 0u);
+  EXPECT_EQ(st.resident_bytes[0], 0u);  // every store freed
+}
+
+TEST_F(BatchSchedulerTest, StopStringsEndTheTextBeforeThem) {
+  auto s = scheduler(2, 8);
+  GenerationRequest r = request("the cat", 40, 0.0f, 0);
+  std::string full;
+  alone(r, &full);
+  ASSERT_GE(full.size(), 12u);
+  // A stop string from the middle of the text: the text ends before its first occurrence.
+  const std::string stop = full.substr(full.size() / 2, 3);
+  r.stop = {"never appears \x01", stop};
+  const Collected c = drain(**s->submit(r));
+  ASSERT_TRUE(c.ended);
+  EXPECT_EQ(c.text, full.substr(0, full.find(stop)));
+  EXPECT_EQ(c.last.finish, FinishReason::kStop);
+  EXPECT_LT(c.last.n_generated, 40);
+}
+
+TEST_F(BatchSchedulerTest, LogprobsAreTheModelsLogSoftmax) {
+  auto s = scheduler(1, 8);
+  GenerationRequest r = request("the cat", 8, 0.0f, 0);
+  r.n_top_logprobs = 3;
+  const Collected c = drain(**s->submit(r));
+  ASSERT_TRUE(c.ended);
+  ASSERT_EQ(c.tokens.size(), 8u);
+  for (const GeneratedToken& t : c.tokens) {
+    ASSERT_EQ(t.top.size(), 3u);
+    // Greedy: the sampled token is the most likely one.
+    EXPECT_EQ(t.top[0].token, t.token);
+    EXPECT_FLOAT_EQ(t.top[0].logprob, t.logprob);
+    EXPECT_LE(t.logprob, 0.0f);
+    EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+    EXPECT_GE(t.top[1].logprob, t.top[2].logprob);
+    EXPECT_LT(std::exp(t.top[0].logprob) + std::exp(t.top[1].logprob) + std::exp(t.top[2].logprob), 1.0001);
+  }
+}
+
+TEST_F(BatchSchedulerTest, AFullQueueRefusesAndACancelledRequestEnds) {
+  // Large stores so that the running request outlasts the checks; it is cancelled at the end.
+  auto s = scheduler(/*n_parallel=*/1, /*max_queued=*/1, /*n_ctx=*/16384);
+  auto running = s->submit(request("the cat", -1, 1.0f, 1));
+  ASSERT_TRUE(running.is_ok());
+  ASSERT_TRUE((*running)->next(30s).has_value());  // it runs: its first token came
+  auto waiting = s->submit(request("a", 4, 0.0f, 0));
+  ASSERT_TRUE(waiting.is_ok());
+  auto refused = s->submit(request("b", 4, 0.0f, 0));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("busy"), std::string::npos) << refused.status().message();
+
+  (*running)->cancel();
+  const Collected c = drain(**running);
+  ASSERT_TRUE(c.ended);
+  EXPECT_EQ(c.last.finish, FinishReason::kCancelled);
+  EXPECT_LT(c.last.n_generated, 16000);
+  // The waiting request then runs to its end.
+  const Collected w = drain(**waiting);
+  ASSERT_TRUE(w.ended);
+  EXPECT_EQ(w.last.finish, tokenizer_->is_eog(w.tokens.back().token) ? FinishReason::kStop : FinishReason::kLength);
+  const SchedulerStats st = s->stats();
+  EXPECT_EQ(st.n_cancelled, 1u);
+  EXPECT_EQ(st.n_running, 0);
+  EXPECT_EQ(st.resident_bytes[0], 0u);
+}
+
+TEST_F(BatchSchedulerTest, StoppingEndsEveryRequestCancelled) {
+  auto s = scheduler(1, 4, 16384);
+  auto a = s->submit(request("the cat", -1, 1.0f, 1));
+  auto b = s->submit(request("a", -1, 1.0f, 2));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  ASSERT_TRUE((*a)->next(30s).has_value());
+  s.reset();
+  EXPECT_EQ(drain(**a).last.finish, FinishReason::kCancelled);
+  EXPECT_EQ(drain(**b).last.finish, FinishReason::kCancelled);
+}
+
+TEST_F(BatchSchedulerTest, BadRequestsAndOptionsAreRefused) {
+  auto s = scheduler(1, 1);
+  EXPECT_EQ(s->submit(GenerationRequest{}).status().code(), StatusCode::kInvalidArgument);
+  // A prompt longer than its store ends in an error event, not a crash.
+  GenerationRequest r = request("the cat", 4, 0.0f, 0);
+  r.prompt_tokens.resize(200, r.prompt_tokens.back());
+  const Collected c = drain(**s->submit(r));
+  ASSERT_TRUE(c.ended);
+  EXPECT_EQ(c.last.finish, FinishReason::kError);
+  EXPECT_NE(c.last.error.message().find("exceeds the context size"), std::string::npos) << c.last.error.message();
+  ForwardOptions fwd;
+  fwd.n_batch = 4;
+  auto bad = BatchScheduler::create(*model_, *tokenizer_, fwd, {}, {8, 1});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace leoam

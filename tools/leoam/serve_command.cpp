@@ -1,0 +1,138 @@
+// `leoam serve`: the OpenAI-compatible HTTP server (src/server/http_server.h) over continuous
+// batching (src/engine/batch_scheduler.h). Each request gets a KV store of its own, made from
+// the KV and policy flags as `leoam run` makes its one (with --kv-dir: the tier budgets each),
+// freed when the request ends.
+//
+// Prints "leoam: serving MODEL on http://HOST:PORT ..." on stderr once it listens; Ctrl-C stops
+// it (requests in flight end cancelled) and exits 0.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "attention_options.h"
+#include "cli_common.h"
+#include "engine/batch_scheduler.h"
+#include "kv_options.h"
+#include "model/model.h"
+#include "sampler_options.h"
+#include "server/http_server.h"
+#include "sigint_scope.h"
+#include "sparse/sparse_attention.h"
+#include "tokenizer/tokenizer.h"
+
+namespace leoam::cli {
+namespace {
+
+class ServeCommand : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
+    cmd->add_option("-m,--model", model_path_, "model file (GGUF)")->required()->check(readable_file())->type_name("FILE");
+    cmd->add_option("--host", http_.host, "address to listen on (127.0.0.1: this machine only)")->capture_default_str();
+    cmd->add_option("--port", http_.port, "port to listen on (0: any free port, printed at the start)")
+        ->capture_default_str()
+        ->check(in_range(0, 65535));
+    cmd->add_option("--api-key", http_.api_key,
+                    "require 'Authorization: Bearer KEY' on every endpoint but /health");
+    cmd->add_option("--alias", http_.model_id, "the model's name in the API (default: the file name without .gguf)");
+    cmd->add_option("--parallel", scheduler_.n_parallel, "requests decoded together, each with its own KV store")
+        ->capture_default_str()
+        ->check(in_range(1, 256));
+    cmd->add_option("--max-queue", scheduler_.max_queued,
+                    "requests that may wait for a place beyond --parallel; more are answered 503")
+        ->capture_default_str()
+        ->check(in_range(0, 1 << 20));
+    cmd->add_option("--max-body-mb", max_body_mb_, "largest request body accepted (413 beyond)")
+        ->capture_default_str()
+        ->check(positive<double>());
+    cmd->add_option("-c,--ctx-size", n_ctx_, "context of each request in tokens, prompt and answer (0: the model's training context)")
+        ->capture_default_str()
+        ->check(non_negative<int>());
+    cmd->add_option("-n,--n-predict", http_.defaults.max_tokens, "tokens to generate when a request gives no max_tokens")
+        ->capture_default_str()
+        ->check(in_range(0, 1 << 30));
+    cmd->add_option("-b,--batch-size", n_batch_, "prompt tokens per forward pass")
+        ->capture_default_str()
+        ->check(in_range(1, 1 << 20));
+    add_threads_option(*cmd, n_threads_);
+    add_sampler_options(*cmd, http_.defaults.sampler);
+    add_kv_options(*cmd, kv_options_);
+    add_attention_options(*cmd, attention_options_);
+    // A run's end-of-run report; the server's figures are at /metrics.
+    for (const char* run_only : {"--kv-stats", "--kv-stats-json"}) cmd->remove_option(cmd->get_option(run_only));
+    return cmd;
+  }
+
+  int execute() override {
+    Result<std::unique_ptr<Model>> model = Model::load(model_path_);
+    if (!model.is_ok()) return fail(model.status().with_context(model_path_));
+    Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
+    if (!tokenizer.is_ok()) return fail(tokenizer.status().with_context(model_path_));
+    const Model& m = **model;
+    const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : m.hparams().n_ctx_train;
+    if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
+    // Each request's store and selector, as `leoam run` makes its one. A first one is made now,
+    // so that a flag the store or policy refuses fails at the start, not at the first request.
+    SequenceFactory factory = [this, &m, n_ctx]() -> Result<SequenceSlot> {
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                             make_kv_cache(kv_options_, m, n_ctx, kv_store_needs(attention_options_)));
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
+                             make_sparse_attention(attention_options_, kv_options_, m, *kv));
+      return SequenceSlot{std::move(kv), std::move(selector)};
+    };
+    if (Result<SequenceSlot> probe = factory(); !probe.is_ok()) return fail(probe.status());
+
+    ForwardOptions fwd;
+    fwd.n_threads = n_threads_;
+    fwd.n_batch = n_batch_;
+    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
+    fwd.pipeline = decode_pipeline(kv_options_);
+    Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, **tokenizer, fwd, factory, scheduler_);
+    if (!scheduler.is_ok()) return fail(scheduler.status());
+
+    if (http_.model_id.empty()) http_.model_id = std::filesystem::path(model_path_).stem().string();
+    http_.n_ctx = n_ctx;
+    http_.defaults.max_tokens_limit = static_cast<int>(std::min<int64_t>(n_ctx, 1 << 30));
+    http_.max_body_bytes = mib_to_bytes(max_body_mb_);
+    // Every request running, every one waiting, and a few for /health and /metrics.
+    http_.n_threads = scheduler_.n_parallel + scheduler_.max_queued + 4;
+    Result<std::unique_ptr<server::HttpServer>> server = server::HttpServer::create(http_, **scheduler, **tokenizer);
+    if (!server.is_ok()) return fail(server.status());
+
+    SigintScope sigint;
+    std::thread http([&] { (*server)->run(); });
+    std::fprintf(stderr, "leoam: serving %s on http://%s:%d (%d requests at once, %lld tokens each; Ctrl-C stops)\n",
+                 http_.model_id.c_str(), http_.host.c_str(), (*server)->port(), scheduler_.n_parallel,
+                 static_cast<long long>(n_ctx));
+    if (!kv_options_.dir.empty()) {
+      std::fprintf(stderr, "leoam: each request's KV: %.1f MiB device, %.1f MiB host, the rest in %s\n",
+                   kv_options_.device_mb, kv_options_.host_mb, kv_options_.dir.c_str());
+    }
+    while (!SigintScope::interrupted()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::fprintf(stderr, "leoam: stopping\n");
+    (*scheduler)->stop();  // requests in flight end cancelled, and their streams close
+    (*server)->stop();
+    http.join();
+    return kExitOk;
+  }
+
+ private:
+  std::string model_path_;
+  server::HttpServerOptions http_;
+  BatchSchedulerOptions scheduler_;
+  KvCliOptions kv_options_;
+  AttentionCliOptions attention_options_;
+  double max_body_mb_ = 8.0;
+  int n_ctx_ = 0;
+  int n_batch_ = 512;
+  int n_threads_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_serve_command() { return std::make_unique<ServeCommand>(); }
+
+}  // namespace leoam::cli
