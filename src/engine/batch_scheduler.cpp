@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <span>
 #include <utility>
 
+#include "engine/prompt_cache.h"
 #include "engine/stop_matcher.h"
 #include "engine/utf8_stream.h"
 #include "kv/kv_dtype.h"
@@ -81,6 +84,7 @@ struct BatchScheduler::Running {
   StopMatcher stop;
   std::vector<float> row;  // the logits its next token is sampled from
   int64_t n_generated = 0;
+  int64_t n_reused = 0;  // prompt positions loaded from the prompt cache
   double queued_ms = 0.0;
   double prefill_ms = 0.0;
   Clock::time_point first_sample{};
@@ -226,9 +230,18 @@ void BatchScheduler::start(std::unique_ptr<Job> job) {
   r->queued_ms = failed.queued_ms;
   const GenerationRequest& req = r->job->request;
   for (int32_t t : req.prompt_tokens) r->sampler.accept(t);
+  PromptCache* cache = options_.prompt_cache;
+  r->n_reused = cache != nullptr ? cache->restore(req.prompt_tokens, *r->slot.kv) : 0;
   prefilling_.store(r->job->stream.get());
-  const Status st = ctx_->eval_sequence(r->sequence(), req.prompt_tokens, false, r->row);
+  const std::span<const int32_t> rest = std::span(req.prompt_tokens).subspan(static_cast<size_t>(r->n_reused));
+  const Status st = ctx_->eval_sequence(r->sequence(), rest, false, r->row);
   prefilling_.store(nullptr);
+  if (st.is_ok() && cache != nullptr) {
+    // A prompt that cannot be kept is still answered.
+    if (Status kept = cache->remember(req.prompt_tokens, *r->slot.kv, r->n_reused); !kept.is_ok()) {
+      std::fprintf(stderr, "leoam: %s\n", kept.message().c_str());
+    }
+  }
   r->prefill_ms = ms_between(t0, Clock::now());
   if (!st.is_ok()) {
     // A request that fails or is cancelled in its prefill keeps nothing.
@@ -239,7 +252,8 @@ void BatchScheduler::start(std::unique_ptr<Job> job) {
   }
   {
     std::lock_guard lock(mutex_);
-    stats_.n_prompt_tokens += req.prompt_tokens.size();
+    stats_.n_prompt_tokens += rest.size();
+    stats_.n_reused_tokens += static_cast<uint64_t>(r->n_reused);
     stats_.prefill_ms += r->prefill_ms;
   }
   running_.push_back(std::move(r));
@@ -301,6 +315,7 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
   e.finish = reason;
   e.error = std::move(error);
   e.n_prompt_tokens = static_cast<int64_t>(r->job->request.prompt_tokens.size());
+  e.n_reused_tokens = r->n_reused;
   e.n_generated = r->n_generated;
   e.queued_ms = r->queued_ms;
   e.prefill_ms = r->prefill_ms;

@@ -41,6 +41,7 @@
 namespace leoam {
 
 class Model;
+class PromptCache;
 class Tokenizer;
 
 // A request's sequence: its own KV store and selector (null: every position attended).
@@ -53,6 +54,9 @@ using SequenceFactory = std::function<Result<SequenceSlot>()>;
 struct BatchSchedulerOptions {
   int n_parallel = 4;  // requests decoded together at most
   int max_queued = 64; // requests waiting for a place beyond those; more are refused
+  // Where a prompt's beginning may be loaded from instead of computed, and kept for later
+  // prompts (prompt_cache.h); null: none. Must outlive the scheduler.
+  PromptCache* prompt_cache = nullptr;
 };
 
 struct GenerationRequest {
@@ -90,9 +94,10 @@ struct GenerationEvent {
   FinishReason finish = FinishReason::kStop;
   Status error;
   int64_t n_prompt_tokens = 0;
+  int64_t n_reused_tokens = 0;  // prompt positions whose KV came from the prompt cache
   int64_t n_generated = 0;
   double queued_ms = 0.0;   // from submit to the start of its prefill
-  double prefill_ms = 0.0;
+  double prefill_ms = 0.0;  // its prompt: loading from the prompt cache, evaluating, keeping it there
   double decode_ms = 0.0;   // from its first sample to its last
 };
 
@@ -122,6 +127,7 @@ struct SchedulerStats {
   uint64_t n_cancelled = 0;
   uint64_t n_failed = 0;
   uint64_t n_prompt_tokens = 0;    // prefilled
+  uint64_t n_reused_tokens = 0;    // loaded from the prompt cache instead
   uint64_t n_generated_tokens = 0;
   uint64_t n_steps = 0;            // batched decode steps
   double prefill_ms = 0.0;

@@ -129,15 +129,17 @@ Status save_kv_session(KvCache& kv, const KvSession& session, const std::string&
   return write_whole_file(fs, header_path(dir), header.dump(1) + "\n");
 }
 
-Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
-                                  const KvSessionIoOptions& options) {
-  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+namespace {
+
+// The header of the session in `dir`, checked; its chunk size in *chunk_tokens, and the header
+// itself in *header (for the geometry check).
+Result<KvSession> read_header(FileSystem& fs, const std::string& dir, uint64_t model_hash, int* chunk_tokens,
+                              nlohmann::json* header_out) {
   const std::string path = header_path(dir);
   if (!fs.exists(path)) return not_found("no KV session in '" + dir + "' (" + path + " is missing)");
   LEOAM_ASSIGN_OR_RETURN(std::string text, read_whole_file(fs, path));
 
   KvSession session;
-  int chunk_tokens = 0;
   try {
     nlohmann::json header = nlohmann::json::parse(text);
     if (!header.is_object() || header.value("format", "") != kFormat) {
@@ -161,21 +163,45 @@ Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, K
                               header.at("model_hash").get<std::string>() + "; this model's is " + hex(model_hash) +
                               "); load it with the model it was saved with");
     }
-    const KvCacheShape& s = kv.shape();
-    if (header.at("n_layer").get<int>() != s.n_layer || header.at("n_kv_heads").get<int>() != s.n_kv_heads ||
-        header.at("head_dim").get<int>() != s.head_dim || header.at("dtype").get<std::string>() != kv_dtype_name(kv.dtype())) {
-      return invalid_argument(path + ": the session's KV geometry differs from this cache's");
-    }
-    chunk_tokens = header.at("chunk_tokens").get<int>();
+    *chunk_tokens = header.at("chunk_tokens").get<int>();
     session.model_hash = model_hash;
     session.n_kv = header.at("n_kv").get<int64_t>();
     session.tokens = header.at("tokens").get<std::vector<int32_t>>();
     session.sampler_state = header.at("sampler_state").get<std::string>();
+    header.at("n_layer").get<int>();  // present, for the geometry check
+    header.at("n_kv_heads").get<int>();
+    header.at("head_dim").get<int>();
+    header.at("dtype").get<std::string>();
+    *header_out = std::move(header);
   } catch (const nlohmann::json::exception& e) {
     return corrupt(path + ": not a valid KV session header (" + e.what() + ")");
   }
-  if (chunk_tokens <= 0 || session.n_kv < 0 || session.n_kv > static_cast<int64_t>(session.tokens.size())) {
+  if (*chunk_tokens <= 0 || session.n_kv < 0 || session.n_kv > static_cast<int64_t>(session.tokens.size())) {
     return corrupt(path + ": inconsistent chunk size or token counts");
+  }
+  return session;
+}
+
+}  // namespace
+
+Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, const KvSessionIoOptions& options) {
+  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+  int chunk_tokens = 0;
+  nlohmann::json header;
+  return read_header(fs, dir, model_hash, &chunk_tokens, &header);
+}
+
+Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
+                                  const KvSessionIoOptions& options) {
+  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+  const std::string path = header_path(dir);
+  int chunk_tokens = 0;
+  nlohmann::json header;
+  LEOAM_ASSIGN_OR_RETURN(KvSession session, read_header(fs, dir, model_hash, &chunk_tokens, &header));
+  const KvCacheShape& s = kv.shape();
+  if (header["n_layer"].get<int>() != s.n_layer || header["n_kv_heads"].get<int>() != s.n_kv_heads ||
+      header["head_dim"].get<int>() != s.head_dim || header["dtype"].get<std::string>() != kv_dtype_name(kv.dtype())) {
+    return invalid_argument(path + ": the session's KV geometry differs from this cache's");
   }
   if (session.n_kv > kv.n_ctx() || static_cast<int64_t>(session.tokens.size()) > kv.n_ctx()) {
     return invalid_argument(path + ": the session holds " + std::to_string(session.tokens.size()) +
@@ -189,14 +215,16 @@ Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, K
   DiskTierOptions d = tier_options(dir, kv, chunk_tokens, &fs);
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier, DiskTier::open_existing(d, counts));
   const ChunkGeometry& g = tier->geometry();
+  const int64_t n_load = options.max_positions >= 0 ? std::min(session.n_kv, options.max_positions) : session.n_kv;
+  const int64_t n_load_chunks = (n_load + chunk_tokens - 1) / chunk_tokens;
   const int64_t batch = std::min<int64_t>(kLoadBatchChunks, std::max<int64_t>(n_chunks, 1));
   LEOAM_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::allocate(static_cast<size_t>(batch) * tier->slot_bytes()));
   std::vector<float> k(static_cast<size_t>(chunk_tokens * g.row_elements()));
   std::vector<float> v(k.size());
 
   for (int il = 0; il < n_layer; ++il) {
-    for (int64_t i0 = 0; i0 < n_chunks; i0 += batch) {
-      const int64_t i1 = std::min(n_chunks, i0 + batch);
+    for (int64_t i0 = 0; i0 < n_load_chunks; i0 += batch) {
+      const int64_t i1 = std::min(n_load_chunks, i0 + batch);
       std::vector<DiskChunkRead> reads;
       for (int64_t i = i0; i < i1; ++i) reads.push_back({i, buffer.data() + (i - i0) * tier->slot_bytes()});
       LEOAM_RETURN_IF_ERROR(tier->read_chunks(il, reads));
@@ -207,12 +235,14 @@ Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, K
                          std::to_string(tier->n_tokens_of(il, i)) + " positions, " + std::to_string(rows) + " expected");
         }
         const uint8_t* chunk = buffer.data() + (i - i0) * tier->slot_bytes();
-        load_kv_values(g.dtype, chunk, rows * g.row_elements(), k.data());
-        load_kv_values(g.dtype, chunk + g.k_bytes(), rows * g.row_elements(), v.data());
-        LEOAM_RETURN_IF_ERROR(kv.append(il, i * chunk_tokens, rows, k.data(), v.data()));
+        const int64_t kept = std::min(rows, n_load - i * chunk_tokens);
+        load_kv_values(g.dtype, chunk, kept * g.row_elements(), k.data());
+        load_kv_values(g.dtype, chunk + g.k_bytes(), kept * g.row_elements(), v.data());
+        LEOAM_RETURN_IF_ERROR(kv.append(il, i * chunk_tokens, kept, k.data(), v.data()));
       }
     }
   }
+  session.n_kv = n_load;
   return session;
 }
 

@@ -39,6 +39,7 @@ struct KvSession {
 struct KvSessionIoOptions {
   int chunk_tokens = 64;              // chunk size of the saved files (any size loads)
   FileSystem* file_system = nullptr;  // nullptr: posix_file_system()
+  int64_t max_positions = -1;         // load: at most this many positions (-1: all n_kv)
 };
 
 // Saves `session` and the KV of positions [0, session.n_kv) of every layer of `kv` into `dir`
@@ -47,8 +48,12 @@ struct KvSessionIoOptions {
                                      const KvSessionIoOptions& options = {});
 
 // Reads the session in `dir`, checks it against `model_hash` and the shape and dtype of `kv`
-// (which must be empty), and appends its KV to `kv`.
+// (which must be empty), and appends its KV to `kv` (the first options.max_positions positions
+// when set; the session's n_kv then says how many were loaded).
 Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
                                   const KvSessionIoOptions& options = {});
+
+// The session in `dir` without its KV: its header, checked (checksum, version, model hash).
+Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, const KvSessionIoOptions& options = {});
 
 }  // namespace leoam

@@ -49,7 +49,7 @@ json CompletionResponse::usage(const GenerationEvent& last) const {
   return {{"prompt_tokens", last.n_prompt_tokens},
           {"completion_tokens", last.n_generated},
           {"total_tokens", last.n_prompt_tokens + last.n_generated},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", last.n_reused_tokens}}}};
 }
 
 void CompletionResponse::append_logprobs(const GenerationEvent& event, json& into) {

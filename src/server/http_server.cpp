@@ -7,6 +7,7 @@
 #include <random>
 #include <utility>
 
+#include "engine/prompt_cache.h"
 #include "server/api_error.h"
 #include "server/completion_response.h"
 #include "tokenizer/tokenizer.h"
@@ -159,7 +160,9 @@ void HttpServer::add_routes() {
     metrics_.record_request("/v1/models", 200);
   });
   h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.prometheus_text(scheduler_.stats()), "text/plain; version=0.0.4");
+    std::optional<PromptCacheStats> cache;
+    if (options_.prompt_cache != nullptr) cache = options_.prompt_cache->stats();
+    res.set_content(metrics_.prometheus_text(scheduler_.stats(), cache ? &*cache : nullptr), "text/plain; version=0.0.4");
     metrics_.record_request("/metrics", 200);
   });
   h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {

@@ -29,6 +29,7 @@ struct Response;
 }
 
 namespace leoam {
+class PromptCache;
 class Tokenizer;
 }
 
@@ -47,6 +48,7 @@ struct HttpServerOptions {
   int n_threads = 16; // connections served at once (streams hold one each)
   RequestDefaults defaults;
   ChatRenderer chat;  // null: /v1/chat/completions answers 400 (no chat template)
+  const PromptCache* prompt_cache = nullptr;  // for /metrics; null: none
 };
 
 class HttpServer {

@@ -31,7 +31,7 @@ void ServerMetrics::record_first_token_ms(double ms) {
   first_token_ms_sum_ += ms;
 }
 
-std::string ServerMetrics::prometheus_text(const SchedulerStats& s) const {
+std::string ServerMetrics::prometheus_text(const SchedulerStats& s, const PromptCacheStats* cache) const {
   std::string out;
   {
     std::lock_guard lock(mutex_);
@@ -56,7 +56,7 @@ std::string ServerMetrics::prometheus_text(const SchedulerStats& s) const {
   header(out, "leoam_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
   sample(out, "leoam_prompt_tokens_total", static_cast<double>(s.n_prompt_tokens));
   header(out, "leoam_prompt_tokens_reused_total", "counter", "Prompt tokens whose KV was reused from a cached prefix.");
-  sample(out, "leoam_prompt_tokens_reused_total", 0.0);
+  sample(out, "leoam_prompt_tokens_reused_total", static_cast<double>(s.n_reused_tokens));
   header(out, "leoam_generated_tokens_total", "counter", "Tokens generated.");
   sample(out, "leoam_generated_tokens_total", static_cast<double>(s.n_generated_tokens));
   header(out, "leoam_decode_steps_total", "counter", "Batched decode steps.");
@@ -76,6 +76,18 @@ std::string ServerMetrics::prometheus_text(const SchedulerStats& s) const {
   sample(out, "leoam_kv_disk_read_bytes_total", static_cast<double>(s.disk_bytes_read));
   header(out, "leoam_kv_disk_written_bytes_total", "counter", "KV bytes written to the disk tier.");
   sample(out, "leoam_kv_disk_written_bytes_total", static_cast<double>(s.disk_bytes_written));
+  if (cache != nullptr) {
+    header(out, "leoam_prompt_cache_entries", "gauge", "Prompts whose KV the prompt cache keeps on disk.");
+    sample(out, "leoam_prompt_cache_entries", static_cast<double>(cache->n_entries));
+    header(out, "leoam_prompt_cache_bytes", "gauge", "Bytes of the prompt cache's files.");
+    sample(out, "leoam_prompt_cache_bytes", static_cast<double>(cache->bytes));
+    header(out, "leoam_prompt_cache_lookups_total", "counter", "Prompts looked up in the prompt cache, by result.");
+    sample(out, "leoam_prompt_cache_lookups_total{result=\"hit\"}", static_cast<double>(cache->hits));
+    sample(out, "leoam_prompt_cache_lookups_total{result=\"miss\"}", static_cast<double>(cache->misses));
+    header(out, "leoam_prompt_cache_removed_total", "counter", "Entries removed, by why.");
+    sample(out, "leoam_prompt_cache_removed_total{reason=\"evicted\"}", static_cast<double>(cache->evictions));
+    sample(out, "leoam_prompt_cache_removed_total{reason=\"corrupt\"}", static_cast<double>(cache->dropped));
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/batch_scheduler.h"
+#include "engine/prompt_cache.h"
 
 namespace leoam::server {
 
@@ -19,7 +20,8 @@ class ServerMetrics {
   // A completion's time to its first token (from the request's arrival), in ms.
   void record_first_token_ms(double ms);
 
-  std::string prometheus_text(const SchedulerStats& scheduler) const;
+  // `cache`: the prompt cache's, when there is one.
+  std::string prometheus_text(const SchedulerStats& scheduler, const PromptCacheStats* cache) const;
 
  private:
   mutable std::mutex mutex_;

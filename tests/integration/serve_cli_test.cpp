@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -359,6 +360,87 @@ TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
     ASSERT_TRUE(after);
     EXPECT_EQ(after->status, 200);
     EXPECT_EQ(server.stop(), 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// A long document's KV kept in --kv-dir: a second question reuses it and answers as a cold
+// server does, after a restart too; a corrupted cache file is dropped and the answer computed.
+TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorruption) {
+  if (!std::filesystem::exists(kStoriesModel) || !std::filesystem::exists(kBookText)) {
+    GTEST_SKIP() << "fixture absent: " << kStoriesModel << " or " << kBookText;
+  }
+  char tmpl[] = "/tmp/leoam_serve_cache_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string doc = read_file(kBookText).substr(0, 1500);
+  const std::vector<std::string> questions = {" Who was there?", " What happened next?"};
+  const auto ask = [&](ServerProcess& server, const std::string& q, json* usage) {
+    int status = 0;
+    auto c = server.client();
+    const json j = post_json(*c, "/v1/completions", {{"prompt", doc + q}, {"max_tokens", 24}, {"temperature", 0}}, &status);
+    EXPECT_EQ(status, 200) << j.dump();
+    *usage = j["usage"];
+    return j["choices"][0]["text"].get<std::string>();
+  };
+  const std::vector<std::string> args = {"-m", kStoriesModel, "-c", "1024", "-t", "1", "--kv-dir", dir + "/kv",
+                                         "--kv-device-mb", "0.25", "--kv-host-mb", "0.25", "--prompt-cache-min-tokens", "64"};
+  // Cold answers, from a server without a prompt cache.
+  std::vector<std::string> cold;
+  json usage;
+  {
+    std::vector<std::string> off = args;
+    off.insert(off.end(), {"--prompt-cache-gb", "0"});
+    ServerProcess server(dir, off);
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    for (const std::string& q : questions) cold.push_back(ask(server, q, &usage));
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+  }
+  int64_t n_doc = 0;
+  {
+    ServerProcess server(dir, args);
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    EXPECT_EQ(ask(server, questions[0], &usage), cold[0]);
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(ask(server, questions[1], &usage), cold[1]);
+    n_doc = usage["prompt_tokens_details"]["cached_tokens"];
+    EXPECT_GT(n_doc, 300);  // the document's tokens
+    EXPECT_LT(n_doc, usage["prompt_tokens"].get<int64_t>());
+    auto metrics = server.client()->Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metric(metrics->body, "leoam_prompt_tokens_reused_total"), static_cast<double>(n_doc));
+    EXPECT_EQ(metric(metrics->body, "leoam_prompt_cache_entries"), 1.0);
+  }
+  {  // A restart: the same question is answered without prefilling the document again.
+    ServerProcess server(dir, args);
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    EXPECT_EQ(ask(server, questions[1], &usage), cold[1]);
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], n_doc);
+  }
+  // A flipped byte in the cached KV: detected, dropped, computed again, and still answered.
+  std::string victim;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/kv/prompt-cache")) {
+    if (e.path().extension() == ".kv") victim = e.path();
+  }
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + 100);
+    const char c = static_cast<char>(f.get());
+    f.seekp(4096 + 100);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  {
+    ServerProcess server(dir, args);
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    EXPECT_EQ(ask(server, questions[1], &usage), cold[1]);
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+    auto metrics = server.client()->Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metric(metrics->body, "leoam_prompt_cache_removed_total{reason=\"corrupt\"}"), 1.0);
+    EXPECT_EQ(metric(metrics->body, "leoam_prompt_cache_entries"), 1.0);  // kept again, sound
+    EXPECT_NE(server.stderr_text().find("checksum mismatch"), std::string::npos) << server.stderr_text();
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

@@ -1,6 +1,8 @@
 #include "cli_common.h"
 
 #include "core/thread_pool.h"
+#include "io/checksum.h"
+#include "io/mapped_file.h"
 
 #include <cerrno>
 #include <cstring>
@@ -67,6 +69,11 @@ CLI::Validator writable_dir() {
         return {};
       },
       "");
+}
+
+Result<uint64_t> hash_model_file(const std::string& path) {
+  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
+  return checksum64(file->data(), file->size());
 }
 
 void add_threads_option(CLI::App& cmd, int& n_threads) {

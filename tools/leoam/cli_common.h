@@ -81,6 +81,10 @@ CLI::Validator at_least(T lo);
 // Adds `-t,--threads N` (0: the physical cores) bound to `n_threads`.
 void add_threads_option(CLI::App& cmd, int& n_threads);
 
+// The model file's checksum (checksum64 of its bytes): what saved sessions and the prompt cache
+// are tied to.
+Result<uint64_t> hash_model_file(const std::string& path);
+
 // The whole contents of `path`.
 Result<std::string> read_text_file(const std::string& path);
 

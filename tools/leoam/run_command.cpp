@@ -22,8 +22,6 @@
 #include "cli_common.h"
 #include "core/cpu_features.h"
 #include "core/trace.h"
-#include "io/checksum.h"
-#include "io/mapped_file.h"
 #include "kernels/cpu/blas_core.h"
 #include "kv/kv_session.h"
 #include "kv/tiered_kv_cache.h"
@@ -89,12 +87,6 @@ const char* stop_reason_text(StopReason reason) {
     case StopReason::kInterrupted: return "interrupted (Ctrl-C)";
   }
   return "?";
-}
-
-// The model file's checksum: what a saved session is tied to.
-Result<uint64_t> hash_file(const std::string& path) {
-  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
-  return checksum64(file->data(), file->size());
 }
 
 void write_stdout(std::string_view text) {
@@ -223,7 +215,7 @@ class RunCommand : public Command {
 
     uint64_t model_hash = 0;
     if (!kv_save_dir_.empty() || !kv_load_dir_.empty()) {
-      Result<uint64_t> hash = hash_file(model_path_);
+      Result<uint64_t> hash = hash_model_file(model_path_);
       if (!hash.is_ok()) return fail(hash.status());
       model_hash = *hash;
     }

@@ -1,7 +1,8 @@
 // `leoam serve`: the OpenAI-compatible HTTP server (src/server/http_server.h) over continuous
 // batching (src/engine/batch_scheduler.h). Each request gets a KV store of its own, made from
 // the KV and policy flags as `leoam run` makes its one (with --kv-dir: the tier budgets each),
-// freed when the request ends.
+// freed when the request ends. With --kv-dir, prompts' KV is kept in DIR/prompt-cache
+// (src/engine/prompt_cache.h) for later prompts that begin alike.
 //
 // Prints "leoam: serving MODEL on http://HOST:PORT ..." on stderr once it listens; Ctrl-C stops
 // it (requests in flight end cancelled) and exits 0.
@@ -15,6 +16,7 @@
 #include "attention_options.h"
 #include "cli_common.h"
 #include "engine/batch_scheduler.h"
+#include "engine/prompt_cache.h"
 #include "kv_options.h"
 #include "model/model.h"
 #include "sampler_options.h"
@@ -60,6 +62,17 @@ class ServeCommand : public Command {
     add_threads_option(*cmd, n_threads_);
     add_sampler_options(*cmd, http_.defaults.sampler);
     add_kv_options(*cmd, kv_options_);
+    cmd->add_option("--prompt-cache-gb", prompt_cache_gb_,
+                    "with --kv-dir: keep the KV of prompts in DIR/prompt-cache, up to this many GB (least recently "
+                    "used first out; 0: off), so that a prompt that begins like an earlier one (a long document, "
+                    "another question) loads its KV instead of computing it, after a restart too")
+        ->capture_default_str()
+        ->check(non_negative<double>())
+        ->group("KV store (tiers)");
+    cmd->add_option("--prompt-cache-min-tokens", prompt_cache_.min_tokens, "shortest prompt the prompt cache keeps")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(2, int64_t{1} << 30))
+        ->group("KV store (tiers)");
     add_attention_options(*cmd, attention_options_);
     // A run's end-of-run report; the server's figures are at /metrics.
     for (const char* run_only : {"--kv-stats", "--kv-stats-json"}) cmd->remove_option(cmd->get_option(run_only));
@@ -85,6 +98,19 @@ class ServeCommand : public Command {
     };
     if (Result<SequenceSlot> probe = factory(); !probe.is_ok()) return fail(probe.status());
 
+    std::unique_ptr<PromptCache> prompt_cache;
+    if (!kv_options_.dir.empty() && prompt_cache_gb_ > 0) {
+      Result<uint64_t> hash = hash_model_file(model_path_);
+      if (!hash.is_ok()) return fail(hash.status());
+      prompt_cache_.dir = kv_options_.dir + "/prompt-cache";
+      prompt_cache_.max_bytes = static_cast<uint64_t>(prompt_cache_gb_ * 1e9);
+      prompt_cache_.model_hash = *hash;
+      Result<std::unique_ptr<PromptCache>> opened = PromptCache::open(prompt_cache_);
+      if (!opened.is_ok()) return fail(opened.status());
+      prompt_cache = std::move(*opened);
+      scheduler_.prompt_cache = prompt_cache.get();
+      http_.prompt_cache = prompt_cache.get();
+    }
     ForwardOptions fwd;
     fwd.n_threads = n_threads_;
     fwd.n_batch = n_batch_;
@@ -108,8 +134,13 @@ class ServeCommand : public Command {
                  http_.model_id.c_str(), http_.host.c_str(), (*server)->port(), scheduler_.n_parallel,
                  static_cast<long long>(n_ctx));
     if (!kv_options_.dir.empty()) {
-      std::fprintf(stderr, "leoam: each request's KV: %.1f MiB device, %.1f MiB host, the rest in %s\n",
+      std::fprintf(stderr, "leoam: each request's KV: %g MiB device, %g MiB host, the rest in %s\n",
                    kv_options_.device_mb, kv_options_.host_mb, kv_options_.dir.c_str());
+    }
+    if (prompt_cache != nullptr) {
+      const PromptCacheStats c = prompt_cache->stats();
+      std::fprintf(stderr, "leoam: prompt cache %s: %lld prompts, %.1f MB of %.1f GB\n", prompt_cache_.dir.c_str(),
+                   static_cast<long long>(c.n_entries), c.bytes / 1e6, prompt_cache_gb_);
     }
     while (!SigintScope::interrupted()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::fprintf(stderr, "leoam: stopping\n");
@@ -125,6 +156,8 @@ class ServeCommand : public Command {
   BatchSchedulerOptions scheduler_;
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;
+  PromptCacheOptions prompt_cache_;
+  double prompt_cache_gb_ = 8.0;
   double max_body_mb_ = 8.0;
   int n_ctx_ = 0;
   int n_batch_ = 512;

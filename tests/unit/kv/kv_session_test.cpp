@@ -104,6 +104,33 @@ TEST(KvSession, RoundTripsIntoAMemoryAndATieredCache) {
   EXPECT_GT(tiered->residency().n_chunks(Tier::kDisk), 0);
 }
 
+// A prefix of a session loads alone (a prompt that shares only its beginning with a cached
+// one), and the header reads without the KV.
+TEST(KvSession, LoadsAPrefixAndReadsTheHeaderAlone) {
+  TempDir dir;
+  auto source = filled_cache(150, 9);
+  KvSessionIoOptions io;
+  io.chunk_tokens = 32;
+  ASSERT_TRUE(save_kv_session(*source, session_of(150), dir.path() + "/s", io).is_ok());
+  for (int64_t n : {0, 1, 31, 32, 33, 100, 150, 400}) {
+    auto memory = MemoryKvCache::create(shape_options()).value();
+    KvSessionIoOptions part;
+    part.max_positions = n;
+    auto loaded = load_kv_session(dir.path() + "/s", kModelHash, *memory, part);
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    const int64_t expected = std::min<int64_t>(n, 150);
+    EXPECT_EQ(loaded->n_kv, expected);
+    EXPECT_EQ(memory->n_tokens(), expected);
+    expect_same_kv(*source, *memory, expected);
+  }
+  auto header = read_kv_session(dir.path() + "/s", kModelHash);
+  ASSERT_TRUE(header.is_ok()) << header.status().message();
+  EXPECT_EQ(header->tokens, session_of(150).tokens);
+  EXPECT_EQ(header->n_kv, 150);
+  EXPECT_EQ(read_kv_session(dir.path() + "/s", kModelHash + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_kv_session(dir.path() + "/none", kModelHash).status().code(), StatusCode::kNotFound);
+}
+
 class KvSessionRejects : public ::testing::Test {
  protected:
   void SetUp() override {

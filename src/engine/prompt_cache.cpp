@@ -1,0 +1,165 @@
+#include "engine/prompt_cache.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "io/checksum.h"
+#include "kv/kv_session.h"
+
+namespace leoam {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string header_of(const std::string& dir) { return dir + "/session.json"; }
+
+uint64_t dir_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  }
+  return n;
+}
+
+int64_t mtime_ns(const std::string& path) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(path, ec);
+  return ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Marks an entry used now (its header's time), and returns that time.
+int64_t touch(const std::string& dir) {
+  std::error_code ec;
+  fs::last_write_time(header_of(dir), fs::file_time_type::clock::now(), ec);
+  return mtime_ns(header_of(dir));
+}
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PromptCache>> PromptCache::open(const PromptCacheOptions& options) {
+  std::error_code ec;
+  fs::create_directories(options.dir, ec);
+  if (ec) return io_error("cannot create the prompt cache directory '" + options.dir + "': " + ec.message());
+  std::unique_ptr<PromptCache> cache(new PromptCache(options));
+  for (const auto& e : fs::directory_iterator(options.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("p-", 0) != 0) continue;
+    Result<KvSession> s = read_kv_session(e.path().string(), options.model_hash);
+    if (s.is_ok()) {
+      cache->entries_.push_back({e.path().string(), std::vector<int32_t>(s->tokens.begin(), s->tokens.begin() + s->n_kv),
+                                 dir_bytes(e.path().string()), mtime_ns(header_of(e.path().string()))});
+    } else if (s.status().code() != StatusCode::kInvalidArgument) {  // another model's entries stay
+      fs::remove_all(e.path(), ec);
+      ++cache->counts_.dropped;
+    }
+  }
+  if (ec) return io_error("cannot list the prompt cache directory '" + options.dir + "': " + ec.message());
+  cache->evict();
+  cache->publish();
+  return cache;
+}
+
+int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
+  if (prompt.size() < 2) return 0;
+  size_t best = 0, best_n = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const size_t n = std::min(common_prefix(entries_[i].tokens, prompt), prompt.size() - 1);
+    if (n > best_n) {
+      best = i;
+      best_n = n;
+    }
+  }
+  if (best_n == 0) {
+    ++counts_.misses;
+    publish();
+    return 0;
+  }
+  KvSessionIoOptions io;
+  io.max_positions = static_cast<int64_t>(best_n);
+  Result<KvSession> loaded = load_kv_session(entries_[best].dir, options_.model_hash, kv, io);
+  if (!loaded.is_ok()) {
+    // A corrupt or unreadable entry: gone, and the prompt is computed whole.
+    std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", entries_[best].dir.c_str(),
+                 loaded.status().message().c_str());
+    kv.clear();
+    drop(best, /*corrupt=*/true);
+    ++counts_.misses;
+    publish();
+    return 0;
+  }
+  entries_[best].last_used = touch(entries_[best].dir);
+  ++counts_.hits;
+  counts_.tokens_reused += best_n;
+  publish();
+  return static_cast<int64_t>(best_n);
+}
+
+Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused) {
+  const auto n = static_cast<int64_t>(prompt.size());
+  if (n < options_.min_tokens || 2 * n_reused >= n || kv.n_tokens() < n - 1) return Status::ok();
+  const std::string dir = options_.dir + "/p-" + [&] {
+    char buf[20];
+    std::snprintf(buf, sizeof(buf), "%016llx",
+                  static_cast<unsigned long long>(checksum64(prompt.data(), prompt.size() * sizeof(int32_t))));
+    return std::string(buf);
+  }();
+  if (std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.dir == dir; })) return Status::ok();
+  KvSession session;
+  session.model_hash = options_.model_hash;
+  session.tokens.assign(prompt.begin(), prompt.end());
+  session.n_kv = n - 1;  // the last token is evaluated again by whoever reuses it, for its logits
+  if (Status st = save_kv_session(kv, session, dir); !st.is_ok()) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return st.with_context("prompt cache");
+  }
+  entries_.push_back({dir, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), dir_bytes(dir), touch(dir)});
+  ++counts_.saves;
+  evict();
+  publish();
+  return Status::ok();
+}
+
+void PromptCache::drop(size_t i, bool corrupt) {
+  std::error_code ec;
+  fs::remove_all(entries_[i].dir, ec);
+  entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+  ++(corrupt ? counts_.dropped : counts_.evictions);
+}
+
+void PromptCache::evict() {
+  uint64_t total = 0;
+  for (const Entry& e : entries_) total += e.bytes;
+  while (total > options_.max_bytes && !entries_.empty()) {
+    const auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                         [](const Entry& a, const Entry& b) { return a.last_used < b.last_used; });
+    total -= oldest->bytes;
+    drop(static_cast<size_t>(oldest - entries_.begin()), /*corrupt=*/false);
+  }
+}
+
+void PromptCache::publish() {
+  PromptCacheStats s = counts_;
+  s.n_entries = static_cast<int64_t>(entries_.size());
+  s.bytes = 0;
+  for (const Entry& e : entries_) s.bytes += e.bytes;
+  std::lock_guard lock(mutex_);
+  published_ = s;
+}
+
+PromptCacheStats PromptCache::stats() const {
+  std::lock_guard lock(mutex_);
+  return published_;
+}
+
+}  // namespace leoam

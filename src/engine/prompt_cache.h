@@ -1,0 +1,82 @@
+// PromptCache: the KV of earlier prompts, kept on disk, so that a prompt that begins like one of
+// them (the same long document, another question) loads that KV instead of computing it again.
+//
+//   DIR/p-<hash of the tokens>/   one entry: a saved KV session (kv_session.h) of a prompt's
+//                                 tokens, all but its last position's KV; checksummed, tied to
+//                                 the model's hash; its header file's time is its last use
+//
+// restore() loads into an empty store the KV of the longest common prefix of the prompt and an
+// entry, leaving at least one prompt token to evaluate. An entry that fails its checks is
+// removed and the prompt is computed as if it had none. remember() saves a prompt that reused
+// less than half of itself, when it has min_tokens or more, then removes the least recently used
+// entries past max_bytes. Entries survive restarts: open() finds them again.
+//
+// Not thread-safe but for stats(): one caller (the scheduler's worker) uses it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_cache.h"
+
+namespace leoam {
+
+struct PromptCacheOptions {
+  std::string dir;
+  uint64_t max_bytes = 8ull << 30;
+  uint64_t model_hash = 0;  // checksum64 of the model file: entries of another model are ignored
+  int64_t min_tokens = 256; // shorter prompts are not kept
+};
+
+struct PromptCacheStats {
+  int64_t n_entries = 0;
+  uint64_t bytes = 0;          // the entries' files
+  uint64_t hits = 0;           // prompts that loaded KV from an entry
+  uint64_t misses = 0;
+  uint64_t tokens_reused = 0;  // positions loaded
+  uint64_t saves = 0;
+  uint64_t evictions = 0;
+  uint64_t dropped = 0;        // entries removed because they failed their checks
+};
+
+class PromptCache {
+ public:
+  // Creates `dir` if missing and indexes the entries in it (one that cannot be read is removed).
+  static Result<std::unique_ptr<PromptCache>> open(const PromptCacheOptions& options);
+
+  // Loads into `kv` (empty) the KV of the longest prefix of `prompt` that an entry holds,
+  // leaving at least one token of the prompt to evaluate; returns the positions loaded (0:
+  // none, `kv` still empty).
+  int64_t restore(std::span<const int32_t> prompt, KvCache& kv);
+  // After `prompt` was evaluated into `kv`, n_reused of its positions loaded by restore(): keeps
+  // it as an entry when it is long enough and mostly new, then evicts past max_bytes.
+  [[nodiscard]] Status remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused);
+
+  PromptCacheStats stats() const;
+  const PromptCacheOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    std::string dir;
+    std::vector<int32_t> tokens;  // the positions whose KV it holds
+    uint64_t bytes = 0;
+    int64_t last_used = 0;        // the header file's time, in ns
+  };
+  explicit PromptCache(const PromptCacheOptions& options) : options_(options) {}
+  void drop(size_t i, bool corrupt);
+  void evict();
+  void publish();
+
+  PromptCacheOptions options_;
+  std::vector<Entry> entries_;
+  PromptCacheStats counts_;  // the worker's
+  mutable std::mutex mutex_;
+  PromptCacheStats published_;  // under mutex_
+};
+
+}  // namespace leoam
