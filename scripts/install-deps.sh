@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages that leoam's build and tests need, and only those missing.
 # Usage: scripts/install-deps.sh [--with-tests] [--with-fuzz]
 #   --with-tests  also what only the tests need: PyTorch and SciPy, for the training smoke and
-#                 parity tests of the committed model (tools/train)
+#                 parity tests of the committed model (tools/train); Chromium, whose headless
+#                 mode tests the page of `leoam serve`
 set -euo pipefail
 
 packages=(
@@ -21,7 +22,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --with-tests) packages+=(python3-torch python3-scipy) ;;
+    --with-tests) packages+=(python3-torch python3-scipy chromium) ;;
     --with-fuzz) packages+=(clang libclang-rt-dev) ;;
     *) echo "install-deps: unknown option '$arg' (use --with-tests or --with-fuzz)" >&2; exit 2 ;;
   esac

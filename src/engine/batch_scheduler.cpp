@@ -11,6 +11,7 @@
 #include "engine/utf8_stream.h"
 #include "kv/kv_dtype.h"
 #include "kv/tiered_kv_cache.h"
+#include "sparse/sparse_attention.h"
 #include "tokenizer/tokenizer.h"
 
 namespace leoam {
@@ -323,8 +324,13 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
   uint64_t read = 0, written = 0;
   if (const auto* tiered = dynamic_cast<const TieredKvCache*>(r->slot.kv.get()); tiered != nullptr) {
     const KvStats s = tiered->stats();
+    for (int t = 0; t < kNumTiers; ++t) e.bytes_read[t] = s.tiers[t].bytes_read;
     read = s.tiers[static_cast<int>(Tier::kDisk)].bytes_read;
     written = s.tiers[static_cast<int>(Tier::kDisk)].bytes_written;
+  }
+  if (const auto* sparse = dynamic_cast<const sparse::SparseAttention*>(r->slot.selector.get()); sparse != nullptr) {
+    const sparse::LayerSparseStats t = sparse->total();
+    if (t.n_visible > 0) e.attended_share = static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible);
   }
   // The store is freed (its files removed), and the stats say so, before the client hears the end.
   r->slot = {};

@@ -99,6 +99,8 @@ struct GenerationEvent {
   double queued_ms = 0.0;   // from submit to the start of its prefill
   double prefill_ms = 0.0;  // its prompt: loading from the prompt cache, evaluating, keeping it there
   double decode_ms = 0.0;   // from its first sample to its last
+  double attended_share = 1.0;  // of the positions its decode steps could see, those attended
+  std::array<uint64_t, kNumTiers> bytes_read{};  // its store's reads, per tier (tiered stores)
 };
 
 // The events of one request, in order. Written by the scheduler's worker, read by one reader.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "kv/tier.h"
 #include "tokenizer/tokenizer.h"
 
 namespace leoam::server {
@@ -52,6 +53,14 @@ json CompletionResponse::usage(const GenerationEvent& last) const {
           {"prompt_tokens_details", {{"cached_tokens", last.n_reused_tokens}}}};
 }
 
+json CompletionResponse::engine_figures(const GenerationEvent& last) {
+  json read = json::object();
+  for (int t = 0; t < kNumTiers; ++t) read[tier_name(static_cast<Tier>(t))] = last.bytes_read[t];
+  return {{"queued_ms", last.queued_ms},        {"prefill_ms", last.prefill_ms},
+          {"decode_ms", last.decode_ms},        {"kv_attended", last.attended_share},
+          {"kv_bytes_read", read}};
+}
+
 void CompletionResponse::append_logprobs(const GenerationEvent& event, json& into) {
   if (!logprobs_) return;
   for (const GeneratedToken& t : event.tokens) {
@@ -97,6 +106,7 @@ json CompletionResponse::body(const GenerationEvent& last) const {
   }
   out["choices"] = json::array({choice});
   out["usage"] = usage(last);
+  out["leoam"] = engine_figures(last);
   return out;
 }
 
@@ -134,6 +144,7 @@ json CompletionResponse::final_chunk(const GenerationEvent& last) const {
   }
   out["choices"] = json::array({choice});
   out["usage"] = usage(last);
+  out["leoam"] = engine_figures(last);
   return out;
 }
 

@@ -5,6 +5,8 @@
 //   whole:  add(event) for every event, then body(last event)
 //   stream: chunk(event) for each event that carries text or tokens, then final_chunk(last event)
 //           (finish_reason and usage), then "data: [DONE]"
+// The last answer also carries "leoam": {queued_ms, prefill_ms, decode_ms, kv_attended (the
+// share of visible positions its decode attended), kv_bytes_read {device, host, disk}}.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,8 @@ class CompletionResponse {
  private:
   nlohmann::json envelope(const char* object) const;
   nlohmann::json usage(const GenerationEvent& last) const;
+  // leoam's own figures of the request: times, the share of KV attended, bytes read per tier.
+  static nlohmann::json engine_figures(const GenerationEvent& last);
   // The logprobs of `event`'s tokens in the endpoint's shape, appended to `into`.
   void append_logprobs(const GenerationEvent& event, nlohmann::json& into);
   nlohmann::json empty_logprobs() const;

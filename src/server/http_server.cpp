@@ -10,6 +10,7 @@
 #include "engine/prompt_cache.h"
 #include "server/api_error.h"
 #include "server/completion_response.h"
+#include "server/web_page.h"
 #include "tokenizer/tokenizer.h"
 
 namespace leoam::server {
@@ -55,7 +56,7 @@ uint64_t random_seed() {
 // The metrics label of a request's path: one of the endpoints, or "(other)" (a label that
 // clients could vary without end would grow the metrics without end).
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions"}) {
+  for (const char* known : {"/", "/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions"}) {
     if (path == known) return path;
   }
   return "(other)";
@@ -109,7 +110,10 @@ void HttpServer::stop() {
 void HttpServer::add_routes() {
   httplib::Server& h = *http_;
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The page holds no data (its requests carry the key), and /health is for load balancers.
+    if (options_.api_key.empty() || req.path == "/health" || req.path == "/") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
     const std::string auth = req.get_header_value("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
     if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
@@ -149,6 +153,11 @@ void HttpServer::add_routes() {
     metrics_.record_request(endpoint_label(req.path), 500);
   });
 
+  h.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+    const std::string_view page = web_page_html();
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+    metrics_.record_request("/", 200);
+  });
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"status", "ok"}});
     metrics_.record_request("/health", 200);

@@ -2,11 +2,11 @@
 //
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or with "stream": true SSE chunks
 //                                                 ending in "data: [DONE]"
-//   GET  /v1/models, /health, /metrics (Prometheus text)
+//   GET  /v1/models, /health, /metrics (Prometheus text), and / (a page to ask about a document)
 //
 // Errors are OpenAI's JSON shape (api_error.h): 400 for a bad request (malformed JSON, a field of
 // the wrong type, max_tokens over the limit, a prompt longer than the context), 401 without the
-// API key (every endpoint but /health), 404, 413 for a body over the limit, 503 with Retry-After
+// API key (every endpoint but /health and the page), 404, 413 for a body over the limit, 503 with Retry-After
 // when the queue is full, 500 when the engine fails. A streaming client that goes away cancels
 // its request, which frees its KV.
 #pragma once

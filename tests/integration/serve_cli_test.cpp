@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -155,6 +156,11 @@ TEST_F(ServeTest, StreamedTextEqualsTheWholeAnswerForTheSameSeed) {
     EXPECT_EQ(s.last["usage"], whole["usage"]);
     EXPECT_EQ(whole["usage"]["total_tokens"].get<int>(),
               whole["usage"]["prompt_tokens"].get<int>() + whole["usage"]["completion_tokens"].get<int>());
+    // leoam's own figures: full attention attends every position; the store is in RAM.
+    EXPECT_EQ(whole["leoam"]["kv_attended"], 1.0);
+    EXPECT_EQ(whole["leoam"]["kv_bytes_read"]["disk"], 0);
+    EXPECT_GT(whole["leoam"]["prefill_ms"].get<double>(), 0.0);
+    EXPECT_EQ(s.last["leoam"]["kv_attended"], 1.0);
   }
   // With stream_options.include_usage, OpenAI's usage chunk (no choices) comes before [DONE].
   const Streamed u = post_stream(*c, "/v1/completions",
@@ -360,6 +366,53 @@ TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
     ASSERT_TRUE(after);
     EXPECT_EQ(after->status, 200);
     EXPECT_EQ(server.stop(), 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The page at / in headless Chromium (Debian's): it asks its question through the API, streams
+// the answer, and the screenshot is a real image of it.
+TEST(ServePageTest, HeadlessChromiumAsksThroughThePage) {
+  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  if (std::system("command -v chromium > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh --with-tests installs it)";
+  }
+  char tmpl[] = "/tmp/leoam_serve_page_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1"});
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    auto page = server.client()->Get("/");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+    EXPECT_NE(page->body.find("id=\"ask\""), std::string::npos);
+    const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) +
+                            "/?doc=Once%20upon%20a%20time%20there%20was%20a%20girl.&q=Who%20was%20there%3F&max=24&ask=1";
+    const std::string png = dir + "/page.png";
+    const std::string cmd = "chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,800 "
+                            "--timeout=5000 --user-data-dir=" + shell_quote(dir + "/profile") + " --screenshot=" +
+                            shell_quote(png) + " " + shell_quote(url) + " > " + shell_quote(dir + "/chromium.log") + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/chromium.log");
+    // A PNG of the window's size.
+    const std::string image = read_file(png);
+    ASSERT_GT(image.size(), 24u);
+    EXPECT_EQ(image.substr(1, 3), "PNG");
+    const auto be32 = [&](size_t at) {
+      return (static_cast<uint32_t>(static_cast<uint8_t>(image[at])) << 24) | (static_cast<uint8_t>(image[at + 1]) << 16) |
+             (static_cast<uint8_t>(image[at + 2]) << 8) | static_cast<uint8_t>(image[at + 3]);
+    };
+    EXPECT_EQ(be32(16), 1000u);
+    EXPECT_EQ(be32(20), 800u);
+    // The page's script asked, streamed, and got its 24 tokens.
+    auto metrics = server.client()->Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metric(metrics->body, "leoam_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), 1.0)
+        << metrics->body;
+    EXPECT_EQ(metric(metrics->body, "leoam_generated_tokens_total"), 24.0);
+    EXPECT_EQ(metric(metrics->body, "leoam_requests_finished_total{result=\"ok\"}"), 1.0);
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
