@@ -3,7 +3,8 @@
 # Usage: scripts/install-deps.sh [--with-tests] [--with-fuzz]
 #   --with-tests  also what only the tests need: PyTorch and SciPy, for the training smoke and
 #                 parity tests of the committed model (tools/train); Chromium, whose headless
-#                 mode tests the page of `leoam serve`
+#                 mode tests the page of `leoam serve`; python3-jinja2 and npm, for the chat-template
+#                 tests (the reference renderer and real templates)
 set -euo pipefail
 
 packages=(
@@ -22,7 +23,10 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --with-tests) packages+=(python3-torch python3-scipy chromium) ;;
+    --with-tests)
+      packages+=(python3-torch python3-scipy chromium python3-jinja2)
+      command -v npm >/dev/null || packages+=(nodejs npm)  # not over nodesource's nodejs, which has npm
+      ;;
     --with-fuzz) packages+=(clang libclang-rt-dev) ;;
     *) echo "install-deps: unknown option '$arg' (use --with-tests or --with-fuzz)" >&2; exit 2 ;;
   esac

@@ -198,8 +198,11 @@ void HttpServer::complete(Endpoint endpoint, const std::string& body, httplib::R
     }
     Result<std::string> prompt = options_.chat(request.messages);
     if (!prompt.is_ok()) return send_error(res, bad_request("the chat template failed: " + prompt.status().message(), "messages"));
-    // The template writes the special tokens (BOS included, when the model wants one) as text.
-    gen.prompt_tokens = tokenizer_.tokenize(*prompt, /*add_bos=*/false, /*parse_special=*/true);
+    // The template writes the special tokens as text; BOS is added where the vocabulary wants one,
+    // unless the template wrote it already.
+    const std::string bos = tokenizer_.bos_id() >= 0 ? tokenizer_.token_text(tokenizer_.bos_id()) : "";
+    const bool has_bos = !bos.empty() && prompt->rfind(bos, 0) == 0;
+    gen.prompt_tokens = tokenizer_.tokenize(*prompt, /*add_bos=*/!has_bos, /*parse_special=*/true);
   } else if (!request.prompt_tokens.empty()) {
     for (int32_t t : request.prompt_tokens) {
       if (t >= tokenizer_.n_vocab()) {

@@ -90,7 +90,7 @@ class ServeTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = new std::string(tmpl);
     server_ = new ServerProcess(*dir_, {"-m", kStoriesModel, "-c", "512", "--parallel", "4", "--max-queue", "16",
-                                        "--max-body-mb", "0.05", "-t", "2"});
+                                        "--max-body-mb", "0.05", "-t", "2", "--chat-template", "chatml"});
   }
   static void TearDownTestSuite() {
     if (server_ != nullptr) {
@@ -170,6 +170,35 @@ TEST_F(ServeTest, StreamedTextEqualsTheWholeAnswerForTheSameSeed) {
   EXPECT_EQ(u.last["usage"]["completion_tokens"], 4);
 }
 
+TEST_F(ServeTest, ChatRendersTheTemplateAndStreamsAsItAnswers) {
+  auto c = server_->client();
+  const json body = {{"messages", {{{"role", "system"}, {"content", "You tell stories."}},
+                                   {{"role", "user"}, {"content", "Tell me one about a cat."}}}},
+                     {"max_tokens", 32}, {"temperature", 0.7}, {"seed", 5}};
+  int status = 0;
+  const json whole = post_json(*c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << whole.dump();
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  const std::string text = whole["choices"][0]["message"]["content"];
+  // The prompt is chatml's rendering of the two messages: the same as /v1/completions given it.
+  const std::string rendered =
+      "<|im_start|>system\nYou tell stories.<|im_end|>\n<|im_start|>user\nTell me one about a cat.<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  const json as_text = post_json(*c, "/v1/completions", {{"prompt", rendered}, {"max_tokens", 32}, {"temperature", 0.7},
+                                                        {"seed", 5}}, &status);
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], as_text["usage"]["prompt_tokens"]);
+  EXPECT_EQ(text, as_text["choices"][0]["text"]);
+  const Streamed s = post_stream(*c, "/v1/chat/completions", body);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, text);
+  ASSERT_FALSE(s.chunks.empty());
+  EXPECT_EQ(s.chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(s.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(s.last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+  EXPECT_EQ(s.last["usage"], whole["usage"]);
+}
+
 TEST_F(ServeTest, StopStringsAndLogprobs) {
   auto c = server_->client();
   int status = 0;
@@ -225,7 +254,8 @@ TEST_F(ServeTest, BadRequestsGetOpenAIErrors) {
   for (int i = 0; i < 600; ++i) long_prompt += " the cat";
   expect_error("/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "the context holds 512", "prompt");
   expect_error("/v1/completions", json{{"prompt", std::string(60000, 'a')}}.dump(), 413, "--max-body-mb");
-  expect_error("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", 400, "chat template");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "user"}], "max_tokens": -1})", 400, "must be in",
+               "max_tokens");
   auto missing = c->Get("/v1/nothing");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
@@ -283,9 +313,68 @@ TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
   EXPECT_EQ(status(wrong->Post("/v1/completions", body, "application/json")), 401);
   EXPECT_EQ(status(right->Post("/v1/completions", body, "application/json")), 200);
+  // stories260K carries no chat template and none was given: chat is refused, saying how to fix it.
+  auto chat = right->Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 400);
+  EXPECT_NE(chat->body.find("--chat-template"), std::string::npos) << chat->body;
   EXPECT_EQ(server.stop(), 0);
   std::error_code ec;
   std::filesystem::remove_all(tmpl, ec);
+}
+
+// The official `openai` npm client (installed by the test into a folder outside the repository,
+// $LEOAM_NPM_DIR/openai or ~/.cache/leoam-test-npm-openai) against the server: chat, streamed
+// chat, a completion, the model list and a refused request.
+TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
+  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  if (std::system("command -v node > /dev/null 2>&1 && command -v npm > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "node and npm are not installed (scripts/install-deps.sh --with-tests installs them)";
+  }
+  const char* npm_env = std::getenv("LEOAM_NPM_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string npm_dir = npm_env != nullptr ? std::string(npm_env) + "/openai"
+                                                 : std::string(home != nullptr ? home : "/tmp") + "/.cache/leoam-test-npm-openai";
+  const std::string module = npm_dir + "/node_modules/openai/package.json";
+  if (!std::filesystem::exists(module)) {
+    // v4: the last major version that runs on Debian 12's Node 18.
+    const std::string install = "mkdir -p " + shell_quote(npm_dir) + " && timeout 180 npm install --no-audit --no-fund --prefix " +
+                                shell_quote(npm_dir) + " openai@4.95.0 > /dev/null 2>&1";
+    if (std::system(install.c_str()) != 0 || !std::filesystem::exists(module)) {
+      GTEST_SKIP() << "could not install the openai npm package into " << npm_dir << " (no network?)";
+    }
+  }
+  char tmpl[] = "/tmp/leoam_serve_openai_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1", "--chat-template", "chatml", "--api-key",
+                               "k-123", "--alias", "stories"});
+    ASSERT_TRUE(server.started()) << server.stderr_text();
+    const std::string cmd = "node " + shell_quote(std::string(LEOAM_SOURCE_DIR) + "/tests/integration/openai_client.cjs") +
+                            " " + shell_quote(npm_dir) + " http://127.0.0.1:" + std::to_string(server.port()) +
+                            "/v1 k-123 > " + shell_quote(dir + "/out.json") + " 2> " + shell_quote(dir + "/err.txt");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/err.txt");
+    const json out = json::parse(read_file(dir + "/out.json"));
+    // Its answers are the server's own: the same chat over plain HTTP.
+    int status = 0;
+    auto c = server.client("k-123");
+    const json direct = post_json(*c, "/v1/chat/completions",
+                                  {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 24},
+                                   {"temperature", 0}}, &status);
+    ASSERT_EQ(status, 200);
+    EXPECT_EQ(out["chat"]["text"], direct["choices"][0]["message"]["content"]);
+    EXPECT_EQ(out["chat"]["usage"]["completion_tokens"], direct["usage"]["completion_tokens"]);
+    EXPECT_EQ(out["stream"]["text"], out["chat"]["text"]);
+    EXPECT_GT(out["stream"]["chunks"].get<int>(), 2);
+    EXPECT_FALSE(out["completion"].get<std::string>().empty());
+    EXPECT_EQ(out["models"], json::array({"stories"}));
+    EXPECT_EQ(out["error"]["status"], 400) << out.dump();
+    EXPECT_EQ(out["error"]["param"], "max_tokens") << out.dump();
+    EXPECT_EQ(out["error"]["type"], "invalid_request_error");
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 // The KV files the server process holds open in `dir` (unlinked once open, so only its open

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "attention_options.h"
+#include "chat/chat_template.h"
 #include "cli_common.h"
 #include "engine/batch_scheduler.h"
 #include "engine/prompt_cache.h"
@@ -28,6 +29,43 @@
 namespace leoam::cli {
 namespace {
 
+// What /v1/chat/completions renders messages with: --chat-template (a built-in name or a file),
+// else the model's tokenizer.chat_template, else nothing (chat requests are refused). A template
+// that does not parse, or fails on a plain conversation, fails the start naming its source.
+Result<server::ChatRenderer> chat_renderer(const std::string& flag, const Model& model, const Tokenizer& tokenizer) {
+  std::string source, what;
+  if (!flag.empty()) {
+    what = "--chat-template " + flag;
+    if (Result<std::string> builtin = chat::builtin_template(flag); builtin.is_ok()) {
+      source = std::move(*builtin);
+    } else if (std::filesystem::is_regular_file(flag)) {
+      LEOAM_ASSIGN_OR_RETURN(source, read_text_file(flag));
+    } else {
+      return invalid_argument(what + ": not a file, nor a built-in template (" + builtin.status().message() + ")");
+    }
+  } else {
+    LEOAM_ASSIGN_OR_RETURN(std::optional<std::string> in_model, model.gguf().get_string("tokenizer.chat_template"));
+    if (!in_model) return server::ChatRenderer{};
+    source = std::move(*in_model);
+    what = "the model's chat template (tokenizer.chat_template)";
+  }
+  const auto refuse = [&](const Status& st) {
+    return invalid_argument(what + " cannot be used: " + st.message() +
+                            "; give one that can with --chat-template NAME|FILE");
+  };
+  Result<chat::ChatTemplate> parsed = chat::ChatTemplate::parse(source);
+  if (!parsed.is_ok()) return refuse(parsed.status());
+  auto t = std::make_shared<const chat::ChatTemplate>(std::move(*parsed));
+  const std::string bos = tokenizer.bos_id() >= 0 ? tokenizer.token_text(tokenizer.bos_id()) : "";
+  const std::string eos = tokenizer.eos_id() >= 0 ? tokenizer.token_text(tokenizer.eos_id()) : "";
+  const nlohmann::json probe = {{{"role", "user"}, {"content", "Hello"}}, {{"role", "assistant"}, {"content", "Hi."}},
+                                {{"role", "user"}, {"content", "Bye"}}};
+  if (Result<std::string> r = chat::render_chat(*t, probe, true, bos, eos); !r.is_ok()) return refuse(r.status());
+  return server::ChatRenderer([t, bos, eos](const nlohmann::json& messages) {
+    return chat::render_chat(*t, messages, /*add_generation_prompt=*/true, bos, eos);
+  });
+}
+
 class ServeCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
@@ -39,6 +77,10 @@ class ServeCommand : public Command {
         ->check(in_range(0, 65535));
     cmd->add_option("--api-key", http_.api_key,
                     "require 'Authorization: Bearer KEY' on every endpoint but /health");
+    cmd->add_option("--chat-template", chat_template_,
+                    "how /v1/chat/completions writes messages into a prompt: a Jinja file, or chatml, llama2, llama3, "
+                    "gemma (default: the model's tokenizer.chat_template; without one, chat requests are refused)")
+        ->type_name("NAME|FILE");
     cmd->add_option("--alias", http_.model_id, "the model's name in the API (default: the file name without .gguf)");
     cmd->add_option("--parallel", scheduler_.n_parallel, "requests decoded together, each with its own KV store")
         ->capture_default_str()
@@ -85,6 +127,9 @@ class ServeCommand : public Command {
     Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
     if (!tokenizer.is_ok()) return fail(tokenizer.status().with_context(model_path_));
     const Model& m = **model;
+    Result<server::ChatRenderer> chat = chat_renderer(chat_template_, m, **tokenizer);
+    if (!chat.is_ok()) return fail(chat.status());
+    http_.chat = std::move(*chat);
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : m.hparams().n_ctx_train;
     if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
     // Each request's store and selector, as `leoam run` makes its one. A first one is made now,
@@ -152,6 +197,7 @@ class ServeCommand : public Command {
 
  private:
   std::string model_path_;
+  std::string chat_template_;
   server::HttpServerOptions http_;
   BatchSchedulerOptions scheduler_;
   KvCliOptions kv_options_;

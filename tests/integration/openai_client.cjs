@@ -1,0 +1,34 @@
+// Talks to a running `leoam serve` through the official `openai` npm client: a chat completion,
+// the same streamed, a completion, the model list, and a request the server must refuse.
+// Prints one JSON object on stdout.
+// Usage: node openai_client.cjs NPM_DIR BASE_URL API_KEY   (NPM_DIR holds node_modules/openai)
+const path = require("path");
+const mod = require(path.join(process.argv[2], "node_modules", "openai"));
+const OpenAI = mod.OpenAI || mod.default || mod;
+
+(async () => {
+  const client = new OpenAI({ baseURL: process.argv[3], apiKey: process.argv[4], maxRetries: 0 });
+  const ask = { model: "any", messages: [{ role: "user", content: "Tell me a story." }], max_tokens: 24, temperature: 0 };
+  const out = {};
+  const chat = await client.chat.completions.create(ask);
+  out.chat = { text: chat.choices[0].message.content, finish: chat.choices[0].finish_reason, usage: chat.usage };
+  let text = "", chunks = 0;
+  for await (const chunk of await client.chat.completions.create({ ...ask, stream: true })) {
+    chunks += 1;
+    if (chunk.choices.length) text += chunk.choices[0].delta.content || "";
+  }
+  out.stream = { text, chunks };
+  const completion = await client.completions.create({ model: "any", prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+  out.completion = completion.choices[0].text;
+  out.models = (await client.models.list()).data.map((m) => m.id);
+  try {
+    await client.chat.completions.create({ ...ask, max_tokens: 1 << 30 });
+    out.error = null;
+  } catch (e) {
+    out.error = { status: e.status, param: e.param, type: e.type, message: e.message };
+  }
+  console.log(JSON.stringify(out));
+})().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
