@@ -26,7 +26,13 @@ void DictData::set(std::string key, Value value) {
 Value Value::undefined(std::string reason) {
   return Value(ValueKind::kUndefined, std::make_shared<const std::string>(std::move(reason)));
 }
-Value Value::none() { return Value(ValueKind::kNone, std::monostate{}); }
+Value Value::none() {
+  // Not Value(kNone, std::monostate{}): GCC 12 at -O1 with ASan then warns that the temporary
+  // variant may be used uninitialized (-Wmaybe-uninitialized, a false positive).
+  Value v;
+  v.kind_ = ValueKind::kNone;
+  return v;
+}
 Value Value::boolean(bool b) { return Value(ValueKind::kBool, b); }
 Value Value::integer(int64_t i) { return Value(ValueKind::kInt, i); }
 Value Value::number(double d) { return Value(ValueKind::kFloat, d); }
