@@ -311,7 +311,7 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
   std::unique_ptr<Running> r = std::move(running_[i]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
   GenerationEvent e;
-  if (reason != FinishReason::kStop || !r->stop.stopped()) e.text = r->stop.push(r->utf8.flush()) + r->stop.flush();
+  e.text = r->stop.push(r->utf8.flush()) + r->stop.flush();  // "" after a stop string
   e.done = true;
   e.finish = reason;
   e.error = std::move(error);

@@ -131,15 +131,21 @@ Status save_kv_session(KvCache& kv, const KvSession& session, const std::string&
 
 namespace {
 
-// The header of the session in `dir`, checked; its chunk size in *chunk_tokens, and the header
-// itself in *header (for the geometry check).
-Result<KvSession> read_header(FileSystem& fs, const std::string& dir, uint64_t model_hash, int* chunk_tokens,
-                              nlohmann::json* header_out) {
+// A session's header, checked, and the KV geometry it was saved with.
+struct Header {
+  KvSession session;
+  int chunk_tokens = 0;
+  KvCacheShape shape;  // n_ctx unused
+  std::string dtype;
+};
+
+Result<Header> read_header(FileSystem& fs, const std::string& dir, uint64_t model_hash) {
   const std::string path = header_path(dir);
   if (!fs.exists(path)) return not_found("no KV session in '" + dir + "' (" + path + " is missing)");
   LEOAM_ASSIGN_OR_RETURN(std::string text, read_whole_file(fs, path));
 
-  KvSession session;
+  Header h;
+  KvSession& session = h.session;
   try {
     nlohmann::json header = nlohmann::json::parse(text);
     if (!header.is_object() || header.value("format", "") != kFormat) {
@@ -163,44 +169,42 @@ Result<KvSession> read_header(FileSystem& fs, const std::string& dir, uint64_t m
                               header.at("model_hash").get<std::string>() + "; this model's is " + hex(model_hash) +
                               "); load it with the model it was saved with");
     }
-    *chunk_tokens = header.at("chunk_tokens").get<int>();
+    h.chunk_tokens = header.at("chunk_tokens").get<int>();
+    h.shape.n_layer = header.at("n_layer").get<int>();
+    h.shape.n_kv_heads = header.at("n_kv_heads").get<int>();
+    h.shape.head_dim = header.at("head_dim").get<int>();
+    h.dtype = header.at("dtype").get<std::string>();
     session.model_hash = model_hash;
     session.n_kv = header.at("n_kv").get<int64_t>();
     session.tokens = header.at("tokens").get<std::vector<int32_t>>();
     session.sampler_state = header.at("sampler_state").get<std::string>();
-    header.at("n_layer").get<int>();  // present, for the geometry check
-    header.at("n_kv_heads").get<int>();
-    header.at("head_dim").get<int>();
-    header.at("dtype").get<std::string>();
-    *header_out = std::move(header);
   } catch (const nlohmann::json::exception& e) {
     return corrupt(path + ": not a valid KV session header (" + e.what() + ")");
   }
-  if (*chunk_tokens <= 0 || session.n_kv < 0 || session.n_kv > static_cast<int64_t>(session.tokens.size())) {
+  if (h.chunk_tokens <= 0 || session.n_kv < 0 || session.n_kv > static_cast<int64_t>(session.tokens.size())) {
     return corrupt(path + ": inconsistent chunk size or token counts");
   }
-  return session;
+  return h;
 }
 
 }  // namespace
 
 Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, const KvSessionIoOptions& options) {
   FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
-  int chunk_tokens = 0;
-  nlohmann::json header;
-  return read_header(fs, dir, model_hash, &chunk_tokens, &header);
+  LEOAM_ASSIGN_OR_RETURN(Header h, read_header(fs, dir, model_hash));
+  return std::move(h.session);
 }
 
 Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
                                   const KvSessionIoOptions& options) {
   FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
   const std::string path = header_path(dir);
-  int chunk_tokens = 0;
-  nlohmann::json header;
-  LEOAM_ASSIGN_OR_RETURN(KvSession session, read_header(fs, dir, model_hash, &chunk_tokens, &header));
+  LEOAM_ASSIGN_OR_RETURN(Header h, read_header(fs, dir, model_hash));
+  KvSession& session = h.session;
+  const int chunk_tokens = h.chunk_tokens;
   const KvCacheShape& s = kv.shape();
-  if (header["n_layer"].get<int>() != s.n_layer || header["n_kv_heads"].get<int>() != s.n_kv_heads ||
-      header["head_dim"].get<int>() != s.head_dim || header["dtype"].get<std::string>() != kv_dtype_name(kv.dtype())) {
+  if (h.shape.n_layer != s.n_layer || h.shape.n_kv_heads != s.n_kv_heads || h.shape.head_dim != s.head_dim ||
+      h.dtype != kv_dtype_name(kv.dtype())) {
     return invalid_argument(path + ": the session's KV geometry differs from this cache's");
   }
   if (session.n_kv > kv.n_ctx() || static_cast<int64_t>(session.tokens.size()) > kv.n_ctx()) {
@@ -243,7 +247,7 @@ Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, K
     }
   }
   session.n_kv = n_load;
-  return session;
+  return std::move(session);
 }
 
 }  // namespace leoam

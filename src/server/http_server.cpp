@@ -34,11 +34,12 @@ void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.http_status, e.body());
 }
 
-// Equal strings, in a time that does not depend on where they differ.
+// Equal strings, in a time that does not depend on where they differ (only on their length).
 bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 std::string random_id(const char* prefix) {

@@ -86,11 +86,9 @@ class ServeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!std::filesystem::exists(kStoriesModel)) return;
-    char tmpl[] = "/tmp/leoam_serve_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
-    server_ = new ServerProcess(*dir_, {"-m", kStoriesModel, "-c", "512", "--parallel", "4", "--max-queue", "16",
-                                        "--max-body-mb", "0.05", "-t", "2", "--chat-template", "chatml"});
+    scratch_ = new ScratchDir;
+    server_ = new ServerProcess(scratch_->path(), {"-m", kStoriesModel, "-c", "512", "--parallel", "4", "--max-queue",
+                                                   "16", "--max-body-mb", "0.05", "-t", "2", "--chat-template", "chatml"});
   }
   static void TearDownTestSuite() {
     if (server_ != nullptr) {
@@ -98,16 +96,14 @@ class ServeTest : public ::testing::Test {
     }
     delete server_;
     server_ = nullptr;
-    std::error_code ec;
-    if (dir_ != nullptr) std::filesystem::remove_all(*dir_, ec);
-    delete dir_;
-    dir_ = nullptr;
+    delete scratch_;
+    scratch_ = nullptr;
   }
   void SetUp() override {
     if (server_ == nullptr) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
     ASSERT_TRUE(server_->started()) << server_->stderr_text();
   }
-  static inline std::string* dir_ = nullptr;
+  static inline ScratchDir* scratch_ = nullptr;
   static inline ServerProcess* server_ = nullptr;
 };
 
@@ -292,9 +288,9 @@ TEST_F(ServeTest, EightConcurrentStreamingClientsEachGetTheirOwnAnswer) {
 
 TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
   if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
-  char tmpl[] = "/tmp/leoam_serve_key_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  ServerProcess server(tmpl, {"-m", kStoriesModel, "-c", "256", "--api-key", "sesame", "-t", "1"});
+  const ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  ServerProcess server(scratch.path(), {"-m", kStoriesModel, "-c", "256", "--api-key", "sesame", "-t", "1"});
   ASSERT_TRUE(server.started()) << server.stderr_text();
   auto none = server.client();
   auto wrong = server.client("open");
@@ -319,8 +315,6 @@ TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
   EXPECT_EQ(chat->status, 400);
   EXPECT_NE(chat->body.find("--chat-template"), std::string::npos) << chat->body;
   EXPECT_EQ(server.stop(), 0);
-  std::error_code ec;
-  std::filesystem::remove_all(tmpl, ec);
 }
 
 // The official `openai` npm client (installed by the test into a folder outside the repository,
@@ -344,9 +338,9 @@ TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
       GTEST_SKIP() << "could not install the openai npm package into " << npm_dir << " (no network?)";
     }
   }
-  char tmpl[] = "/tmp/leoam_serve_openai_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string& dir = scratch.path();
   {
     ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1", "--chat-template", "chatml", "--api-key",
                                "k-123", "--alias", "stories"});
@@ -373,8 +367,6 @@ TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
     EXPECT_EQ(out["error"]["param"], "max_tokens") << out.dump();
     EXPECT_EQ(out["error"]["type"], "invalid_request_error");
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 // The KV files the server process holds open in `dir` (unlinked once open, so only its open
@@ -394,9 +386,9 @@ int open_kv_files(pid_t pid, const std::string& dir) {
 // first's client hangs up mid-stream, which cancels it and frees its KV (files and bytes).
 TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
   if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
-  char tmpl[] = "/tmp/leoam_serve_busy_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string& dir = scratch.path();
   const std::string kv_dir = dir + "/kv";
   {
     ServerProcess server(dir, {"-m", kStoriesModel, "-c", "16384", "--parallel", "1", "--max-queue", "0", "-t", "1",
@@ -456,8 +448,6 @@ TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
     EXPECT_EQ(after->status, 200);
     EXPECT_EQ(server.stop(), 0);
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 // The page at / in headless Chromium (Debian's): it asks its question through the API, streams
@@ -467,9 +457,9 @@ TEST(ServePageTest, HeadlessChromiumAsksThroughThePage) {
   if (std::system("command -v chromium > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh --with-tests installs it)";
   }
-  char tmpl[] = "/tmp/leoam_serve_page_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string& dir = scratch.path();
   {
     ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1"});
     ASSERT_TRUE(server.started()) << server.stderr_text();
@@ -503,8 +493,6 @@ TEST(ServePageTest, HeadlessChromiumAsksThroughThePage) {
     EXPECT_EQ(metric(metrics->body, "leoam_generated_tokens_total"), 24.0);
     EXPECT_EQ(metric(metrics->body, "leoam_requests_finished_total{result=\"ok\"}"), 1.0);
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 // A long document's KV kept in --kv-dir: a second question reuses it and answers as a cold
@@ -513,9 +501,9 @@ TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorrup
   if (!std::filesystem::exists(kStoriesModel) || !std::filesystem::exists(kBookText)) {
     GTEST_SKIP() << "fixture absent: " << kStoriesModel << " or " << kBookText;
   }
-  char tmpl[] = "/tmp/leoam_serve_cache_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string& dir = scratch.path();
   const std::string doc = read_file(kBookText).substr(0, 1500);
   const std::vector<std::string> questions = {" Who was there?", " What happened next?"};
   const auto ask = [&](ServerProcess& server, const std::string& q, json* usage) {
@@ -584,8 +572,6 @@ TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorrup
     EXPECT_EQ(metric(metrics->body, "leoam_prompt_cache_entries"), 1.0);  // kept again, sound
     EXPECT_NE(server.stderr_text().find("checksum mismatch"), std::string::npos) << server.stderr_text();
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
