@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/temp_dir.h"
 #include "cli_runner.h"
 #include "server_process.h"
 
@@ -86,7 +87,7 @@ class ServeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!std::filesystem::exists(kStoriesModel)) return;
-    scratch_ = new ScratchDir;
+    scratch_ = new testing_util::TempDir;
     server_ = new ServerProcess(scratch_->path(), {"-m", kStoriesModel, "-c", "512", "--parallel", "4", "--max-queue",
                                                    "16", "--max-body-mb", "0.05", "-t", "2", "--chat-template", "chatml"});
   }
@@ -103,7 +104,7 @@ class ServeTest : public ::testing::Test {
     if (server_ == nullptr) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
     ASSERT_TRUE(server_->started()) << server_->stderr_text();
   }
-  static inline ScratchDir* scratch_ = nullptr;
+  static inline testing_util::TempDir* scratch_ = nullptr;
   static inline ServerProcess* server_ = nullptr;
 };
 
@@ -288,7 +289,7 @@ TEST_F(ServeTest, EightConcurrentStreamingClientsEachGetTheirOwnAnswer) {
 
 TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
   if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
-  const ScratchDir scratch;
+  const testing_util::TempDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   ServerProcess server(scratch.path(), {"-m", kStoriesModel, "-c", "256", "--api-key", "sesame", "-t", "1"});
   ASSERT_TRUE(server.started()) << server.stderr_text();
@@ -338,7 +339,7 @@ TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
       GTEST_SKIP() << "could not install the openai npm package into " << npm_dir << " (no network?)";
     }
   }
-  const ScratchDir scratch;
+  const testing_util::TempDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string& dir = scratch.path();
   {
@@ -386,7 +387,7 @@ int open_kv_files(pid_t pid, const std::string& dir) {
 // first's client hangs up mid-stream, which cancels it and frees its KV (files and bytes).
 TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
   if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
-  const ScratchDir scratch;
+  const testing_util::TempDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string& dir = scratch.path();
   const std::string kv_dir = dir + "/kv";
@@ -457,7 +458,7 @@ TEST(ServePageTest, HeadlessChromiumAsksThroughThePage) {
   if (std::system("command -v chromium > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh --with-tests installs it)";
   }
-  const ScratchDir scratch;
+  const testing_util::TempDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string& dir = scratch.path();
   {
@@ -501,7 +502,7 @@ TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorrup
   if (!std::filesystem::exists(kStoriesModel) || !std::filesystem::exists(kBookText)) {
     GTEST_SKIP() << "fixture absent: " << kStoriesModel << " or " << kBookText;
   }
-  const ScratchDir scratch;
+  const testing_util::TempDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string& dir = scratch.path();
   const std::string doc = read_file(kBookText).substr(0, 1500);

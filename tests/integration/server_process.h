@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fcntl.h>
 #include <memory>
 #include <regex>
@@ -21,25 +20,6 @@
 #include "cli_runner.h"
 
 namespace leoam::testing_cli {
-
-// A fresh directory under /tmp, removed with all it holds when the test ends (after an ASSERT too).
-class ScratchDir {
- public:
-  ScratchDir() {
-    char tmpl[] = "/tmp/leoam_serve_XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class ServerProcess {
  public:

@@ -3,13 +3,13 @@
 #include "engine/prompt_cache.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "kv/memory_kv_cache.h"
+#include "../temp_dir.h"
 
 namespace leoam {
 namespace {
@@ -59,11 +59,6 @@ std::vector<int32_t> tokens(int n, int base) {
 
 class PromptCacheTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("leoam_prompt_cache_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::unique_ptr<PromptCache> open(uint64_t max_bytes = 1ull << 30, uint64_t hash = 7) {
     PromptCacheOptions o;
     o.dir = dir_;
@@ -74,7 +69,8 @@ class PromptCacheTest : public ::testing::Test {
     EXPECT_TRUE(c.is_ok()) << c.status().message();
     return c.is_ok() ? std::move(*c) : nullptr;
   }
-  std::string dir_;
+  testing_util::TempDir temp_;
+  const std::string& dir_ = temp_.path();
 };
 
 TEST_F(PromptCacheTest, ALaterPromptLoadsTheLongestCommonPrefix) {
