@@ -57,7 +57,7 @@ Result<std::unique_ptr<PromptCache>> PromptCache::open(const PromptCacheOptions&
     Result<KvSession> s = read_kv_session(e.path().string(), options.model_hash);
     if (s.is_ok()) {
       cache->entries_.push_back({e.path().string(), std::vector<int32_t>(s->tokens.begin(), s->tokens.begin() + s->n_kv),
-                                 dir_bytes(e.path().string()), mtime_ns(header_of(e.path().string()))});
+                                 dir_bytes(e.path().string()), mtime_ns(header_of(e.path().string())), nullptr});
     } else if (s.status().code() != StatusCode::kInvalidArgument) {  // another model's entries stay
       fs::remove_all(e.path(), ec);
       ++cache->counts_.dropped;
@@ -84,22 +84,33 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
     publish();
     return 0;
   }
-  KvSessionIoOptions io;
-  io.max_positions = static_cast<int64_t>(best_n);
-  Result<KvSession> loaded = load_kv_session(entries_[best].dir, options_.model_hash, kv, io);
+  Entry& entry = entries_[best];
+  const auto n = static_cast<int64_t>(best_n);
+  int64_t in_place = 0;
+  const Status loaded = [&]() -> Status {
+    if (entry.tier == nullptr) {
+      LEOAM_ASSIGN_OR_RETURN(entry.tier, open_kv_session_tier(entry.dir, options_.model_hash, kv));
+    }
+    LEOAM_ASSIGN_OR_RETURN(in_place, kv.share_prefix(entry.tier, n));
+    if (in_place == n) return Status::ok();
+    KvSessionIoOptions io;  // the rest, copied
+    io.max_positions = n;
+    io.first_position = in_place;
+    return load_kv_session(entry.dir, options_.model_hash, kv, io).status();
+  }();
   if (!loaded.is_ok()) {
     // A corrupt or unreadable entry: gone, and the prompt is computed whole.
-    std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", entries_[best].dir.c_str(),
-                 loaded.status().message().c_str());
+    std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", entry.dir.c_str(), loaded.message().c_str());
     kv.clear();
     drop(best, /*corrupt=*/true);
     ++counts_.misses;
     publish();
     return 0;
   }
-  entries_[best].last_used = touch(entries_[best].dir);
+  entry.last_used = touch(entry.dir);
   ++counts_.hits;
   counts_.tokens_reused += best_n;
+  counts_.tokens_in_place += static_cast<uint64_t>(in_place);
   publish();
   return static_cast<int64_t>(best_n);
 }
@@ -118,12 +129,12 @@ Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64
   session.model_hash = options_.model_hash;
   session.tokens.assign(prompt.begin(), prompt.end());
   session.n_kv = n - 1;  // the last token is evaluated again by whoever reuses it, for its logits
-  if (Status st = save_kv_session(kv, session, dir); !st.is_ok()) {
+  if (Status st = save_kv_session(kv, session, dir, options_.layout); !st.is_ok()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
     return st.with_context("prompt cache");
   }
-  entries_.push_back({dir, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), dir_bytes(dir), touch(dir)});
+  entries_.push_back({dir, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), dir_bytes(dir), touch(dir), nullptr});
   ++counts_.saves;
   evict();
   publish();

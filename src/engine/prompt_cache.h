@@ -5,9 +5,14 @@
 //                                 tokens, all but its last position's KV; checksummed, tied to
 //                                 the model's hash; its header file's time is its last use
 //
-// restore() loads into an empty store the KV of the longest common prefix of the prompt and an
-// entry, leaving at least one prompt token to evaluate. An entry that fails its checks is
-// removed and the prompt is computed as if it had none. remember() saves a prompt that reused
+// restore() gives an empty store the KV of the longest common prefix of the prompt and an entry,
+// leaving at least one prompt token to evaluate. A store that can (a tiered store with a disk
+// tier, of the entry's chunk size: KvCache::share_prefix) reads the entry's whole chunks in
+// place, where its policy selects them as in decode, and holds a copy of the rest only; any
+// other store gets a copy of it all. The first restore from an entry opens and checks all of it
+// (every chunk's checksum, one sequential read); later ones, by any number of requests at once,
+// share that opened entry. An entry that fails its checks is removed and the prompt is computed
+// as if it had none; stores reading a removed entry keep reading its open files. remember() saves a prompt that reused
 // less than half of itself, when it has min_tokens or more, then removes the least recently used
 // entries past max_bytes. Entries survive restarts: open() finds them again.
 //
@@ -23,6 +28,7 @@
 
 #include "core/status.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_session.h"
 
 namespace leoam {
 
@@ -31,6 +37,9 @@ struct PromptCacheOptions {
   uint64_t max_bytes = 8ull << 30;
   uint64_t model_hash = 0;  // checksum64 of the model file: entries of another model are ignored
   int64_t min_tokens = 256; // shorter prompts are not kept
+  // How entries are saved (the chunk size and abstract records per layer): those of the stores
+  // that restore them, so that they read them in place.
+  KvSessionIoOptions layout;
 };
 
 struct PromptCacheStats {
@@ -39,6 +48,7 @@ struct PromptCacheStats {
   uint64_t hits = 0;           // prompts that loaded KV from an entry
   uint64_t misses = 0;
   uint64_t tokens_reused = 0;  // positions loaded
+  uint64_t tokens_in_place = 0;  // of them, read in place from an entry's files (not copied)
   uint64_t saves = 0;
   uint64_t evictions = 0;
   uint64_t dropped = 0;        // entries removed because they failed their checks
@@ -49,9 +59,9 @@ class PromptCache {
   // Creates `dir` if missing and indexes the entries in it (one that cannot be read is removed).
   static Result<std::unique_ptr<PromptCache>> open(const PromptCacheOptions& options);
 
-  // Loads into `kv` (empty) the KV of the longest prefix of `prompt` that an entry holds,
-  // leaving at least one token of the prompt to evaluate; returns the positions loaded (0:
-  // none, `kv` still empty).
+  // Gives `kv` (empty) the KV of the longest prefix of `prompt` that an entry holds, in place
+  // where it can, leaving at least one token of the prompt to evaluate; returns the positions
+  // it holds (0: none, `kv` still empty).
   int64_t restore(std::span<const int32_t> prompt, KvCache& kv);
   // After `prompt` was evaluated into `kv`, n_reused of its positions loaded by restore(): keeps
   // it as an entry when it is long enough and mostly new, then evicts past max_bytes.
@@ -66,6 +76,7 @@ class PromptCache {
     std::vector<int32_t> tokens;  // the positions whose KV it holds
     uint64_t bytes = 0;
     int64_t last_used = 0;        // the header file's time, in ns
+    std::shared_ptr<DiskTier> tier;  // its files, opened and checked by the first restore
   };
   explicit PromptCache(const PromptCacheOptions& options) : options_(options) {}
   void drop(size_t i, bool corrupt);

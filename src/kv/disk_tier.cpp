@@ -274,6 +274,15 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions&
       }
       L.record_checksums[g] = h.record_checksum;
     }
+    // Later reads of the records bypass the page cache, as a tier's own do, where the file is
+    // padded to whole blocks (every session this format version writes is).
+    LEOAM_ASSIGN_OR_RETURN(const uint64_t file_bytes, L.abstracts->size());
+    if (file_bytes % kDirectIoAlignment == 0) {
+      FileOpenOptions reads = o.file_options;
+      reads.read_only = true;
+      LEOAM_ASSIGN_OR_RETURN(L.abstract_reads, tier->fs_->open(tier->abstract_path(il), reads));
+      L.abstract_file_bytes = file_bytes;
+    }
   }
   return tier;
 }
@@ -300,13 +309,45 @@ std::string DiskTier::io_mode() const {
   return describe(chunks) + "; abstract reads " + describe(records);
 }
 
-bool DiskTier::has_chunk(int layer, int64_t index) const {
+bool DiskTier::wrote_chunk(int layer, int64_t index) const {
   const std::vector<Entry>& e = layers_[layer].entries;
   return index >= 0 && index < static_cast<int64_t>(e.size()) && e[index].written;
 }
 
+bool DiskTier::has_chunk(int layer, int64_t index) const {
+  return (index >= 0 && index < shared_chunks(layer)) || wrote_chunk(layer, index);
+}
+
 int64_t DiskTier::n_tokens_of(int layer, int64_t index) const {
-  return has_chunk(layer, index) ? layers_[layer].entries[index].n_tokens : 0;
+  if (index >= 0 && index < shared_chunks(layer)) return base_->n_tokens_of(layer, index);
+  return wrote_chunk(layer, index) ? layers_[layer].entries[index].n_tokens : 0;
+}
+
+Status DiskTier::share_prefix(std::shared_ptr<DiskTier> base, std::span<const int64_t> n_chunks) {
+  const ChunkGeometry& a = options_.geometry;
+  const ChunkGeometry& b = base->options_.geometry;
+  if (a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim || a.chunk_tokens != b.chunk_tokens ||
+      a.dtype != b.dtype || options_.codec != base->options_.codec || base->options_.n_layer != options_.n_layer) {
+    return invalid_argument("disk tier: a shared prefix must have this tier's geometry and stored form");
+  }
+  if (options_.transfer_codec != KvCodec::kNone) {
+    return invalid_argument("disk tier: a shared prefix has no compressed copy to read (--kv-compress off)");
+  }
+  if (static_cast<int>(n_chunks.size()) != options_.n_layer) {
+    return invalid_argument("disk tier: one shared chunk count per layer needed");
+  }
+  for (int il = 0; il < options_.n_layer; ++il) {
+    if (!layers_[il].entries.empty()) return invalid_argument("disk tier: a prefix is shared before anything is written");
+    for (int64_t i = 0; i < n_chunks[il]; ++i) {
+      if (!base->has_chunk(il, i)) {
+        return invalid_argument("disk tier: the shared prefix lacks chunk " + std::to_string(i) + " of layer " +
+                                std::to_string(il));
+      }
+    }
+  }
+  shared_chunks_.assign(n_chunks.begin(), n_chunks.end());
+  base_ = std::move(base);
+  return Status::ok();
 }
 
 Status DiskTier::chunk_error(StatusCode code, int layer, int64_t index, const std::string& what) const {
@@ -388,6 +429,9 @@ Status DiskTier::write_records(int layer, std::vector<GroupRecord>& groups, int6
 
 Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes) {
   if (writes.empty()) return Status::ok();
+  for (const DiskChunkWrite& w : writes) {
+    if (w.index < shared_chunks(layer)) return chunk_error(StatusCode::kInternal, layer, w.index, "write over a shared chunk");
+  }
   Layer& L = layers_[layer];
   const ChunkGeometry& geo = options_.geometry;
   const RecordLayout layout(geo, L.group_chunks);
@@ -449,13 +493,33 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
 }
 
 Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in) {
+  const int64_t shared = shared_chunks(layer);
+  if (shared == 0) return read_own_chunks(layer, reads, count_in);
+  std::vector<DiskChunkRead> own, from_base;
+  for (const DiskChunkRead& r : reads) {
+    if (r.index >= shared) {
+      own.push_back(r);
+    } else if (r.compressed) {
+      return chunk_error(StatusCode::kInternal, layer, r.index, "compressed read of a shared chunk");
+    } else {
+      from_base.push_back(r);
+    }
+  }
+  if (!from_base.empty()) {
+    std::lock_guard lock(base_->shared_mutex_);
+    LEOAM_RETURN_IF_ERROR(base_->read_own_chunks(layer, from_base, count_in != nullptr ? count_in : options_.stats));
+  }
+  return read_own_chunks(layer, own, count_in);
+}
+
+Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in) {
   if (reads.empty()) return Status::ok();
   Layer& L = layers_[layer];
   std::vector<ReadRequest> requests, compressed_requests;
   requests.reserve(reads.size());
   uint64_t n_bytes = 0;
   for (const DiskChunkRead& r : reads) {
-    if (!has_chunk(layer, r.index)) return chunk_error(StatusCode::kInternal, layer, r.index, "read of a chunk never written");
+    if (!wrote_chunk(layer, r.index)) return chunk_error(StatusCode::kInternal, layer, r.index, "read of a chunk never written");
     if (r.compressed && L.compressed == nullptr) {
       return chunk_error(StatusCode::kInternal, layer, r.index, "compressed read without a transfer codec");
     }
@@ -497,11 +561,48 @@ Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads, Kv
   return Status::ok();
 }
 
-Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst) {
+Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in) {
+  const int64_t shared = shared_chunks(layer);
+  const bool reaches_base = std::any_of(runs.begin(), runs.end(), [&](const ChunkRun& r) { return r.begin < shared && r.end > r.begin; });
+  return reaches_base ? read_split_abstracts(layer, runs, dst, count_in) : read_own_abstracts(layer, runs, dst, count_in);
+}
+
+Status DiskTier::read_split_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in) {
+  const int64_t shared = shared_chunks(layer);
+  const int64_t stride = options_.geometry.abstract_floats();
+  std::vector<ChunkRun> base_runs, own_runs;
+  int64_t n_base = 0, n_own = 0;
+  for (const ChunkRun& r : runs) {
+    const int64_t mid = std::clamp(shared, r.begin, std::max(r.begin, r.end));
+    if (mid > r.begin) base_runs.push_back({r.begin, mid}), n_base += mid - r.begin;
+    if (r.end > mid) own_runs.push_back({mid, r.end}), n_own += r.end - mid;
+  }
+  std::vector<float> from_base(static_cast<size_t>(n_base * stride)), own(static_cast<size_t>(n_own * stride));
+  {
+    std::lock_guard lock(base_->shared_mutex_);
+    LEOAM_RETURN_IF_ERROR(
+        base_->read_own_abstracts(layer, base_runs, from_base.data(), count_in != nullptr ? count_in : options_.stats));
+  }
+  LEOAM_RETURN_IF_ERROR(read_own_abstracts(layer, own_runs, own.data(), count_in));
+  // Run after run, as asked: each run's shared chunks come before its own.
+  const float* b = from_base.data();
+  const float* o = own.data();
+  for (const ChunkRun& r : runs) {
+    const int64_t mid = std::clamp(shared, r.begin, std::max(r.begin, r.end));
+    const int64_t nb = std::max<int64_t>(0, mid - r.begin) * stride, no = std::max<int64_t>(0, r.end - mid) * stride;
+    dst = std::copy(b, b + nb, dst);
+    dst = std::copy(o, o + no, dst);
+    b += nb;
+    o += no;
+  }
+  return Status::ok();
+}
+
+Status DiskTier::read_own_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in) {
   Layer& L = layers_[layer];
   for (const ChunkRun& r : runs) {
     for (int64_t i = r.begin; i < r.end; ++i) {
-      if (!has_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
+      if (!wrote_chunk(layer, i)) return chunk_error(StatusCode::kInternal, layer, i, "abstract of a chunk never written");
     }
   }
   const int64_t G = L.group_chunks;
@@ -544,11 +645,11 @@ Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float
   if (Status st = file.read(reqs); !st.is_ok()) {
     return chunk_error(st.code(), layer, runs.front().begin, "reading abstracts: " + st.message());
   }
-  if (options_.stats != nullptr) {
-    options_.stats->disk_read_latency.record_us(elapsed_us(t0));
+  if (KvStats* stats = count_in != nullptr ? count_in : options_.stats; stats != nullptr) {
+    stats->disk_read_latency.record_us(elapsed_us(t0));
     for (const ReadRequest& req : reqs) {
-      (*options_.stats)[Tier::kDisk].bytes_read += req.n_bytes;
-      options_.stats->disk_abstract_bytes_read += req.n_bytes;
+      (*stats)[Tier::kDisk].bytes_read += req.n_bytes;
+      stats->disk_abstract_bytes_read += req.n_bytes;
     }
   }
   const ChunkGeometry& g = options_.geometry;
@@ -594,6 +695,7 @@ Status DiskTier::forget_from(int layer, int64_t index, std::span<const float> ke
   Layer& L = layers_[layer];
   const ChunkGeometry& geo = options_.geometry;
   index = std::max<int64_t>(index, 0);
+  if (index < shared_chunks(layer)) shared_chunks_[layer] = index;
   const int64_t G = L.group_chunks;
   const int64_t g = index / G;  // the first group that loses chunks, or that index cuts
   const int64_t first = g * G;
@@ -615,7 +717,7 @@ Status DiskTier::forget_from(int layer, int64_t index, std::span<const float> ke
   LEOAM_RETURN_IF_ERROR(load_record(layer, g, groups[0].bytes));  // g has no record now: an empty one
   bool any = false;
   for (int64_t i = first; i < index; ++i) {
-    if (!has_chunk(layer, i)) continue;
+    if (!wrote_chunk(layer, i)) continue;
     const Entry& e = L.entries[i];
     put_chunk(geo, layout, static_cast<int>(i - first), {e.n_tokens, 0, e.chunk_checksum},
               kept_abstracts.data() + (i - first) * geo.abstract_floats(), groups[0].bytes.data());

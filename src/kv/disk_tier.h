@@ -40,6 +40,12 @@
 // short read or an I/O error (kIoError). A failed read or write changes no recorded state: the
 // chunk is exactly as readable (or not yet written) as before.
 //
+// A shared prefix (share_prefix): a tier may read the first chunks of each layer in place from a
+// kept session's tier (the prompt cache's entry of a long document), which many tiers share
+// read-only; they count as this tier's written chunks, are read and checked as such (errors name
+// the kept session's files), and are never written. The tier's own chunks follow them; a record
+// group that straddles the boundary holds only the own chunks' abstracts.
+//
 // Files are created 0600. Unless the tier keeps them (persistence, open_existing) they are
 // unlinked as soon as they are open, so that no file outlives the process however it ends (a
 // crash, Ctrl-C); with visible_files they stay in the directory until the destructor removes them.
@@ -47,6 +53,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -134,7 +141,16 @@ class DiskTier {
   std::string abstract_path(int layer) const;
   std::string compressed_path(int layer) const;
 
-  // True once chunk `index` of `layer` has been written (and not forgotten).
+  // Reads chunks [0, n_chunks[layer]) of every layer from `base` (a kept session's tier: same
+  // geometry and stored form, no transfer codec here) in place from now on. Only before this
+  // tier has written anything. `base` is shared: its reads are serialised on its own lock.
+  [[nodiscard]] Status share_prefix(std::shared_ptr<DiskTier> base, std::span<const int64_t> n_chunks);
+  // The chunks of `layer` read from the shared prefix (0: none).
+  int64_t shared_chunks(int layer) const {
+    return base_ != nullptr && layer < static_cast<int>(shared_chunks_.size()) ? shared_chunks_[layer] : 0;
+  }
+
+  // True once chunk `index` of `layer` has been written (and not forgotten), or is shared.
   bool has_chunk(int layer, int64_t index) const;
   int64_t n_tokens_of(int layer, int64_t index) const;  // filled rows of a written chunk
 
@@ -150,17 +166,18 @@ class DiskTier {
   // Reads the abstracts of the chunks of `runs` of `layer` (all written) in one batch, a read of
   // the blocks that hold each run (O_DIRECT where the file system allows; bytes_read counts the
   // blocks, the latency one sample), checks them, and stores them run after run in dst:
-  // [chunks][abstract_floats] floats.
-  [[nodiscard]] Status read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst);
+  // [chunks][abstract_floats] floats. Counted in `count_in`, or the tier's stats when null.
+  [[nodiscard]] Status read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in = nullptr);
   [[nodiscard]] Status read_abstracts(int layer, int64_t i0, int64_t i1, float* dst) {
     const ChunkRun run{i0, i1};
     return read_abstracts(layer, {&run, 1}, dst);
   }
   // Makes every written chunk and abstract durable.
   [[nodiscard]] Status sync();
-  // Forgets chunks at and past `index` of `layer` (their slots may be rewritten). Where `index`
-  // cuts a group, its record is rewritten from kept_abstracts: the abstracts (as write_chunks
-  // takes them) of chunks [index - index % G, index), of which those written are kept.
+  // Forgets chunks at and past `index` of `layer` (their slots may be rewritten; shared ones are
+  // no longer read). Where `index` cuts a group, its record is rewritten from kept_abstracts: the
+  // abstracts (as write_chunks takes them) of chunks [index - index % G, index), of which those
+  // this tier wrote are kept.
   [[nodiscard]] Status forget_from(int layer, int64_t index, std::span<const float> kept_abstracts = {});
 
  private:
@@ -185,6 +202,11 @@ class DiskTier {
   };
 
   explicit DiskTier(const DiskTierOptions& options);
+  bool wrote_chunk(int layer, int64_t index) const;  // written by this tier (not shared)
+  Status read_own_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in);
+  Status read_own_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in);
+  // read_abstracts of runs that reach into the shared prefix: its part from the base, the rest here.
+  Status read_split_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in);
   Status open_files(bool create);
   Status chunk_error(StatusCode code, int layer, int64_t index, const std::string& what) const;
   // record = group g's record as the file holds it (the open one from memory), checked; or, with
@@ -207,6 +229,9 @@ class DiskTier {
   size_t compressed_slot_bytes_ = 0;
   std::vector<Layer> layers_;
   AlignedBuffer read_scratch_;  // read_abstracts' blocks, grown as needed
+  std::shared_ptr<DiskTier> base_;      // the shared prefix's tier, or null
+  std::vector<int64_t> shared_chunks_;  // [layer]: chunks read from base_
+  std::mutex shared_mutex_;             // held while a tier that shares this one reads from it
 };
 
 }  // namespace leoam

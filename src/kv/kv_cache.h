@@ -55,6 +55,8 @@
 
 namespace leoam {
 
+class DiskTier;
+
 // Positions [begin, end) of one layer.
 struct TokenRange {
   int64_t begin = 0;
@@ -164,6 +166,14 @@ class KvCache {
   // nothing (the default). Only where the KV lives may change, never what a view holds.
   [[nodiscard]] virtual Status read_ahead(int /*layer*/, std::span<const TokenRange> /*ranges*/) {
     return Status::ok();
+  }
+
+  // Takes the first positions of every layer, in place, from a kept session's disk tier that
+  // many stores share (kv_session.h: open_kv_session_tier), instead of a copy: an empty store
+  // that reads its disk chunks so (TieredKvCache) returns the positions it took, a whole number
+  // of chunks, and the caller appends the rest; any other returns 0, unchanged (the default).
+  virtual Result<int64_t> share_prefix(std::shared_ptr<DiskTier> /*base*/, int64_t /*n_positions*/) {
+    return int64_t{0};
   }
 
   // Forgets every position of every layer.

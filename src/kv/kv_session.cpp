@@ -30,8 +30,10 @@ uint64_t json_checksum(const nlohmann::json& body) {
   return checksum64(text.data(), text.size());
 }
 
-DiskTierOptions tier_options(const std::string& dir, const KvCache& kv, int chunk_tokens, FileSystem* fs) {
+DiskTierOptions tier_options(const std::string& dir, const KvCache& kv, int chunk_tokens,
+                             const std::vector<int>& group_chunks, FileSystem* fs) {
   DiskTierOptions d;
+  d.abstract_group_chunks = group_chunks;
   d.dir = dir;
   d.session = kSessionName;
   d.n_layer = kv.shape().n_layer;
@@ -80,7 +82,17 @@ Status save_kv_session(KvCache& kv, const KvSession& session, const std::string&
   LEOAM_RETURN_IF_ERROR(fs.remove(header_path(dir)));
 
   const int chunk_tokens = options.chunk_tokens;
-  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier, DiskTier::create(tier_options(dir, kv, chunk_tokens, &fs)));
+  std::vector<int> group_chunks;
+  for (const int tokens : options.abstract_tokens) {
+    if (tokens <= 0 || tokens % chunk_tokens != 0) {
+      return invalid_argument("KV session: an abstract record covers a multiple of the chunk (" +
+                              std::to_string(chunk_tokens) + " tokens), not " + std::to_string(tokens));
+    }
+    group_chunks.push_back(tokens / chunk_tokens);
+  }
+  group_chunks.resize(static_cast<size_t>(kv.shape().n_layer), 1);
+  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier,
+                         DiskTier::create(tier_options(dir, kv, chunk_tokens, group_chunks, &fs)));
   const ChunkGeometry& g = tier->geometry();
   LEOAM_ASSIGN_OR_RETURN(AlignedBuffer chunk, AlignedBuffer::allocate(tier->slot_bytes()));
   std::vector<float> abstract(static_cast<size_t>(g.abstract_floats()));
@@ -121,6 +133,7 @@ Status save_kv_session(KvCache& kv, const KvSession& session, const std::string&
   body["head_dim"] = kv.shape().head_dim;
   body["dtype"] = kv_dtype_name(kv.dtype());
   body["chunk_tokens"] = chunk_tokens;
+  body["abstract_group_chunks"] = group_chunks;
   body["n_kv"] = session.n_kv;
   body["tokens"] = session.tokens;
   body["sampler_state"] = session.sampler_state;
@@ -135,6 +148,7 @@ namespace {
 struct Header {
   KvSession session;
   int chunk_tokens = 0;
+  std::vector<int> group_chunks;  // per layer (empty: one chunk a record)
   KvCacheShape shape;  // n_ctx unused
   std::string dtype;
 };
@@ -156,7 +170,7 @@ Result<Header> read_header(FileSystem& fs, const std::string& dir, uint64_t mode
       return unsupported(path + ": saved by a newer leoam (format version " + std::to_string(version) +
                          "; this build reads up to " + std::to_string(kKvSessionVersion) + ")");
     }
-    if (version < kKvSessionVersion) {
+    if (version < 3) {
       return unsupported(path + ": saved by an older leoam (format version " + std::to_string(version) +
                          ", whose abstract records this build no longer reads); save the session again");
     }
@@ -170,6 +184,7 @@ Result<Header> read_header(FileSystem& fs, const std::string& dir, uint64_t mode
                               "); load it with the model it was saved with");
     }
     h.chunk_tokens = header.at("chunk_tokens").get<int>();
+    if (version >= 4) h.group_chunks = header.at("abstract_group_chunks").get<std::vector<int>>();
     h.shape.n_layer = header.at("n_layer").get<int>();
     h.shape.n_kv_heads = header.at("n_kv_heads").get<int>();
     h.shape.head_dim = header.at("head_dim").get<int>();
@@ -181,7 +196,9 @@ Result<Header> read_header(FileSystem& fs, const std::string& dir, uint64_t mode
   } catch (const nlohmann::json::exception& e) {
     return corrupt(path + ": not a valid KV session header (" + e.what() + ")");
   }
-  if (h.chunk_tokens <= 0 || session.n_kv < 0 || session.n_kv > static_cast<int64_t>(session.tokens.size())) {
+  if (h.chunk_tokens <= 0 || session.n_kv < 0 || session.n_kv > static_cast<int64_t>(session.tokens.size()) ||
+      static_cast<int>(h.group_chunks.size()) > h.shape.n_layer ||
+      std::any_of(h.group_chunks.begin(), h.group_chunks.end(), [](int g) { return g < 1 || g > 4096; })) {
     return corrupt(path + ": inconsistent chunk size or token counts");
   }
   return h;
@@ -195,59 +212,114 @@ Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, c
   return std::move(h.session);
 }
 
-Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
-                                  const KvSessionIoOptions& options) {
-  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+namespace {
+
+// The session in `dir` and its KV files, opened read-only and checked against the running
+// model's hash and the geometry of `kv`.
+struct OpenedSession {
+  Header header;
+  std::unique_ptr<DiskTier> tier;
+};
+
+Result<OpenedSession> open_session(FileSystem& fs, const std::string& dir, uint64_t model_hash, const KvCache& kv) {
   const std::string path = header_path(dir);
-  LEOAM_ASSIGN_OR_RETURN(Header h, read_header(fs, dir, model_hash));
-  KvSession& session = h.session;
-  const int chunk_tokens = h.chunk_tokens;
+  OpenedSession opened;
+  LEOAM_ASSIGN_OR_RETURN(opened.header, read_header(fs, dir, model_hash));
+  const Header& h = opened.header;
   const KvCacheShape& s = kv.shape();
   if (h.shape.n_layer != s.n_layer || h.shape.n_kv_heads != s.n_kv_heads || h.shape.head_dim != s.head_dim ||
       h.dtype != kv_dtype_name(kv.dtype())) {
     return invalid_argument(path + ": the session's KV geometry differs from this cache's");
   }
-  if (session.n_kv > kv.n_ctx() || static_cast<int64_t>(session.tokens.size()) > kv.n_ctx()) {
-    return invalid_argument(path + ": the session holds " + std::to_string(session.tokens.size()) +
+  if (h.session.n_kv > kv.n_ctx() || static_cast<int64_t>(h.session.tokens.size()) > kv.n_ctx()) {
+    return invalid_argument(path + ": the session holds " + std::to_string(h.session.tokens.size()) +
                             " tokens, more than the context size of " + std::to_string(kv.n_ctx()) + " (-c)");
   }
-  if (kv.n_tokens() != 0) return invalid_argument("a KV session loads into an empty cache only");
+  const int64_t n_chunks = (h.session.n_kv + h.chunk_tokens - 1) / h.chunk_tokens;
+  const std::vector<int64_t> counts(static_cast<size_t>(s.n_layer), n_chunks);
+  LEOAM_ASSIGN_OR_RETURN(opened.tier,
+                         DiskTier::open_existing(tier_options(dir, kv, h.chunk_tokens, h.group_chunks, &fs), counts));
+  // Every chunk holds the rows its place in the sequence says.
+  for (int il = 0; il < s.n_layer; ++il) {
+    for (int64_t i = 0; i < n_chunks; ++i) {
+      const int64_t rows = std::min<int64_t>(h.chunk_tokens, h.session.n_kv - i * h.chunk_tokens);
+      if (opened.tier->n_tokens_of(il, i) != rows) {
+        return corrupt(path + ": layer " + std::to_string(il) + " chunk " + std::to_string(i) + " holds " +
+                       std::to_string(opened.tier->n_tokens_of(il, i)) + " positions, " + std::to_string(rows) +
+                       " expected");
+      }
+    }
+  }
+  return opened;
+}
 
-  const int n_layer = kv.shape().n_layer;
-  const int64_t n_chunks = (session.n_kv + chunk_tokens - 1) / chunk_tokens;
-  const std::vector<int64_t> counts(static_cast<size_t>(n_layer), n_chunks);
-  DiskTierOptions d = tier_options(dir, kv, chunk_tokens, &fs);
-  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier, DiskTier::open_existing(d, counts));
-  const ChunkGeometry& g = tier->geometry();
+}  // namespace
+
+Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
+                                  const KvSessionIoOptions& options) {
+  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+  const int64_t first = options.first_position;
+  if (first < 0 || kv.n_tokens() != first) {
+    return invalid_argument(first == 0 ? std::string("a KV session loads into an empty cache only")
+                                       : "a KV session loads from position " + std::to_string(first) +
+                                             " into a cache holding the positions before it only");
+  }
+  LEOAM_ASSIGN_OR_RETURN(OpenedSession opened, open_session(fs, dir, model_hash, kv));
+  KvSession& session = opened.header.session;
+  DiskTier& tier = *opened.tier;
+  const int chunk_tokens = opened.header.chunk_tokens;
+  const ChunkGeometry& g = tier.geometry();
   const int64_t n_load = options.max_positions >= 0 ? std::min(session.n_kv, options.max_positions) : session.n_kv;
+  if (first > n_load) {
+    return invalid_argument(header_path(dir) + ": loading from position " + std::to_string(first) + ", past the " +
+                            std::to_string(n_load) + " it holds");
+  }
+  const int64_t i_first = first / chunk_tokens;
   const int64_t n_load_chunks = (n_load + chunk_tokens - 1) / chunk_tokens;
-  const int64_t batch = std::min<int64_t>(kLoadBatchChunks, std::max<int64_t>(n_chunks, 1));
-  LEOAM_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::allocate(static_cast<size_t>(batch) * tier->slot_bytes()));
+  const int64_t batch = std::min<int64_t>(kLoadBatchChunks, std::max<int64_t>(n_load_chunks - i_first, 1));
+  LEOAM_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::allocate(static_cast<size_t>(batch) * tier.slot_bytes()));
   std::vector<float> k(static_cast<size_t>(chunk_tokens * g.row_elements()));
   std::vector<float> v(k.size());
 
-  for (int il = 0; il < n_layer; ++il) {
-    for (int64_t i0 = 0; i0 < n_load_chunks; i0 += batch) {
+  for (int il = 0; il < kv.shape().n_layer; ++il) {
+    for (int64_t i0 = i_first; i0 < n_load_chunks; i0 += batch) {
       const int64_t i1 = std::min(n_load_chunks, i0 + batch);
       std::vector<DiskChunkRead> reads;
-      for (int64_t i = i0; i < i1; ++i) reads.push_back({i, buffer.data() + (i - i0) * tier->slot_bytes()});
-      LEOAM_RETURN_IF_ERROR(tier->read_chunks(il, reads));
+      for (int64_t i = i0; i < i1; ++i) reads.push_back({i, buffer.data() + (i - i0) * tier.slot_bytes()});
+      LEOAM_RETURN_IF_ERROR(tier.read_chunks(il, reads));
       for (int64_t i = i0; i < i1; ++i) {
-        const int64_t rows = std::min<int64_t>(chunk_tokens, session.n_kv - i * chunk_tokens);
-        if (tier->n_tokens_of(il, i) != rows) {
-          return corrupt(path + ": layer " + std::to_string(il) + " chunk " + std::to_string(i) + " holds " +
-                         std::to_string(tier->n_tokens_of(il, i)) + " positions, " + std::to_string(rows) + " expected");
-        }
-        const uint8_t* chunk = buffer.data() + (i - i0) * tier->slot_bytes();
-        const int64_t kept = std::min(rows, n_load - i * chunk_tokens);
-        load_kv_values(g.dtype, chunk, kept * g.row_elements(), k.data());
-        load_kv_values(g.dtype, chunk + g.k_bytes(), kept * g.row_elements(), v.data());
-        LEOAM_RETURN_IF_ERROR(kv.append(il, i * chunk_tokens, kept, k.data(), v.data()));
+        const uint8_t* chunk = buffer.data() + (i - i0) * tier.slot_bytes();
+        const int64_t row0 = std::max<int64_t>(0, first - i * chunk_tokens);
+        const int64_t row1 = std::min<int64_t>(chunk_tokens, n_load - i * chunk_tokens);
+        const size_t skip = static_cast<size_t>(row0) * g.row_bytes();
+        load_kv_values(g.dtype, chunk + skip, (row1 - row0) * g.row_elements(), k.data());
+        load_kv_values(g.dtype, chunk + g.k_bytes() + skip, (row1 - row0) * g.row_elements(), v.data());
+        LEOAM_RETURN_IF_ERROR(kv.append(il, i * chunk_tokens + row0, row1 - row0, k.data(), v.data()));
       }
     }
   }
   session.n_kv = n_load;
   return std::move(session);
+}
+
+Result<std::shared_ptr<DiskTier>> open_kv_session_tier(const std::string& dir, uint64_t model_hash, const KvCache& kv,
+                                                       const KvSessionIoOptions& options) {
+  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+  LEOAM_ASSIGN_OR_RETURN(OpenedSession opened, open_session(fs, dir, model_hash, kv));
+  DiskTier& tier = *opened.tier;
+  const int64_t n_chunks = (opened.header.session.n_kv + opened.header.chunk_tokens - 1) / opened.header.chunk_tokens;
+  const int64_t batch = std::clamp<int64_t>((int64_t{8} << 20) / static_cast<int64_t>(tier.slot_bytes()), 1, 256);
+  LEOAM_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::allocate(static_cast<size_t>(batch) * tier.slot_bytes()));
+  for (int il = 0; il < kv.shape().n_layer; ++il) {
+    for (int64_t i0 = 0; i0 < n_chunks; i0 += batch) {
+      std::vector<DiskChunkRead> reads;
+      for (int64_t i = i0; i < std::min(n_chunks, i0 + batch); ++i) {
+        reads.push_back({i, buffer.data() + (i - i0) * tier.slot_bytes()});
+      }
+      LEOAM_RETURN_IF_ERROR(tier.read_chunks(il, reads));  // checks each against its checksum
+    }
+  }
+  return std::shared_ptr<DiskTier>(std::move(opened.tier));
 }
 
 }  // namespace leoam

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,12 @@
 
 namespace leoam {
 
-// 3: abstract records per group of chunks ("LKA4", a session keeps one chunk a group); 2 (a
-// record per chunk, "LKA3") and 1 (f32 boxes) are no longer read.
-inline constexpr int kKvSessionVersion = 3;
+class DiskTier;
+
+// 4: the chunks per abstract record of each layer in the header (a session saved from a store
+// keeps its policy's blocks); 3: abstract records per group of chunks ("LKA4"), one chunk a
+// group; 2 (a record per chunk, "LKA3") and 1 (f32 boxes) are no longer read.
+inline constexpr int kKvSessionVersion = 4;
 
 struct KvSession {
   uint64_t model_hash = 0;       // checksum64 of the model file
@@ -38,8 +42,12 @@ struct KvSession {
 
 struct KvSessionIoOptions {
   int chunk_tokens = 64;              // chunk size of the saved files (any size loads)
+  // Save: per layer, the positions one abstract record covers (a multiple of chunk_tokens; empty,
+  // or a layer past the end: a chunk), as a store's disk tier groups them for its policy.
+  std::vector<int> abstract_tokens;
   FileSystem* file_system = nullptr;  // nullptr: posix_file_system()
   int64_t max_positions = -1;         // load: at most this many positions (-1: all n_kv)
+  int64_t first_position = 0;         // load: from this position on, into a cache that holds those before it
 };
 
 // Saves `session` and the KV of positions [0, session.n_kv) of every layer of `kv` into `dir`
@@ -48,12 +56,20 @@ struct KvSessionIoOptions {
                                      const KvSessionIoOptions& options = {});
 
 // Reads the session in `dir`, checks it against `model_hash` and the shape and dtype of `kv`
-// (which must be empty), and appends its KV to `kv` (the first options.max_positions positions
-// when set; the session's n_kv then says how many were loaded).
+// (which must hold exactly options.first_position positions, normally none), and appends its KV
+// from there to `kv` (up to the first options.max_positions positions when set; the session's
+// n_kv then says how many the cache holds).
 Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
                                   const KvSessionIoOptions& options = {});
 
 // The session in `dir` without its KV: its header, checked (checksum, version, model hash).
 Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, const KvSessionIoOptions& options = {});
+
+// The KV files of the session in `dir`, opened read-only for stores of the geometry of `kv` to
+// read in place (KvCache::share_prefix), many at once. Checked as load_kv_session checks them,
+// every chunk against its checksum included: one sequential read of the files, so that later
+// reads fail only where the files change under them.
+Result<std::shared_ptr<DiskTier>> open_kv_session_tier(const std::string& dir, uint64_t model_hash, const KvCache& kv,
+                                                       const KvSessionIoOptions& options = {});
 
 }  // namespace leoam

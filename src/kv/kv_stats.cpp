@@ -177,6 +177,10 @@ std::string KvStats::to_text() const {
   out += latency_line("disk read latency: ", disk_read_latency) + '\n';
   out += latency_line("disk write latency:", disk_write_latency) + '\n';
   out += "disk I/O: " + (disk_io_mode.empty() ? std::string("unknown") : disk_io_mode) + '\n';
+  if (shared_disk_chunks > 0) {
+    out += "shared prefix: " + human_bytes(shared_disk_bytes) + " in " + std::to_string(shared_disk_chunks) +
+           " chunks on disk, read in place from a kept session\n";
+  }
   out += abstracts_in_memory
              ? "abstracts: on the device and host in memory (a lossy host codec, or a policy that scores every "
                "chunk at every step), inside their tier's budget; on disk in the abstract files\n"
@@ -227,6 +231,10 @@ std::string KvStats::to_json() const {
   root["disk_read_latency_us"] = latency_json(disk_read_latency);
   root["disk_write_latency_us"] = latency_json(disk_write_latency);
   root["disk_io_mode"] = disk_io_mode;
+  if (shared_disk_chunks > 0) {
+    root["shared_disk_chunks"] = shared_disk_chunks;
+    root["shared_disk_bytes"] = shared_disk_bytes;
+  }
   root["abstracts_in_memory"] = abstracts_in_memory;
   root["buffer_bytes"] = buffer_bytes;
   root["disk_bytes_prefetched"] = disk_bytes_prefetched;

@@ -125,6 +125,10 @@ struct KvStats {
   // Where the bytes of the device and host tiers and the disk files stood at the end.
   std::array<uint64_t, kNumTiers> resident_bytes{};
   std::array<int64_t, kNumTiers> resident_chunks{};
+  // A shared prefix's chunks on the disk tier (TieredKvCache::share_prefix): read in place from a
+  // kept session's files, which the store does not own; not in the disk's resident figures.
+  int64_t shared_disk_chunks = 0;
+  uint64_t shared_disk_bytes = 0;
   std::string disk_io_mode;  // "O_DIRECT + io_uring", or the fallback in effect and why
   // The chunks' abstracts (box and key sign sketch): device and host, in memory, counted in their
   // tier's budget, now and the most at once (only when abstracts_in_memory: a lossy host codec,
@@ -155,7 +159,8 @@ struct KvStats {
   //    "peak_abstract_bytes":..}, "host": {..}, "disk": {..}},
   //    "disk_read_latency_us": {"count":..,"mean":..,"p50":..,"p99":..,"max":..,
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
-  //    "disk_io_mode": "..", "abstracts_in_memory": bool, "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
+  //    "disk_io_mode": "..", "shared_disk_chunks":.., "shared_disk_bytes":.. (only with a
+  //    shared prefix on disk), "abstracts_in_memory": bool, "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
   //    "read_ahead": {"jobs":..,"failed_jobs":..,"chunks_staged":..,"chunks_used":..,
   //    "chunks_missed":..,"wait_ms":..} (only when a read-ahead ran),
   //    "transfer": {TransferStats::to_json} (only with --kv-compress),

@@ -191,6 +191,9 @@ Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stor
   for (const Residency::Move& move : plan.moves) {
     LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk, compressed_read));
     residency_.apply(move);
+    if (disk_ != nullptr && move.chunk.index < disk_->shared_chunks(move.chunk.layer)) {
+      shared_on_disk_ += (move.to == Tier::kDisk) - (move.from == Tier::kDisk);
+    }
     if (move.to != Tier::kDisk && keeps_abstracts(options_)) {
       uint64_t& peak = peak_abstract_bytes_[static_cast<int>(move.to)];
       peak = std::max(peak, static_cast<uint64_t>(residency_.n_chunks(move.to)) * geometry_.abstract_bytes());
@@ -787,7 +790,7 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
   if (disk_ != nullptr) {
     const int64_t group_first = first_gone - first_gone % disk_->group_chunks(layer);
     kept.resize(static_cast<size_t>((first_gone - group_first) * geometry_.abstract_floats()));
-    for (int64_t i = group_first; i < first_gone; ++i) {
+    for (int64_t i = std::max(group_first, disk_->shared_chunks(layer)); i < first_gone; ++i) {
       if (!disk_->has_chunk(layer, i)) continue;
       LEOAM_RETURN_IF_ERROR(record_abstract_again(layer, i, kept.data() + (i - group_first) * geometry_.abstract_floats()));
     }
@@ -805,7 +808,13 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
       return Status::ok();
     }));
   }
-  for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) residency_.erase({layer, i});
+  for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) {
+    const ChunkResidency* r = residency_.find({layer, i});
+    if (r != nullptr && r->tier == Tier::kDisk && disk_ != nullptr && i < disk_->shared_chunks(layer)) {
+      --shared_on_disk_;
+    }
+    residency_.erase({layer, i});
+  }
   L.chunks.resize(static_cast<size_t>(first_gone));
   std::erase_if(L.recent_pins, [&](int64_t i) { return i >= first_gone; });
   if (disk_ != nullptr) LEOAM_RETURN_IF_ERROR(disk_->forget_from(layer, first_gone, kept));
@@ -833,10 +842,64 @@ Status TieredKvCache::truncate(int64_t n_tokens) {
 void TieredKvCache::clear() {
   if (read_ahead_ != nullptr) read_ahead_->drop_all(stats_);
   residency_.clear();
+  shared_on_disk_ = 0;
   for (int il = 0; il < options_.shape.n_layer; ++il) {
     layers_[il] = LayerState{};
     if (disk_ != nullptr) (void)disk_->forget_from(il, 0);  // cuts no record: cannot fail
   }
+}
+
+Result<int64_t> TieredKvCache::share_prefix(std::shared_ptr<DiskTier> base, int64_t n_positions) {
+  for (const LayerState& L : layers_) {
+    if (L.n_tokens != 0) return invalid_argument("KV store: a prefix is shared into an empty store only");
+  }
+  // Only chunks stored as they are, in this store's geometry, read as they are.
+  const ChunkGeometry& b = base->geometry();
+  if (disk_ == nullptr || options_.host_codec != KvCodec::kNone || transfers_compressed() ||
+      base->codec() != KvCodec::kNone || b.chunk_tokens != geometry_.chunk_tokens ||
+      b.n_kv_heads != geometry_.n_kv_heads || b.head_dim != geometry_.head_dim || b.dtype != geometry_.dtype) {
+    return int64_t{0};
+  }
+  const int64_t c = options_.chunk_tokens;
+  const int n_layer = options_.shape.n_layer;
+  int64_t n_chunks = std::min(n_positions, options_.shape.n_ctx) / c;
+  for (int il = 0; il < n_layer; ++il) {
+    for (int64_t i = 0; i < n_chunks; ++i) {
+      if (base->n_tokens_of(il, i) != c) n_chunks = i;  // whole chunks only
+    }
+  }
+  if (n_chunks == 0) return int64_t{0};
+  LEOAM_RETURN_IF_ERROR(disk_->share_prefix(std::move(base), std::vector<int64_t>(static_cast<size_t>(n_layer), n_chunks)));
+  for (int il = 0; il < n_layer; ++il) {
+    LayerState& L = layers_[il];
+    L.chunks.resize(static_cast<size_t>(n_chunks));
+    for (int64_t i = 0; i < n_chunks; ++i) {
+      L.chunks[i].n_filled = c;
+      L.chunks[i].sealed = true;
+      residency_.apply({{il, i}, std::nullopt, Tier::kDisk});
+      ++shared_on_disk_;
+    }
+    L.n_tokens = n_chunks * c;
+  }
+  // The sinks are pinned on the device, as appended ones are.
+  const Status sinks = [&]() -> Status {
+    for (int il = 0; il < n_layer; ++il) {
+      for (int64_t i = 0; i < n_chunks && i * c < options_.n_sink_tokens; ++i) {
+        LEOAM_ASSIGN_OR_RETURN(Residency::Plan plan, residency_.plan_promote({il, i}, Tier::kDevice));
+        if (plan.moves.empty()) return internal_error("KV store: no device room for a shared prefix's sink chunk");
+        LEOAM_RETURN_IF_ERROR(carry_out(plan));
+        residency_.touch({il, i}, tick_);
+        residency_.pin({il, i});
+      }
+      update_recent_pins(il);
+    }
+    return Status::ok();
+  }();
+  if (!sinks.is_ok()) {
+    clear();
+    return sinks;
+  }
+  return n_chunks * c;
 }
 
 // --- the catalog the selection policies see ---------------------------------------------------
@@ -992,7 +1055,11 @@ KvStats TieredKvCache::stats() const {
   s.resident_bytes[static_cast<int>(Tier::kDevice)] = n(Tier::kDevice) * geometry_.chunk_bytes();
   s.resident_bytes[static_cast<int>(Tier::kHost)] = n(Tier::kHost) * host_chunk_bytes_;
   s.resident_bytes[static_cast<int>(Tier::kDisk)] =
-      n(Tier::kDisk) * (slot_bytes_ + (transfers_compressed() ? disk_->compressed_slot_bytes() : 0));
+      (n(Tier::kDisk) - static_cast<uint64_t>(shared_on_disk_)) *
+      (slot_bytes_ + (transfers_compressed() ? disk_->compressed_slot_bytes() : 0));
+  s.resident_chunks[static_cast<int>(Tier::kDisk)] -= shared_on_disk_;
+  s.shared_disk_chunks = shared_on_disk_;
+  s.shared_disk_bytes = static_cast<uint64_t>(shared_on_disk_) * slot_bytes_;
   s.abstracts_in_memory = keeps_abstracts(options_);
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
     s.abstract_bytes[static_cast<int>(t)] = keeps_abstracts(options_) ? n(t) * geometry_.abstract_bytes() : 0;

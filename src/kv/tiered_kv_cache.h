@@ -46,6 +46,12 @@
 // disk chunk's abstract is its record in the disk tier's abstract file: the box of its group
 // (abstract_tokens), its own signs.
 //
+// A shared prefix (share_prefix): an empty store may take the first chunks of every layer from a
+// kept session's disk tier (the prompt cache's entry of a long document), read in place like its
+// own disk chunks and selected by the policy as in decode; many stores share one such tier. They
+// are never copied or written; a shared chunk read up to the device or host is a copy there, and
+// dropped when it leaves. stats() counts them apart from the store's own disk KV.
+//
 // Memory: a device or host chunk costs its tier's budget its KV and, with a lossy codec, its
 // abstract (box and key sign sketch; chunk_budget_bytes), so each tier holds at most its budget,
 // abstracts included. Besides the tiers the store keeps one gather batch of scratch and a
@@ -148,6 +154,14 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   void clear() override;
   Status truncate(int64_t n_tokens) override;
 
+  // Makes the whole chunks of `base`'s first n_positions positions (a kept session's tier, opened
+  // with DiskTier::open_existing, of this store's geometry) the first chunks of every layer, on
+  // the disk tier, read in place; the sink chunks are read onto the device. Only on an empty store
+  // with a disk tier, host codec none and no compressed transfers. Returns the positions shared, a
+  // multiple of the chunk size (0: none, the store unchanged): the caller appends the rest. On an
+  // error the store is left empty.
+  Result<int64_t> share_prefix(std::shared_ptr<DiskTier> base, int64_t n_positions) override;
+
   // KvCatalog: what the selection policies see.
   int chunk_tokens() const override { return options_.chunk_tokens; }
   int catalog_kv_heads() const override { return options_.shape.n_kv_heads; }
@@ -163,6 +177,8 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   void set_importance(ChunkKey key, float importance) override;
 
   const ChunkGeometry& geometry() const { return geometry_; }
+  // Per layer, the positions one disk abstract record covers (TieredKvCacheOptions).
+  const std::vector<int>& abstract_tokens() const { return options_.abstract_tokens; }
   const Residency& residency() const { return residency_; }
   // Statistics so far, with the resident bytes, chunks and abstracts as they stand now.
   KvStats stats() const;
@@ -271,6 +287,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   std::vector<LayerState> layers_;
   KvStats stats_;
   uint64_t tick_ = 0;
+  int64_t shared_on_disk_ = 0;  // chunks of a shared prefix that are on the disk tier now
   std::array<uint64_t, kNumTiers> peak_abstract_bytes_{};  // device and host: the most held at once
   AlignedBuffer scratch_;        // gather batch: [gather_slots_ + 1][slot_bytes] read, [gather_slots_] decoded
   int64_t gather_slots_ = 0;     // chunks a gather batch reads or decodes at most

@@ -79,6 +79,9 @@ std::string ServerMetrics::prometheus_text(const SchedulerStats& s, const Prompt
   if (cache != nullptr) {
     header(out, "leoam_prompt_cache_entries", "gauge", "Prompts whose KV the prompt cache keeps on disk.");
     sample(out, "leoam_prompt_cache_entries", static_cast<double>(cache->n_entries));
+    header(out, "leoam_prompt_tokens_in_place_total", "counter",
+           "Reused prompt tokens read in place from the prompt cache's files (not copied into the request's store).");
+    sample(out, "leoam_prompt_tokens_in_place_total", static_cast<double>(cache->tokens_in_place));
     header(out, "leoam_prompt_cache_bytes", "gauge", "Bytes of the prompt cache's files.");
     sample(out, "leoam_prompt_cache_bytes", static_cast<double>(cache->bytes));
     header(out, "leoam_prompt_cache_lookups_total", "counter", "Prompts looked up in the prompt cache, by result.");

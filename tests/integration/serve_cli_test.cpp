@@ -541,6 +541,8 @@ TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorrup
     auto metrics = server.client()->Get("/metrics");
     ASSERT_TRUE(metrics);
     EXPECT_EQ(metric(metrics->body, "leoam_prompt_tokens_reused_total"), static_cast<double>(n_doc));
+    // Its whole chunks read in place from the entry's files, not copied into the request's store.
+    EXPECT_GT(metric(metrics->body, "leoam_prompt_tokens_in_place_total"), 0.9 * static_cast<double>(n_doc));
     EXPECT_EQ(metric(metrics->body, "leoam_prompt_cache_entries"), 1.0);
   }
   {  // A restart: the same question is answered without prefilling the document again.

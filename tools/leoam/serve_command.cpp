@@ -18,6 +18,7 @@
 #include "cli_common.h"
 #include "engine/batch_scheduler.h"
 #include "engine/prompt_cache.h"
+#include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
 #include "model/model.h"
 #include "sampler_options.h"
@@ -141,7 +142,16 @@ class ServeCommand : public Command {
                              make_sparse_attention(attention_options_, kv_options_, m, *kv));
       return SequenceSlot{std::move(kv), std::move(selector)};
     };
-    if (Result<SequenceSlot> probe = factory(); !probe.is_ok()) return fail(probe.status());
+    {
+      Result<SequenceSlot> probe = factory();
+      if (!probe.is_ok()) return fail(probe.status());
+      // The prompt cache's entries are saved as the requests' stores keep their disk chunks, so
+      // that those read them in place.
+      prompt_cache_.layout.chunk_tokens = kv_options_.chunk_tokens;
+      if (const auto* tiered = dynamic_cast<const TieredKvCache*>(probe->kv.get()); tiered != nullptr) {
+        prompt_cache_.layout.abstract_tokens = tiered->abstract_tokens();
+      }
+    }
 
     std::unique_ptr<PromptCache> prompt_cache;
     if (!kv_options_.dir.empty() && prompt_cache_gb_ > 0) {

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kv/memory_kv_cache.h"
+#include "kv/tiered_kv_cache.h"
 #include "../temp_dir.h"
 
 namespace leoam {
@@ -114,6 +115,43 @@ TEST_F(PromptCacheTest, ALaterPromptLoadsTheLongestCommonPrefix) {
   EXPECT_EQ(again->restore(doc_q2, *kv2), 100);
   EXPECT_EQ(open(1ull << 30, /*hash=*/8)->stats().n_entries, 0);
   EXPECT_EQ(open()->stats().n_entries, 1);  // and it did not remove it
+}
+
+// Tiered stores with a disk tier read an entry's whole chunks in place, many at once, and hold a
+// copy of the rest only; the entry is saved in their chunk size for that.
+TEST_F(PromptCacheTest, TieredStoresReadTheEntryInPlace) {
+  PromptCacheOptions o;
+  o.dir = dir_;
+  o.model_hash = 7;
+  o.min_tokens = 16;
+  o.layout.chunk_tokens = 16;
+  o.layout.abstract_tokens = {32, 16};
+  auto cache = PromptCache::open(o).value();
+  const std::vector<int32_t> doc_q1 = [] { auto t = tokens(100, 1000); t.push_back(1); return t; }();
+  ASSERT_TRUE(cache->remember(doc_q1, *filled(doc_q1), 0).is_ok());
+
+  testing_util::TempDir kv_dir;
+  const auto tiered = [&] {
+    TieredKvCacheOptions t;
+    t.shape = {kLayers, kHeads, kDim, 1024};
+    t.chunk_tokens = 16;
+    t.abstract_tokens = o.layout.abstract_tokens;
+    t.dir = kv_dir.path();
+    t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
+    return TieredKvCache::create(t).value();
+  };
+  std::vector<int32_t> doc_q2 = tokens(100, 1000);
+  doc_q2.push_back(5);
+  auto a = tiered(), b = tiered();
+  EXPECT_EQ(cache->restore(doc_q2, *a), 100);
+  EXPECT_EQ(cache->restore(doc_q2, *b), 100);
+  const std::vector<float> expected = keys(*filled(tokens(100, 1000)));
+  EXPECT_EQ(keys(*a), expected);
+  EXPECT_EQ(keys(*b), expected);
+  EXPECT_EQ(cache->stats().tokens_reused, 200u);
+  EXPECT_EQ(cache->stats().tokens_in_place, 2u * 96);  // 6 whole chunks each; 4 positions copied
+  EXPECT_EQ(a->stats()[Tier::kDisk].bytes_written, 0u);
+  EXPECT_GT(a->stats().shared_disk_chunks, 0);
 }
 
 TEST_F(PromptCacheTest, EvictsTheLeastRecentlyUsedPastItsBytes) {
