@@ -156,6 +156,7 @@ TokenRange intersect(TokenRange a, TokenRange b) {
 struct HeadBounds {
   int64_t n = 0;
   std::vector<float> data;
+  uint64_t peak_bytes = 0;  // the most held while making them (the per-unit bounds too)
 
   const float* head(int h) const { return data.data() + h * n; }
 };
@@ -232,7 +233,7 @@ class LeoamPolicy final : public SelectionPolicy {
     }
     const HeadBounds upper = upper_bounds(query, loaded.size(), units);
     note_working_bytes(capacity_bytes(abstracts.data) + capacity_bytes(abstracts.sign_words) + capacity_bytes(boxes) +
-                       capacity_bytes(units.units) + capacity_bytes(units.owner) + capacity_bytes(upper.data));
+                       capacity_bytes(units.units) + capacity_bytes(units.owner) + upper.peak_bytes);
     if (options_.desert && is_desert(query, chunks, units, upper)) {
       s.desert = true;
       return s;
@@ -264,7 +265,7 @@ class LeoamPolicy final : public SelectionPolicy {
     s.n_chunks_scored = tree->n_leaves();
     const BoundUnits units = leaf_units(*tree, leaves);
     const HeadBounds upper = upper_bounds(query, tree->n_leaves(), units);
-    note_working_bytes(capacity_bytes(upper.data) + capacity_bytes(leaves) + capacity_bytes(units.units) +
+    note_working_bytes(upper.peak_bytes + capacity_bytes(leaves) + capacity_bytes(units.units) +
                        capacity_bytes(units.owner));
     std::vector<float> scores;
     RangePick pick;
@@ -458,12 +459,21 @@ class LeoamPolicy final : public SelectionPolicy {
     } else {
       unit_bounds = box_bounds(query, units, BoundSide::kUpper);
     }
+    // A unit per owner, in order (every flat step, and a tree whose leaves are its blocks): the
+    // units' bounds are the owners'.
+    bool one_to_one = static_cast<int64_t>(n_units) == n;
+    for (size_t u = 0; one_to_one && u < n_units; ++u) one_to_one = units.owner[u] == static_cast<int64_t>(u);
+    if (one_to_one) {
+      const uint64_t bytes = capacity_bytes(unit_bounds);
+      return HeadBounds{n, std::move(unit_bounds), bytes};
+    }
     HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n), -std::numeric_limits<float>::infinity())};
     for (int h = 0; h < query.n_head; ++h) {
       float* out = b.data.data() + h * n;
       const float* in = unit_bounds.data() + h * n_units;
       for (size_t u = 0; u < n_units; ++u) out[units.owner[u]] = std::max(out[units.owner[u]], in[u]);
     }
+    b.peak_bytes = capacity_bytes(unit_bounds) + capacity_bytes(b.data);
     return b;
   }
 
