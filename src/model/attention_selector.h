@@ -63,6 +63,15 @@ class AttentionSelector {
                                                    const float* /*q*/, ThreadPool& /*pool*/, bool /*keep*/) {
     return std::vector<TokenRange>();
   }
+  // The positions that the rows [pos0, pos0 + n) of a prompt continuing a stored past (pos0 > 0)
+  // attend when they need not see all of it (ForwardOptions::sparse_continuation): chosen once for
+  // every row from the last row's query (q_last: [n_head][head_dim]), as select() would choose for
+  // it, and holding [pos0, pos0 + n) whole. Sorted, disjoint, inside [0, pos0 + n). Empty: every
+  // position (the default, and where the selector cannot choose). Must not learn from the call.
+  virtual Result<std::vector<TokenRange>> select_continuation(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/,
+                                                              const float* /*q_last*/, ThreadPool& /*pool*/) {
+    return std::vector<TokenRange>();
+  }
   // The residual stream entering `layer` for the decoded token at `pos`: [n_embd], before the
   // layer's attention norm. Called before select(layer, pos, ...).
   [[nodiscard]] virtual Status observe_layer_input(int /*layer*/, int64_t /*pos*/, const float* /*x*/) {

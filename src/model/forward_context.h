@@ -47,6 +47,12 @@ struct ForwardOptions {
   // chunks ahead (KvCache::read_ahead). Layer l + 1 still selects with its own query, so the
   // tokens are those of an unpipelined decode; what the forecast missed is read then.
   bool pipeline = false;
+  // A prompt batch that continues a stored past (a prompt after a cached prefix, a question about
+  // a document) attends, in every layer, what the selector picks for its last row
+  // (AttentionSelector::select_continuation) and its own rows, not every stored position: it
+  // reads the past selectively, as decode does, and its logits are no longer those of a dense
+  // prefill. A prompt of more than one batch with a working set (the layered prefill) stays dense.
+  bool sparse_continuation = false;
   // Where the decode steps' per-layer spans go (core/trace.h); null: none. Not owned.
   Trace* trace = nullptr;
 };

@@ -593,6 +593,17 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
 Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out,
                             Trace* trace) {
   ThreadPool& pool = *pool_;
+  if (n > 1 && pos > 0 && seq.selector != nullptr && options_.sparse_continuation) {
+    std::vector<TokenRange> ranges;
+    {
+      const TraceSpan span(trace, "select", "selection", layer, pos);
+      LEOAM_ASSIGN_OR_RETURN(ranges, seq.selector->select_continuation(layer, pos, n, q + (n - 1) * hp_.n_embd_q(), pool));
+    }
+    if (!ranges.empty()) {
+      const TraceSpan span(trace, "attention", "attention", layer, pos);
+      return attention(*seq.kv, layer, ranges, attn_params_, q, pos, n, out, pool);
+    }
+  }
   if (n != 1 || seq.selector == nullptr) {
     const TraceSpan span(trace, "attention", "attention", layer, pos);
     const TokenRange visible{0, pos + n};

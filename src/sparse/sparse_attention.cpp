@@ -184,6 +184,38 @@ Result<std::vector<TokenRange>> SparseAttention::forecast(int layer, int64_t pos
   return std::move(predicted->ranges);
 }
 
+Result<std::vector<TokenRange>> SparseAttention::select_continuation(int layer, int64_t pos0, int64_t n,
+                                                                     const float* q_last, ThreadPool& pool) {
+  if (layer < 0 || layer >= shape_.n_layer || pos0 < 0 || n < 1) {
+    return invalid_argument("sparse attention: bad layer or positions");
+  }
+  const int64_t last = pos0 + n - 1;
+  auto [sink, recent, far] = window(last + 1);
+  far.end = std::max(far.begin, std::min(far.end, pos0));  // the rows themselves are not chosen from
+  if (far.size() == 0 || catalog_ == nullptr) return std::vector<TokenRange>();
+  const SelectionQuery query = make_query(layer, last, last + 1, q_last, far, pool);
+  if (query.budget_tokens >= far.size()) return std::vector<TokenRange>();
+  LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, policy_->predict(query, *catalog_));
+  if (!predicted) return std::vector<TokenRange>();
+  LEOAM_RETURN_IF_ERROR(check_memory());
+  std::vector<TokenRange> ranges;
+  if (sink.size() > 0) ranges.push_back(sink);
+  for (const TokenRange& r : predicted->ranges) {
+    if (!ranges.empty() && ranges.back().end >= r.begin) {
+      ranges.back().end = std::max(ranges.back().end, r.end);
+    } else if (r.size() > 0) {
+      ranges.push_back(r);
+    }
+  }
+  const TokenRange tail{far.end, last + 1};
+  if (!ranges.empty() && ranges.back().end >= tail.begin) {
+    ranges.back().end = tail.end;
+  } else {
+    ranges.push_back(tail);
+  }
+  return ranges;
+}
+
 Result<std::vector<TokenRange>> SparseAttention::select(int layer, int64_t pos, const float* q,
                                                         ThreadPool& pool) {
   if (layer < 0 || layer >= shape_.n_layer || pos < 0) return invalid_argument("sparse attention: bad layer or position");

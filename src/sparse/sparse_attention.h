@@ -79,6 +79,10 @@ class SparseAttention final : public AttentionSelector {
   // decoded position.
   Result<std::vector<TokenRange>> forecast(int layer, int64_t pos, int64_t n_stored, const float* q, ThreadPool& pool,
                                            bool keep) override;
+  // The sink, the policy's forecast for the last row over the far tokens before pos0, and
+  // everything from the far window's end on (the recent window and the rows themselves).
+  Result<std::vector<TokenRange>> select_continuation(int layer, int64_t pos0, int64_t n, const float* q_last,
+                                                      ThreadPool& pool) override;
   // The policy's (SelectionPolicy::needs and observe_*), passed through.
   SelectorNeeds needs() const override { return policy_->needs(); }
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override;

@@ -577,5 +577,40 @@ TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorrup
   }
 }
 
+// --sparse-continuation: a question after a reused document reads the document selectively (the
+// policy's picks for its last row), so fewer disk bytes than the dense prefill of the same
+// question on an otherwise equal server.
+TEST(ServePromptCacheTest, SparseContinuationReadsTheReusedDocumentSelectively) {
+  if (!std::filesystem::exists(kStoriesModel) || !std::filesystem::exists(kBookText)) {
+    GTEST_SKIP() << "fixture absent: " << kStoriesModel << " or " << kBookText;
+  }
+  const testing_util::TempDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string doc = read_file(kBookText).substr(0, 3000);
+  const auto disk_read_of_second_question = [&](const std::string& name, bool sparse) -> int64_t {
+    std::vector<std::string> args = {"-m", kStoriesModel, "-c", "2048", "-t", "1", "--kv-dir", scratch.path() + "/" + name,
+                                     "--kv-device-mb", "0.25", "--kv-host-mb", "0", "--prompt-cache-min-tokens", "64",
+                                     "--policy", "leoam", "--budget", "0.1"};
+    if (sparse) args.push_back("--sparse-continuation");
+    ServerProcess server(scratch.path(), args);
+    EXPECT_TRUE(server.started()) << server.stderr_text();
+    if (!server.started()) return -1;
+    json j;
+    for (const char* q : {" Who was there?", " What happened next?"}) {
+      int status = 0;
+      auto c = server.client();
+      j = post_json(*c, "/v1/completions", {{"prompt", doc + q}, {"max_tokens", 1}, {"temperature", 0}}, &status);
+      EXPECT_EQ(status, 200) << j.dump();
+    }
+    EXPECT_GT(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 500) << j.dump();
+    return j["leoam"]["kv_bytes_read"]["disk"].get<int64_t>();
+  };
+  const int64_t dense = disk_read_of_second_question("dense", false);
+  const int64_t sparse = disk_read_of_second_question("sparse", true);
+  EXPECT_GT(dense, 0);
+  EXPECT_GE(sparse, 0);
+  EXPECT_LT(sparse, dense);
+}
+
 }  // namespace
 }  // namespace leoam::testing_cli

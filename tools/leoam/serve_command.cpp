@@ -117,6 +117,11 @@ class ServeCommand : public Command {
         ->check(in_range<int64_t>(2, int64_t{1} << 30))
         ->group("KV store (tiers)");
     add_attention_options(*cmd, attention_options_);
+    cmd->add_flag("--sparse-continuation", sparse_continuation_,
+                  "a prompt's rows after a reused prefix (a question about a cached document) attend what the policy "
+                  "picks for the prompt's last row, not the whole prefix: they read the document's KV selectively, as "
+                  "decode does, but the answer may differ from a cold prompt's (whose prefill is dense)")
+        ->group("Sparse attention");
     // A run's end-of-run report; the server's figures are at /metrics.
     for (const char* run_only : {"--kv-stats", "--kv-stats-json"}) cmd->remove_option(cmd->get_option(run_only));
     return cmd;
@@ -171,6 +176,7 @@ class ServeCommand : public Command {
     fwd.n_batch = n_batch_;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
     fwd.pipeline = decode_pipeline(kv_options_);
+    fwd.sparse_continuation = sparse_continuation_;
     Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, **tokenizer, fwd, factory, scheduler_);
     if (!scheduler.is_ok()) return fail(scheduler.status());
 
@@ -214,6 +220,7 @@ class ServeCommand : public Command {
   AttentionCliOptions attention_options_;
   PromptCacheOptions prompt_cache_;
   double prompt_cache_gb_ = 8.0;
+  bool sparse_continuation_ = false;
   double max_body_mb_ = 8.0;
   int n_ctx_ = 0;
   int n_batch_ = 512;
