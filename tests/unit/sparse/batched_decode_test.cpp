@@ -42,15 +42,7 @@ class BatchedDecodeTest : public SmallModelTest {
     return std::move(SparseAttention::create(o, store, {spec_.n_layer, spec_.n_head, spec_.n_head_kv, 16, 0.25f}))
         .value();
   }
-  std::unique_ptr<TieredKvCache> tiered(const std::string& name) const {
-    TieredKvCacheOptions t;
-    t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
-    t.chunk_tokens = 8;
-    t.n_recent_tokens = 16;
-    t.dir = dir_.path() + "/" + name;
-    t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t) + 4 * TieredKvCache::chunk_budget_bytes(t, Tier::kDevice);
-    return std::move(TieredKvCache::create(t)).value();
-  }
+  std::unique_ptr<TieredKvCache> tiered(const std::string& name) const { return tiered_store(name, 4); }
   // Largest |a - b| over the largest |b|.
   static double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     double d = 0.0, m = 0.0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "kv/tiered_kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
 
@@ -40,6 +41,23 @@ class SmallModelTest : public ::testing::Test {
     std::vector<int32_t> tokens(n);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec_.n_vocab);
     return tokens;
+  }
+
+  // A tiered store of the model's KV (16 channels a head) in chunks of 8, with a recent window of
+  // 16, its disk tier in the scratch directory under `name`, the device holding its pinned
+  // chunks and `spare` more.
+  TieredKvCacheOptions tiered_options(const std::string& name, int64_t spare) const {
+    TieredKvCacheOptions t;
+    t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
+    t.chunk_tokens = 8;
+    t.n_recent_tokens = 16;
+    t.dir = dir_.path() + "/" + name;
+    t.device_budget_bytes =
+        TieredKvCache::min_device_budget_bytes(t) + spare * TieredKvCache::chunk_budget_bytes(t, Tier::kDevice);
+    return t;
+  }
+  std::unique_ptr<TieredKvCache> tiered_store(const std::string& name, int64_t spare) const {
+    return std::move(TieredKvCache::create(tiered_options(name, spare))).value();
   }
 
   SyntheticModelSpec spec_;

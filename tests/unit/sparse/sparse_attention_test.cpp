@@ -437,13 +437,7 @@ class LeoamStoreTest : public SparseForwardTest {
   Run run(const std::string& name, uint64_t working_set, int64_t device_chunks, double budget, int64_t n_prompt,
           int n_steps, const std::function<std::unique_ptr<AttentionSelector>(SparseAttention&)>& wrap) {
     Run r;
-    TieredKvCacheOptions t;
-    t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
-    t.chunk_tokens = 8;
-    t.n_recent_tokens = 16;
-    t.dir = dir_.path() + "/" + name;
-    t.device_budget_bytes =
-        TieredKvCache::min_device_budget_bytes(t) + device_chunks * TieredKvCache::chunk_budget_bytes(t, Tier::kDevice);
+    TieredKvCacheOptions t = tiered_options(name, device_chunks);
     t.read_ahead_bytes = pipeline_ ? uint64_t{1} << 20 : 0;
     auto kv = TieredKvCache::create(t);
     EXPECT_TRUE(kv.is_ok()) << kv.status().message();

@@ -20,15 +20,7 @@ namespace {
 
 class SparseContinuationTest : public SmallModelTest {
  protected:
-  std::unique_ptr<TieredKvCache> tiered(const std::string& name) const {
-    TieredKvCacheOptions t;
-    t.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
-    t.chunk_tokens = 8;
-    t.n_recent_tokens = 16;
-    t.dir = dir_.path() + "/" + name;
-    t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
-    return std::move(TieredKvCache::create(t)).value();
-  }
+  std::unique_ptr<TieredKvCache> tiered(const std::string& name) const { return tiered_store(name, 0); }
   std::unique_ptr<SparseAttention> leoam(TieredKvCache* store, double budget) const {
     SparseAttentionOptions o;
     o.policy = "leoam";
