@@ -92,11 +92,7 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
       LEOAM_ASSIGN_OR_RETURN(entry.tier, open_kv_session_tier(entry.dir, options_.model_hash, kv));
     }
     LEOAM_ASSIGN_OR_RETURN(in_place, kv.share_prefix(entry.tier, n));
-    if (in_place == n) return Status::ok();
-    KvSessionIoOptions io;  // the rest, copied
-    io.max_positions = n;
-    io.first_position = in_place;
-    return load_kv_session(entry.dir, options_.model_hash, kv, io).status();
+    return load_kv_session_tier(*entry.tier, in_place, n, kv);  // the rest, copied
   }();
   if (!loaded.is_ok()) {
     // A corrupt or unreadable entry: gone, and the prompt is computed whole.

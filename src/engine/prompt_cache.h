@@ -11,10 +11,11 @@
 // place, where its policy selects them as in decode, and holds a copy of the rest only; any
 // other store gets a copy of it all. The first restore from an entry opens and checks all of it
 // (every chunk's checksum, one sequential read); later ones, by any number of requests at once,
-// share that opened entry. An entry that fails its checks is removed and the prompt is computed
-// as if it had none; stores reading a removed entry keep reading its open files. remember() saves a prompt that reused
-// less than half of itself, when it has min_tokens or more, then removes the least recently used
-// entries past max_bytes. Entries survive restarts: open() finds them again.
+// share that opened entry, and what a store holds a copy of is copied from it. An entry that
+// fails its checks is removed and the prompt is computed as if it had none; stores reading a
+// removed entry keep reading its open files. remember() saves a prompt that reused less than
+// half of itself, when it has min_tokens or more, then removes the least recently used entries
+// past max_bytes. Entries survive restarts: open() finds them again.
 //
 // Not thread-safe but for stats(): one caller (the scheduler's worker) uses it.
 #pragma once

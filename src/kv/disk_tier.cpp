@@ -505,10 +505,7 @@ Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads, Kv
       from_base.push_back(r);
     }
   }
-  if (!from_base.empty()) {
-    std::lock_guard lock(base_->shared_mutex_);
-    LEOAM_RETURN_IF_ERROR(base_->read_own_chunks(layer, from_base, count_in != nullptr ? count_in : options_.stats));
-  }
+  LEOAM_RETURN_IF_ERROR(base_->read_chunks_serialised(layer, from_base, count_in != nullptr ? count_in : options_.stats));
   return read_own_chunks(layer, own, count_in);
 }
 

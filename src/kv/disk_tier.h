@@ -163,6 +163,11 @@ class DiskTier {
   // Reads written chunks of one layer in one batch, and checks each. The bytes and the latency
   // are counted in `count_in` (the read-ahead thread's own), or the tier's stats when null.
   [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in = nullptr);
+  // read_chunks on a tier that other tiers share (share_prefix): serialised with their reads of it.
+  [[nodiscard]] Status read_chunks_serialised(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in = nullptr) {
+    std::lock_guard lock(shared_mutex_);
+    return read_chunks(layer, reads, count_in);
+  }
   // Reads the abstracts of the chunks of `runs` of `layer` (all written) in one batch, a read of
   // the blocks that hold each run (O_DIRECT where the file system allows; bytes_read counts the
   // blocks, the latency one sample), checks them, and stores them run after run in dst:

@@ -255,49 +255,53 @@ Result<OpenedSession> open_session(FileSystem& fs, const std::string& dir, uint6
 
 }  // namespace
 
-Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
-                                  const KvSessionIoOptions& options) {
-  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
-  const int64_t first = options.first_position;
-  if (first < 0 || kv.n_tokens() != first) {
-    return invalid_argument(first == 0 ? std::string("a KV session loads into an empty cache only")
-                                       : "a KV session loads from position " + std::to_string(first) +
-                                             " into a cache holding the positions before it only");
-  }
-  LEOAM_ASSIGN_OR_RETURN(OpenedSession opened, open_session(fs, dir, model_hash, kv));
-  KvSession& session = opened.header.session;
-  DiskTier& tier = *opened.tier;
-  const int chunk_tokens = opened.header.chunk_tokens;
+Status load_kv_session_tier(DiskTier& tier, int64_t first, int64_t n, KvCache& kv) {
   const ChunkGeometry& g = tier.geometry();
-  const int64_t n_load = options.max_positions >= 0 ? std::min(session.n_kv, options.max_positions) : session.n_kv;
-  if (first > n_load) {
-    return invalid_argument(header_path(dir) + ": loading from position " + std::to_string(first) + ", past the " +
-                            std::to_string(n_load) + " it holds");
+  const int64_t c = g.chunk_tokens;
+  if (first < 0 || first > n || kv.n_tokens() != first) {
+    return invalid_argument("a KV session's positions [" + std::to_string(first) + ", " + std::to_string(n) +
+                            ") load into a cache holding the positions before them only");
   }
-  const int64_t i_first = first / chunk_tokens;
-  const int64_t n_load_chunks = (n_load + chunk_tokens - 1) / chunk_tokens;
-  const int64_t batch = std::min<int64_t>(kLoadBatchChunks, std::max<int64_t>(n_load_chunks - i_first, 1));
-  LEOAM_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::allocate(static_cast<size_t>(batch) * tier.slot_bytes()));
-  std::vector<float> k(static_cast<size_t>(chunk_tokens * g.row_elements()));
-  std::vector<float> v(k.size());
-
+  const int64_t i_first = first / c;
+  const int64_t n_chunks = (n + c - 1) / c;
   for (int il = 0; il < kv.shape().n_layer; ++il) {
-    for (int64_t i0 = i_first; i0 < n_load_chunks; i0 += batch) {
-      const int64_t i1 = std::min(n_load_chunks, i0 + batch);
+    if (n > 0 && tier.n_tokens_of(il, n_chunks - 1) < n - (n_chunks - 1) * c) {
+      return invalid_argument("KV session '" + tier.session() + "': layer " + std::to_string(il) + " holds fewer than " +
+                              std::to_string(n) + " positions");
+    }
+  }
+  const int64_t batch = std::min<int64_t>(kLoadBatchChunks, std::max<int64_t>(n_chunks - i_first, 1));
+  LEOAM_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::allocate(static_cast<size_t>(batch) * tier.slot_bytes()));
+  std::vector<float> k(static_cast<size_t>(c * g.row_elements()));
+  std::vector<float> v(k.size());
+  for (int il = 0; il < kv.shape().n_layer; ++il) {
+    for (int64_t i0 = i_first; i0 < n_chunks; i0 += batch) {
+      const int64_t i1 = std::min(n_chunks, i0 + batch);
       std::vector<DiskChunkRead> reads;
       for (int64_t i = i0; i < i1; ++i) reads.push_back({i, buffer.data() + (i - i0) * tier.slot_bytes()});
-      LEOAM_RETURN_IF_ERROR(tier.read_chunks(il, reads));
+      LEOAM_RETURN_IF_ERROR(tier.read_chunks_serialised(il, reads));
       for (int64_t i = i0; i < i1; ++i) {
         const uint8_t* chunk = buffer.data() + (i - i0) * tier.slot_bytes();
-        const int64_t row0 = std::max<int64_t>(0, first - i * chunk_tokens);
-        const int64_t row1 = std::min<int64_t>(chunk_tokens, n_load - i * chunk_tokens);
+        const int64_t row0 = std::max<int64_t>(0, first - i * c);
+        const int64_t row1 = std::min<int64_t>(c, n - i * c);
         const size_t skip = static_cast<size_t>(row0) * g.row_bytes();
         load_kv_values(g.dtype, chunk + skip, (row1 - row0) * g.row_elements(), k.data());
         load_kv_values(g.dtype, chunk + g.k_bytes() + skip, (row1 - row0) * g.row_elements(), v.data());
-        LEOAM_RETURN_IF_ERROR(kv.append(il, i * chunk_tokens + row0, row1 - row0, k.data(), v.data()));
+        LEOAM_RETURN_IF_ERROR(kv.append(il, i * c + row0, row1 - row0, k.data(), v.data()));
       }
     }
   }
+  return Status::ok();
+}
+
+Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
+                                  const KvSessionIoOptions& options) {
+  FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
+  if (kv.n_tokens() != 0) return invalid_argument("a KV session loads into an empty cache only");
+  LEOAM_ASSIGN_OR_RETURN(OpenedSession opened, open_session(fs, dir, model_hash, kv));
+  KvSession& session = opened.header.session;
+  const int64_t n_load = options.max_positions >= 0 ? std::min(session.n_kv, options.max_positions) : session.n_kv;
+  LEOAM_RETURN_IF_ERROR(load_kv_session_tier(*opened.tier, 0, n_load, kv));
   session.n_kv = n_load;
   return std::move(session);
 }

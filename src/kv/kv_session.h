@@ -47,7 +47,6 @@ struct KvSessionIoOptions {
   std::vector<int> abstract_tokens;
   FileSystem* file_system = nullptr;  // nullptr: posix_file_system()
   int64_t max_positions = -1;         // load: at most this many positions (-1: all n_kv)
-  int64_t first_position = 0;         // load: from this position on, into a cache that holds those before it
 };
 
 // Saves `session` and the KV of positions [0, session.n_kv) of every layer of `kv` into `dir`
@@ -56,9 +55,8 @@ struct KvSessionIoOptions {
                                      const KvSessionIoOptions& options = {});
 
 // Reads the session in `dir`, checks it against `model_hash` and the shape and dtype of `kv`
-// (which must hold exactly options.first_position positions, normally none), and appends its KV
-// from there to `kv` (up to the first options.max_positions positions when set; the session's
-// n_kv then says how many the cache holds).
+// (which must be empty), and appends its KV to `kv` (the first options.max_positions positions
+// when set; the session's n_kv then says how many were loaded).
 Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, KvCache& kv,
                                   const KvSessionIoOptions& options = {});
 
@@ -71,5 +69,11 @@ Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, c
 // reads fail only where the files change under them.
 Result<std::shared_ptr<DiskTier>> open_kv_session_tier(const std::string& dir, uint64_t model_hash, const KvCache& kv,
                                                        const KvSessionIoOptions& options = {});
+
+// Appends positions [first, n) of every layer of a session's opened files (`tier`: from
+// open_kv_session_tier, or load_kv_session's own) to `kv`, which must hold exactly `first`
+// positions: what a store that shares the session's whole chunks (KvCache::share_prefix) lacks,
+// or all of it for one that cannot share. Reads are serialised with the tier's other readers.
+[[nodiscard]] Status load_kv_session_tier(DiskTier& tier, int64_t first, int64_t n, KvCache& kv);
 
 }  // namespace leoam

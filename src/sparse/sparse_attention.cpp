@@ -199,20 +199,9 @@ Result<std::vector<TokenRange>> SparseAttention::select_continuation(int layer, 
   if (!predicted) return std::vector<TokenRange>();
   LEOAM_RETURN_IF_ERROR(check_memory());
   std::vector<TokenRange> ranges;
-  if (sink.size() > 0) ranges.push_back(sink);
-  for (const TokenRange& r : predicted->ranges) {
-    if (!ranges.empty() && ranges.back().end >= r.begin) {
-      ranges.back().end = std::max(ranges.back().end, r.end);
-    } else if (r.size() > 0) {
-      ranges.push_back(r);
-    }
-  }
-  const TokenRange tail{far.end, last + 1};
-  if (!ranges.empty() && ranges.back().end >= tail.begin) {
-    ranges.back().end = tail.end;
-  } else {
-    ranges.push_back(tail);
-  }
+  append_merged(ranges, sink);
+  for (const TokenRange& r : predicted->ranges) append_merged(ranges, r);
+  append_merged(ranges, {far.end, last + 1});
   return ranges;
 }
 

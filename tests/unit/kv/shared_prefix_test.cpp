@@ -97,10 +97,7 @@ class SharedPrefixTest : public ::testing::Test {
     Result<int64_t> shared = kv->share_prefix(base, n);
     EXPECT_TRUE(shared.is_ok()) << shared.status().message();
     EXPECT_EQ(*shared, n / kChunk * kChunk);
-    KvSessionIoOptions rest;
-    rest.first_position = *shared;
-    rest.max_positions = n;
-    EXPECT_TRUE(load_kv_session(session_dir(), kHash, *kv, rest).is_ok());
+    EXPECT_TRUE(load_kv_session_tier(*base, *shared, n, *kv).is_ok());
     EXPECT_EQ(kv->n_tokens(), n);
     return kv;
   }
@@ -227,6 +224,18 @@ TEST_F(SharedPrefixTest, StoresThatCannotShareTakeNothing) {
   const std::vector<float> row(kHeads * kDim, 1.0f);
   for (int il = 0; il < kLayers; ++il) ASSERT_TRUE(full->append(il, 0, 1, row.data(), row.data()).is_ok());
   EXPECT_EQ(full->share_prefix(*base, kDoc).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(SharedPrefixTest, TheRestLoadsOnlyWhereItFollows) {
+  auto base = open_kv_session_tier(session_dir(), kHash, *store());
+  ASSERT_TRUE(base.is_ok()) << base.status().message();
+  auto kv = store();
+  EXPECT_EQ(load_kv_session_tier(**base, 16, kDoc, *kv).code(), StatusCode::kInvalidArgument);  // holds 0
+  EXPECT_EQ(load_kv_session_tier(**base, 0, kDoc + 1, *kv).code(), StatusCode::kInvalidArgument);  // past the session
+  EXPECT_EQ(kv->n_tokens(), 0);
+  ASSERT_TRUE(load_kv_session_tier(**base, 0, 100, *kv).is_ok());  // a store that copies it all
+  ASSERT_TRUE(load_kv_session_tier(**base, 100, kDoc, *kv).is_ok());
+  EXPECT_EQ(contents(*kv, kDoc), contents(*source_.kv, kDoc));
 }
 
 TEST_F(SharedPrefixTest, TheTierRefusesWritesOverSharedChunks) {
