@@ -1,7 +1,9 @@
-// Microbenchmark of the sign-refined bound kernel (sparse/sign_bound.h) on the trained model's
-// attention shape (models/leoam-byte-4l: 8 query heads, 4 kv heads, head_dim 64) over 8192 rows
-// in units of 8 (leoam's smallest chunk) or 64 (its initial one), each unit with its own box
-// (1 KiB of f16), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
+// Microbenchmark of the sign-refined bound kernel (sparse/sign_bound.h) on 4 kv heads of head_dim
+// 64 with 2 query heads each (the trained model's attention shape, models/leoam-byte-4l) or 4
+// (Llama 3's grouping) over 8192 rows
+// in units of 8 (leoam's smallest chunk) or 64 (its initial one), with a box (1 KiB of f16) a
+// unit or, for units of 8, a box a block of 32 rows (leoam's fine layers: their 8-token leaves
+// against 32-token boxes), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
 // over the rows' sign words ("fast") and over the channel slices the chunk tree keeps
 // ("fast_sliced", AVX-512 or AVX2; "avx2_sliced" capped at AVX2). "items_per_second" counts rows
 // times query heads, the unit of its work: every row of every scored unit is read for every
@@ -15,14 +17,13 @@
 #include <vector>
 
 #include "core/cpu_features.h"
-#include "sparse/box_f16.h"
+#include "kv/box_f16.h"
 #include "sparse/sign_bound.h"
 
 namespace leoam::sparse {
 namespace {
 
 constexpr int64_t kRows = 8192;
-constexpr int kHeads = 8;
 constexpr int kKvHeads = 4;
 constexpr int kHeadDim = 64;
 
@@ -31,24 +32,30 @@ enum class Variant { kRef, kScalar, kFast, kFastSliced, kAvx2Sliced };
 template <Variant kVariant>
 void BM_sign_bounds(benchmark::State& state) {
   const int64_t unit_rows = state.range(0);
+  const int64_t block_rows = state.range(1);
+  const int n_heads = kKvHeads * static_cast<int>(state.range(2));
   const BoundLayout layout{kKvHeads, kHeadDim, 2 * kKvHeads * kHeadDim};
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> q(kHeads * kHeadDim);
+  std::vector<float> q(n_heads * kHeadDim);
   for (float& x : q) x = dist(rng);
   const int64_t n_units = kRows / unit_rows;
+  const int64_t n_blocks = kRows / block_rows;
   const int64_t half = layout.chunk_stride / 2;
-  std::vector<float> boxes(static_cast<size_t>(n_units * layout.chunk_stride));
+  std::vector<float> boxes(static_cast<size_t>(n_blocks * layout.chunk_stride));
   for (float& x : boxes) x = dist(rng);
   std::vector<uint16_t> boxes16(boxes.size());
   std::vector<SignUnit> units;
-  for (int64_t i = 0; i < n_units; ++i) {
-    float* mn = boxes.data() + i * layout.chunk_stride;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    float* mn = boxes.data() + b * layout.chunk_stride;
     for (int64_t e = 0; e < half; ++e) {
       if (mn[e] > mn[e + half]) std::swap(mn[e], mn[e + half]);
     }
-    round_box_outward(mn, layout.chunk_stride, boxes16.data() + i * layout.chunk_stride);
-    units.push_back({{i * unit_rows, (i + 1) * unit_rows}, boxes16.data() + i * layout.chunk_stride});
+    round_box_outward(mn, layout.chunk_stride, boxes16.data() + b * layout.chunk_stride);
+  }
+  for (int64_t i = 0; i < n_units; ++i) {
+    const int64_t b = i * unit_rows / block_rows;
+    units.push_back({{i * unit_rows, (i + 1) * unit_rows}, boxes16.data() + b * layout.chunk_stride});
   }
   std::vector<uint32_t> words(static_cast<size_t>(kRows * kKvHeads * sign_words_per_head(kHeadDim)));
   for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
@@ -56,28 +63,35 @@ void BM_sign_bounds(benchmark::State& state) {
   std::vector<uint64_t> slices(static_cast<size_t>(sign_slice_words(kRows, kKvHeads, kHeadDim)), 0);
   slice_signs(words.data(), 0, kRows, kKvHeads, kHeadDim, slices.data());
   const SignSlices sliced{slices.data(), kKvHeads, kHeadDim};
-  std::vector<float> bounds(static_cast<size_t>(kHeads * n_units));
+  std::vector<float> bounds(static_cast<size_t>(n_heads * n_units));
   if (kVariant == Variant::kScalar) set_cpu_path_cap(CpuPath::kScalar);
   if (kVariant == Variant::kAvx2Sliced) set_cpu_path_cap(CpuPath::kAvx2);
   for (auto _ : state) {
     if (kVariant == Variant::kRef) {
-      ref::sign_bounds(q.data(), kHeads, units, layout, signs, bounds.data());
+      ref::sign_bounds(q.data(), n_heads, units, layout, signs, bounds.data());
     } else if (kVariant == Variant::kFastSliced || kVariant == Variant::kAvx2Sliced) {
-      sign_bounds(q.data(), kHeads, units, layout, sliced, bounds.data());
+      sign_bounds(q.data(), n_heads, units, layout, sliced, bounds.data());
     } else {
-      sign_bounds(q.data(), kHeads, units, layout, signs, bounds.data());
+      sign_bounds(q.data(), n_heads, units, layout, signs, bounds.data());
     }
     benchmark::ClobberMemory();
   }
   set_cpu_path_cap(CpuPath::kAvx512);
-  state.SetItemsProcessed(state.iterations() * kRows * kHeads);
+  state.SetItemsProcessed(state.iterations() * kRows * n_heads);
 }
 
-BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kRef)->Name("sign_bounds/ref")->Arg(8)->Arg(64);
-BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kScalar)->Name("sign_bounds/scalar")->Arg(8)->Arg(64);
-BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kFast)->Name("sign_bounds/fast")->Arg(8)->Arg(64);
-BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kFastSliced)->Name("sign_bounds/fast_sliced")->Arg(8)->Arg(64);
-BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kAvx2Sliced)->Name("sign_bounds/avx2_sliced")->Arg(8)->Arg(64);
+// {unit rows, block rows, query heads a kv head}.
+void shapes(benchmark::internal::Benchmark* b) {
+  for (int group : {2, 4}) {
+    b->Args({8, 8, group})->Args({8, 32, group})->Args({64, 64, group});
+  }
+}
+
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kRef)->Name("sign_bounds/ref")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kScalar)->Name("sign_bounds/scalar")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kFast)->Name("sign_bounds/fast")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kFastSliced)->Name("sign_bounds/fast_sliced")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kAvx2Sliced)->Name("sign_bounds/avx2_sliced")->Apply(shapes);
 
 }  // namespace
 }  // namespace leoam::sparse

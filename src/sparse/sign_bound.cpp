@@ -68,7 +68,10 @@ float channel_terms_scalar(const float* qp, const float* qn, const uint16_t* mn1
   return base;
 }
 
-// The most query heads scored together against one kv head's rows.
+// The most query heads scored together against one kv head's rows. The vector kernels' loops over
+// a group's heads carry `#pragma GCC unroll 4` (kMaxGroup): GCC at -O2 left the loop of 4 heads
+// rolled, their accumulators on the stack, and a group of 4 ran at 0.41x the rate of a group of 2
+// per head (2026-12-05, Zen 5 VM, bench/sign_bound_bench.cpp).
 constexpr int kMaxGroup = 4;
 
 // Calls kernel(std::integral_constant<int, G>{}) for the group of 1 <= g <= kMaxGroup heads: each
@@ -87,18 +90,26 @@ void for_group(int g, Kernel kernel) {
 bool sign_bit(const SignSketch& s, int64_t row, int kv_head, int c) { return bit(row_words(s, row, kv_head), c); }
 bool sign_bit(const SignSlices& s, int64_t row, int kv_head, int c) { return s.bit(row, kv_head, c); }
 
-// The largest row bound over `rows` for each of g query heads of one kv head: base[j] plus the
-// d of head j (hd floats at d + j * hd) at each row's set bits, into best[j].
+// The group kernels score a run of units that share one box (the blocks of a chunk tree: the
+// leaves that meet a block, cut at its edges) against g query heads of one kv head: the box's
+// terms are made once for the run, and each row's sum serves the unit that holds it. For unit u
+// of the run and head j, best[j * run.size() + u] is the largest row bound over u's rows: base[j]
+// plus the d of head j (hd floats at d + j * hd) at each row's set bits.
+
 template <typename Sketch>
-void group_bound_scalar(const float* base, const float* d, int g, const Sketch& signs, TokenRange rows, int kv_head,
-                        int hd, float* best) {
+void group_bound_scalar(const float* base, const float* d, int g, const Sketch& signs, std::span<const SignUnit> run,
+                        int kv_head, int hd, float* best) {
+  const auto n = static_cast<int64_t>(run.size());
   for (int j = 0; j < g; ++j) {
     const float* dj = d + static_cast<int64_t>(j) * hd;
-    best[j] = -std::numeric_limits<float>::infinity();
-    for (int64_t t = rows.begin; t < rows.end; ++t) {
-      float sum = base[j];
-      for (int c = 0; c < hd; ++c) sum += sign_bit(signs, t, kv_head, c) ? dj[c] : 0.0f;
-      best[j] = std::max(best[j], sum);
+    for (int64_t u = 0; u < n; ++u) {
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t t = run[u].rows.begin; t < run[u].rows.end; ++t) {
+        float sum = base[j];
+        for (int c = 0; c < hd; ++c) sum += sign_bit(signs, t, kv_head, c) ? dj[c] : 0.0f;
+        top = std::max(top, sum);
+      }
+      best[j * n + u] = top;
     }
   }
 }
@@ -150,11 +161,13 @@ LEOAM_AVX2 void group_bound_avx2(const float* base, const float* d, const SignSk
   __m256i bits[4];
   for (int k = 0; k < 4; ++k) bits[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLaneBits.lanes[k]));
   float top[G];
+  #pragma GCC unroll 4
   for (int j = 0; j < G; ++j) top[j] = -std::numeric_limits<float>::infinity();
   for (int64_t t = rows.begin; t < rows.end; ++t) {
     const uint32_t* words = row_words(signs, t, kv_head);
     __m256 acc0[G];
     __m256 acc1[G];
+    #pragma GCC unroll 4
     for (int j = 0; j < G; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
     int c = 0;
     for (; c + 16 <= hd; c += 16) {
@@ -162,6 +175,7 @@ LEOAM_AVX2 void group_bound_avx2(const float* base, const float* d, const SignSk
       const int k = (c % 32) / 8;
       const __m256 m0 = lane_mask(w, bits[k]);
       const __m256 m1 = lane_mask(w, bits[k + 1]);
+      #pragma GCC unroll 4
       for (int j = 0; j < G; ++j) {
         const float* dj = d + static_cast<int64_t>(j) * hd + c;
         acc0[j] = _mm256_add_ps(acc0[j], _mm256_and_ps(m0, _mm256_loadu_ps(dj)));
@@ -170,95 +184,133 @@ LEOAM_AVX2 void group_bound_avx2(const float* base, const float* d, const SignSk
     }
     if (c < hd) {
       const __m256 m0 = lane_mask(_mm256_set1_epi32(static_cast<int>(words[c / 32])), bits[(c % 32) / 8]);
+      #pragma GCC unroll 4
       for (int j = 0; j < G; ++j) {
         acc0[j] = _mm256_add_ps(acc0[j], _mm256_and_ps(m0, _mm256_loadu_ps(d + static_cast<int64_t>(j) * hd + c)));
       }
     }
+    #pragma GCC unroll 4
     for (int j = 0; j < G; ++j) top[j] = std::max(top[j], base[j] + kernels::hsum(_mm256_add_ps(acc0[j], acc1[j])));
   }
+  #pragma GCC unroll 4
   for (int j = 0; j < G; ++j) best[j] = top[j];
 }
 
-// group_bound_avx2 for 1 <= g <= kMaxGroup heads.
-LEOAM_AVX2 void group_bounds_avx2(const float* base, const float* d, int g, const SignSketch& signs, TokenRange rows,
-                                  int kv_head, int hd, float* best) {
-  for_group(g, [&](auto G) { group_bound_avx2<G>(base, d, signs, rows, kv_head, hd, best); });
+// group_bound_avx2 for 1 <= g <= kMaxGroup heads, unit by unit.
+LEOAM_AVX2 void group_bounds_avx2(const float* base, const float* d, int g, const SignSketch& signs,
+                                  std::span<const SignUnit> run, int kv_head, int hd, float* best) {
+  const auto n = static_cast<int64_t>(run.size());
+  float top[kMaxGroup];
+  for (int64_t u = 0; u < n; ++u) {
+    for_group(g, [&](auto G) { group_bound_avx2<G>(base, d, signs, run[u].rows, kv_head, hd, top); });
+    for (int j = 0; j < g; ++j) best[j * n + u] = top[j];
+  }
 }
 
 // Over sliced signs (SignSlices): 8 rows in the lanes, a channel's 8 bits tested lane by lane
-// pick the lanes that get its d; the rows' sums need no horizontal add, only the unit's max.
+// pick the lanes that get its d; the rows' sums need no horizontal add, only each unit's max.
+// The run's rows are summed once, 8 at a time: the units that share a run of 8 take its lanes.
 template <int G>
-LEOAM_AVX2 void slices_bound_avx2(const float* base, const float* d, const SignSlices& signs, TokenRange rows,
-                                  int kv_head, int hd, float* best) {
+LEOAM_AVX2 void slices_bound_avx2(const float* base, const float* d, const SignSlices& signs,
+                                  std::span<const SignUnit> run, int kv_head, int hd, float* best) {
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256 none = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 top[G];
-  for (int j = 0; j < G; ++j) top[j] = none;
-  for (int64_t r0 = rows.begin / 8 * 8; r0 < rows.end; r0 += 8) {
-    const uint64_t* slice = signs.slice(r0 / 64, kv_head);
-    const int shift = static_cast<int>(r0 % 64);
-    __m256 acc[G];
-    for (int j = 0; j < G; ++j) acc[j] = _mm256_set1_ps(base[j]);
-    for (int c = 0; c < hd; ++c) {
-      const __m256 m = lane_mask(_mm256_set1_epi32(static_cast<int>((slice[c] >> shift) & 0xffu)), lane_bit);
-      for (int j = 0; j < G; ++j) {
-        acc[j] = _mm256_add_ps(acc[j], _mm256_and_ps(m, _mm256_broadcast_ss(d + static_cast<int64_t>(j) * hd + c)));
+  const auto n = static_cast<int64_t>(run.size());
+  __m256 acc[G];
+  int64_t summed = -1;  // the first row of the 8 whose sums are in acc
+  for (int64_t u = 0; u < n; ++u) {
+    const TokenRange rows = run[u].rows;
+    __m256 top[G];
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) top[j] = none;
+    for (int64_t r0 = rows.begin / 8 * 8; r0 < rows.end; r0 += 8) {
+      if (r0 != summed) {
+        const uint64_t* slice = signs.slice(r0 / 64, kv_head);
+        const int shift = static_cast<int>(r0 % 64);
+        #pragma GCC unroll 4
+        for (int j = 0; j < G; ++j) acc[j] = _mm256_set1_ps(base[j]);
+        for (int c = 0; c < hd; ++c) {
+          const __m256 m = lane_mask(_mm256_set1_epi32(static_cast<int>((slice[c] >> shift) & 0xffu)), lane_bit);
+          #pragma GCC unroll 4
+          for (int j = 0; j < G; ++j) {
+            acc[j] = _mm256_add_ps(acc[j], _mm256_and_ps(m, _mm256_broadcast_ss(d + static_cast<int64_t>(j) * hd + c)));
+          }
+        }
+        summed = r0;
       }
+      // Only the lanes of rows inside the unit count.
+      const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
+      const int64_t hi = std::min<int64_t>(rows.end - r0, 8);
+      const __m256 in = _mm256_castsi256_ps(
+          _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1)),
+                           _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane)));
+      #pragma GCC unroll 4
+      for (int j = 0; j < G; ++j) top[j] = _mm256_max_ps(top[j], _mm256_blendv_ps(none, acc[j], in));
     }
-    // Only the lanes of rows inside the unit count.
-    const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
-    const int64_t hi = std::min<int64_t>(rows.end - r0, 8);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 in = _mm256_castsi256_ps(
-        _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1)),
-                         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane)));
-    for (int j = 0; j < G; ++j) top[j] = _mm256_max_ps(top[j], _mm256_blendv_ps(none, acc[j], in));
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) best[j * n + u] = kernels::hmax(top[j]);
   }
-  for (int j = 0; j < G; ++j) best[j] = kernels::hmax(top[j]);
 }
 
-LEOAM_AVX2 void slices_bounds_avx2(const float* base, const float* d, int g, const SignSlices& signs, TokenRange rows,
-                                   int kv_head, int hd, float* best) {
-  for_group(g, [&](auto G) { slices_bound_avx2<G>(base, d, signs, rows, kv_head, hd, best); });
+LEOAM_AVX2 void slices_bounds_avx2(const float* base, const float* d, int g, const SignSlices& signs,
+                                   std::span<const SignUnit> run, int kv_head, int hd, float* best) {
+  for_group(g, [&](auto G) { slices_bound_avx2<G>(base, d, signs, run, kv_head, hd, best); });
 }
 
 #define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 
 // Over sliced signs with AVX-512: 16 rows in the lanes, a channel's 16 bits the mask of one
-// masked add of its d (broadcast) per query head.
+// masked add of its d (broadcast) per query head; the run's rows summed once, as in the AVX2 path.
 template <int G>
-LEOAM_AVX512 void slices_bound_avx512(const float* base, const float* d, const SignSlices& signs, TokenRange rows,
-                                      int kv_head, int hd, float* best) {
-  __m512 top[G];
-  for (int j = 0; j < G; ++j) top[j] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t r0 = rows.begin / 16 * 16; r0 < rows.end; r0 += 16) {
-    const uint64_t* slice = signs.slice(r0 / 64, kv_head);
-    const int shift = static_cast<int>(r0 % 64);
-    __m512 acc[G];
-    for (int j = 0; j < G; ++j) acc[j] = _mm512_set1_ps(base[j]);
-    for (int c = 0; c < hd; ++c) {
-      const auto m = static_cast<__mmask16>(slice[c] >> shift);
-      for (int j = 0; j < G; ++j) {
-        acc[j] = _mm512_mask_add_ps(acc[j], m, acc[j], _mm512_set1_ps(d[static_cast<int64_t>(j) * hd + c]));
+LEOAM_AVX512 void slices_bound_avx512(const float* base, const float* d, const SignSlices& signs,
+                                      std::span<const SignUnit> run, int kv_head, int hd, float* best) {
+  const auto n = static_cast<int64_t>(run.size());
+  __m512 acc[G];
+  int64_t summed = -1;  // the first row of the 16 whose sums are in acc
+  for (int64_t u = 0; u < n; ++u) {
+    const TokenRange rows = run[u].rows;
+    __m512 top[G];
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) top[j] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t r0 = rows.begin / 16 * 16; r0 < rows.end; r0 += 16) {
+      if (r0 != summed) {
+        const uint64_t* slice = signs.slice(r0 / 64, kv_head);
+        const int shift = static_cast<int>(r0 % 64);
+        #pragma GCC unroll 4
+        for (int j = 0; j < G; ++j) acc[j] = _mm512_set1_ps(base[j]);
+        for (int c = 0; c < hd; ++c) {
+          const auto m = static_cast<__mmask16>(slice[c] >> shift);
+          #pragma GCC unroll 4
+          for (int j = 0; j < G; ++j) {
+            acc[j] = _mm512_mask_add_ps(acc[j], m, acc[j], _mm512_set1_ps(d[static_cast<int64_t>(j) * hd + c]));
+          }
+        }
+        summed = r0;
       }
+      // Only the lanes of rows inside the unit count.
+      const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
+      const int64_t hi = std::min<int64_t>(rows.end - r0, 16);
+      const auto in = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+      #pragma GCC unroll 4
+      for (int j = 0; j < G; ++j) top[j] = _mm512_mask_max_ps(top[j], in, top[j], acc[j]);
     }
-    // Only the lanes of rows inside the unit count.
-    const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
-    const int64_t hi = std::min<int64_t>(rows.end - r0, 16);
-    const auto in = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    for (int j = 0; j < G; ++j) top[j] = _mm512_mask_max_ps(top[j], in, top[j], acc[j]);
-  }
-  for (int j = 0; j < G; ++j) {
-    best[j] = kernels::hmax(_mm256_max_ps(_mm512_castps512_ps256(top[j]), _mm512_extractf32x8_ps(top[j], 1)));
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) {
+      best[j * n + u] =
+          kernels::hmax(_mm256_max_ps(_mm512_castps512_ps256(top[j]), _mm512_extractf32x8_ps(top[j], 1)));
+    }
   }
 }
 
-LEOAM_AVX512 void slices_bounds_avx512(const float* base, const float* d, int g, const SignSlices& signs, TokenRange rows,
-                                       int kv_head, int hd, float* best) {
-  // A unit inside one aligned run of 8 rows (a fine layer's store chunk) fills 8 lanes at most:
-  // AVX2's 8 lanes cost it half as much (bench/sign_bound_bench.cpp).
-  if (rows.begin / 8 == (rows.end - 1) / 8) return slices_bounds_avx2(base, d, g, signs, rows, kv_head, hd, best);
-  for_group(g, [&](auto G) { slices_bound_avx512<G>(base, d, signs, rows, kv_head, hd, best); });
+LEOAM_AVX512 void slices_bounds_avx512(const float* base, const float* d, int g, const SignSlices& signs,
+                                       std::span<const SignUnit> run, int kv_head, int hd, float* best) {
+  // A run inside one aligned run of 8 rows fills 8 lanes at most: AVX2's 8 lanes cost it half as
+  // much (bench/sign_bound_bench.cpp).
+  if (run.front().rows.begin / 8 == (run.back().rows.end - 1) / 8) {
+    return slices_bounds_avx2(base, d, g, signs, run, kv_head, hd, best);
+  }
+  for_group(g, [&](auto G) { slices_bound_avx512<G>(base, d, signs, run, kv_head, hd, best); });
 }
 
 #endif
@@ -276,21 +328,30 @@ void prefetch_signs(const SignSlices& signs, TokenRange rows) {
   for (const char* p = w0; p < w1; p += 64) __builtin_prefetch(p);
 }
 
-// Asks for the cache lines of a unit's box and sign words ahead of their use.
+// Asks for the cache lines of a run's box and sign words ahead of their use.
 template <typename Sketch>
-void prefetch_unit(const SignUnit& u, const BoundLayout& layout, const Sketch& signs) {
-  const auto* box = reinterpret_cast<const char*>(u.box);
+void prefetch_run(std::span<const SignUnit> run, const BoundLayout& layout, const Sketch& signs) {
+  const auto* box = reinterpret_cast<const char*>(run.front().box);
   const int64_t box_bytes = 2 * static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim * sizeof(uint16_t);
   for (int64_t o = 0; o < box_bytes; o += 64) __builtin_prefetch(box + o);
-  prefetch_signs(signs, u.rows);
+  prefetch_signs(signs, {run.front().rows.begin, run.back().rows.end});
 }
 
-// The bounds of units [i0, i1) of `units`, into bounds[h * units.size() + i]. Unit by unit, kv
-// head by kv head, the query heads of its group in pieces of up to kMaxGroup: the unit's box and
-// sign words are fetched from memory once a step (their kv heads share cache lines; the next
-// unit's are prefetched) and stay in L1 for the other heads, and a row's sign masks serve a
-// piece's heads. Head by head, the whole sketch and every box were read once a head, from L3 or
-// memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster this way).
+// The end of the run of units that starts at i, before i1: the units after i whose rows follow
+// on and share its box (a chunk tree's leaves cut at one block).
+int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
+  int64_t k = i + 1;
+  while (k < i1 && units[k].box == units[i].box && units[k].rows.begin == units[k - 1].rows.end) ++k;
+  return k;
+}
+
+// The bounds of units [i0, i1) of `units`, into bounds[h * units.size() + i]. Run by run (the
+// group kernels' comment), kv head by kv head, the query heads of its group in pieces of up to
+// kMaxGroup: the run's box and sign words are fetched from memory once a step (their kv heads
+// share cache lines; the next run's are prefetched) and stay in L1 for the other heads, and a
+// row's sign masks serve a piece's heads. Head by head, the whole sketch and every box were read
+// once a head, from L3 or memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster
+// this way).
 template <typename Sketch, typename Terms, typename GroupBound>
 void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units, int64_t i0, int64_t i1,
                      const BoundLayout& layout, const Sketch& signs, float* bounds, Terms terms,
@@ -303,22 +364,30 @@ void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units
   parts.reserve(static_cast<size_t>(n_head));
   for (int h = 0; h < n_head; ++h) parts.push_back(split_query(q + static_cast<int64_t>(h) * hd, hd));
   std::vector<float> d(static_cast<size_t>(kMaxGroup * hd));
+  std::vector<float> best;  // [kMaxGroup][the run's units]
   float base[kMaxGroup];
-  float best[kMaxGroup];
-  for (int64_t i = i0; i < i1; ++i) {
-    if (i + 1 < i1) prefetch_unit(units[i + 1], layout, signs);
+  for (int64_t i = i0, k = i0 < i1 ? run_end(units, i0, i1) : i1; i < i1;) {
+    const std::span<const SignUnit> run = units.subspan(static_cast<size_t>(i), static_cast<size_t>(k - i));
+    const int64_t next = k < i1 ? run_end(units, k, i1) : i1;
+    if (k < i1) prefetch_run(units.subspan(static_cast<size_t>(k), static_cast<size_t>(next - k)), layout, signs);
+    const auto n_run = static_cast<int64_t>(run.size());
+    if (best.size() < static_cast<size_t>(kMaxGroup * n_run)) best.resize(static_cast<size_t>(kMaxGroup * n_run));
     for (int kv_head = 0; kv_head < layout.n_kv_heads; ++kv_head) {
-      const uint16_t* mn = units[i].box + static_cast<int64_t>(kv_head) * hd;
+      const uint16_t* mn = run.front().box + static_cast<int64_t>(kv_head) * hd;
       for (int h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += kMaxGroup) {
         const int g = std::min(kMaxGroup, (kv_head + 1) * group - h0);
         for (int j = 0; j < g; ++j) {
           base[j] = terms(parts[h0 + j].pos.data(), parts[h0 + j].neg.data(), mn, mn + max_offset, hd,
                           d.data() + static_cast<int64_t>(j) * hd);
         }
-        group_bound(base, d.data(), g, signs, units[i].rows, kv_head, hd, best);
-        for (int j = 0; j < g; ++j) bounds[(h0 + j) * n + i] = best[j];
+        group_bound(base, d.data(), g, signs, run, kv_head, hd, best.data());
+        for (int j = 0; j < g; ++j) {
+          std::copy_n(best.data() + j * n_run, n_run, bounds + (h0 + j) * n + i);
+        }
       }
     }
+    i = k;
+    k = next;
   }
 }
 

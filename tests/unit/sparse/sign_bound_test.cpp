@@ -187,8 +187,12 @@ TEST_P(SignBound, MatchesReference) {
     const std::vector<uint16_t> all = c.union_box(0, 9);
     units.push_back({{2, 69}, all.data()});
     units.push_back({{8, 24}, all.data()});
+    // Runs of units that follow on with one box (a tree's leaves cut at a block), which the
+    // kernels score together: units that share a run of 8 or 16 rows, and one inside 8 rows.
+    for (TokenRange r : {TokenRange{0, 5}, {5, 8}, {8, 21}, {21, 40}, {40, 72}}) units.push_back({r, all.data()});
+    for (TokenRange r : {TokenRange{16, 19}, {19, 24}}) units.push_back({r, c.box16(2)});
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    for (int n_head : {2, 4}) {  // one query head per kv head, and groups of two
+    for (int n_head : {2, 4, 6, 8}) {  // groups of one to four query heads a kv head
       std::vector<float> q(static_cast<size_t>(n_head * head_dim));
       for (float& x : q) x = dist(rng);
       const size_t n = units.size();
