@@ -14,7 +14,7 @@ bool is(const Trace::Event& e, const char* name) { return std::strcmp(e.name, na
 
 }  // namespace
 
-StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip) {
+StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip, int64_t count) {
   const std::vector<Trace::Event> events = trace.events();
   std::vector<const Trace::Event*> steps;
   for (const Trace::Event& e : events) {
@@ -24,6 +24,8 @@ StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip) {
   StepBreakdown b;
   if (static_cast<int64_t>(steps.size()) <= skip) return b;
   steps.erase(steps.begin(), steps.begin() + skip);
+  if (static_cast<int64_t>(steps.size()) > count) steps.resize(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  if (steps.empty()) return b;
   const int compute = steps.front()->tid;
   // The step a span lies in: the last one starting at or before it, if it ends after it.
   const auto in_step = [&](const Trace::Event& e) {

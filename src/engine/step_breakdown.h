@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/trace.h"
@@ -42,7 +43,9 @@ struct StepBreakdown {
 };
 
 // The breakdown of the decode steps in `trace` ("decode step" spans), the first `skip` of them
-// left out (the first step, which reads cold, is reported apart). Zero steps: all zeros.
-StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip = 1);
+// left out (the first step, which reads cold, is reported apart), and at most `count` after them
+// (summarize_decode_steps(trace, 0, 1): the first step alone). Zero steps: all zeros.
+StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip = 1,
+                                     int64_t count = std::numeric_limits<int64_t>::max());
 
 }  // namespace leoam

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/ggml_type.h"
+#include "core/huge_pages.h"
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/row_groups.h"
@@ -25,16 +26,30 @@ bool row_groups_enabled() {
 // Copies of the matrices in the row-group layout, owned by `weights`, for those whose type has
 // one; the file's pages they came from are released, so the weights are not resident twice. The
 // copies are split over up to 8 threads (memory-bound: 0.7 s for 590 MB on one 2-core VM thread).
-void group_matrices(const GgufFile& gguf, const std::vector<kernels::MatrixView*>& matrices, ModelWeights& weights) {
+// They lie in one block on huge pages: a decode step streams through all of them, and on 4 KiB
+// pages the Llama-3-8B shape's 4.2 GB took 1M TLB entries a step, and its first step after a
+// long fill ran the matrix products at a third of the speed of the next ones (bench/RESULTS.md,
+// the first decode step at the 8B shape).
+Status group_matrices(const GgufFile& gguf, const std::vector<kernels::MatrixView*>& matrices, ModelWeights& weights) {
   std::vector<kernels::MatrixView*> todo;
   for (kernels::MatrixView* m : matrices) {
     if (kernels::has_row_groups(m->type) && m->n_rows >= kernels::kRowGroup && !m->row_groups) todo.push_back(m);
   }
-  std::vector<uint8_t*> dst;
+  if (todo.empty()) return Status::ok();
+  constexpr size_t kAlign = 64;
+  std::vector<size_t> offset;
+  size_t total = 0;
   for (const kernels::MatrixView* m : todo) {
-    weights.grouped.emplace_back(new uint8_t[m->row_bytes * static_cast<size_t>(m->n_rows)]);
-    dst.push_back(weights.grouped.back().get());
+    offset.push_back(total);
+    total += (m->row_bytes * static_cast<size_t>(m->n_rows) + kAlign - 1) / kAlign * kAlign;
   }
+  weights.grouped.reset(static_cast<uint8_t*>(allocate_huge_aware(total, kAlign)));
+  if (weights.grouped == nullptr) {
+    return resource_exhausted(gguf.path() + ": out of memory for the row-group copies of the weights (" +
+                              std::to_string(total >> 20) + " MiB)");
+  }
+  std::vector<uint8_t*> dst;
+  for (size_t o : offset) dst.push_back(weights.grouped.get() + o);
   const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < std::min(n_threads, todo.size()); ++t) {
@@ -51,6 +66,7 @@ void group_matrices(const GgufFile& gguf, const std::vector<kernels::MatrixView*
     todo[i]->data = dst[i];
     todo[i]->row_groups = true;
   }
+  return Status::ok();
 }
 
 std::string shape_string(const std::vector<int64_t>& ne) {
@@ -197,7 +213,7 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
       }
     }
     if (!w.output_tied) matrices.push_back(&w.output);
-    group_matrices(gguf, matrices, w);
+    LEOAM_RETURN_IF_ERROR(group_matrices(gguf, matrices, w));
   }
   return w;
 }

@@ -96,6 +96,11 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
                          b["io_wait_ms"].get<double>() + b["decode_ms"].get<double>() +
                          b["attention_ms"].get<double>() + b["other_ms"].get<double>();
     EXPECT_NEAR(parts, b["step_ms"].get<double>(), 1e-6 + 1e-9 * parts) << p;
+    // The first step's, apart: one step, as long as the run says it took.
+    const nlohmann::json& first = row["first_step_breakdown"];
+    EXPECT_EQ(first["steps"].get<int>(), 1) << p;
+    EXPECT_GT(first["weights_ms"].get<double>(), 0.0) << p;
+    EXPECT_LE(first["step_ms"].get<double>(), row["first_step_ms"].get<double>()) << p;
     if (p == "full") {
       EXPECT_GT(b["io_wait_ms"].get<double>(), 0.0);  // full reads from disk every step
     }

@@ -56,6 +56,13 @@ TEST(StepBreakdown, SplitsAStepIntoItsPartsAndSkipsTheFirst) {
   EXPECT_EQ(both.n_steps, 2);
   EXPECT_NEAR(both.weights_ms, 3.5, 1e-9);
   EXPECT_EQ(summarize_decode_steps(trace, 2).n_steps, 0);
+  // The first step alone: the read-ahead ran in the second.
+  const StepBreakdown first = summarize_decode_steps(trace, 0, 1);
+  EXPECT_EQ(first.n_steps, 1);
+  EXPECT_NEAR(first.step_ms, 10.0, 1e-9);
+  EXPECT_NEAR(first.io_wait_ms, 2.0, 1e-9);
+  EXPECT_NEAR(first.read_ahead_ms, 0.0, 1e-9);
+  EXPECT_EQ(summarize_decode_steps(trace, 1, 0).n_steps, 0);
   EXPECT_EQ(summarize_decode_steps(Trace()).n_steps, 0);
 }
 
