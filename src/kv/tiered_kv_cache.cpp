@@ -336,16 +336,19 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   }
 
   if (move.to == Tier::kHost) {
-    auto host = zeroed_bytes(host_chunk_bytes_);
+    std::unique_ptr<uint8_t[]> host;
     if (from == Tier::kDevice) {
+      host = zeroed_bytes(host_chunk_bytes_);
       encode_chunk(geometry_, codec, c.device.get(), host.get());
       stats_[Tier::kDevice].evictions += 1;
-    } else {
+    } else {  // every byte copied: not zeroed first (a step promotes MiBs from the disk)
+      host.reset(new uint8_t[host_chunk_bytes_]);
       std::memcpy(host.get(), stored, host_chunk_bytes_);
     }
     if (from == Tier::kDisk) {
-      // The disk copy's abstract stayed on disk: recompute it from the keys as they are served.
-      decode_chunk(geometry_, codec, host.get(), row_scratch_.data());
+      // The disk copy's abstract stayed on disk: recompute it from the keys as they are served
+      // (where the tier keeps abstracts: decoding the chunk costs a copy of it).
+      if (keeps_abstracts(options_)) decode_chunk(geometry_, codec, host.get(), row_scratch_.data());
       recompute_abstract(c, row_scratch_.data());
     } else if (const ChunkResidency* r = residency_.find(move.chunk); r == nullptr || !r->on_disk) {
       // Not yet written through (a demotion within its append): its box has not seen this form.

@@ -19,10 +19,16 @@ uint64_t capacity_bytes(const V& v) {
 
 // Resizes v to n; when its allocation must grow, to a slack_div-th (an eighth) past n rather than
 // to double its size (the vector's own growth): state that grows a position or a leaf at a time
-// then holds at most that much slack, and growing stays amortized O(1).
+// then holds at most that much slack, and growing stays amortized O(1). The slack is touched when
+// it is allocated, so that the steps that grow into it later fault no page: on huge pages a
+// fault zeroes 2 MiB, and the chunk trees' first decode step after a long prompt faulted two a
+// layer (60 ms of a 500 ms step at the Llama-3-8B shape, bench/RESULTS.md).
 template <class V>
 void grow_to(V& v, size_t n, size_t slack_div = 8) {
-  if (n > v.capacity()) v.reserve(n + n / slack_div);
+  if (n > v.capacity()) {
+    v.reserve(n + n / slack_div);
+    v.resize(v.capacity());
+  }
   v.resize(n);
 }
 
