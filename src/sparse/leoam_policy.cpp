@@ -232,14 +232,15 @@ class LeoamPolicy final : public SelectionPolicy {
       units.owner.push_back(i);
     }
     const HeadBounds upper = upper_bounds(query, loaded.size(), units);
+    const Shares shared = shares(query, upper, chunks, far.i0 - loaded.i0, far.i1 - loaded.i0);
     note_working_bytes(capacity_bytes(abstracts.data) + capacity_bytes(abstracts.sign_words) + capacity_bytes(boxes) +
-                       capacity_bytes(units.units) + capacity_bytes(units.owner) + upper.peak_bytes);
-    if (options_.desert && is_desert(query, chunks, units, upper)) {
+                       capacity_bytes(units.units) + capacity_bytes(units.owner) + upper.peak_bytes +
+                       shared.working_bytes);
+    if (options_.desert && is_desert(query, chunks, units, shared)) {
       s.desert = true;
       return s;
     }
-    const std::vector<float> scores = score(query, upper, chunks, far.i0 - loaded.i0, far.i1 - loaded.i0);
-    s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
+    s.ranges = pick_top_chunks(shared.scores, far, query.far, chunk_tokens, query.budget_tokens);
     return s;
   }
 
@@ -265,14 +266,15 @@ class LeoamPolicy final : public SelectionPolicy {
     s.n_chunks_scored = tree->n_leaves();
     const BoundUnits units = leaf_units(*tree, leaves);
     const HeadBounds upper = upper_bounds(query, tree->n_leaves(), units);
+    Shares shared = shares(query, upper, leaves, l0, l1);
     note_working_bytes(upper.peak_bytes + capacity_bytes(leaves) + capacity_bytes(units.units) +
-                       capacity_bytes(units.owner));
+                       capacity_bytes(units.owner) + shared.working_bytes);
     std::vector<float> scores;
     RangePick pick;
-    if (options_.desert && is_desert(query, leaves, units, upper)) {
+    if (options_.desert && is_desert(query, leaves, units, shared)) {
       s.desert = true;
     } else {
-      scores = score(query, upper, leaves, l0, l1);
+      scores = std::move(shared.scores);
       pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens, tree->options().min_tokens);
       s.ranges = pick.ranges;
     }
@@ -477,47 +479,80 @@ class LeoamPolicy final : public SelectionPolicy {
     return b;
   }
 
-  // scores[i] for the far units [f0, f1) of `units` (all of [0, n_tokens), their upper bounds in
-  // `upper`): the log of each query head's bounded mass share, GQA-combined (the header comment).
-  std::vector<float> score(const SelectionQuery& query, const HeadBounds& upper, std::span<const TokenRange> units,
-                           int64_t f0, int64_t f1) const {
+  // What the ranking and the desert check need of every query head's upper bounds over the
+  // units of [0, n_tokens) (the header comment), made in one pass a head: each unit's bounded
+  // mass e^(scale * (bound - m)) is computed once and serves the head's total, its far mass
+  // bound and its shares.
+  struct Shares {
+    std::vector<float> scores;      // far units [f0, f1): the GQA-combined log mass share
+    std::vector<double> m;          // per query head: its largest upper bound
+    std::vector<double> far_upper;  // per query head: sum over units of far tokens * e^(scale * (bound - m))
+    uint64_t working_bytes = 0;     // the most held while making them
+  };
+
+  // Shares over `units` (their upper bounds in `upper`), scores for the far ones [f0, f1).
+  Shares shares(const SelectionQuery& query, const HeadBounds& upper, std::span<const TokenRange> units, int64_t f0,
+                int64_t f1) const {
     const int group = query.n_head / query.n_head_kv;
     const auto n = static_cast<int64_t>(units.size());
     constexpr float kNone = -std::numeric_limits<float>::infinity();
-    std::vector<float> head(static_cast<size_t>(f1 - f0));
-    std::vector<float> kv_head(static_cast<size_t>(f1 - f0));
-    std::vector<float> scores(static_cast<size_t>(f1 - f0), kNone);
+    Shares r{std::vector<float>(static_cast<size_t>(f1 - f0), kNone), std::vector<double>(query.n_head),
+             std::vector<double>(query.n_head)};
+    std::vector<double> mass(static_cast<size_t>(n));          // one head's e^(scale * (bound - m))
+    std::vector<double> log_total(static_cast<size_t>(group));  // the group's heads' ln(total)
+    std::vector<double> sum(static_cast<size_t>(f1 - f0));      // kSum: the group's summed shares
+    std::vector<float> best(static_cast<size_t>(f1 - f0));      // kMax: the group's best log share
     for (int g = 0; g < query.n_head_kv; ++g) {
-      std::fill(kv_head.begin(), kv_head.end(), kNone);
+      std::fill(sum.begin(), sum.end(), 0.0);
+      std::fill(best.begin(), best.end(), kNone);
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const float* u = upper.head(h);
         const double m = *std::max_element(u, u + n);
         double total = 0.0;  // the head's bounded mass over every unit, times e^(-scale * m)
-        for (int64_t i = 0; i < n; ++i) total += static_cast<double>(units[i].size()) * std::exp(query.scale * (u[i] - m));
-        const double log_total = std::log(total);
-        for (int64_t i = f0; i < f1; ++i) head[i - f0] = static_cast<float>(query.scale * (u[i] - m) - log_total);
-        for (size_t i = 0; i < head.size(); ++i) {
-          if (options_.group_combine == GroupCombine::kMax) {
-            kv_head[i] = std::max(kv_head[i], head[i]);
-          } else {  // log(e^a + e^b), the group's summed mass share
-            const float hi = std::max(kv_head[i], head[i]);
-            const float lo = std::min(kv_head[i], head[i]);
-            kv_head[i] = lo == kNone ? hi : hi + std::log1p(std::exp(lo - hi));
+        double far_upper = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          mass[i] = std::exp(query.scale * (u[i] - m));
+          total += static_cast<double>(units[i].size()) * mass[i];
+          far_upper += static_cast<double>(intersect(units[i], query.far).size()) * mass[i];
+        }
+        r.m[h] = m;
+        r.far_upper[h] = far_upper;
+        log_total[h - g * group] = std::log(total);
+        if (options_.group_combine == GroupCombine::kMax) {
+          for (int64_t i = f0; i < f1; ++i) {
+            best[i - f0] = std::max(best[i - f0], static_cast<float>(query.scale * (u[i] - m) - log_total[h - g * group]));
+          }
+        } else {  // the group's attention mass on the unit, which is what a shared KV head serves
+          for (int64_t i = f0; i < f1; ++i) sum[i - f0] += mass[i] / total;
+        }
+      }
+      if (options_.group_combine == GroupCombine::kSum) {
+        for (int64_t i = f0; i < f1; ++i) {
+          if (sum[i - f0] > 0.0) {
+            best[i - f0] = static_cast<float>(std::log(sum[i - f0]));
+            continue;
+          }
+          // Every head's mass underflowed: rank by the best head's log share, as kMax does.
+          for (int h = g * group; h < (g + 1) * group; ++h) {
+            best[i - f0] = std::max(best[i - f0], static_cast<float>(query.scale * (upper.head(h)[i] - r.m[h]) -
+                                                                     log_total[h - g * group]));
           }
         }
       }
-      for (size_t i = 0; i < scores.size(); ++i) scores[i] = std::max(scores[i], kv_head[i]);
+      for (size_t i = 0; i < r.scores.size(); ++i) r.scores[i] = std::max(r.scores[i], best[i]);
     }
-    return scores;
+    r.working_bytes = capacity_bytes(r.scores) + capacity_bytes(r.m) + capacity_bytes(r.far_upper) +
+                      capacity_bytes(mass) + capacity_bytes(log_total) + capacity_bytes(sum) + capacity_bytes(best);
+    return r;
   }
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
   // near window's (the header comment). `chunks` are the positions of every chunk (leaf) of
-  // [0, n_tokens), in order, `units` their units and `upper` their upper bounds. Lower bounds
-  // are needed only where near tokens are, the chunks at both ends: a chunk's is the least of its
+  // [0, n_tokens), in order, `units` their units and `shared` their shares. Lower bounds are
+  // needed only where near tokens are, the chunks at both ends: a chunk's is the least of its
   // units' box lower bounds.
   bool is_desert(const SelectionQuery& query, std::span<const TokenRange> chunks, const BoundUnits& units,
-                 const HeadBounds& upper) const {
+                 const Shares& shared) const {
     const int64_t n = static_cast<int64_t>(chunks.size());
     // Chunks [0, a) and [b, n) hold near tokens; those in [a, b) are all far.
     int64_t a = 0;
@@ -538,17 +573,12 @@ class LeoamPolicy final : public SelectionPolicy {
       for (size_t u = 0; u < ends.units.size(); ++u) {
         lower[ends.owner[u]] = std::min(lower[ends.owner[u]], end_lower[h * ends.units.size() + u]);
       }
-      const float* u = upper.head(h);
-      const double m = *std::max_element(u, u + n);
       double near_lower = 0.0;
-      double far_upper = 0.0;
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t n_far = intersect(chunks[i], query.far).size();
-        const int64_t n_near = chunks[i].size() - n_far;
-        if (n_near > 0) near_lower += static_cast<double>(n_near) * std::exp(query.scale * (lower[i] - m));
-        far_upper += static_cast<double>(n_far) * std::exp(query.scale * (u[i] - m));
+        const int64_t n_near = chunks[i].size() - intersect(chunks[i], query.far).size();
+        if (n_near > 0) near_lower += static_cast<double>(n_near) * std::exp(query.scale * (lower[i] - shared.m[h]));
       }
-      if (!(far_upper < options_.desert_mass * near_lower)) return false;
+      if (!(shared.far_upper[h] < options_.desert_mass * near_lower)) return false;
     }
     return true;
   }
