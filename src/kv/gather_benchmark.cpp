@@ -139,9 +139,9 @@ Status fill(TieredKvCache& cache, const Config& cfg, std::mt19937_64& rng, const
 // the order of a forward range).
 std::vector<int64_t> select_disk_chunks(const TieredKvCache& cache, double fraction, std::mt19937_64& rng) {
   std::vector<int64_t> on_disk;
-  for (const auto& [key, r] : cache.residency().chunks()) {
+  cache.residency().for_each_chunk([&](ChunkKey key, const ChunkResidency& r) {
     if (r.tier == Tier::kDisk) on_disk.push_back(key.index);
-  }
+  });
   const auto n = std::max<int64_t>(1, std::llround(fraction * static_cast<double>(on_disk.size())));
   std::vector<int64_t> chosen;
   std::sample(on_disk.begin(), on_disk.end(), std::back_inserter(chosen), n, rng);

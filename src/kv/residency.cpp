@@ -126,26 +126,26 @@ class PlanBuilder {
   Plan plan_;
 };
 
-ChunkResidency& must_find(std::map<ChunkKey, ChunkResidency>& chunks, ChunkKey key) {
-  auto it = chunks.find(key);
-  assert(it != chunks.end() && "the chunk must have a residency entry");
-  return it->second;
-}
-
 }  // namespace
+
+ChunkResidency& Residency::must_find(ChunkKey key) {
+  auto* r = const_cast<ChunkResidency*>(find(key));
+  assert(r != nullptr && "the chunk must have a residency entry");
+  return *r;
+}
 
 Residency::Residency(const ResidencyOptions& options) : options_(options) {}
 
 Result<Residency::Plan> Residency::plan_insert(ChunkKey key) const {
-  if (chunks_.count(key) != 0) {
+  if (find(key) != nullptr) {
     return invalid_argument(key_name(key) + " is already resident; a chunk is inserted once");
   }
   PlanBuilder builder(*this, std::nullopt);
   if (!builder.make_room_on_device()) {
     uint64_t pinned_bytes = 0;
-    for (const auto& [k, r] : chunks_) {
+    for_each_chunk([&](ChunkKey, const ChunkResidency& r) {
       if (r.tier == Tier::kDevice && r.pins > 0) pinned_bytes += options_.device_chunk_bytes;
-    }
+    });
     return invalid_argument("device KV budget of " + mib(options_.device_budget_bytes) +
                             " cannot hold another chunk of " + mib(options_.device_chunk_bytes) + ": " +
                             mib(pinned_bytes) +
@@ -179,18 +179,35 @@ void Residency::index(ChunkKey key, const ChunkResidency& r) {
   if (r.tier != Tier::kDisk && r.pins == 0) evictable_[r.tier == Tier::kDevice ? 0 : 1].insert({r.importance, r.last_use, key});
 }
 
+void Residency::reorder(ChunkKey key, ChunkResidency& r, float importance, uint64_t last_use) {
+  if (r.tier != Tier::kDisk && r.pins == 0) {
+    std::set<Evictable>& set = evictable_[r.tier == Tier::kDevice ? 0 : 1];
+    auto node = set.extract({r.importance, r.last_use, key});
+    assert(!node.empty() && "an evictable chunk must be indexed");
+    node.value() = {importance, last_use, key};
+    set.insert(std::move(node));
+  }
+  r.importance = importance;
+  r.last_use = last_use;
+}
+
 void Residency::apply(const Move& move) {
   ChunkResidency* r = nullptr;
   if (move.from) {
-    r = &must_find(chunks_, move.chunk);
+    r = &must_find(move.chunk);
     assert(r->tier == *move.from && "a move must start from the chunk's tier");
     unindex(move.chunk, *r);
     account(options_, *move.from, -1, used_device_, used_host_);
     --n_chunks_[static_cast<int>(*move.from)];
   } else {
-    auto [it, inserted] = chunks_.try_emplace(move.chunk);
-    assert(inserted && "an insert must name a new chunk");
-    r = &it->second;
+    assert(move.chunk.layer >= 0 && move.chunk.index >= 0 && "a chunk key is not negative");
+    const auto layer = static_cast<size_t>(move.chunk.layer);
+    const auto index = static_cast<size_t>(move.chunk.index);
+    if (chunks_.size() <= layer) chunks_.resize(layer + 1);
+    if (chunks_[layer].size() <= index) chunks_[layer].resize(index + 1);
+    assert(!chunks_[layer][index] && "an insert must name a new chunk");
+    r = &chunks_[layer][index].emplace();
+    ++n_total_;
   }
   r->tier = move.to;
   if (move.to == Tier::kDisk) r->on_disk = true;
@@ -200,16 +217,18 @@ void Residency::apply(const Move& move) {
 }
 
 void Residency::erase(ChunkKey key) {
-  auto it = chunks_.find(key);
-  if (it == chunks_.end()) return;
-  unindex(key, it->second);
-  account(options_, it->second.tier, -1, used_device_, used_host_);
-  --n_chunks_[static_cast<int>(it->second.tier)];
-  chunks_.erase(it);
+  const ChunkResidency* r = find(key);
+  if (r == nullptr) return;
+  unindex(key, *r);
+  account(options_, r->tier, -1, used_device_, used_host_);
+  --n_chunks_[static_cast<int>(r->tier)];
+  chunks_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.index)].reset();
+  --n_total_;
 }
 
 void Residency::clear() {
   chunks_.clear();
+  n_total_ = 0;
   for (auto& set : evictable_) set.clear();
   n_chunks_ = {};
   used_device_ = 0;
@@ -217,37 +236,35 @@ void Residency::clear() {
 }
 
 void Residency::pin(ChunkKey key) {
-  ChunkResidency& r = must_find(chunks_, key);
+  ChunkResidency& r = must_find(key);
   unindex(key, r);
   ++r.pins;
 }
 
 void Residency::unpin(ChunkKey key) {
-  ChunkResidency& r = must_find(chunks_, key);
+  ChunkResidency& r = must_find(key);
   assert(r.pins > 0 && "unpin without a matching pin");
   --r.pins;
   index(key, r);
 }
 
 void Residency::set_importance(ChunkKey key, float importance) {
-  ChunkResidency& r = must_find(chunks_, key);
-  unindex(key, r);
-  r.importance = importance;
-  index(key, r);
+  ChunkResidency& r = must_find(key);
+  reorder(key, r, importance, r.last_use);
 }
 
-void Residency::set_on_disk(ChunkKey key) { must_find(chunks_, key).on_disk = true; }
+void Residency::set_on_disk(ChunkKey key) { must_find(key).on_disk = true; }
 
 void Residency::touch(ChunkKey key, uint64_t tick) {
-  ChunkResidency& r = must_find(chunks_, key);
-  unindex(key, r);
-  r.last_use = tick;
-  index(key, r);
+  ChunkResidency& r = must_find(key);
+  reorder(key, r, r.importance, tick);
 }
 
 const ChunkResidency* Residency::find(ChunkKey key) const {
-  auto it = chunks_.find(key);
-  return it == chunks_.end() ? nullptr : &it->second;
+  if (key.layer < 0 || key.index < 0 || static_cast<size_t>(key.layer) >= chunks_.size()) return nullptr;
+  const std::vector<std::optional<ChunkResidency>>& layer = chunks_[static_cast<size_t>(key.layer)];
+  if (static_cast<size_t>(key.index) >= layer.size() || !layer[static_cast<size_t>(key.index)]) return nullptr;
+  return &*layer[static_cast<size_t>(key.index)];
 }
 
 uint64_t Residency::used_bytes(Tier tier) const {

@@ -428,10 +428,19 @@ TEST(Residency, PromotionThatIsNotOne) {
 
 using Snapshot = std::vector<std::tuple<ChunkKey, Tier, int, float, uint64_t, bool>>;
 
+// Every chunk with its entry, in key order.
+std::vector<std::pair<ChunkKey, ChunkResidency>> entries(const Residency& r) {
+  std::vector<std::pair<ChunkKey, ChunkResidency>> e;
+  r.for_each_chunk([&](ChunkKey k, const ChunkResidency& c) { e.emplace_back(k, c); });
+  return e;
+}
+
 Snapshot snapshot(const Residency& r) {
   Snapshot s;
-  s.reserve(r.chunks().size());
-  for (const auto& [k, c] : r.chunks()) s.emplace_back(k, c.tier, c.pins, c.importance, c.last_use, c.on_disk);
+  s.reserve(static_cast<size_t>(r.n_chunks()));
+  r.for_each_chunk([&](ChunkKey k, const ChunkResidency& c) {
+    s.emplace_back(k, c.tier, c.pins, c.importance, c.last_use, c.on_disk);
+  });
   return s;
 }
 
@@ -441,11 +450,14 @@ void check_invariants(const Residency& r) {
   const ResidencyOptions& o = r.options();
   int64_t n[kNumTiers] = {};
   std::set<Residency::Evictable> evictable[2];
-  for (const auto& [k, c] : r.chunks()) {
+  int64_t n_all = 0;
+  r.for_each_chunk([&](ChunkKey k, const ChunkResidency& c) {
     ASSERT_TRUE(c.tier == Tier::kDevice || c.tier == Tier::kHost || c.tier == Tier::kDisk);
     ++n[static_cast<int>(c.tier)];
+    ++n_all;
     if (c.tier != Tier::kDisk && c.pins == 0) evictable[c.tier == Tier::kDevice ? 0 : 1].insert({c.importance, c.last_use, k});
-  }
+  });
+  EXPECT_EQ(r.n_chunks(), n_all);
   EXPECT_EQ(r.evictable(Tier::kDevice), evictable[0]);
   EXPECT_EQ(r.evictable(Tier::kHost), evictable[1]);
   EXPECT_EQ(n[0] + n[1] + n[2], r.n_chunks());
@@ -495,12 +507,12 @@ void run_random_ops(const ResidencyOptions& o, uint32_t seed) {
   int64_t n_failed_inserts = 0;
   int64_t n_moves[kNumTiers][kNumTiers] = {};  // [from][to], over every applied plan
   const auto random_chunk = [&]() {
-    return std::next(r.chunks().begin(), uniform(0, r.n_chunks() - 1))->first;
+    return std::next(entries(r).begin(), uniform(0, r.n_chunks() - 1))->first;
   };
   // A random chunk of `tier`, or of any tier when `tier` has none.
   const auto random_chunk_in = [&](Tier tier) {
     std::vector<ChunkKey> in_tier;
-    for (const auto& [ck, c] : r.chunks()) {
+    for (const auto& [ck, c] : entries(r)) {
       if (c.tier == tier) in_tier.push_back(ck);
     }
     if (in_tier.empty()) return random_chunk();
@@ -514,7 +526,7 @@ void run_random_ops(const ResidencyOptions& o, uint32_t seed) {
       const ChunkKey k = key(layer, next_index[layer]++);
       // The device chunks an insertion may demote, in the order it must take them.
       std::vector<std::pair<ChunkKey, ChunkResidency>> candidates;
-      for (const auto& [ck, c] : r.chunks()) {
+      for (const auto& [ck, c] : entries(r)) {
         if (c.tier == Tier::kDevice && c.pins == 0) candidates.emplace_back(ck, c);
       }
       std::sort(candidates.begin(), candidates.end(), evicts_before);
@@ -546,7 +558,7 @@ void run_random_ops(const ResidencyOptions& o, uint32_t seed) {
       r.pin(uniform(0, 3) != 0 ? random_chunk_in(Tier::kDevice) : random_chunk());
     } else if (dice < 70) {
       std::vector<ChunkKey> pinned;
-      for (const auto& [ck, c] : r.chunks()) {
+      for (const auto& [ck, c] : entries(r)) {
         if (c.pins > 0) pinned.push_back(ck);
       }
       if (!pinned.empty()) r.unpin(pinned[static_cast<size_t>(uniform(0, static_cast<int64_t>(pinned.size()) - 1))]);
