@@ -1,6 +1,6 @@
 // Microbenchmark of the sign-refined bound kernel (sparse/sign_bound.h) on 4 kv heads of head_dim
-// 64 with 2 query heads each (the trained model's attention shape, models/leoam-byte-4l) or 4
-// (Llama 3's grouping) over 8192 rows
+// 64 with 1 query head each (Llama 2's multi-head attention), 2 (the trained model's grouping,
+// models/leoam-byte-4l) or 4 (Llama 3's) over 8192 rows
 // in units of 8 (leoam's smallest chunk) or 64 (its initial one), with a box (1 KiB of f16) a
 // unit or, for units of 8, a box a block of 32 rows (leoam's fine layers: their 8-token leaves
 // against 32-token boxes), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
@@ -82,7 +82,7 @@ void BM_sign_bounds(benchmark::State& state) {
 
 // {unit rows, block rows, query heads a kv head}.
 void shapes(benchmark::internal::Benchmark* b) {
-  for (int group : {2, 4}) {
+  for (int group : {1, 2, 4}) {
     b->Args({8, 8, group})->Args({8, 32, group})->Args({64, 64, group});
   }
 }
