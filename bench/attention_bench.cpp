@@ -33,8 +33,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -80,9 +82,11 @@ std::vector<float> queries(int64_t n_tokens) {
 }
 
 // Decodes one token over n_kv positions of the layers in turn, ring_bytes of K+V in all (one
-// layer if that is less), with kHeads query heads over n_kv_heads kv heads.
+// layer if that is less), with kHeads query heads over n_kv_heads kv heads. chunk_tokens 0: a
+// layer is one run; else it is runs of chunk_tokens positions laid out as the KV store's chunks
+// (K rows, then V rows), in a shuffled order in memory, as a sparse step gathers them.
 void decode_over_layers(benchmark::State& state, int64_t n_kv, size_t ring_bytes, int n_kv_heads, int n_threads,
-                        AttentionIsa isa) {
+                        AttentionIsa isa, int64_t chunk_tokens = 0) {
   const size_t row_bytes = size_t(n_kv_heads) * kHeadDim * 2;
   const size_t layer_bytes = 2 * row_bytes * static_cast<size_t>(n_kv);
   const size_t n_layers = std::max<size_t>(1, ring_bytes / layer_bytes);
@@ -90,7 +94,19 @@ void decode_over_layers(benchmark::State& state, int64_t n_kv, size_t ring_bytes
   std::vector<std::vector<KvRun>> layers(n_layers);
   for (size_t l = 0; l < n_layers; ++l) {
     const char* k = base + l * layer_bytes;
-    layers[l] = {KvRun{0, n_kv, k, k + layer_bytes / 2, true, row_bytes}};
+    if (chunk_tokens == 0) {
+      layers[l] = {KvRun{0, n_kv, k, k + layer_bytes / 2, true, row_bytes}};
+      continue;
+    }
+    const int64_t n_chunks = n_kv / chunk_tokens;
+    const size_t chunk_bytes = 2 * row_bytes * static_cast<size_t>(chunk_tokens);
+    std::vector<int64_t> slot(static_cast<size_t>(n_chunks));
+    for (int64_t i = 0; i < n_chunks; ++i) slot[i] = i;
+    std::shuffle(slot.begin(), slot.end(), std::mt19937(static_cast<unsigned>(l)));
+    for (int64_t i = 0; i < n_chunks; ++i) {
+      const char* c = k + static_cast<size_t>(slot[i]) * chunk_bytes;
+      layers[l].push_back(KvRun{i * chunk_tokens, chunk_tokens, c, c + chunk_bytes / 2, true, row_bytes});
+    }
   }
   ThreadPool pool(n_threads);
   const std::vector<float> q = queries(1);
@@ -116,6 +132,13 @@ AttentionIsa isa_arg(int64_t arg) {
 void BM_decode_attention(benchmark::State& state) {
   decode_over_layers(state, state.range(0), kRingBytes, static_cast<int>(state.range(3)),
                      static_cast<int>(state.range(1)), isa_arg(state.range(2)));
+}
+
+// The same over 32768 positions cut into chunks of range(0) positions, shuffled (a sparse step's
+// gathered chunks), range(1) kv heads, 2 threads, AVX-512.
+void BM_decode_attention_chunks(benchmark::State& state) {
+  decode_over_layers(state, 32768, kRingBytes, static_cast<int>(state.range(1)), 2, AttentionIsa::kAvx512,
+                     state.range(0));
 }
 
 // The arithmetic bound of decode: the same over one layer of 1 MiB of K+V (256 positions with 8
@@ -251,6 +274,11 @@ BENCHMARK(BM_decode_attention)
     ->ArgNames({"n_kv", "threads", "isa", "kv_heads"})
     ->Args({4096, 1, 0, 8})
     ->ArgsProduct({{4096, 32768, 131072}, {1, 2}, {1, 2}, {8, 16, 32}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_decode_attention_chunks)
+    ->ArgNames({"chunk_tokens", "kv_heads"})
+    ->ArgsProduct({{8, 64, 512}, {8, 32}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_decode_attention_in_cache)

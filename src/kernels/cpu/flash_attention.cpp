@@ -468,10 +468,17 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   const uint16_t* k16_rows[kKeyTile];
   const uint16_t* v16_rows[kKeyTile];
   float* s = sc.s.data();
-  for (const KvRun& run : w.runs) {
+  // The first run at or after index r with keys in [key_lo, key_hi), or runs.size().
+  const auto next_run = [&](size_t r) {
+    while (r < w.runs.size() && std::max(w.runs[r].pos0, key_lo) >= std::min(w.runs[r].pos0 + w.runs[r].n_tokens, key_hi)) {
+      ++r;
+    }
+    return r;
+  };
+  for (size_t ri = next_run(0); ri < w.runs.size(); ri = next_run(ri + 1)) {
+    const KvRun& run = w.runs[ri];
     const int64_t lo = std::max(run.pos0, key_lo);
     const int64_t hi = std::min(run.pos0 + run.n_tokens, key_hi);
-    if (lo >= hi) continue;
     const size_t elem_bytes = run.f16 ? 2 : 4;
     // The tiles in two interleaved streams, from the first and the second half of the range (0,
     // m, 1, m + 1, ...), so that a thread's DRAM reads run in two places at once: decode from DRAM
@@ -496,18 +503,31 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
         continue;
       }
       // The next tile's rows, fetched a slice per head while this tile is computed, so that the
-      // DRAM reads overlap the arithmetic instead of stalling the next tile.
-      const int64_t next_j0 = it + 1 < n_tiles ? tile_start(it + 1) : hi;
-      const int64_t next_nk = std::min(key_tile, hi - next_j0);
-      const size_t next_row0 = static_cast<size_t>(next_j0 - run.pos0) * run.row_stride_bytes +
-                               static_cast<size_t>(h0) * hd * elem_bytes;
-      const size_t row_bytes = static_cast<size_t>(n_heads) * hd * elem_bytes;
+      // DRAM reads overlap the arithmetic instead of stalling the next tile. After a run's last
+      // tile, the next run's first: a sparse step's runs are chunks of 8 to 64 positions from
+      // wherever the store holds them, a tile or less each (bench/attention_bench.cpp,
+      // BM_decode_attention_chunks: chunks of 8 at 9.1 GB/s against 16.7 for one run before).
+      const KvRun* next = &run;
+      int64_t next_j0 = it + 1 < n_tiles ? tile_start(it + 1) : hi;
+      if (it + 1 == n_tiles) {
+        const size_t nr = next_run(ri + 1);
+        if (nr < w.runs.size()) {
+          next = &w.runs[nr];
+          next_j0 = std::max(next->pos0, key_lo);
+        }
+      }
+      const int64_t next_hi = next == &run ? hi : std::min(next->pos0 + next->n_tokens, key_hi);
+      const int64_t next_nk = std::min(key_tile, next_hi - next_j0);
+      const size_t next_elem_bytes = next->f16 ? 2 : 4;
+      const size_t next_row0 = static_cast<size_t>(next_j0 - next->pos0) * next->row_stride_bytes +
+                               static_cast<size_t>(h0) * hd * next_elem_bytes;
+      const size_t row_bytes = static_cast<size_t>(n_heads) * hd * next_elem_bytes;
       for (int h = h0; h < h1; ++h) {
         for (int64_t j = next_nk * (h - h0) / n_heads; j < next_nk * (h - h0 + 1) / n_heads; ++j) {
-          const size_t at = next_row0 + static_cast<size_t>(j) * run.row_stride_bytes;
+          const size_t at = next_row0 + static_cast<size_t>(j) * next->row_stride_bytes;
           for (size_t b = 0; b < row_bytes; b += 64) {
-            __builtin_prefetch(static_cast<const char*>(run.k) + at + b);
-            __builtin_prefetch(static_cast<const char*>(run.v) + at + b);
+            __builtin_prefetch(static_cast<const char*>(next->k) + at + b);
+            __builtin_prefetch(static_cast<const char*>(next->v) + at + b);
           }
         }
         const size_t offset = row0 + static_cast<size_t>(h) * hd * elem_bytes;
