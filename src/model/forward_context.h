@@ -47,6 +47,9 @@ struct ForwardOptions {
   // chunks ahead (KvCache::read_ahead). Layer l + 1 still selects with its own query, so the
   // tokens are those of an unpipelined decode; what the forecast missed is read then.
   bool pipeline = false;
+  // With pipeline: each decode step runs pipelined or not as PipelineChoice picks from the step
+  // times measured (`--pipeline auto`): the pipeline where it pays, not where it costs.
+  bool pipeline_auto = false;
   // A prompt batch that continues a stored past (a prompt after a cached prefix, a question about
   // a document) attends, in every layer, what the selector picks for its last row
   // (AttentionSelector::select_continuation) and its own rows, not every stored position: it

@@ -1,6 +1,7 @@
 #include "model/llama_forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <span>
 #include <string>
@@ -671,6 +672,9 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
   Trace* trace = decode ? options_.trace : nullptr;  // decode steps only: a prompt would flood it
   const TraceSpan step_span(trace, "decode step", "decode", -1, pos0);
+  const bool choose = decode && options_.pipeline && options_.pipeline_auto && selector != nullptr;
+  const bool pipelined = decode && options_.pipeline && selector != nullptr && (!choose || pipeline_choice_.next());
+  const auto step_start = std::chrono::steady_clock::now();
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     if (decode && needs.layer_inputs) LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, pos0, x));
@@ -687,7 +691,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       const TraceSpan span(trace, "attn_output", "compute", il, pos0);
       attention_output(L, x, xn, n);
     }
-    if (decode && options_.pipeline && selector != nullptr && il + 1 < hp_.n_layer) {
+    if (pipelined && il + 1 < hp_.n_layer) {
       const TraceSpan span(trace, "speculate next layer", "selection", il + 1, pos0);
       LEOAM_RETURN_IF_ERROR(read_ahead_next(il, x, pos0));
     }
@@ -701,6 +705,11 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
         kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, next_norm, n_embd, eps, xn + t * n_embd);
       });
     }
+  }
+
+  if (choose) {
+    pipeline_choice_.record(
+        pipelined, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
   }
 
   // The last residual add is needed only by the rows whose logits are wanted.

@@ -57,6 +57,7 @@
 #include "model/attention.h"
 #include "model/forward_context.h"
 #include "model/model.h"
+#include "model/pipeline_choice.h"
 #include "model/rope.h"
 
 namespace leoam {
@@ -177,6 +178,7 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> seg_q_;     // [segment][n_head][head_dim]
   std::vector<float> seg_attn_;  // [segment][n_head][head_dim]
   PrefillStats prefill_stats_;
+  PipelineChoice pipeline_choice_;  // options_.pipeline_auto: which decode steps run pipelined
 };
 
 }  // namespace leoam

@@ -185,7 +185,8 @@ TEST_F(KvCliTest, SavedThenLoadedSessionContinuesExactlyAsAnUnbrokenRun) {
   }
 }
 
-// --pipeline on reads each next layer's speculated chunks ahead: the same text as --pipeline off,
+// --pipeline on reads each next layer's speculated chunks ahead: the same text as --pipeline off
+// (and auto),
 // and --kv-stats says what the read-ahead did; --trace shows it on its own thread. Without
 // --kv-dir the flag is refused.
 TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
@@ -199,6 +200,10 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   const CliResult on = run_with("on");
   ASSERT_EQ(on.status, 0) << on.err;
   EXPECT_EQ(on.out, off.out);
+  // auto: each step pipelined or not as the steps' times say; the text is the same either way.
+  const CliResult chosen = run_with("auto");
+  ASSERT_EQ(chosen.status, 0) << chosen.err;
+  EXPECT_EQ(chosen.out, off.out);
   EXPECT_EQ(off.err.find("read-ahead:"), std::string::npos) << off.err;
   EXPECT_NE(on.err.find("read-ahead: "), std::string::npos) << on.err;
   const nlohmann::json stats = nlohmann::json::parse(read_file(dir_ + "/on.json"));

@@ -285,7 +285,7 @@ class BenchKvCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.selector = selectors[0].get();
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
-    fwd.pipeline = decode_pipeline(kv_options);
+    set_pipeline(kv_options, fwd);
     fwd.trace = &trace;
     fwd.n_batch = std::max(fwd.n_batch, batch_);
     const std::string what = policy + " at " + std::to_string(n_ctx) + " tokens";
@@ -580,7 +580,7 @@ class BenchKvCommand : public Command {
     out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
     out += std::string("\nwhere a step's time went (means over the steps after the first, and the first step "
                        "apart, ms; the pipeline ") +
-           (decode_pipeline(kv_options_) ? "on" : "off") + "):\n\n";
+           (decode_pipeline(kv_options_) ? kv_options_.pipeline : std::string("off")) + "):\n\n";
     out += "| ctx | policy | steps | step | weights | selection | I/O wait | decode | attention | other | read ahead |\n";
     out += "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const PolicyRun& r : runs_) {
@@ -624,6 +624,7 @@ class BenchKvCommand : public Command {
     doc["kv_device_mb"] = kv_options_.device_mb;
     doc["kv_host_mb"] = kv_options_.host_mb;
     doc["pipeline"] = decode_pipeline(kv_options_);
+    doc["pipeline_mode"] = decode_pipeline(kv_options_) ? kv_options_.pipeline : std::string("off");
     doc["batch"] = batch_;
     doc["machine"] = {{"dram_read_gb_per_s", dram_.gb_per_s()},
                       {"dram_n_threads", dram_.n_threads},

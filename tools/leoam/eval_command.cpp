@@ -752,7 +752,7 @@ class EvalCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.n_batch = n_batch_;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
-    fwd.pipeline = decode_pipeline(kv_options);
+    set_pipeline(kv_options, fwd);
     fwd.should_stop = &SigintScope::interrupted;
     fwd.selector = selector.get();
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(kv)));

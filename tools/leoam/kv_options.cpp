@@ -17,7 +17,12 @@ uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 10
 
 uint64_t prefill_working_set_bytes(const KvCliOptions& o) { return o.dir.empty() ? 0 : mib_to_bytes(o.prefill_mb); }
 
-bool decode_pipeline(const KvCliOptions& o) { return !o.dir.empty() && o.pipeline == "on"; }
+bool decode_pipeline(const KvCliOptions& o) { return !o.dir.empty() && o.pipeline != "off"; }
+
+void set_pipeline(const KvCliOptions& o, ForwardOptions& fwd) {
+  fwd.pipeline = decode_pipeline(o);
+  fwd.pipeline_auto = fwd.pipeline && o.pipeline == "auto";
+}
 
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
   const std::string group = "KV store (tiers)";
@@ -82,13 +87,14 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
                  "with --kv-dir, decode in a pipeline: while a layer computes, the next layer's selection is made "
                  "from a query speculated from this layer's input, and its chunks are read from disk on an I/O "
                  "thread; the next layer still selects with its own query (the same tokens), and reads what the "
-                 "speculation missed")
+                 "speculation missed; auto: each step pipelined or not, whichever the recent steps ran faster "
+                 "(one step in 16 tries the other)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}))
+      ->check(CLI::IsMember({"on", "off", "auto"}))
       ->needs(dir)
       ->group(group);
   cmd.add_option("--read-ahead-mb", o.read_ahead_mb,
-                 "with --pipeline on, RAM in MiB for the chunks read ahead (two layers' worth at most; what does "
+                 "with --pipeline on or auto, RAM in MiB for the chunks read ahead (two layers' worth at most; what does "
                  "not fit is read when needed)")
       ->capture_default_str()
       ->check(positive<double>())

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_stats.h"
+#include "model/forward_context.h"
 
 namespace leoam {
 class Model;
@@ -37,7 +38,7 @@ struct KvCliOptions {
   int queue_depth = 32;
   double prefill_mb = 1024.0;  // the layered prefill's working set, with a dir (ForwardOptions)
   double meta_mb = 0.0;  // the policy's memory budget (SparseAttentionOptions::memory_budget_bytes); 0: none
-  std::string pipeline = "off";  // the decode pipeline (ForwardOptions::pipeline), with a dir
+  std::string pipeline = "off";  // the decode pipeline (ForwardOptions::pipeline): on, off or auto, with a dir
   double read_ahead_mb = 64.0;   // its staging (TieredKvCacheOptions::read_ahead_bytes)
   bool print_stats = false;
   std::string stats_json_path;
@@ -55,8 +56,11 @@ uint64_t mib_to_bytes(double mb);
 // store in RAM reads nothing back from disk: batch by batch).
 uint64_t prefill_working_set_bytes(const KvCliOptions& options);
 
-// ForwardOptions::pipeline: --pipeline on with a disk tier (a store in RAM has nothing to read ahead).
+// ForwardOptions::pipeline: --pipeline on or auto with a disk tier (a store in RAM has nothing to
+// read ahead).
 bool decode_pipeline(const KvCliOptions& options);
+// Sets ForwardOptions::pipeline and pipeline_auto from --pipeline.
+void set_pipeline(const KvCliOptions& options, ForwardOptions& fwd);
 
 // What the attention policy needs of the store (attention_options.h: kv_store_needs).
 struct KvStoreNeeds {

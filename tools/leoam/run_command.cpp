@@ -188,7 +188,7 @@ class RunCommand : public Command {
     fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     fwd.should_stop = &SigintScope::interrupted;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
-    fwd.pipeline = decode_pipeline(kv_options_);
+    set_pipeline(kv_options_, fwd);
     std::unique_ptr<Trace> trace;
     if (!trace_path_.empty()) {
       trace = std::make_unique<Trace>();

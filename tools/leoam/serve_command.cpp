@@ -175,7 +175,7 @@ class ServeCommand : public Command {
     fwd.n_threads = n_threads_;
     fwd.n_batch = n_batch_;
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
-    fwd.pipeline = decode_pipeline(kv_options_);
+    set_pipeline(kv_options_, fwd);
     fwd.sparse_continuation = sparse_continuation_;
     Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, **tokenizer, fwd, factory, scheduler_);
     if (!scheduler.is_ok()) return fail(scheduler.status());

@@ -1,0 +1,43 @@
+// PipelineChoice: whether a decode step runs the decode pipeline (ForwardOptions::pipeline), for
+// `--pipeline auto`. The pipeline pays only where a step waits on the disk for longer than the
+// speculated selection and the read-ahead thread cost it; on two cores and a fast disk it was
+// slower in every configuration measured (bench/RESULTS.md). So each step takes the mode whose
+// recent steps were faster, from the step times it is told, and one step in kTryEvery tries the
+// other mode, to follow a change (a longer context, a slower disk).
+//
+//   first step        off, not counted (a cold step: its reads fill the tiers)
+//   until both known  off, then on
+//   then              the faster mode by the mean of each mode's last kWindow steps; every
+//                     kTryEvery-th step the other one
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+
+namespace leoam {
+
+class PipelineChoice {
+ public:
+  static constexpr int64_t kTryEvery = 16;
+  static constexpr size_t kWindow = 3;
+
+  // Whether the next decode step runs pipelined.
+  bool next() const;
+  // The decode step just run, pipelined or not, took `ms`.
+  void record(bool pipelined, double ms);
+
+  int64_t n_steps() const { return n_steps_; }
+  int64_t n_pipelined() const { return n_pipelined_; }
+
+ private:
+  // The mean of a mode's recent step times; negative while it has none.
+  double mean(bool pipelined) const;
+
+  int64_t n_steps_ = 0;
+  int64_t n_pipelined_ = 0;
+  std::array<std::deque<double>, 2> recent_;  // [off, on]: the last kWindow step times
+};
+
+}  // namespace leoam
