@@ -47,7 +47,7 @@ enum class Variant { kOneAtATime, kEdit };
 template <Variant kVariant>
 void BM_merge_cold_pairs(benchmark::State& state) {
   ConstantCatalog catalog;
-  const ChunkTreeOptions options{kStoreChunk, 512, kStoreChunk, false};
+  const ChunkTreeOptions options{kStoreChunk, 512, kStoreChunk, kStoreChunk, false};
   std::vector<int64_t> merges;
   for (int64_t i = 0; i + 1 < kTokens / kStoreChunk; i += 2) merges.push_back(i);
   for (auto _ : state) {
@@ -59,11 +59,11 @@ void BM_merge_cold_pairs(benchmark::State& state) {
     }
     state.ResumeTiming();
     if (kVariant == Variant::kEdit) {
-      if (!tree->edit({}, merges, catalog, 0, AbstractSource::kLka).is_ok()) state.SkipWithError("edit failed");
+      if (!tree->edit({}, merges).is_ok()) state.SkipWithError("edit failed");
     } else {
       for (auto m = merges.rbegin(); m != merges.rend(); ++m) tree->merge(*m);  // the last first
     }
-    benchmark::DoNotOptimize(tree->abstracts(0));
+    benchmark::DoNotOptimize(tree->block_box(0));
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(merges.size()));
 }
