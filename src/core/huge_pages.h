@@ -17,6 +17,11 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;  // x86-64 and arm64 w
 // pages from kHugePageBytes / 2 on; nullptr when out of memory. Not zeroed. Free with std::free.
 void* allocate_huge_aware(size_t n_bytes, size_t alignment);
 
+// Frees a block of allocate_huge_aware, as the deleter of a std::unique_ptr.
+struct HugeAwareFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
 // A standard allocator over allocate_huge_aware, for the large arrays that the selection path
 // grows or fills anew (chunk-tree abstracts, abstract reads).
 template <class T>

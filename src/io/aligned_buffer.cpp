@@ -1,14 +1,10 @@
 #include "io/aligned_buffer.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
-#include "core/huge_pages.h"
 
 namespace leoam {
-
-void AlignedBuffer::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 Result<AlignedBuffer> AlignedBuffer::allocate(size_t n_bytes) {
   AlignedBuffer buffer;

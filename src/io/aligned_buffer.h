@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "io/file.h"  // kDirectIoAlignment
 
@@ -24,10 +25,7 @@ class AlignedBuffer {
   bool empty() const { return size_ == 0; }
 
  private:
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, FreeDeleter> data_;
+  std::unique_ptr<uint8_t, HugeAwareFree> data_;
   size_t size_ = 0;
 };
 

@@ -21,7 +21,6 @@ bool PipelineChoice::next() const {
 }
 
 void PipelineChoice::record(bool pipelined, double ms) {
-  n_pipelined_ += pipelined ? 1 : 0;
   if (n_steps_++ == 0) return;  // the cold first step says nothing about either mode
   std::deque<double>& r = recent_[pipelined ? 1 : 0];
   r.push_back(ms);

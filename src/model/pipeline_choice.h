@@ -28,15 +28,12 @@ class PipelineChoice {
   // The decode step just run, pipelined or not, took `ms`.
   void record(bool pipelined, double ms);
 
-  int64_t n_steps() const { return n_steps_; }
-  int64_t n_pipelined() const { return n_pipelined_; }
 
  private:
   // The mean of a mode's recent step times; negative while it has none.
   double mean(bool pipelined) const;
 
   int64_t n_steps_ = 0;
-  int64_t n_pipelined_ = 0;
   std::array<std::deque<double>, 2> recent_;  // [off, on]: the last kWindow step times
 };
 

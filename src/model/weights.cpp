@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "core/ggml_type.h"
-#include "core/huge_pages.h"
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/row_groups.h"

@@ -23,10 +23,10 @@
 //   rope_freqs.weight          [n_rot / 2]         (optional: Llama-3.1 frequency factors)
 #pragma once
 
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
 #include "model/hparams.h"
@@ -60,12 +60,8 @@ struct ModelWeights {
 
   // f32 copies of the 1-D tensors not stored as F32; the pointers above may point into them.
   std::vector<std::unique_ptr<float[]>> converted;
-  // The row-group copies of the matrices above that have one, in one block on huge pages
-  // (core/huge_pages.h).
-  struct FreeBlock {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, FreeBlock> grouped;
+  // The row-group copies of the matrices above that have one, in one block on huge pages.
+  std::unique_ptr<uint8_t, HugeAwareFree> grouped;
 };
 
 // Finds, checks and maps every tensor of the model described by `hp`. Sets hp.n_vocab from

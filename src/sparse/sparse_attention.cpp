@@ -173,15 +173,20 @@ Result<std::vector<TokenRange>> SparseAttention::forecast(int layer, int64_t pos
     return invalid_argument("sparse attention: bad layer or position");
   }
   const TokenRange far = window(pos + 1).far;  // inside [0, pos): the recent window holds pos
-  // Nothing to choose, no store to hint, or a budget that reads every far chunk alike.
-  if (far.size() == 0 || catalog_ == nullptr) return std::vector<TokenRange>();
-  const SelectionQuery query = make_query(layer, pos, n_stored, q, far, pool);
-  if (query.budget_tokens >= far.size()) return std::vector<TokenRange>();
-  LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, policy_->predict(query, *catalog_));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, predict(layer, pos, n_stored, q, far, pool));
   if (!predicted) return std::vector<TokenRange>();
   if (keep) hint_importance(layer, predicted->ranges, *catalog_);
   LEOAM_RETURN_IF_ERROR(check_memory());
   return std::move(predicted->ranges);
+}
+
+Result<std::optional<Selection>> SparseAttention::predict(int layer, int64_t pos, int64_t n_stored, const float* q,
+                                                          TokenRange far, ThreadPool& pool) {
+  // Nothing to choose, no store to hint, or a budget that reads every far chunk alike.
+  if (far.size() == 0 || catalog_ == nullptr) return std::optional<Selection>();
+  const SelectionQuery query = make_query(layer, pos, n_stored, q, far, pool);
+  if (query.budget_tokens >= far.size()) return std::optional<Selection>();
+  return policy_->predict(query, *catalog_);
 }
 
 Result<std::vector<TokenRange>> SparseAttention::select_continuation(int layer, int64_t pos0, int64_t n,
@@ -192,10 +197,7 @@ Result<std::vector<TokenRange>> SparseAttention::select_continuation(int layer, 
   const int64_t last = pos0 + n - 1;
   auto [sink, recent, far] = window(last + 1);
   far.end = std::max(far.begin, std::min(far.end, pos0));  // the rows themselves are not chosen from
-  if (far.size() == 0 || catalog_ == nullptr) return std::vector<TokenRange>();
-  const SelectionQuery query = make_query(layer, last, last + 1, q_last, far, pool);
-  if (query.budget_tokens >= far.size()) return std::vector<TokenRange>();
-  LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, policy_->predict(query, *catalog_));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<Selection> predicted, predict(layer, last, last + 1, q_last, far, pool));
   if (!predicted) return std::vector<TokenRange>();
   LEOAM_RETURN_IF_ERROR(check_memory());
   std::vector<TokenRange> ranges;

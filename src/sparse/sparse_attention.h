@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -120,6 +121,10 @@ class SparseAttention final : public AttentionSelector {
   // counted from the first decode).
   SelectionQuery make_query(int layer, int64_t pos, int64_t n_tokens, const float* q, TokenRange far,
                             ThreadPool& pool) const;
+  // The policy's prediction (SelectionPolicy::predict: nothing learned) for that query; nullopt
+  // where there is nothing to choose: no far tokens, no store, a budget that holds all of far.
+  Result<std::optional<Selection>> predict(int layer, int64_t pos, int64_t n_stored, const float* q, TokenRange far,
+                                           ThreadPool& pool);
   // The far tokens the policy may pick, of n_far.
   int64_t far_budget(int layer, int64_t n_far) const;
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);

@@ -580,7 +580,7 @@ class BenchKvCommand : public Command {
     out += budget_rule_text(attention_options_, kv_options_, n_layer_) + "\n";
     out += std::string("\nwhere a step's time went (means over the steps after the first, and the first step "
                        "apart, ms; the pipeline ") +
-           (decode_pipeline(kv_options_) ? kv_options_.pipeline : std::string("off")) + "):\n\n";
+           pipeline_mode(kv_options_) + "):\n\n";
     out += "| ctx | policy | steps | step | weights | selection | I/O wait | decode | attention | other | read ahead |\n";
     out += "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const PolicyRun& r : runs_) {
@@ -624,7 +624,7 @@ class BenchKvCommand : public Command {
     doc["kv_device_mb"] = kv_options_.device_mb;
     doc["kv_host_mb"] = kv_options_.host_mb;
     doc["pipeline"] = decode_pipeline(kv_options_);
-    doc["pipeline_mode"] = decode_pipeline(kv_options_) ? kv_options_.pipeline : std::string("off");
+    doc["pipeline_mode"] = pipeline_mode(kv_options_);
     doc["batch"] = batch_;
     doc["machine"] = {{"dram_read_gb_per_s", dram_.gb_per_s()},
                       {"dram_n_threads", dram_.n_threads},

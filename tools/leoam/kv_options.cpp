@@ -17,11 +17,13 @@ uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 10
 
 uint64_t prefill_working_set_bytes(const KvCliOptions& o) { return o.dir.empty() ? 0 : mib_to_bytes(o.prefill_mb); }
 
-bool decode_pipeline(const KvCliOptions& o) { return !o.dir.empty() && o.pipeline != "off"; }
+std::string pipeline_mode(const KvCliOptions& o) { return o.dir.empty() ? "off" : o.pipeline; }
+
+bool decode_pipeline(const KvCliOptions& o) { return pipeline_mode(o) != "off"; }
 
 void set_pipeline(const KvCliOptions& o, ForwardOptions& fwd) {
   fwd.pipeline = decode_pipeline(o);
-  fwd.pipeline_auto = fwd.pipeline && o.pipeline == "auto";
+  fwd.pipeline_auto = pipeline_mode(o) == "auto";
 }
 
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {

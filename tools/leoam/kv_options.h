@@ -56,6 +56,8 @@ uint64_t mib_to_bytes(double mb);
 // store in RAM reads nothing back from disk: batch by batch).
 uint64_t prefill_working_set_bytes(const KvCliOptions& options);
 
+// --pipeline as it applies: off without a disk tier.
+std::string pipeline_mode(const KvCliOptions& options);
 // ForwardOptions::pipeline: --pipeline on or auto with a disk tier (a store in RAM has nothing to
 // read ahead).
 bool decode_pipeline(const KvCliOptions& options);
