@@ -61,6 +61,8 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   for (const std::string& p : policies) EXPECT_NE(r.out.find("| 4096 | " + p + " |"), std::string::npos) << p;
 
   EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
+  // The fill ends as a prompt does: its last 2 positions prefilled by the engine.
+  EXPECT_NE(r.out.find("ending in a prefilled prompt of 2 tokens"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("where a step's time went"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| policy MiB | of KV | .lka of KV |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 4096 | leoam | "), std::string::npos) << r.out;
@@ -86,6 +88,8 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     EXPECT_EQ(row["n_ctx"], 4096);
     EXPECT_EQ(row["steps"].size(), 4u) << p;
     EXPECT_GE(row["disk_share"].get<double>(), 0.8) << p;
+    EXPECT_GT(row["prompt_end_s"].get<double>(), 0.0) << p;
+    EXPECT_LT(row["prompt_end_s"].get<double>(), row["fill_s"].get<double>()) << p;
     EXPECT_GT(row["ms_per_token"].get<double>(), 0.0) << p;
     EXPECT_GT(row["bound_ms"].get<double>(), 0.0) << p;
     // Where the steps after the first went: parts of the step, which add up to it.

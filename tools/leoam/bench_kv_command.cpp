@@ -5,7 +5,10 @@
 // KV (--synthetic-kv: model/synthetic_kv.h, appended through the store's normal path, so its
 // disk tier, abstracts, residency and write-through are real) or by prefilling -f's text, then
 // -n tokens decoded by the real engine (LlamaForward + SparseAttention, as `leoam run`). Every
-// policy starts from the same state (same seed, same fill).
+// policy starts from the same state (same seed, same fill). The synthetic fill ends as a prompt
+// does: its last kPromptEndTokens positions are a prompt of random ids, prefilled by the engine
+// (dense attention over the synthetic KV), so that the first decode step follows a prompt's end
+// (LlamaForward's forecast of that step's picks from the prompt's last row) as in `leoam run`.
 //
 // Bound of a step = weights / DRAM bandwidth + KV read from RAM (device, host) / DRAM bandwidth
 // + the step's disk bytes (KV and abstracts) / the disk's raw read throughput, the bandwidth and
@@ -54,6 +57,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr int64_t kFillBlockTokens = 512;  // positions generated and appended at once, per layer
+constexpr int64_t kPromptEndTokens = 2;    // the synthetic fill's last positions, prefilled as a prompt
 constexpr uint64_t kDiskMarginBytes = uint64_t{256} << 20;
 
 // One decode step's cost.
@@ -70,6 +74,7 @@ struct PolicyRun {
   int chunk_tokens = 0;
   double disk_share = 0;  // of the KV's chunks, on disk after the fill
   double fill_s = 0;
+  double prompt_end_s = 0;  // of fill_s: the synthetic fill's prompt end (kPromptEndTokens), every sequence
   std::vector<Step> steps;
   std::string io_mode;
   StepBreakdown breakdown;  // the steps after the first, from their trace
@@ -142,7 +147,9 @@ class BenchKvCommand : public Command {
     cmd->add_option("--seed", seed_, "seed of the synthetic KV and the first token")->capture_default_str();
     CLI::Option* synth = cmd->add_flag("--synthetic-kv", synthetic_kv_,
                                        "fill the store with synthetic skewed KV (model/synthetic_kv.h) instead of a "
-                                       "prefill; the tokens are random ids");
+                                       "prefill, but for a prompt of 2 random ids at its end, prefilled as a prompt's "
+                                       "end is (dense, then the forecast of the first step's picks); the tokens are "
+                                       "random ids");
     CLI::Option* file = cmd->add_option("-f,--file", prompt_file_, "prefill this text, cut to --ctx tokens")
                             ->check(readable_file())
                             ->type_name("FILE");
@@ -302,8 +309,19 @@ class BenchKvCommand : public Command {
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(first)));
     for (int b = 0; b < batch_; ++b) {
       const std::string seq = batch_ > 1 ? what + ", sequence " + std::to_string(b + 1) : what;
-      if (synthetic_kv_) {  // each sequence its own KV: the seed + its index
-        LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *stores[b], selectors[b].get(), n_ctx, seed_ + static_cast<uint64_t>(b), seq));
+      if (synthetic_kv_) {  // each sequence its own KV: the seed + its index, and its prompt's end
+        const int64_t n_end = n_ctx > kPromptEndTokens ? kPromptEndTokens : 0;
+        LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *stores[b], selectors[b].get(), n_ctx - n_end,
+                                             seed_ + static_cast<uint64_t>(b), seq));
+        if (n_end > 0) {
+          status_.show("prefilling the prompt's end for " + seq);
+          std::vector<int32_t> end(static_cast<size_t>(n_end));
+          for (int32_t& t : end) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
+          const auto t_end = std::chrono::steady_clock::now();
+          LEOAM_RETURN_IF_ERROR(ctx->eval_sequence({stores[b], selectors[b].get()}, end, false, logits));
+          run.prompt_end_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_end).count();
+          tokens[b] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        }
       } else {
         const std::span<const int32_t> prompt(prompt_tokens_.data(), static_cast<size_t>(n_ctx));
         LEOAM_RETURN_IF_ERROR(ctx->eval_sequence({stores[b], selectors[b].get()}, prompt, false, logits));
@@ -542,8 +560,10 @@ class BenchKvCommand : public Command {
              " sequences a step, each its own store and selector: ms/tok is a batch step, tok/s the batch's, "
              "MiB read all the sequences'\n";
     }
-    out += std::string("KV: ") + (synthetic_kv_ ? "synthetic (--synthetic-kv, seed " + std::to_string(seed_) + ")"
-                                                : "prefill of " + prompt_file_) +
+    out += std::string("KV: ") +
+           (synthetic_kv_ ? "synthetic (--synthetic-kv, seed " + std::to_string(seed_) + "), ending in a prefilled prompt of " +
+                                std::to_string(kPromptEndTokens) + " tokens (the first step follows a prompt's end)"
+                          : "prefill of " + prompt_file_) +
            "\n\n";
     out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | device MiB | host MiB "
            "| disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
@@ -652,6 +672,7 @@ class BenchKvCommand : public Command {
                          {"chunk_tokens", r.chunk_tokens},
                          {"disk_share", r.disk_share},
                          {"fill_s", r.fill_s},
+                         {"prompt_end_s", r.prompt_end_s},
                          {"io_mode", r.io_mode},
                          {"ms_per_token", s.ms},
                          {"first_step_ms", s.first_ms},
