@@ -107,11 +107,7 @@ class PlanBuilder {
       return std::find(chosen.begin(), chosen.end(), key) != chosen.end() ||
              std::any_of(plan_.moves.begin(), plan_.moves.end(), [key](const Move& m) { return m.chunk == key; });
     };
-    for (const Residency::Evictable& e : residency_.evictable(tier)) {
-      if (importance_ceiling_ && !(e.importance < *importance_ceiling_)) break;  // the rest are no less important
-      if (!planned(e.key)) return e.key;
-    }
-    return std::nullopt;
+    return residency_.first_victim(tier, importance_ceiling_, planned);
   }
 
   Move to_disk(ChunkKey key, Tier from) const {
@@ -128,10 +124,63 @@ class PlanBuilder {
 
 }  // namespace
 
-ChunkResidency& Residency::must_find(ChunkKey key) {
-  auto* r = const_cast<ChunkResidency*>(find(key));
-  assert(r != nullptr && "the chunk must have a residency entry");
-  return *r;
+namespace {
+
+// The queues' order: a min-heap of victim order, on std's max-heap functions.
+bool later_victim(const Residency::Evictable& a, const Residency::Evictable& b) { return b < a; }
+
+}  // namespace
+
+Residency::Slot& Residency::must_find_slot(ChunkKey key) {
+  auto* s = const_cast<Slot*>(find_slot(key));
+  assert(s != nullptr && "the chunk must have a residency entry");
+  return *s;
+}
+
+const Residency::Slot* Residency::find_slot(ChunkKey key) const {
+  if (key.layer < 0 || key.index < 0 || static_cast<size_t>(key.layer) >= chunks_.size()) return nullptr;
+  const std::vector<std::optional<Slot>>& layer = chunks_[static_cast<size_t>(key.layer)];
+  if (static_cast<size_t>(key.index) >= layer.size() || !layer[static_cast<size_t>(key.index)]) return nullptr;
+  return &*layer[static_cast<size_t>(key.index)];
+}
+
+bool Residency::live(const Queued& q) const {
+  const Slot* s = find_slot(q.e.key);
+  return s != nullptr && s->stamp == q.stamp;
+}
+
+std::vector<Residency::Evictable> Residency::evictable(Tier tier) const {
+  std::vector<Evictable> out;
+  for (const Queued& q : queue_[tier == Tier::kDevice ? 0 : 1]) {
+    if (live(q)) out.push_back(q.e);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<ChunkKey> Residency::first_victim(Tier tier, std::optional<float> below,
+                                                const std::function<bool(ChunkKey)>& skip) const {
+  std::vector<Queued>& heap = queue_[tier == Tier::kDevice ? 0 : 1];
+  const auto order = [](const Queued& a, const Queued& b) { return later_victim(a.e, b.e); };
+  passed_.clear();
+  std::optional<ChunkKey> found;
+  while (!heap.empty()) {
+    const Queued top = heap.front();
+    std::pop_heap(heap.begin(), heap.end(), order);
+    heap.pop_back();
+    if (!live(top)) continue;  // stale: gone for good
+    passed_.push_back(top);
+    if (below && !(top.e.importance < *below)) break;  // the rest are no less important
+    if (!skip(top.e.key)) {
+      found = top.e.key;
+      break;
+    }
+  }
+  for (const Queued& q : passed_) {
+    heap.push_back(q);
+    std::push_heap(heap.begin(), heap.end(), order);
+  }
+  return found;
 }
 
 Residency::Residency(const ResidencyOptions& options) : options_(options) {}
@@ -171,32 +220,42 @@ Result<Residency::Plan> Residency::plan_promote(ChunkKey key, Tier to) const {
   return builder.take_plan();
 }
 
-void Residency::unindex(ChunkKey key, const ChunkResidency& r) {
-  if (r.tier != Tier::kDisk && r.pins == 0) evictable_[r.tier == Tier::kDevice ? 0 : 1].erase({r.importance, r.last_use, key});
+void Residency::unindex(Slot& s) {
+  if (s.stamp == 0) return;
+  --n_evictable_[s.entry.tier == Tier::kDevice ? 0 : 1];
+  s.stamp = 0;  // its queued entry is stale now
 }
 
-void Residency::index(ChunkKey key, const ChunkResidency& r) {
-  if (r.tier != Tier::kDisk && r.pins == 0) evictable_[r.tier == Tier::kDevice ? 0 : 1].insert({r.importance, r.last_use, key});
-}
-
-void Residency::reorder(ChunkKey key, ChunkResidency& r, float importance, uint64_t last_use) {
-  if (r.tier != Tier::kDisk && r.pins == 0) {
-    std::set<Evictable>& set = evictable_[r.tier == Tier::kDevice ? 0 : 1];
-    auto node = set.extract({r.importance, r.last_use, key});
-    assert(!node.empty() && "an evictable chunk must be indexed");
-    node.value() = {importance, last_use, key};
-    set.insert(std::move(node));
+void Residency::index(ChunkKey key, Slot& s) {
+  const ChunkResidency& r = s.entry;
+  if (r.tier == Tier::kDisk || r.pins > 0) return;
+  const int t = r.tier == Tier::kDevice ? 0 : 1;
+  std::vector<Queued>& heap = queue_[t];
+  const auto order = [](const Queued& a, const Queued& b) { return later_victim(a.e, b.e); };
+  if (s.stamp == 0) ++n_evictable_[t];
+  s.stamp = next_stamp_++;
+  heap.push_back({{r.importance, r.last_use, key}, s.stamp});
+  std::push_heap(heap.begin(), heap.end(), order);
+  // Stale entries past the live ones: drop them all at once (amortized O(1) a push).
+  if (static_cast<int64_t>(heap.size()) > 2 * n_evictable_[t] + 64) {
+    std::erase_if(heap, [&](const Queued& q) { return !live(q); });
+    std::make_heap(heap.begin(), heap.end(), order);
   }
-  r.importance = importance;
-  r.last_use = last_use;
+}
+
+void Residency::reorder(ChunkKey key, Slot& s, float importance, uint64_t last_use) {
+  const bool queued = s.stamp != 0;
+  s.entry.importance = importance;
+  s.entry.last_use = last_use;
+  if (queued) index(key, s);  // a new entry where it now sorts; the old one goes stale
 }
 
 void Residency::apply(const Move& move) {
-  ChunkResidency* r = nullptr;
+  Slot* s = nullptr;
   if (move.from) {
-    r = &must_find(move.chunk);
-    assert(r->tier == *move.from && "a move must start from the chunk's tier");
-    unindex(move.chunk, *r);
+    s = &must_find_slot(move.chunk);
+    assert(s->entry.tier == *move.from && "a move must start from the chunk's tier");
+    unindex(*s);
     account(options_, *move.from, -1, used_device_, used_host_);
     --n_chunks_[static_cast<int>(*move.from)];
   } else {
@@ -206,22 +265,22 @@ void Residency::apply(const Move& move) {
     if (chunks_.size() <= layer) chunks_.resize(layer + 1);
     if (chunks_[layer].size() <= index) chunks_[layer].resize(index + 1);
     assert(!chunks_[layer][index] && "an insert must name a new chunk");
-    r = &chunks_[layer][index].emplace();
+    s = &chunks_[layer][index].emplace();
     ++n_total_;
   }
-  r->tier = move.to;
-  if (move.to == Tier::kDisk) r->on_disk = true;
+  s->entry.tier = move.to;
+  if (move.to == Tier::kDisk) s->entry.on_disk = true;
   account(options_, move.to, +1, used_device_, used_host_);
   ++n_chunks_[static_cast<int>(move.to)];
-  index(move.chunk, *r);
+  index(move.chunk, *s);
 }
 
 void Residency::erase(ChunkKey key) {
-  const ChunkResidency* r = find(key);
-  if (r == nullptr) return;
-  unindex(key, *r);
-  account(options_, r->tier, -1, used_device_, used_host_);
-  --n_chunks_[static_cast<int>(r->tier)];
+  Slot* s = const_cast<Slot*>(find_slot(key));
+  if (s == nullptr) return;
+  unindex(*s);
+  account(options_, s->entry.tier, -1, used_device_, used_host_);
+  --n_chunks_[static_cast<int>(s->entry.tier)];
   chunks_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.index)].reset();
   --n_total_;
 }
@@ -229,42 +288,41 @@ void Residency::erase(ChunkKey key) {
 void Residency::clear() {
   chunks_.clear();
   n_total_ = 0;
-  for (auto& set : evictable_) set.clear();
+  for (auto& heap : queue_) heap.clear();
+  n_evictable_ = {};
   n_chunks_ = {};
   used_device_ = 0;
   used_host_ = 0;
 }
 
 void Residency::pin(ChunkKey key) {
-  ChunkResidency& r = must_find(key);
-  unindex(key, r);
-  ++r.pins;
+  Slot& s = must_find_slot(key);
+  unindex(s);
+  ++s.entry.pins;
 }
 
 void Residency::unpin(ChunkKey key) {
-  ChunkResidency& r = must_find(key);
-  assert(r.pins > 0 && "unpin without a matching pin");
-  --r.pins;
-  index(key, r);
+  Slot& s = must_find_slot(key);
+  assert(s.entry.pins > 0 && "unpin without a matching pin");
+  --s.entry.pins;
+  index(key, s);
 }
 
 void Residency::set_importance(ChunkKey key, float importance) {
-  ChunkResidency& r = must_find(key);
-  reorder(key, r, importance, r.last_use);
+  Slot& s = must_find_slot(key);
+  reorder(key, s, importance, s.entry.last_use);
 }
 
-void Residency::set_on_disk(ChunkKey key) { must_find(key).on_disk = true; }
+void Residency::set_on_disk(ChunkKey key) { must_find_slot(key).entry.on_disk = true; }
 
 void Residency::touch(ChunkKey key, uint64_t tick) {
-  ChunkResidency& r = must_find(key);
-  reorder(key, r, r.importance, tick);
+  Slot& s = must_find_slot(key);
+  reorder(key, s, s.entry.importance, tick);
 }
 
 const ChunkResidency* Residency::find(ChunkKey key) const {
-  if (key.layer < 0 || key.index < 0 || static_cast<size_t>(key.layer) >= chunks_.size()) return nullptr;
-  const std::vector<std::optional<ChunkResidency>>& layer = chunks_[static_cast<size_t>(key.layer)];
-  if (static_cast<size_t>(key.index) >= layer.size() || !layer[static_cast<size_t>(key.index)]) return nullptr;
-  return &*layer[static_cast<size_t>(key.index)];
+  const Slot* s = find_slot(key);
+  return s != nullptr ? &s->entry : nullptr;
 }
 
 uint64_t Residency::used_bytes(Tier tier) const {

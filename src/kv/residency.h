@@ -30,8 +30,8 @@
 
 #include <cstdint>
 #include <array>
+#include <functional>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "core/status.h"
@@ -114,7 +114,7 @@ class Residency {
   void for_each_chunk(F f) const {
     for (size_t layer = 0; layer < chunks_.size(); ++layer) {
       for (size_t i = 0; i < chunks_[layer].size(); ++i) {
-        if (chunks_[layer][i]) f(ChunkKey{static_cast<int>(layer), static_cast<int64_t>(i)}, *chunks_[layer][i]);
+        if (chunks_[layer][i]) f(ChunkKey{static_cast<int>(layer), static_cast<int64_t>(i)}, chunks_[layer][i]->entry);
       }
     }
   }
@@ -127,26 +127,54 @@ class Residency {
 
     auto operator<=>(const Evictable&) const = default;
   };
-  // The unpinned chunks of the device or host tier, first victim first: what victim searches
-  // walk, so that they cost O(victims * log n), not a scan of every chunk.
-  const std::set<Evictable>& evictable(Tier tier) const { return evictable_[tier == Tier::kDevice ? 0 : 1]; }
+  // The unpinned chunks of the device or host tier, first victim first (a sorted copy).
+  std::vector<Evictable> evictable(Tier tier) const;
+  // The first unpinned chunk of the device or host tier in victim order for which skip(key) is
+  // false, among those of importance below `below` when it is set; nullopt when there is none.
+  // O((skipped + 1) * log n): victim searches never scan every chunk.
+  std::optional<ChunkKey> first_victim(Tier tier, std::optional<float> below,
+                                       const std::function<bool(ChunkKey)>& skip) const;
 
  private:
-  // Keep evictable_ in step with an entry: drop it before a change, add it back after.
-  void unindex(ChunkKey key, const ChunkResidency& r);
-  void index(ChunkKey key, const ChunkResidency& r);
-  // Sets r's importance and last use, moving its evictable_ entry in place (no allocation).
-  void reorder(ChunkKey key, ChunkResidency& r, float importance, uint64_t last_use);
-  ChunkResidency& must_find(ChunkKey key);
+  // A chunk's entry, and the stamp of its live entry in the eviction queue (0: not evictable).
+  struct Slot {
+    ChunkResidency entry;
+    uint64_t stamp = 0;
+  };
+  // An eviction queue entry: live while its chunk's slot holds the same stamp.
+  struct Queued {
+    Evictable e;
+    uint64_t stamp = 0;
+  };
+
+  // Keep the eviction queues in step with an entry: drop it before a change, add it back after.
+  void unindex(Slot& s);
+  void index(ChunkKey key, Slot& s);
+  // Sets the entry's importance and last use, and queues it again where it now belongs.
+  void reorder(ChunkKey key, Slot& s, float importance, uint64_t last_use);
+  Slot& must_find_slot(ChunkKey key);
+  const Slot* find_slot(ChunkKey key) const;
+  bool live(const Queued& q) const;
 
   ResidencyOptions options_;
   // [layer][index]: chunk (layer, index)'s entry, where it has one. A lookup is an index, not a
   // tree walk: a decode step looks up every chunk it reads (with 8-token chunks, tens of
   // thousands a step at 32K tokens), and the ordered map's walks were 5% of the Llama-3-8B
   // shape's step (bench/RESULTS.md).
-  std::vector<std::vector<std::optional<ChunkResidency>>> chunks_;
+  std::vector<std::vector<std::optional<Slot>>> chunks_;
   int64_t n_total_ = 0;
-  std::array<std::set<Evictable>, 2> evictable_;  // [device, host]
+  // [device, host]: the evictable chunks in binary min-heaps of victim order. A change of a
+  // chunk's order pushes a new entry and leaves the old one stale (its stamp no longer the
+  // slot's), dropped when it reaches the top or when stale entries outnumber live ones. A decode
+  // step reorders every chunk it picks and reads, tens of thousands at 32K tokens: in an
+  // ordered set each reorder walked two trees of scattered nodes, 7-9% of the Llama-3-8B
+  // shape's step (bench/RESULTS.md); a push onto the heap's array mostly stops at once, since a
+  // chunk just read or picked sorts late. Victim searches pop from the top, and put back what
+  // they passed over: mutable, though a search changes nothing anyone can see.
+  mutable std::array<std::vector<Queued>, 2> queue_;
+  std::array<int64_t, 2> n_evictable_{};
+  uint64_t next_stamp_ = 1;
+  mutable std::vector<Queued> passed_;  // a victim search's entries taken off the top
   std::array<int64_t, kNumTiers> n_chunks_{};
   uint64_t used_device_ = 0;
   uint64_t used_host_ = 0;

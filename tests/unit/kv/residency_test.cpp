@@ -458,8 +458,8 @@ void check_invariants(const Residency& r) {
     if (c.tier != Tier::kDisk && c.pins == 0) evictable[c.tier == Tier::kDevice ? 0 : 1].insert({c.importance, c.last_use, k});
   });
   EXPECT_EQ(r.n_chunks(), n_all);
-  EXPECT_EQ(r.evictable(Tier::kDevice), evictable[0]);
-  EXPECT_EQ(r.evictable(Tier::kHost), evictable[1]);
+  EXPECT_EQ(r.evictable(Tier::kDevice), std::vector<Residency::Evictable>(evictable[0].begin(), evictable[0].end()));
+  EXPECT_EQ(r.evictable(Tier::kHost), std::vector<Residency::Evictable>(evictable[1].begin(), evictable[1].end()));
   EXPECT_EQ(n[0] + n[1] + n[2], r.n_chunks());
   for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) EXPECT_EQ(r.n_chunks(t), n[static_cast<int>(t)]);
   EXPECT_EQ(r.used_bytes(Tier::kDevice), static_cast<uint64_t>(n[0]) * o.device_chunk_bytes);
