@@ -166,11 +166,12 @@ class Residency {
   // [device, host]: the evictable chunks in binary min-heaps of victim order. A change of a
   // chunk's order pushes a new entry and leaves the old one stale (its stamp no longer the
   // slot's), dropped when it reaches the top or when stale entries outnumber live ones. A decode
-  // step reorders every chunk it picks and reads, tens of thousands at 32K tokens: in an
-  // ordered set each reorder walked two trees of scattered nodes, 7-9% of the Llama-3-8B
-  // shape's step (bench/RESULTS.md); a push onto the heap's array mostly stops at once, since a
-  // chunk just read or picked sorts late. Victim searches pop from the top, and put back what
-  // they passed over: mutable, though a search changes nothing anyone can see.
+  // step reorders every chunk it picks and reads, tens of thousands at 32K tokens: in ordered
+  // sets each reorder walked trees of scattered nodes (4.5% of a profile's samples at the
+  // Llama-3-8B shape; the heaps took its selection term from 77-90 to 74-82 ms, bench/RESULTS.md);
+  // a push onto the heap's array mostly stops at once, since a chunk just read or picked sorts
+  // late. Victim searches pop from the top, and put back what they passed over: mutable, though
+  // a search changes nothing anyone can see.
   mutable std::array<std::vector<Queued>, 2> queue_;
   std::array<int64_t, 2> n_evictable_{};
   uint64_t next_stamp_ = 1;
