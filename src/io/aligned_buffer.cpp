@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstring>
 
-
 namespace leoam {
 
 Result<AlignedBuffer> AlignedBuffer::allocate(size_t n_bytes) {

@@ -126,8 +126,8 @@ class PlanBuilder {
 
 namespace {
 
-// The queues' order: a min-heap of victim order, on std's max-heap functions.
-bool later_victim(const Residency::Evictable& a, const Residency::Evictable& b) { return b < a; }
+// The queues' order, for std's max-heap functions over queue entries: the first victim on top.
+constexpr auto kLaterVictim = [](const auto& a, const auto& b) { return b.e < a.e; };
 
 }  // namespace
 
@@ -161,12 +161,11 @@ std::vector<Residency::Evictable> Residency::evictable(Tier tier) const {
 std::optional<ChunkKey> Residency::first_victim(Tier tier, std::optional<float> below,
                                                 const std::function<bool(ChunkKey)>& skip) const {
   std::vector<Queued>& heap = queue_[tier == Tier::kDevice ? 0 : 1];
-  const auto order = [](const Queued& a, const Queued& b) { return later_victim(a.e, b.e); };
   passed_.clear();
   std::optional<ChunkKey> found;
   while (!heap.empty()) {
     const Queued top = heap.front();
-    std::pop_heap(heap.begin(), heap.end(), order);
+    std::pop_heap(heap.begin(), heap.end(), kLaterVictim);
     heap.pop_back();
     if (!live(top)) continue;  // stale: gone for good
     passed_.push_back(top);
@@ -178,7 +177,7 @@ std::optional<ChunkKey> Residency::first_victim(Tier tier, std::optional<float> 
   }
   for (const Queued& q : passed_) {
     heap.push_back(q);
-    std::push_heap(heap.begin(), heap.end(), order);
+    std::push_heap(heap.begin(), heap.end(), kLaterVictim);
   }
   return found;
 }
@@ -231,15 +230,14 @@ void Residency::index(ChunkKey key, Slot& s) {
   if (r.tier == Tier::kDisk || r.pins > 0) return;
   const int t = r.tier == Tier::kDevice ? 0 : 1;
   std::vector<Queued>& heap = queue_[t];
-  const auto order = [](const Queued& a, const Queued& b) { return later_victim(a.e, b.e); };
   if (s.stamp == 0) ++n_evictable_[t];
   s.stamp = next_stamp_++;
   heap.push_back({{r.importance, r.last_use, key}, s.stamp});
-  std::push_heap(heap.begin(), heap.end(), order);
+  std::push_heap(heap.begin(), heap.end(), kLaterVictim);
   // Stale entries past the live ones: drop them all at once (amortized O(1) a push).
   if (static_cast<int64_t>(heap.size()) > 2 * n_evictable_[t] + 64) {
     std::erase_if(heap, [&](const Queued& q) { return !live(q); });
-    std::make_heap(heap.begin(), heap.end(), order);
+    std::make_heap(heap.begin(), heap.end(), kLaterVictim);
   }
 }
 

@@ -28,7 +28,6 @@ class PipelineChoice {
   // The decode step just run, pipelined or not, took `ms`.
   void record(bool pipelined, double ms);
 
-
  private:
   // The mean of a mode's recent step times; negative while it has none.
   double mean(bool pipelined) const;

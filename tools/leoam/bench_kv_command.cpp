@@ -147,9 +147,9 @@ class BenchKvCommand : public Command {
     cmd->add_option("--seed", seed_, "seed of the synthetic KV and the first token")->capture_default_str();
     CLI::Option* synth = cmd->add_flag("--synthetic-kv", synthetic_kv_,
                                        "fill the store with synthetic skewed KV (model/synthetic_kv.h) instead of a "
-                                       "prefill, but for a prompt of 2 random ids at its end, prefilled as a prompt's "
-                                       "end is (dense, then the forecast of the first step's picks); the tokens are "
-                                       "random ids");
+                                       "prefill, but for a prompt of " + std::to_string(kPromptEndTokens) +
+                                           " random ids at its end, prefilled as a prompt's end is (dense, then the "
+                                           "forecast of the first step's picks); the tokens are random ids");
     CLI::Option* file = cmd->add_option("-f,--file", prompt_file_, "prefill this text, cut to --ctx tokens")
                             ->check(readable_file())
                             ->type_name("FILE");
