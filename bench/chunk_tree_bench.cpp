@@ -39,7 +39,7 @@ class ConstantCatalog final : public KvCatalog {
     }
     return Status::ok();
   }
-  void set_importance(ChunkKey /*key*/, float /*importance*/) override {}
+  void raise_importance(ChunkKey /*key*/, float /*amount*/) override {}
 };
 
 enum class Variant { kOneAtATime, kEdit };

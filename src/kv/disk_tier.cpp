@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "io/checksum.h"
 #include "kv/box_f16.h"
@@ -35,9 +36,9 @@ void push_coalesced(std::vector<Request>& requests, const Request& r) {
   requests.push_back(r);
 }
 
-// "LKA4" read as little-endian bytes (LKA3: a record per chunk; LKA2: an f32 box; LKA1: no sign
-// sketch).
-constexpr uint32_t kRecordMagic = 0x34414b4c;
+// "LKA5" read as little-endian bytes (LKA4: 16-byte chunk slots; LKA3: a record per chunk; LKA2:
+// an f32 box; LKA1: no sign sketch).
+constexpr uint32_t kRecordMagic = 0x35414b4c;
 constexpr size_t kRecordHeaderBytes = 32;
 
 struct RecordHeader {
@@ -50,13 +51,29 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
 
-// One chunk's place in its group's record (n_tokens 0: not written).
+// One chunk's place in its group's record (n_tokens 0: not written), stored packed in
+// kRecordSlotBytes: u16 n_tokens (a chunk holds at most kMaxChunkTokens), then the u64 checksum.
 struct RecordSlot {
   uint32_t n_tokens = 0;
-  uint32_t zero = 0;
   uint64_t chunk_checksum = 0;
 };
-static_assert(sizeof(RecordSlot) == 16);
+constexpr size_t kRecordSlotBytes = sizeof(uint16_t) + sizeof(uint64_t);
+static_assert(kMaxChunkTokens <= std::numeric_limits<uint16_t>::max());
+
+void store_slot(const RecordSlot& s, uint8_t* at) {
+  const auto n = static_cast<uint16_t>(s.n_tokens);
+  std::memcpy(at, &n, sizeof(n));
+  std::memcpy(at + sizeof(n), &s.chunk_checksum, sizeof(s.chunk_checksum));
+}
+
+RecordSlot load_slot(const uint8_t* at) {
+  uint16_t n = 0;
+  RecordSlot s;
+  std::memcpy(&n, at, sizeof(n));
+  std::memcpy(&s.chunk_checksum, at + sizeof(n), sizeof(s.chunk_checksum));
+  s.n_tokens = n;
+  return s;
+}
 
 // Where the parts of a record of `group_chunks` chunks lie (the header comment of disk_tier.h).
 struct RecordLayout {
@@ -66,7 +83,7 @@ struct RecordLayout {
   size_t bytes = 0;
 
   RecordLayout(const ChunkGeometry& g, int group_chunks) {
-    box = slots + static_cast<size_t>(group_chunks) * sizeof(RecordSlot);
+    box = slots + static_cast<size_t>(group_chunks) * kRecordSlotBytes;  // even: the f16 box stays aligned
     signs = box + static_cast<size_t>(g.box_floats()) * sizeof(uint16_t);
     bytes = signs + static_cast<size_t>(group_chunks) * static_cast<size_t>(g.sign_words()) * sizeof(uint32_t);
   }
@@ -96,7 +113,7 @@ void reset_record(const ChunkGeometry& g, const RecordLayout& r, const RecordHea
 // boxes, the same whatever the order).
 void put_chunk(const ChunkGeometry& g, const RecordLayout& r, int slot, const RecordSlot& s, const float* abstract,
                uint8_t* record) {
-  std::memcpy(record + r.slots + slot * sizeof(RecordSlot), &s, sizeof(s));
+  store_slot(s, record + r.slots + slot * kRecordSlotBytes);
   const int64_t half = g.box_floats() / 2;
   auto* box = reinterpret_cast<uint16_t*>(record + r.box);
   for (int64_t e = 0; e < half; ++e) {
@@ -263,8 +280,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_existing(const DiskTierOptions&
                 h.codec == static_cast<uint32_t>(o.codec) && h.group_chunks == static_cast<uint32_t>(G) &&
                 record_checksum(rec, L.record_bytes) == h.record_checksum;
       for (int64_t i = g * G; ok && i < std::min(n, (g + 1) * G); ++i) {
-        RecordSlot slot;
-        std::memcpy(&slot, rec + layout.slots + (i - g * G) * sizeof(RecordSlot), sizeof(slot));
+        const RecordSlot slot = load_slot(rec + layout.slots + (i - g * G) * kRecordSlotBytes);
         ok = slot.n_tokens > 0 && slot.n_tokens <= static_cast<uint32_t>(geo.chunk_tokens);
         if (ok) L.entries[i] = Entry{true, slot.n_tokens, slot.chunk_checksum, 0};
       }
@@ -455,7 +471,7 @@ Status DiskTier::write_chunks(int layer, std::span<const DiskChunkWrite> writes)
       LEOAM_RETURN_IF_ERROR(load_record(layer, g, groups.back().bytes));
       rec = groups.end() - 1;
     }
-    put_chunk(geo, layout, static_cast<int>(w.index % L.group_chunks), {entry.n_tokens, 0, entry.chunk_checksum},
+    put_chunk(geo, layout, static_cast<int>(w.index % L.group_chunks), {entry.n_tokens, entry.chunk_checksum},
               w.abstract, rec->bytes.data());
     push_coalesced(slots, {static_cast<uint64_t>(w.index) * slot_bytes_, slot_bytes_, w.stored});
     if (with_compressed) {
@@ -716,7 +732,7 @@ Status DiskTier::forget_from(int layer, int64_t index, std::span<const float> ke
   for (int64_t i = first; i < index; ++i) {
     if (!wrote_chunk(layer, i)) continue;
     const Entry& e = L.entries[i];
-    put_chunk(geo, layout, static_cast<int>(i - first), {e.n_tokens, 0, e.chunk_checksum},
+    put_chunk(geo, layout, static_cast<int>(i - first), {e.n_tokens, e.chunk_checksum},
               kept_abstracts.data() + (i - first) * geo.abstract_floats(), groups[0].bytes.data());
     any = true;
   }

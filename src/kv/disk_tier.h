@@ -14,7 +14,7 @@
 //   +----------+----------+--  abstract reads are disk reads, never page-cache hits
 //   record g = the abstracts of chunks [g G, (g + 1) G) of the layer, G its group (the policy's
 //   choice, DiskTierOptions::abstract_group_chunks: a box per block of what it keeps in memory):
-//   a 32-byte header, a 16-byte slot per chunk (its fill and checksum), one box for the group in
+//   a 32-byte header, a 10-byte slot per chunk (its fill and checksum), one box for the group in
 //   f16 (the union of its chunks' boxes, each minimum rounded down and each maximum up:
 //   box_f16.h), then each chunk's key sign sketch (chunk_layout.h). A chunk's abstract is the
 //   group's box and its own signs: a box that still bounds its keys, G times fewer box bytes.
@@ -24,10 +24,10 @@
 //                              may ask for it instead of the stored form (fewer bytes to move)
 //
 //   record (little-endian):
-//     u32 magic "LKA4" | u32 layer | u32 codec | u32 G | u64 group index
+//     u32 magic "LKA5" | u32 layer | u32 codec | u32 G | u64 group index
 //     u64 record checksum (XXH3 of the whole record, with this field zero)
-//     G x { u32 n_tokens (filled rows; 0: not written) | u32 0 | u64 chunk checksum (XXH3 of
-//           the slot's stored bytes, encoded_chunk_bytes long) }
+//     G x { u16 n_tokens (filled rows; 0: not written) | u64 chunk checksum (XXH3 of the slot's
+//           stored bytes, encoded_chunk_bytes long), packed: 10 bytes }
 //     f16 box[2][n_kv_heads][head_dim] | u32 signs[G][chunk_tokens][n_kv_heads][words per head]
 //
 // A group's record is rewritten as its chunks are written (write-through seals them in order: the

@@ -66,9 +66,10 @@ class KvCatalog {
   int64_t sign_words_per_chunk() const {
     return static_cast<int64_t>(chunk_tokens()) * catalog_kv_heads() * sign_words_per_head(catalog_head_dim());
   }
-  // A hint for eviction: the policy's view of how much a chunk matters (higher stays closer to
-  // compute). Unknown chunks are ignored.
-  virtual void set_importance(ChunkKey key, float importance) = 0;
+  // A hint for eviction: raises the chunk's importance (higher stays closer to compute; a chunk
+  // starts at 0) by `amount`, the policies' view of how much it matters. The store keeps the
+  // count for as long as it keeps the chunk. Unknown chunks are ignored.
+  virtual void raise_importance(ChunkKey key, float amount) = 0;
 };
 
 }  // namespace leoam

@@ -148,7 +148,7 @@ namespace {
 struct Header {
   KvSession session;
   int chunk_tokens = 0;
-  std::vector<int> group_chunks;  // per layer (empty: one chunk a record)
+  std::vector<int> group_chunks;  // per layer
   KvCacheShape shape;  // n_ctx unused
   std::string dtype;
 };
@@ -170,7 +170,7 @@ Result<Header> read_header(FileSystem& fs, const std::string& dir, uint64_t mode
       return unsupported(path + ": saved by a newer leoam (format version " + std::to_string(version) +
                          "; this build reads up to " + std::to_string(kKvSessionVersion) + ")");
     }
-    if (version < 3) {
+    if (version < 5) {
       return unsupported(path + ": saved by an older leoam (format version " + std::to_string(version) +
                          ", whose abstract records this build no longer reads); save the session again");
     }
@@ -184,7 +184,7 @@ Result<Header> read_header(FileSystem& fs, const std::string& dir, uint64_t mode
                               "); load it with the model it was saved with");
     }
     h.chunk_tokens = header.at("chunk_tokens").get<int>();
-    if (version >= 4) h.group_chunks = header.at("abstract_group_chunks").get<std::vector<int>>();
+    h.group_chunks = header.at("abstract_group_chunks").get<std::vector<int>>();
     h.shape.n_layer = header.at("n_layer").get<int>();
     h.shape.n_kv_heads = header.at("n_kv_heads").get<int>();
     h.shape.head_dim = header.at("head_dim").get<int>();

@@ -1045,8 +1045,8 @@ Status TieredKvCache::record_abstract_again(int layer, int64_t index, float* a) 
 
 // --- hints and inspection --------------------------------------------------------------------
 
-void TieredKvCache::set_importance(ChunkKey key, float importance) {
-  if (residency_.find(key) != nullptr) residency_.set_importance(key, importance);
+void TieredKvCache::raise_importance(ChunkKey key, float amount) {
+  if (const ChunkResidency* c = residency_.find(key)) residency_.set_importance(key, c->importance + amount);
 }
 
 KvStats TieredKvCache::stats() const {

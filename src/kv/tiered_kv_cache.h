@@ -174,7 +174,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Status load_abstract_runs(int layer, std::span<const ChunkRun> runs, float* dst, AbstractSource source) override;
   bool has_key_signs() const override { return true; }
   // A hint from the selection policies: a more important chunk stays closer to compute.
-  void set_importance(ChunkKey key, float importance) override;
+  void raise_importance(ChunkKey key, float amount) override;
 
   const ChunkGeometry& geometry() const { return geometry_; }
   // Per layer, the positions one disk abstract record covers (TieredKvCacheOptions).

@@ -18,11 +18,11 @@ bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // scratch of a grow over a long prompt stays that of one piece (32 chunks at 4 KV heads of 64:
 // 64 KiB), not as large as the f32 boxes of the whole prompt.
 constexpr int64_t kGrowPieceChunks = 32;
-// The tree's arrays grow by a 128th past their need when they must grow: they hold at most that
-// much slack (policy_memory.h; 0.04% of the KV), and a long context reallocates them every 128th
-// of its length (a copy of its signs and boxes: 24 MiB a layer at Llama-2-7B's 32K, every 256
-// decode steps).
-constexpr size_t kTreeSlack = 128;
+// The tree's arrays grow by a 256th past their need when they must grow: they hold at most that
+// much slack (policy_memory.h; 0.02% of the KV), and a long context reallocates them every 256th
+// of its length (a copy of its signs and boxes: 24 MiB a layer at Llama-2-7B's 32K, every 128
+// decode steps, about 0.1 ms a step).
+constexpr size_t kTreeSlack = 256;
 
 // x is min * 2^k for some k >= 0.
 bool is_pow2_multiple(int64_t x, int64_t min) { return x >= min && x % min == 0 && is_pow2(x / min); }
@@ -106,7 +106,7 @@ Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
   // The grown leaves are blocks of initial_tokens, in order (the edge one cut by n): fewer than now.
   const int64_t n_leaves = (n_tokens_ + initial_tokens - 1) / initial_tokens;
   scratch_bytes_ = capacity_bytes(blocks_);  // the boxes replaced
-  for (int64_t l = 0; l < n_leaves; ++l) begins_[l] = l * initial_tokens;
+  for (int64_t l = 0; l < n_leaves; ++l) begins_[l] = begin_entry(l * initial_tokens);
   begins_.resize(static_cast<size_t>(n_leaves));
   edge_size_ = initial_tokens;
   history_.assign(static_cast<size_t>(n_leaves), LeafHistory{});
@@ -117,10 +117,12 @@ Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
 }
 
 TokenRange ChunkTree::leaf(int64_t i) const {
-  return {begins_[i], i + 1 < n_leaves() ? begins_[i + 1] : n_tokens_};
+  return {leaf_begin(i), i + 1 < n_leaves() ? leaf_begin(i + 1) : n_tokens_};
 }
 
-int64_t ChunkTree::size_of(int64_t i) const { return i + 1 < n_leaves() ? begins_[i + 1] - begins_[i] : edge_size_; }
+int64_t ChunkTree::size_of(int64_t i) const {
+  return i + 1 < n_leaves() ? leaf_begin(i + 1) - leaf_begin(i) : edge_size_;
+}
 
 bool ChunkTree::is_full(int64_t i) const { return leaf(i).size() == size_of(i); }
 
@@ -131,7 +133,7 @@ bool ChunkTree::can_split(int64_t i) const {
 bool ChunkTree::can_merge(int64_t i) const {
   if (i < 0 || i + 1 >= n_leaves()) return false;
   const int64_t s = size_of(i);
-  return size_of(i + 1) == s && is_full(i) && is_full(i + 1) && begins_[i] % (2 * s) == 0 &&
+  return size_of(i + 1) == s && is_full(i) && is_full(i + 1) && leaf_begin(i) % (2 * s) == 0 &&
          2 * s <= options_.max_tokens;
 }
 
@@ -142,10 +144,15 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
                             " tokens; reset the tree first");
   }
   if (n_tokens == n_tokens_) return Status::ok();
+  if (n_tokens / options_.min_tokens > int64_t{std::numeric_limits<uint32_t>::max()}) {
+    return invalid_argument("chunk tree of layer " + std::to_string(layer) + ": " + std::to_string(n_tokens) +
+                            " tokens are more than its leaves can begin at (2^32 leaves of " +
+                            std::to_string(options_.min_tokens) + " tokens)");
+  }
   // The first leaf to (re)compute: the edge leaf when the old end cut it, else the first new one.
   int64_t first = n_leaves();
   if (first > 0 && !is_full(first - 1)) --first;
-  const int64_t p0 = first < n_leaves() ? begins_[first] : n_tokens_;
+  const int64_t p0 = first < n_leaves() ? leaf_begin(first) : n_tokens_;
 
   // The begins of the new leaves after the old ones (the edge leaf keeps its begin, and its size
   // in the tree), in a scratch copy: the tree changes only once the read succeeded.
@@ -229,7 +236,7 @@ Status ChunkTree::grow(KvCatalog& catalog, int layer, int64_t n_tokens, Abstract
   const size_t n_before = begins_.size();
   grow_to(history_, n_before + begins.size(), kTreeSlack);  // the edge keeps its history
   grow_to(begins_, n_before + begins.size(), kTreeSlack);
-  std::copy(begins.begin(), begins.end(), begins_.begin() + static_cast<int64_t>(n_before));
+  for (size_t k = 0; k < begins.size(); ++k) begins_[n_before + k] = begin_entry(begins[k]);
   edge_size_ = edge_size;
   n_tokens_ = n_tokens;
   scratch_bytes_ = capacity_bytes(chunks) + capacity_bytes(row_signs) + capacity_bytes(box) + capacity_bytes(edge_box) +
@@ -315,14 +322,14 @@ void ChunkTree::apply(std::vector<LeafChange>& change, int64_t n_splits) {
   int64_t d = n_after;
   int64_t end = n_tokens_;  // the end of leaf r: the begin leaf r + 1 had before it moved
   for (int64_t r = w - 1; r >= 0 && d > r + 1; --r) {
-    const int64_t begin = begins_[r];
+    const int64_t begin = leaf_begin(r);
     if (change[r] != LeafChange::kSplit) {
       move_leaf(r, --d);
     } else {
       d -= 2;
       const int64_t half = (end - begin) / 2;
-      begins_[d] = begin;
-      begins_[d + 1] = begin + half;
+      begins_[d] = begin_entry(begin);
+      begins_[d + 1] = begin_entry(begin + half);
       history_[d] = history_[d + 1] = {};
       if (r == w - 1) edge_size_ = half;
     }

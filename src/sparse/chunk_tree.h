@@ -42,10 +42,18 @@ struct ChunkTreeOptions {
   bool key_signs = false;   // keep the key sign sketch (the catalog must have_key_signs())
 };
 
-// What the policy remembers of a leaf between steps (its split/merge rule reads and writes it).
+// What the policy remembers of a leaf between steps (its split/merge rule reads and writes it):
+// two bytes a leaf, as the counts only meet thresholds of a few steps.
 struct LeafHistory {
-  int hot_steps = 0;   // consecutive steps the leaf was selected
-  int cold_steps = 0;  // consecutive steps it was not
+  uint8_t hot_steps = 0;   // consecutive steps the leaf was selected, up to 255
+  uint8_t cold_steps = 0;  // consecutive steps it was not, up to 255
+
+  // One more step, in which the leaf was selected or not.
+  void note(bool selected) {
+    uint8_t& streak = selected ? hot_steps : cold_steps;
+    streak = static_cast<uint8_t>(streak + (streak < 255));
+    (selected ? cold_steps : hot_steps) = 0;
+  }
 };
 
 class ChunkTree {
@@ -124,14 +132,19 @@ class ChunkTree {
   void apply(std::vector<LeafChange>& change, int64_t n_splits);
   // Leaf `from` moves to index `to` (its begin and history).
   void move_leaf(int64_t from, int64_t to);
+  // Leaf i's first position, and the begins_ entry of a leaf's first position p.
+  int64_t leaf_begin(int64_t i) const { return int64_t{begins_[i]} * options_.min_tokens; }
+  uint32_t begin_entry(int64_t p) const { return static_cast<uint32_t>(p / options_.min_tokens); }
 
   ChunkTreeOptions options_;
   int store_chunk_tokens_;
   BoundLayout layout_;
   int64_t n_tokens_ = 0;
-  // Leaf i is [begins_[i], begins_[i + 1]), the last [begins_.back(), n_tokens_): its size in the
-  // tree (min_tokens * 2^k, aligned to it) is its length, but for the last leaf, cut by n, edge_size_.
-  std::vector<int64_t> begins_;
+  // Leaf i is [leaf_begin(i), leaf_begin(i + 1)), the last [leaf_begin(last), n_tokens_): its size
+  // in the tree (min_tokens * 2^k, aligned to it) is its length, but for the last leaf, cut by n,
+  // edge_size_. begins_ holds the begins in units of min_tokens (every begin is a multiple): four
+  // bytes a leaf.
+  std::vector<uint32_t> begins_;
   int64_t edge_size_ = 0;
   std::vector<LeafHistory> history_;  // per leaf
   // The per-position and per-block arrays below grow to MiBs over a long context: on huge pages

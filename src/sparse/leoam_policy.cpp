@@ -92,8 +92,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kv/box_f16.h"
 #include "sparse/chunk_ranking.h"
 #include "sparse/chunk_tree.h"
@@ -152,7 +154,8 @@ TokenRange intersect(TokenRange a, TokenRange b) {
   return begin < end ? TokenRange{begin, end} : TokenRange{begin, begin};
 }
 
-// Upper bounds of every query head over a run of units (chunks or leaves): [n_head][n].
+// Upper bounds of query heads (every head's, or a kv head's group) over a run of units (chunks
+// or leaves): [heads][n].
 struct HeadBounds {
   int64_t n = 0;
   std::vector<float> data;
@@ -231,11 +234,9 @@ class LeoamPolicy final : public SelectionPolicy {
       units.units.push_back({chunks[i], boxes.data() + i * stride});
       units.owner.push_back(i);
     }
-    const HeadBounds upper = upper_bounds(query, loaded.size(), units);
-    const Shares shared = shares(query, upper, chunks, far.i0 - loaded.i0, far.i1 - loaded.i0);
+    const Shares shared = shares(query, units, chunks, far.i0 - loaded.i0, far.i1 - loaded.i0);
     note_working_bytes(capacity_bytes(abstracts.data) + capacity_bytes(abstracts.sign_words) + capacity_bytes(boxes) +
-                       capacity_bytes(units.units) + capacity_bytes(units.owner) + upper.peak_bytes +
-                       shared.working_bytes);
+                       capacity_bytes(units.units) + capacity_bytes(units.owner) + shared.working_bytes);
     if (options_.desert && is_desert(query, chunks, units, shared)) {
       s.desert = true;
       return s;
@@ -265,10 +266,9 @@ class LeoamPolicy final : public SelectionPolicy {
     // Every leaf's upper bounds: the near ones weigh in the far ones' mass shares and the desert check.
     s.n_chunks_scored = tree->n_leaves();
     const BoundUnits units = leaf_units(*tree, leaves);
-    const HeadBounds upper = upper_bounds(query, tree->n_leaves(), units);
-    Shares shared = shares(query, upper, leaves, l0, l1);
-    note_working_bytes(upper.peak_bytes + capacity_bytes(leaves) + capacity_bytes(units.units) +
-                       capacity_bytes(units.owner) + shared.working_bytes);
+    Shares shared = shares(query, units, leaves, l0, l1);
+    note_working_bytes(capacity_bytes(leaves) + capacity_bytes(units.units) + capacity_bytes(units.owner) +
+                       shared.working_bytes);
     std::vector<float> scores;
     RangePick pick;
     if (options_.desert && is_desert(query, leaves, units, shared)) {
@@ -278,7 +278,7 @@ class LeoamPolicy final : public SelectionPolicy {
       pick = pick_top_ranges(scores, far_leaves, query.far, query.budget_tokens, tree->options().min_tokens);
       s.ranges = pick.ranges;
     }
-    if (learn) LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, upper, l0, s));
+    if (learn) LEOAM_RETURN_IF_ERROR(adapt(query, catalog, *tree, l0, l1, pick, scores, shared.far_weights, s));
     return s;
   }
 
@@ -313,24 +313,15 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   // The IAKM rule (the header comment) after the selection of far leaves [l0, l1): pick.picked are
-  // indices into them, `scores` their scores (empty in a desert). Counts the changes in `s`.
-  // `upper` holds the far leaves' upper bounds from its unit far0 on.
+  // indices into them, `scores` their scores (empty in a desert), `far_weights` their
+  // Shares::far_weights. Counts the changes in `s`.
   Status adapt(const SelectionQuery& query, KvCatalog& catalog, ChunkTree& tree, int64_t l0, int64_t l1,
-               const RangePick& pick, const std::vector<float>& scores, const HeadBounds& upper, int64_t far0,
+               const RangePick& pick, const std::vector<float>& scores, const std::vector<double>& far_weights,
                Selection& s) {
     const std::vector<int64_t>& picked = pick.picked;
     std::vector<bool> selected(static_cast<size_t>(l1 - l0), false);
     for (int64_t j : picked) selected[j] = true;
-    for (int64_t i = l0; i < l1; ++i) {
-      LeafHistory& h = tree.history(i);
-      if (selected[i - l0]) {
-        ++h.hot_steps;
-        h.cold_steps = 0;
-      } else {
-        ++h.cold_steps;
-        h.hot_steps = 0;
-      }
-    }
+    for (int64_t i = l0; i < l1; ++i) tree.history(i).note(selected[i - l0]);
 
     // A selection that holds all of far reads every far token however fine the leaves: no split pays.
     int64_t n_picked_tokens = 0;
@@ -341,7 +332,7 @@ class LeoamPolicy final : public SelectionPolicy {
     const bool early = query.step < kIakmEarlySteps;
     std::optional<bool> skewed;  // computed once, when a rule asks
     const auto is_skewed = [&] {
-      if (!skewed) skewed = skew(query, tree, l0, l1, selected, upper, far0) >= kIakmSkew;
+      if (!skewed) skewed = skew(query, selected, far_weights) >= kIakmSkew;
       return *skewed;
     };
     bool any_hot = false;
@@ -383,24 +374,13 @@ class LeoamPolicy final : public SelectionPolicy {
     return Status::ok();
   }
 
-  // The layer's skew (the header comment): the mean over query heads of the selected leaves'
-  // share of the far leaves' bounded mass. Far leaf l0 + i is unit far0 + i of `upper`.
-  double skew(const SelectionQuery& query, const ChunkTree& tree, int64_t l0, int64_t l1,
-              const std::vector<bool>& selected, const HeadBounds& upper, int64_t far0) const {
+  // The layer's skew (the header comment): the mean over query heads of the selected far leaves'
+  // share of the far leaves' bounded mass, which is linear in the selection: the selected leaves'
+  // summed far weights (Shares::far_weights) over the heads.
+  static double skew(const SelectionQuery& query, const std::vector<bool>& selected,
+                     const std::vector<double>& far_weights) {
     double sum = 0.0;
-    for (int h = 0; h < query.n_head; ++h) {
-      const float* u = upper.head(h) + far0;
-      const double m = *std::max_element(u, u + (l1 - l0));
-      double total = 0.0;
-      double held = 0.0;
-      for (int64_t i = l0; i < l1; ++i) {
-        const double mass =
-            static_cast<double>(intersect(tree.leaf(i), query.far).size()) * std::exp(query.scale * (u[i - l0] - m));
-        total += mass;
-        if (selected[i - l0]) held += mass;
-      }
-      sum += total > 0.0 ? held / total : 0.0;
-    }
+    for (size_t i = 0; i < selected.size(); ++i) sum += selected[i] ? far_weights[i] : 0.0;
     return sum / query.n_head;
   }
 
@@ -431,35 +411,46 @@ class LeoamPolicy final : public SelectionPolicy {
     return r;
   }
 
-  // bounds[h * units.size() + u]: the box bound (chunk_bound.h) of query head h against unit u's box.
-  static std::vector<float> box_bounds(const SelectionQuery& query, const BoundUnits& units, BoundSide side) {
+  // The query heads [h0, h1) of `heads` (sign_bound.h).
+  static std::pair<int, int> head_span(const SelectionQuery& query, KvHeadGroups heads) {
     const int group = query.n_head / query.n_head_kv;
+    return heads.kv_head < 0 ? std::pair{0, query.n_head} : std::pair{heads.kv_head * group, (heads.kv_head + 1) * group};
+  }
+
+  // bounds[(h - h0) * units.size() + u]: the box bound (chunk_bound.h) of query head h of `heads`
+  // ([h0, h1)) against unit u's box.
+  static std::vector<float> box_bounds(const SelectionQuery& query, const BoundUnits& units, BoundSide side,
+                                       KvHeadGroups heads) {
+    const int group = query.n_head / query.n_head_kv;
+    const auto [h0, h1] = head_span(query, heads);
     const size_t n = units.units.size();
-    std::vector<float> bounds(static_cast<size_t>(query.n_head) * n);
+    std::vector<float> bounds(static_cast<size_t>(h1 - h0) * n);
     std::vector<float> box(static_cast<size_t>(units.layout.chunk_stride));
     for (size_t u = 0; u < n; ++u) {
       decode_box(units.units[u].box, units.layout.chunk_stride, box.data());
-      for (int h = 0; h < query.n_head; ++h) {
+      for (int h = h0; h < h1; ++h) {
         chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, box.data(), 1, units.layout,
-                     &bounds[h * n + u], side);
+                     &bounds[(h - h0) * n + u], side);
       }
     }
     return bounds;
   }
 
-  // Every query head's upper bounds over n owners, computed once per selection and shared by the
-  // desert check, the ranking and the skew.
-  HeadBounds upper_bounds(const SelectionQuery& query, int64_t n, const BoundUnits& units) const {
+  // The upper bounds of the query heads of `heads` over n owners (HeadBounds::head(j): the j-th),
+  // the units split among `pool`'s threads when given.
+  static HeadBounds upper_bounds(const SelectionQuery& query, int64_t n, const BoundUnits& units, KvHeadGroups heads,
+                                 ThreadPool* pool) {
+    const auto [h0, h1] = head_span(query, heads);
     const size_t n_units = units.units.size();
     std::vector<float> unit_bounds;
     if (units.slices.words != nullptr) {
-      unit_bounds.resize(query.n_head * n_units);
-      sign_bounds(query.q, query.n_head, units.units, units.layout, units.slices, unit_bounds.data(), query.pool);
+      unit_bounds.resize((h1 - h0) * n_units);
+      sign_bounds(query.q, query.n_head, units.units, units.layout, units.slices, unit_bounds.data(), pool, heads);
     } else if (units.signs.words != nullptr) {
-      unit_bounds.resize(query.n_head * n_units);
-      sign_bounds(query.q, query.n_head, units.units, units.layout, units.signs, unit_bounds.data(), query.pool);
+      unit_bounds.resize((h1 - h0) * n_units);
+      sign_bounds(query.q, query.n_head, units.units, units.layout, units.signs, unit_bounds.data(), pool, heads);
     } else {
-      unit_bounds = box_bounds(query, units, BoundSide::kUpper);
+      unit_bounds = box_bounds(query, units, BoundSide::kUpper, heads);
     }
     // A unit per owner, in order (every flat step, and a tree whose leaves are its blocks): the
     // units' bounds are the owners'.
@@ -469,8 +460,8 @@ class LeoamPolicy final : public SelectionPolicy {
       const uint64_t bytes = capacity_bytes(unit_bounds);
       return HeadBounds{n, std::move(unit_bounds), bytes};
     }
-    HeadBounds b{n, std::vector<float>(static_cast<size_t>(query.n_head * n), -std::numeric_limits<float>::infinity())};
-    for (int h = 0; h < query.n_head; ++h) {
+    HeadBounds b{n, std::vector<float>(static_cast<size_t>((h1 - h0) * n), -std::numeric_limits<float>::infinity())};
+    for (int h = 0; h < h1 - h0; ++h) {
       float* out = b.data.data() + h * n;
       const float* in = unit_bounds.data() + h * n_units;
       for (size_t u = 0; u < n_units; ++u) out[units.owner[u]] = std::max(out[units.owner[u]], in[u]);
@@ -479,48 +470,103 @@ class LeoamPolicy final : public SelectionPolicy {
     return b;
   }
 
-  // What the ranking and the desert check need of every query head's upper bounds over the
-  // units of [0, n_tokens) (the header comment), made in one pass a head: each unit's bounded
-  // mass e^(scale * (bound - m)) is computed once and serves the head's total, its far mass
-  // bound and its shares.
+  // What the ranking, the desert check and the skew need of every query head's upper bounds over
+  // the units of [0, n_tokens) (the header comment), made a kv head's group at a time (a group's
+  // bounds are held, not every head's) and in one pass a head: each unit's bounded mass
+  // e^(scale * (bound - m)) is computed once and serves the head's total, its far mass bound, its
+  // shares and its far weights.
   struct Shares {
-    std::vector<float> scores;      // far units [f0, f1): the GQA-combined log mass share
-    std::vector<double> m;          // per query head: its largest upper bound
-    std::vector<double> far_upper;  // per query head: sum over units of far tokens * e^(scale * (bound - m))
-    uint64_t working_bytes = 0;     // the most held while making them
+    std::vector<float> scores;        // far units [f0, f1): the GQA-combined log mass share
+    std::vector<double> m;            // per query head: its largest upper bound
+    std::vector<double> far_upper;    // per query head: sum over units of far tokens * e^(scale * (bound - m))
+    std::vector<double> far_weights;  // far units: the sum over query heads of their share of the head's far mass
+    uint64_t working_bytes = 0;       // the most held while making them
   };
 
-  // Shares over `units` (their upper bounds in `upper`), scores for the far ones [f0, f1).
-  Shares shares(const SelectionQuery& query, const HeadBounds& upper, std::span<const TokenRange> units, int64_t f0,
-                int64_t f1) const {
+  // A run of kv heads' part of Shares: their best scores and summed far weights, and its bytes.
+  struct SharesPart {
+    std::vector<float> scores;
+    std::vector<double> far_weights;
+    uint64_t working_bytes = 0;
+  };
+
+  // Shares over the units at `ranges` (n of them: their bounds are made over `bound_units`, whose
+  // owners they are), scores for the far ones [f0, f1). With a pool, its threads take runs of kv
+  // heads, each group's bounds and shares on one thread (the exps too), and the parts combine in
+  // order (scores by max: exact; far weights by sum: the same up to rounding); a model with fewer
+  // kv heads than would fill the pool splits each group's bounds by units instead.
+  Shares shares(const SelectionQuery& query, const BoundUnits& bound_units, std::span<const TokenRange> ranges,
+                int64_t f0, int64_t f1) const {
+    Shares r{{}, std::vector<double>(query.n_head), std::vector<double>(query.n_head), {}};
     const int group = query.n_head / query.n_head_kv;
-    const auto n = static_cast<int64_t>(units.size());
+    // About a multiply-add a row, a channel and a query head (the bounds; the exps add a few a unit).
+    const int64_t cost_per_group = query.n_tokens * group * query.head_dim;
+    const bool by_groups = query.pool != nullptr && query.n_head_kv >= query.pool->n_threads();
+    const int n_parts = by_groups ? query.pool->n_ranges_for(query.n_head_kv, cost_per_group) : 1;
+    if (n_parts <= 1) {
+      SharesPart part = shares_of_groups(query, bound_units, ranges, f0, f1, 0, query.n_head_kv, query.pool, r);
+      r.scores = std::move(part.scores);
+      r.far_weights = std::move(part.far_weights);
+      r.working_bytes = part.working_bytes;
+    } else {
+      std::vector<SharesPart> parts(static_cast<size_t>(n_parts));
+      query.pool->parallel_for(query.n_head_kv, cost_per_group, [&](int64_t g0, int64_t g1, int range) {
+        parts[range] = shares_of_groups(query, bound_units, ranges, f0, f1, static_cast<int>(g0),
+                                        static_cast<int>(g1), nullptr, r);
+      });
+      r.scores = std::move(parts[0].scores);
+      r.far_weights = std::move(parts[0].far_weights);
+      for (const SharesPart& part : parts) r.working_bytes += part.working_bytes;
+      for (size_t k = 1; k < parts.size(); ++k) {
+        for (size_t i = 0; i < r.scores.size(); ++i) {
+          r.scores[i] = std::max(r.scores[i], parts[k].scores[i]);
+          r.far_weights[i] += parts[k].far_weights[i];
+        }
+      }
+    }
+    r.working_bytes += capacity_bytes(r.m) + capacity_bytes(r.far_upper);
+    return r;
+  }
+
+  // The part of kv heads [g0, g1): their heads' m and far_upper into `r`, the rest returned. The
+  // bounds' kernel splits the units among `pool`'s threads, when given.
+  SharesPart shares_of_groups(const SelectionQuery& query, const BoundUnits& bound_units,
+                              std::span<const TokenRange> ranges, int64_t f0, int64_t f1, int g0, int g1,
+                              ThreadPool* pool, Shares& r) const {
+    const int group = query.n_head / query.n_head_kv;
+    const auto n = static_cast<int64_t>(ranges.size());
     constexpr float kNone = -std::numeric_limits<float>::infinity();
-    Shares r{std::vector<float>(static_cast<size_t>(f1 - f0), kNone), std::vector<double>(query.n_head),
-             std::vector<double>(query.n_head)};
+    SharesPart part{std::vector<float>(static_cast<size_t>(f1 - f0), kNone),
+                    std::vector<double>(static_cast<size_t>(f1 - f0), 0.0)};
     std::vector<double> mass(static_cast<size_t>(n));          // one head's e^(scale * (bound - m))
     std::vector<double> log_total(static_cast<size_t>(group));  // the group's heads' ln(total)
-    std::vector<double> sum(static_cast<size_t>(f1 - f0));      // kSum: the group's summed shares
-    std::vector<float> best(static_cast<size_t>(f1 - f0));      // kMax: the group's best log share
-    for (int g = 0; g < query.n_head_kv; ++g) {
+    // kSum: the group's summed shares (the scores take the largest group's log; kMax: the largest
+    // head's log share, straight into the scores).
+    std::vector<double> sum(options_.group_combine == GroupCombine::kSum ? static_cast<size_t>(f1 - f0) : 0);
+    float* scores = part.scores.data();
+    uint64_t bounds_bytes = 0;
+    for (int g = g0; g < g1; ++g) {
+      const HeadBounds upper = upper_bounds(query, n, bound_units, KvHeadGroups::of(g), pool);
+      bounds_bytes = std::max(bounds_bytes, upper.peak_bytes);
       std::fill(sum.begin(), sum.end(), 0.0);
-      std::fill(best.begin(), best.end(), kNone);
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        const float* u = upper.head(h);
+      for (int j = 0; j < group; ++j) {
+        const int h = g * group + j;
+        const float* u = upper.head(j);
         const double m = *std::max_element(u, u + n);
         double total = 0.0;  // the head's bounded mass over every unit, times e^(-scale * m)
         double far_upper = 0.0;
         for (int64_t i = 0; i < n; ++i) {
           mass[i] = std::exp(query.scale * (u[i] - m));
-          total += static_cast<double>(units[i].size()) * mass[i];
-          far_upper += static_cast<double>(intersect(units[i], query.far).size()) * mass[i];
+          total += static_cast<double>(ranges[i].size()) * mass[i];
+          far_upper += static_cast<double>(intersect(ranges[i], query.far).size()) * mass[i];
         }
         r.m[h] = m;
         r.far_upper[h] = far_upper;
-        log_total[h - g * group] = std::log(total);
+        log_total[j] = std::log(total);
+        add_far_weights(query, u, ranges, f0, f1, mass, far_upper, part.far_weights);
         if (options_.group_combine == GroupCombine::kMax) {
           for (int64_t i = f0; i < f1; ++i) {
-            best[i - f0] = std::max(best[i - f0], static_cast<float>(query.scale * (u[i] - m) - log_total[h - g * group]));
+            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(query.scale * (u[i] - m) - log_total[j]));
           }
         } else {  // the group's attention mass on the unit, which is what a shared KV head serves
           for (int64_t i = f0; i < f1; ++i) sum[i - f0] += mass[i] / total;
@@ -529,21 +575,47 @@ class LeoamPolicy final : public SelectionPolicy {
       if (options_.group_combine == GroupCombine::kSum) {
         for (int64_t i = f0; i < f1; ++i) {
           if (sum[i - f0] > 0.0) {
-            best[i - f0] = static_cast<float>(std::log(sum[i - f0]));
+            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(std::log(sum[i - f0])));
             continue;
           }
           // Every head's mass underflowed: rank by the best head's log share, as kMax does.
-          for (int h = g * group; h < (g + 1) * group; ++h) {
-            best[i - f0] = std::max(best[i - f0], static_cast<float>(query.scale * (upper.head(h)[i] - r.m[h]) -
-                                                                     log_total[h - g * group]));
+          for (int j = 0; j < group; ++j) {
+            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(query.scale * (upper.head(j)[i] - r.m[g * group + j]) -
+                                                                         log_total[j]));
           }
         }
       }
-      for (size_t i = 0; i < r.scores.size(); ++i) r.scores[i] = std::max(r.scores[i], best[i]);
     }
-    r.working_bytes = capacity_bytes(r.scores) + capacity_bytes(r.m) + capacity_bytes(r.far_upper) +
-                      capacity_bytes(mass) + capacity_bytes(log_total) + capacity_bytes(sum) + capacity_bytes(best);
-    return r;
+    part.working_bytes = capacity_bytes(part.scores) + capacity_bytes(part.far_weights) + capacity_bytes(mass) +
+                         capacity_bytes(log_total) + capacity_bytes(sum) + bounds_bytes;
+    return part;
+  }
+
+  // Adds one query head's far weights to `weights` (far units [f0, f1)): a far unit's share of the
+  // head's far mass bound, far tokens * e^(scale * (bound - m_far)) over its sum over the far
+  // units, with m_far the head's largest bound among them. That is far tokens * mass / far_upper
+  // (both relative to the head's largest bound overall, m), unless every far unit's mass
+  // underflowed there (a near unit far above them all): then from m_far.
+  static void add_far_weights(const SelectionQuery& query, const float* u, std::span<const TokenRange> ranges,
+                              int64_t f0, int64_t f1, const std::vector<double>& mass, double far_upper,
+                              std::vector<double>& weights) {
+    if (far_upper > 0.0) {
+      for (int64_t i = f0; i < f1; ++i) {
+        weights[i - f0] += static_cast<double>(intersect(ranges[i], query.far).size()) * mass[i] / far_upper;
+      }
+      return;
+    }
+    if (f0 >= f1) return;
+    const double m_far = *std::max_element(u + f0, u + f1);
+    double total = 0.0;
+    for (int64_t i = f0; i < f1; ++i) {
+      total += static_cast<double>(intersect(ranges[i], query.far).size()) * std::exp(query.scale * (u[i] - m_far));
+    }
+    if (!(total > 0.0)) return;
+    for (int64_t i = f0; i < f1; ++i) {
+      weights[i - f0] +=
+          static_cast<double>(intersect(ranges[i], query.far).size()) * std::exp(query.scale * (u[i] - m_far)) / total;
+    }
   }
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
@@ -566,7 +638,7 @@ class LeoamPolicy final : public SelectionPolicy {
         ends.owner.push_back(units.owner[u]);
       }
     }
-    const std::vector<float> end_lower = box_bounds(query, ends, BoundSide::kLower);
+    const std::vector<float> end_lower = box_bounds(query, ends, BoundSide::kLower, KvHeadGroups::all());
     std::vector<float> lower(static_cast<size_t>(n));
     for (int h = 0; h < query.n_head; ++h) {
       std::fill(lower.begin(), lower.end(), std::numeric_limits<float>::infinity());

@@ -29,7 +29,7 @@ class NoChunkCatalog final : public KvCatalog {
   Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource, uint32_t*) override {
     return unsupported("this KV store keeps no chunk abstracts; use the tiered store (--kv-dir)");
   }
-  void set_importance(ChunkKey, float) override {}
+  void raise_importance(ChunkKey, float) override {}
 };
 
 }  // namespace

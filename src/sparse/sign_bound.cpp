@@ -379,7 +379,17 @@ int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
   return k;
 }
 
-// The bounds of units [i0, i1) of `units`, into bounds[h * units.size() + i]. Run by run (the
+// The kv heads [begin, end) a call's KvHeadGroups names, of n_kv_heads.
+struct KvHeadSpan {
+  int begin = 0;
+  int end = 0;
+};
+KvHeadSpan kv_head_span(KvHeadGroups heads, int n_kv_heads) {
+  return heads.kv_head < 0 ? KvHeadSpan{0, n_kv_heads} : KvHeadSpan{heads.kv_head, heads.kv_head + 1};
+}
+
+// The bounds of units [i0, i1) of `units` for the query heads of kv heads `kv`, into
+// bounds[(h - the first of those heads) * units.size() + i]. Run by run (the
 // group kernels' comment), kv head by kv head, the query heads of its group in pieces of up to
 // kMaxGroup: the run's box and sign words are fetched from memory once a step (their kv heads
 // share cache lines; the next run's are prefetched) and stay in L1 for the other heads, and a
@@ -387,16 +397,17 @@ int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
 // once a head, from L3 or memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster
 // this way).
 template <typename Sketch, typename Terms, typename GroupBound>
-void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units, int64_t i0, int64_t i1,
-                     const BoundLayout& layout, const Sketch& signs, float* bounds, Terms terms,
+void bounds_of_units(const float* q, int n_head, KvHeadSpan kv, std::span<const SignUnit> units, int64_t i0,
+                     int64_t i1, const BoundLayout& layout, const Sketch& signs, float* bounds, Terms terms,
                      GroupBound group_bound) {
   const int hd = layout.head_dim;
   const int group = n_head / layout.n_kv_heads;
+  const int h_first = kv.begin * group;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   const auto n = static_cast<int64_t>(units.size());
-  std::vector<QueryParts> parts;
-  parts.reserve(static_cast<size_t>(n_head));
-  for (int h = 0; h < n_head; ++h) parts.push_back(split_query(q + static_cast<int64_t>(h) * hd, hd));
+  std::vector<QueryParts> parts;  // of heads [h_first, kv.end * group)
+  parts.reserve(static_cast<size_t>((kv.end - kv.begin) * group));
+  for (int h = h_first; h < kv.end * group; ++h) parts.push_back(split_query(q + static_cast<int64_t>(h) * hd, hd));
   std::vector<float> d(static_cast<size_t>(kMaxGroup * hd));
   std::vector<float> best;  // [kMaxGroup][the run's units]
   float base[kMaxGroup];
@@ -406,17 +417,18 @@ void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units
     if (k < i1) prefetch_run(units.subspan(static_cast<size_t>(k), static_cast<size_t>(next - k)), layout, signs);
     const auto n_run = static_cast<int64_t>(run.size());
     if (best.size() < static_cast<size_t>(kMaxGroup * n_run)) best.resize(static_cast<size_t>(kMaxGroup * n_run));
-    for (int kv_head = 0; kv_head < layout.n_kv_heads; ++kv_head) {
+    for (int kv_head = kv.begin; kv_head < kv.end; ++kv_head) {
       const uint16_t* mn = run.front().box + static_cast<int64_t>(kv_head) * hd;
       for (int h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += kMaxGroup) {
         const int g = std::min(kMaxGroup, (kv_head + 1) * group - h0);
         for (int j = 0; j < g; ++j) {
-          base[j] = terms(parts[h0 + j].pos.data(), parts[h0 + j].neg.data(), mn, mn + max_offset, hd,
+          const QueryParts& part = parts[h0 - h_first + j];
+          base[j] = terms(part.pos.data(), part.neg.data(), mn, mn + max_offset, hd,
                           d.data() + static_cast<int64_t>(j) * hd);
         }
         group_bound(base, d.data(), g, signs, run, kv_head, hd, best.data());
         for (int j = 0; j < g; ++j) {
-          std::copy_n(best.data() + j * n_run, n_run, bounds + (h0 + j) * n + i);
+          std::copy_n(best.data() + j * n_run, n_run, bounds + (h0 - h_first + j) * n + i);
         }
       }
     }
@@ -429,15 +441,18 @@ void bounds_of_units(const float* q, int n_head, std::span<const SignUnit> units
 // units is cut where the running count of rows crosses its share, so that runs of 8-row units
 // and runs of 64-row blocks cost alike.
 template <typename Sketch, typename Terms, typename GroupBound>
-void bounds_of_all(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                   const Sketch& signs, float* bounds, ThreadPool* pool, Terms terms, GroupBound group_bound) {
+void bounds_of_all(const float* q, int n_head, KvHeadGroups heads, std::span<const SignUnit> units,
+                   const BoundLayout& layout, const Sketch& signs, float* bounds, ThreadPool* pool, Terms terms,
+                   GroupBound group_bound) {
+  const KvHeadSpan kv = kv_head_span(heads, layout.n_kv_heads);
   const auto n = static_cast<int64_t>(units.size());
   std::vector<int64_t> rows_before(static_cast<size_t>(n + 1), 0);  // rows of units [0, i)
   for (int64_t i = 0; i < n; ++i) rows_before[i + 1] = rows_before[i] + units[i].rows.size();
   // About one multiply-add (ThreadPool's cost unit) a channel, a row and a query head.
-  const int64_t cost_per_row = static_cast<int64_t>(n_head) * layout.head_dim;
+  const int64_t cost_per_row =
+      static_cast<int64_t>(kv.end - kv.begin) * (n_head / layout.n_kv_heads) * layout.head_dim;
   if (pool == nullptr || pool->n_ranges_for(rows_before[n], cost_per_row) <= 1) {
-    bounds_of_units(q, n_head, units, 0, n, layout, signs, bounds, terms, group_bound);
+    bounds_of_units(q, n_head, kv, units, 0, n, layout, signs, bounds, terms, group_bound);
     return;
   }
   // The first unit whose rows start at or after row r.
@@ -445,8 +460,8 @@ void bounds_of_all(const float* q, int n_head, std::span<const SignUnit> units, 
     return std::lower_bound(rows_before.begin(), rows_before.end() - 1, r) - rows_before.begin();
   };
   pool->parallel_for(rows_before[n], cost_per_row, [&](int64_t r0, int64_t r1, int) {
-    bounds_of_units(q, n_head, units, unit_at(r0), r1 == rows_before[n] ? n : unit_at(r1), layout, signs, bounds,
-                    terms, group_bound);
+    bounds_of_units(q, n_head, kv, units, unit_at(r0), r1 == rows_before[n] ? n : unit_at(r1), layout, signs,
+                    bounds, terms, group_bound);
   });
 }
 
@@ -458,12 +473,14 @@ namespace {
 
 template <typename Sketch>
 void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                     const Sketch& signs, float* bounds) {
+                     const Sketch& signs, float* bounds, KvHeadGroups heads) {
   const int hd = layout.head_dim;
   const int group = n_head / layout.n_kv_heads;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   const auto n = static_cast<int64_t>(units.size());
-  for (int h = 0; h < n_head; ++h) {
+  const int h0 = heads.kv_head < 0 ? 0 : heads.kv_head * group;
+  const int h1 = heads.kv_head < 0 ? n_head : h0 + group;
+  for (int h = h0; h < h1; ++h) {
     const float* q = q_heads + static_cast<int64_t>(h) * hd;
     const int kv_head = h / group;
     for (int64_t i = 0; i < n; ++i) {
@@ -482,7 +499,7 @@ void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit>
         }
         best = std::max(best, b);
       }
-      bounds[h * n + i] = static_cast<float>(best);
+      bounds[(h - h0) * n + i] = static_cast<float>(best);
     }
   }
 }
@@ -490,13 +507,13 @@ void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit>
 }  // namespace
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds) {
-  sign_bounds_ref(q, n_head, units, layout, signs, bounds);
+                 const SignSketch& signs, float* bounds, KvHeadGroups heads) {
+  sign_bounds_ref(q, n_head, units, layout, signs, bounds, heads);
 }
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds) {
-  sign_bounds_ref(q, n_head, units, layout, signs, bounds);
+                 const SignSlices& signs, float* bounds, KvHeadGroups heads) {
+  sign_bounds_ref(q, n_head, units, layout, signs, bounds, heads);
 }
 
 }  // namespace ref
@@ -520,30 +537,30 @@ void slice_signs(const uint32_t* row_words, int64_t row0, int64_t n_rows, int n_
 }
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds, ThreadPool* pool) {
+                 const SignSlices& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx512) {
-    bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx512);
+    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx512);
     return;
   }
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx2);
+    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx2);
     return;
   }
 #endif
-  bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_scalar,
+  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_scalar,
                 group_bound_scalar<SignSlices>);
 }
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds, ThreadPool* pool) {
+                 const SignSketch& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_avx2, group_bounds_avx2);
+    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_avx2, group_bounds_avx2);
     return;
   }
 #endif
-  bounds_of_all(q, n_head, units, layout, signs, bounds, pool, channel_terms_scalar,
+  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_scalar,
                 group_bound_scalar<SignSketch>);
 }
 

@@ -83,29 +83,42 @@ struct SignUnit {
   const uint16_t* box = nullptr;
 };
 
+// The query heads a call scores: those of every kv head, or of one (its group).
+struct KvHeadGroups {
+  int kv_head = -1;  // -1: every kv head's
+
+  static KvHeadGroups all() { return {}; }
+  static KvHeadGroups of(int kv_head) { return {kv_head}; }
+};
+
 // bounds[h * units.size() + i]: the sign-refined upper bound of query head h (head_dim floats
 // at q + h * head_dim, h < n_head) against kv head h / (n_head / layout.n_kv_heads) of the rows
 // and box of units[i] (layout.chunk_stride is not used; n_head is a multiple of n_kv_heads).
+// With KvHeadGroups::of(g), only the query heads of kv head g, bounds[j * units.size() + i] for
+// its j-th (query head g * group + j): a caller that takes the heads group by group holds a
+// group's bounds at a time, not every head's.
 // Every query head is scored in one pass over the units: a unit's box and its rows' sign words
 // (whose kv heads share cache lines) are read once a step, not once a head. With a pool, the
 // units are split among its threads in runs of about equal rows (the bounds are the same
 // either way). The dispatched path sums in float (AVX2+FMA where the CPU has it and
 // head_dim % 8 == 0, else scalar).
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds, ThreadPool* pool = nullptr);
+                 const SignSketch& signs, float* bounds, ThreadPool* pool = nullptr,
+                 KvHeadGroups heads = KvHeadGroups::all());
 
 // The same over sliced signs (the units' rows inside what the slices cover): AVX-512 where the
 // CPU has it, AVX2+FMA (head_dim % 8 == 0), else scalar; the same bounds up to float rounding.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds, ThreadPool* pool = nullptr);
+                 const SignSlices& signs, float* bounds, ThreadPool* pool = nullptr,
+                 KvHeadGroups heads = KvHeadGroups::all());
 
 namespace ref {
 // Plain loops in double, head by head, each row's interval cut from its bits: what the
 // dispatched versions are tested against.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds);
+                 const SignSketch& signs, float* bounds, KvHeadGroups heads = KvHeadGroups::all());
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds);
+                 const SignSlices& signs, float* bounds, KvHeadGroups heads = KvHeadGroups::all());
 }  // namespace ref
 
 }  // namespace leoam::sparse

@@ -29,8 +29,7 @@ SparseAttention::SparseAttention(const SparseAttentionOptions& options, KvCatalo
       catalog_(catalog),
       shape_(shape),
       policy_(std::move(policy)),
-      stats_(static_cast<size_t>(shape.n_layer)),
-      picks_(static_cast<size_t>(shape.n_layer)) {}
+      stats_(static_cast<size_t>(shape.n_layer)) {}
 
 Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAttentionOptions& options,
                                                                  KvCatalog* catalog, const AttentionShape& shape) {
@@ -59,13 +58,10 @@ Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAtt
 
 void SparseAttention::hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog) {
   const int64_t c = catalog.chunk_tokens();
-  std::vector<float>& picks = picks_[layer];
   int64_t last = -1;
   for (const TokenRange& r : ranges) {
     for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
-      if (static_cast<int64_t>(picks.size()) <= i) grow_to(picks, static_cast<size_t>(i) + 1);
-      picks[i] += 1.0f;
-      catalog.set_importance({layer, i}, picks[i]);
+      catalog.raise_importance({layer, i}, 1.0f);
       last = i;
     }
   }
@@ -97,7 +93,6 @@ void SparseAttention::reset_sequence() {
   first_decode_pos_ = -1;
   last_pos_ = -1;
   seen_end_ = 0;
-  for (std::vector<float>& p : picks_) p.clear();
   policy_->reset();
 }
 
@@ -107,10 +102,7 @@ void SparseAttention::truncate(int64_t n_tokens) {
 
 PolicyMemory SparseAttention::memory() const {
   PolicyMemory m = policy_->memory();
-  uint64_t picks = capacity_bytes(picks_);
-  for (const std::vector<float>& p : picks_) picks += capacity_bytes(p);
-  m.bytes += picks;
-  m.peak_bytes = std::max({m.peak_bytes + picks, m.bytes, peak_bytes_});
+  m.peak_bytes = std::max(m.peak_bytes, peak_bytes_);
   return m;
 }
 

@@ -13,9 +13,9 @@
 // them all without asking the policy.
 //
 // It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored. And it
-// tells the store which chunks matter: each time a policy picks a far chunk, the chunk's
-// importance (the eviction hint of KvCatalog::set_importance) becomes the number of times it has
-// been picked, so chunks that keep being chosen stay closer to compute (H2O's heavy hitters, at
+// tells the store which chunks matter: each time a policy picks a far chunk, the store raises the
+// chunk's importance (the eviction hint of KvCatalog::raise_importance) by one: the number of
+// times it has been picked, kept in the store's own entry for the chunk, so chunks that keep being chosen stay closer to compute (H2O's heavy hitters, at
 // chunk grain).
 #pragma once
 
@@ -100,8 +100,8 @@ class SparseAttention final : public AttentionSelector {
 
   std::string_view policy_name() const { return policy_->name(); }
   const std::vector<LayerSparseStats>& stats() const { return stats_; }
-  // What the policy holds about the KV (SelectionPolicy::memory) and the chunk pick counts that
-  // drive the store's importance hints: now, and the most at once so far (kept across resets).
+  // What the policy holds about the KV (SelectionPolicy::memory): now, and the most at once so
+  // far (kept across resets).
   PolicyMemory memory() const;
   // The per-layer stats summed over the layers.
   LayerSparseStats total() const;
@@ -130,7 +130,7 @@ class SparseAttention final : public AttentionSelector {
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
   // Notes the decode position; a position that goes back starts a new sequence (policy reset).
   void begin_position(int64_t pos);
-  // Forgets the sequence: the policy's state, the pick counts, the positions seen.
+  // Forgets the sequence: the policy's state, the positions seen.
   void reset_sequence();
   // Notes the memory held now in the peak; fails when it passes memory_budget_bytes.
   Status check_memory();
@@ -140,7 +140,6 @@ class SparseAttention final : public AttentionSelector {
   AttentionShape shape_;
   std::unique_ptr<SelectionPolicy> policy_;
   std::vector<LayerSparseStats> stats_;
-  std::vector<std::vector<float>> picks_;  // [layer][chunk]: times a policy picked the chunk
   int64_t first_decode_pos_ = -1;  // the position of the first decoded token; steps count from it
   int64_t last_pos_ = -1;
   int64_t seen_end_ = 0;  // one past the last position the policy has seen, stored or decoded

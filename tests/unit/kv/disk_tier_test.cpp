@@ -33,7 +33,7 @@ DiskTierOptions tier_options(const std::string& dir, KvStats* stats) {
   d.dir = dir;
   d.session = "t";
   d.n_layer = kLayers;
-  d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 32 + 16 + 2 * 32 + 4 * 16 bytes: not block-aligned
+  d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 32 + 10 + 2 * 32 + 4 * 16 bytes: not block-aligned
   d.visible_files = true;
   d.stats = stats;
   return d;
@@ -115,7 +115,7 @@ TEST(DiskTierAbstracts, RecordsKeepTheBoxInF16RoundedOutward) {
   auto tier = DiskTier::create(tier_options(dir.path(), &stats));
   ASSERT_TRUE(tier.is_ok()) << tier.status().message();
   const ChunkGeometry& g = (*tier)->geometry();
-  EXPECT_EQ((*tier)->record_bytes(0), 32 + 16 + 2 * g.box_floats() + 4 * g.sign_words());
+  EXPECT_EQ((*tier)->record_bytes(0), 32 + 10 + 2 * g.box_floats() + 4 * g.sign_words());
   auto slot = AlignedBuffer::allocate((*tier)->slot_bytes()).value();
   std::vector<float> written(static_cast<size_t>(g.abstract_floats()));
   std::mt19937 rng(9);
@@ -254,7 +254,7 @@ TEST(DiskTierGroups, AChunkReadsItsGroupsBoxAndItsOwnSigns) {
   for (int il = 0; il < kLayers; ++il) {
     const int64_t G = (*tier)->group_chunks(il);
     const uint64_t rb = (*tier)->record_bytes(il);
-    EXPECT_EQ(rb, 32 + 16 * G + 2 * g.box_floats() + 4 * G * g.sign_words());
+    EXPECT_EQ(rb, 32 + 10 * G + 2 * g.box_floats() + 4 * G * g.sign_words());
     EXPECT_EQ(std::filesystem::file_size((*tier)->abstract_path(il)), align_up((kChunks + G - 1) / G * rb, kDirectIoAlignment))
         << "one record a group";
     for (int64_t i0 = 0; i0 < kChunks; i0 += 5) {

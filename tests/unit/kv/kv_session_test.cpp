@@ -166,7 +166,7 @@ TEST_F(KvSessionRejects, ANewerFormatVersion) {
 }
 
 TEST_F(KvSessionRejects, AnOlderFormatVersion) {
-  edit_header([](nlohmann::json& j) { j["version"] = 2; });  // 3 still loads: one chunk a record
+  edit_header([](nlohmann::json& j) { j["version"] = 4; });  // 16-byte chunk slots in its records
   const Status st = load();
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
   EXPECT_NE(st.message().find("older leoam"), std::string::npos) << st.message();

@@ -365,7 +365,7 @@ TEST(TieredKvCache, PrefetchBringsChunksUpAsAReadWouldAndCountsItsDiskBytes) {
   }
   ASSERT_GT(want_disk, 0u);
   ASSERT_EQ(on_device, 0);
-  for (int64_t i : chunks) kv.set_importance({1, i}, 1.0f);
+  for (int64_t i : chunks) kv.raise_importance({1, i}, 1.0f);
   const KvStats before = kv.stats();
   ASSERT_TRUE(kv.prefetch(1, ranges).is_ok());
   const KvStats after = kv.stats();
@@ -473,7 +473,7 @@ TEST(TieredKvCache, AsIsHostChunksAreReadInPlaceAndDiskChunksPromoted) {
   }
   ASSERT_GE(on_host, 0);
   ASSERT_GE(on_disk, 0);
-  for (int64_t i : {on_host, on_disk}) kv.set_importance({1, i}, 5.0f);  // worth promoting
+  for (int64_t i : {on_host, on_disk}) kv.raise_importance({1, i}, 5.0f);  // worth promoting
   const uint64_t device_written = kv.stats()[Tier::kDevice].bytes_written;
   const TokenRange host_rows{on_host * kChunk, (on_host + 1) * kChunk};
   expect_same_rows(twin, 1, {&host_rows, 1});
@@ -515,7 +515,7 @@ TEST(TieredKvCache, PropertyBudgetsResidencyAndAbstractsHold) {
       const int64_t b = std::uniform_int_distribution<int64_t>(0, n - 1)(pick);
       const TokenRange r{b, std::min(n, b + std::uniform_int_distribution<int64_t>(1, 60)(pick))};
       expect_same_rows(twin, step % kLayers, {&r, 1});
-      if (step % 5 == 0) kv.set_importance({0, std::uniform_int_distribution<int64_t>(0, n / kChunk)(pick)}, 1.0f);
+      if (step % 5 == 0) kv.raise_importance({0, std::uniform_int_distribution<int64_t>(0, n / kChunk)(pick)}, 1.0f);
 
       const Residency& res = kv.residency();
       ASSERT_LE(res.used_bytes(Tier::kDevice), o.device_budget_bytes);

@@ -134,6 +134,38 @@ TEST(ChunkTree, GrowFailureLeavesTheTreeUnchanged) {
   EXPECT_EQ(box_at(tree, 1), before);
 }
 
+// Leaves begin at multiples of min_tokens, kept as 32-bit counts of them: a context past 2^32
+// leaves of min_tokens is refused before anything is read or grown.
+TEST(ChunkTree, GrowRefusesMoreLeafBeginsThanItCanHold) {
+  KeysCatalog catalog(8, 1, 2);
+  catalog.set_keys(0, 64, {1, 1});
+  ChunkTree tree = make_tree(sizes(8, 128, 32, 32), 8, 1, 2);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 40, AbstractSource::kLka).is_ok());
+  const size_t n_loads = catalog.loads().size();
+  const Status st = tree.grow(catalog, kLayer, (int64_t{1} << 32) * 8 + 8, AbstractSource::kLka);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("2^32 leaves"), std::string::npos) << st.message();
+  EXPECT_EQ(catalog.loads().size(), n_loads);
+  EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 40}}));
+}
+
+// A leaf's history counts its streak of selected or unselected steps, up to 255, and a step of
+// the other kind ends the streak.
+TEST(LeafHistory, CountsStreaksAndSaturates) {
+  LeafHistory h;
+  for (int i = 0; i < 300; ++i) h.note(true);
+  EXPECT_EQ(h.hot_steps, 255);
+  EXPECT_EQ(h.cold_steps, 0);
+  h.note(false);
+  EXPECT_EQ(h.hot_steps, 0);
+  EXPECT_EQ(h.cold_steps, 1);
+  h.note(false);
+  EXPECT_EQ(h.cold_steps, 2);
+  h.note(true);
+  EXPECT_EQ(h.hot_steps, 1);
+  EXPECT_EQ(h.cold_steps, 0);
+}
+
 // [0, 72) with leaves 8..64, new ones 32, blocks of 64: [0, 32) [32, 64) [64, 72). Splits and
 // merges change the leaves only: they read nothing and leave the blocks' boxes as they were.
 TEST(ChunkTree, SplitAndMergeFollowTheBuddyRules) {

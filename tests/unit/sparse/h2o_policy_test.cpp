@@ -39,7 +39,7 @@ class ChunkOnlyCatalog final : public KvCatalog {
     ADD_FAILURE() << "h2o read abstracts";
     return internal_error("h2o read abstracts");
   }
-  void set_importance(ChunkKey /*key*/, float /*importance*/) override {}
+  void raise_importance(ChunkKey /*key*/, float /*amount*/) override {}
 
  private:
   int64_t n_chunks_;

@@ -99,7 +99,7 @@ class KeysCatalog final : public KvCatalog {
     }
     return Status::ok();
   }
-  void set_importance(ChunkKey /*key*/, float /*importance*/) override {}
+  void raise_importance(ChunkKey /*key*/, float /*amount*/) override {}
 
  private:
   int chunk_tokens_;

@@ -59,7 +59,7 @@ class FakeCatalog final : public KvCatalog {
     std::copy(abstracts_.begin() + i0 * stride(), abstracts_.begin() + i1 * stride(), dst);
     return Status::ok();
   }
-  void set_importance(ChunkKey /*key*/, float /*importance*/) override {}
+  void raise_importance(ChunkKey /*key*/, float /*amount*/) override {}
 
  private:
   int64_t stride() const { return 2 * static_cast<int64_t>(n_kv_heads_) * head_dim_; }

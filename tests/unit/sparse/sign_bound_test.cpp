@@ -117,11 +117,11 @@ constexpr Layout kLayouts[] = {Layout::kRows, Layout::kSlices};
 const char* name(Layout l) { return l == Layout::kRows ? "rows" : "slices"; }
 
 void bounds_of(const Chunks& c, Layout l, const float* q, int n_head, std::span<const SignUnit> units, float* out,
-               ThreadPool* pool = nullptr) {
+               ThreadPool* pool = nullptr, KvHeadGroups heads = KvHeadGroups::all()) {
   if (l == Layout::kRows) {
-    sign_bounds(q, n_head, units, c.layout(), c.sketch(), out, pool);
+    sign_bounds(q, n_head, units, c.layout(), c.sketch(), out, pool, heads);
   } else {
-    sign_bounds(q, n_head, units, c.layout(), c.sliced(), out, pool);
+    sign_bounds(q, n_head, units, c.layout(), c.sliced(), out, pool, heads);
   }
 }
 
@@ -241,6 +241,45 @@ TEST_P(SignBound, APoolSplitsTheUnitsAndChangesNoBound) {
       bounds_of(c, l, q.data(), 4, units, split.data(), &pool);
       for (size_t e = 0; e < split.size(); ++e) {
         ASSERT_EQ(split[e], alone[e]) << name(l) << ", " << threads << " threads: bound " << e;
+      }
+    }
+  }
+}
+
+// One kv head's group alone: its rows of the bounds of every head, from the dispatched kernels
+// (alone and in a pool) and from the reference.
+TEST_P(SignBound, OneGroupGivesItsRowsOfEveryHeads) {
+  std::mt19937 rng(23);
+  constexpr int kKvHeads = 3, kGroup = 2, kHeads = kKvHeads * kGroup;
+  const Chunks c(kKvHeads, 64, 8, 12, rng);
+  const std::vector<uint16_t> all = c.union_box(0, 12);
+  std::vector<SignUnit> units;
+  for (int i = 0; i < 6; ++i) units.push_back({{i * 8, i * 8 + 8}, c.box16(i)});
+  for (TokenRange r : {TokenRange{48, 53}, {53, 80}, {80, 96}}) units.push_back({r, all.data()});
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(kHeads * 64));
+  for (float& x : q) x = dist(rng);
+  const size_t n = units.size();
+  std::vector<float> want_all(kHeads * n);
+  ref::sign_bounds(q.data(), kHeads, units, c.layout(), c.sketch(), want_all.data());
+  ThreadPoolOptions o;
+  o.n_threads = 2;
+  o.min_cost_per_thread = 1;
+  ThreadPool pool(o);
+  for (Layout l : kLayouts) {
+    std::vector<float> every(kHeads * n);
+    bounds_of(c, l, q.data(), kHeads, units, every.data());
+    for (int g = 0; g < kKvHeads; ++g) {
+      std::vector<float> want(kGroup * n);
+      ref::sign_bounds(q.data(), kHeads, units, c.layout(), c.sketch(), want.data(), KvHeadGroups::of(g));
+      const std::vector<float> want_rows(want_all.begin() + g * kGroup * n, want_all.begin() + (g + 1) * kGroup * n);
+      ASSERT_EQ(want, want_rows) << "reference, kv head " << g;
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got(kGroup * n, std::numeric_limits<float>::quiet_NaN());
+        bounds_of(c, l, q.data(), kHeads, units, got.data(), p, KvHeadGroups::of(g));
+        for (size_t e = 0; e < got.size(); ++e) {
+          ASSERT_EQ(got[e], every[g * kGroup * n + e]) << name(l) << ", kv head " << g << (p ? ", pool" : "");
+        }
       }
     }
   }

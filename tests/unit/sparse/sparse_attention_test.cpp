@@ -337,7 +337,8 @@ TEST_F(SparseDecodeTest, JustBelowAFullBudgetEachPolicyLeavesOutItsLowestRankedU
 // positions, 2 layers, 2 KV heads of 16: E = 32 key channels a position) is reported, at least
 // what its state must hold: leoam its trees (a box of 2E floats a leaf of at most 64 tokens, a
 // sign bit a key channel), h2o a mass a position, infinigen a partial key column a position,
-// oracle every key; quest keeps nothing but reads the far chunks' boxes each step (peak).
+// oracle every key; quest keeps nothing but reads the far chunks' boxes each step (peak). The
+// chunks' pick counts are the store's (KvCatalog::raise_importance), not the policies'.
 TEST_F(SparseDecodeTest, EveryPolicyReportsWhatItKeepsAboutTheKv) {
   constexpr uint64_t kLayers = 2, kPositions = 160, kE = 32;
   const std::map<std::string, uint64_t> least_kept = {
@@ -362,7 +363,6 @@ TEST_F(SparseDecodeTest, EveryPolicyReportsWhatItKeepsAboutTheKv) {
     }
     const PolicyMemory m = selector->memory();
     EXPECT_GE(m.bytes, least);
-    EXPECT_GT(m.bytes, 0u) << "the chunk pick counts at least";
     EXPECT_GE(m.peak_bytes, m.bytes);
     if (policy == "quest") {
       EXPECT_GE(m.peak_bytes, 16 * 2 * kE * 4) << "the boxes of 16 far chunks or more";
