@@ -547,6 +547,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   float* x = x_.data();
   float* xn = xn_.data();
   embed(tokens.data(), n, x);
+  selected_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
     kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
@@ -563,7 +564,10 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       const TraceSpan span(trace, "qkv", "compute", il, positions[0]);
       project_qkv(L, xn, n, positions[0], positions.data());
     }
-    // Each row's own sequence: its store, its selection, its attention.
+    // Each row's own sequence: its store and its selection, whose disk reads go to the store's
+    // read-ahead (a no-op for a store without one: its gather reads them); then each row's
+    // attention. So one sequence's reads overlap the selections and attention of the rows after
+    // and before it, and the selections are those of rows decoded one at a time.
     for (int64_t i = 0; i < n; ++i) {
       const DecodeSequence& seq = batch[i].seq;
       const int64_t pos = positions[i];
@@ -572,7 +576,16 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       if (seq.selector != nullptr && seq.selector->needs().keys) {
         LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
       }
-      LEOAM_RETURN_IF_ERROR(attend(seq, il, pos, 1, q_.data() + i * n_q, attn_.data() + i * n_q, trace));
+      if (seq.selector == nullptr) continue;
+      LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, il, pos, q_.data() + i * n_q, trace));
+      if (n > 1) LEOAM_RETURN_IF_ERROR(seq.kv->read_ahead(il, selected_[i]));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const DecodeSequence& seq = batch[i].seq;
+      const float* q = q_.data() + i * n_q;
+      float* out = attn_.data() + i * n_q;
+      LEOAM_RETURN_IF_ERROR(seq.selector == nullptr ? attend(seq, il, positions[i], 1, q, out, trace)
+                                                    : attend_selected(seq, il, positions[i], q, out, selected_[i], trace));
     }
     {
       const TraceSpan span(trace, "ffn", "compute", il, positions[0]);  // with the output projection
@@ -610,11 +623,19 @@ Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, i
     const TokenRange visible{0, pos + n};
     return attention(*seq.kv, layer, {&visible, 1}, attn_params_, q, pos, n, out, pool);
   }
-  std::vector<TokenRange> ranges;
-  {
-    const TraceSpan span(trace, "select", "selection", layer, pos);
-    LEOAM_ASSIGN_OR_RETURN(ranges, seq.selector->select(layer, pos, q, pool));
-  }
+  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, select_row(seq, layer, pos, q, trace));
+  return attend_selected(seq, layer, pos, q, out, ranges, trace);
+}
+
+Result<std::vector<TokenRange>> LlamaForward::select_row(const DecodeSequence& seq, int layer, int64_t pos,
+                                                         const float* q, Trace* trace) {
+  const TraceSpan span(trace, "select", "selection", layer, pos);
+  return seq.selector->select(layer, pos, q, *pool_);
+}
+
+Status LlamaForward::attend_selected(const DecodeSequence& seq, int layer, int64_t pos, const float* q, float* out,
+                                     std::span<const TokenRange> ranges, Trace* trace) {
+  ThreadPool& pool = *pool_;
   const TraceSpan span(trace, "attention", "attention", layer, pos);
   if (!seq.selector->needs().attention_mass) return attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool);
   int64_t n_keys = 0;

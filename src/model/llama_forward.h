@@ -106,6 +106,12 @@ class LlamaForward final : public ForwardContext {
   // out: a decode row (n == 1) through seq's selector (which watches the attention mass when it
   // asks), else every visible position. Its spans go to `trace` (may be null).
   Status attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out, Trace* trace);
+  // attend's two halves for a decode row with a selector: the positions it picks, then the
+  // attention over them.
+  Result<std::vector<TokenRange>> select_row(const DecodeSequence& seq, int layer, int64_t pos, const float* q,
+                                             Trace* trace);
+  Status attend_selected(const DecodeSequence& seq, int layer, int64_t pos, const float* q, float* out,
+                         std::span<const TokenRange> ranges, Trace* trace);
   // decode_batch's step, its rows checked: tokens and positions per row.
   Status decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,
                      std::span<const int64_t> positions, std::vector<float>& logits);
@@ -167,6 +173,7 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> cos_;     // [n_batch][n_rot/2]
   std::vector<float> sin_;     // [n_batch][n_rot/2]
   std::vector<float> key_mass_;  // [positions attended] for a selector that watches attention mass
+  std::vector<std::vector<TokenRange>> selected_;  // [row]: a batched decode step's selections in one layer
   std::vector<float> spec_xn_;   // [n_embd] the pipeline's speculation: the next layer's norm of x
   std::vector<float> spec_q_;    // [n_head][head_dim] and its query
   // The layered prefill's working set, sized per prompt: the residual stream of a segment's rows

@@ -103,6 +103,10 @@ Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
       }
     }
   }
+  // The room the old blocks had past n_tokens_, kept in the coarse ones.
+  const int64_t room_blocks = (static_cast<int64_t>(blocks_.capacity()) / stride * fine + block_tokens - 1) / block_tokens;
+  grow_to(blocks, static_cast<size_t>(std::max(room_blocks, n_coarse_blocks) * stride), kTreeSlack);
+  blocks.resize(static_cast<size_t>(n_coarse_blocks * stride));
   // The grown leaves are blocks of initial_tokens, in order (the edge one cut by n): fewer than now.
   const int64_t n_leaves = (n_tokens_ + initial_tokens - 1) / initial_tokens;
   scratch_bytes_ = capacity_bytes(blocks_);  // the boxes replaced
@@ -114,6 +118,21 @@ Status ChunkTree::coarsen(int initial_tokens, int block_tokens) {
   options_.initial_tokens = initial_tokens;
   options_.block_tokens = block_tokens;
   return Status::ok();
+}
+
+void ChunkTree::reserve_ahead(int64_t n_more) {
+  const int64_t n = n_tokens_ + n_more;
+  const int64_t rows = (n + store_chunk_tokens_ - 1) / store_chunk_tokens_ * store_chunk_tokens_;  // whole store chunks
+  const size_t n_signs = signs_.size();
+  const size_t n_blocks = blocks_.size();
+  if (options_.key_signs) {
+    grow_to(signs_, static_cast<size_t>(sign_slice_words(rows, layout_.n_kv_heads, layout_.head_dim)), kTreeSlack);
+  }
+  grow_to(blocks_,
+          static_cast<size_t>((n + options_.block_tokens - 1) / options_.block_tokens * layout_.chunk_stride),
+          kTreeSlack);
+  signs_.resize(n_signs);
+  blocks_.resize(n_blocks);
 }
 
 TokenRange ChunkTree::leaf(int64_t i) const {

@@ -69,6 +69,10 @@ class ChunkTree {
   // only where n cuts the last. Store-chunk abstracts come from `catalog` for `layer`, one
   // load_abstracts call from the old end's block on.
   [[nodiscard]] Status grow(KvCatalog& catalog, int layer, int64_t n_tokens, AbstractSource source);
+  // Makes room in the per-position and per-block arrays for n_more positions past n_tokens(), so
+  // that the grows that add them reallocate nothing (a prompt's end: the first decode steps then
+  // copy no array; coarsen keeps the room).
+  void reserve_ahead(int64_t n_more);
   // Forgets every leaf (a new sequence).
   void reset();
   // Leaves become those of `initial_tokens` and blocks those of `block_tokens` (no smaller than

@@ -115,6 +115,7 @@ constexpr int kIakmColdSteps = 4;        // consecutive misses before two buddie
 constexpr double kIakmSkew = 0.5;        // selected share of the far mass bound that makes a layer skewed
 constexpr int kIakmMaxSplits = 32;       // splits per layer per step: bounds how fast leaves get fine
 constexpr int kIakmLeavesPerBudget = 4;  // leaves start and merge no larger than a quarter of the far budget
+constexpr int64_t kPromptRoomTokens = 64;  // the trees' room past a prompt: its first decode steps reallocate nothing
 
 // The largest leaf size (min * 2^k, at least min) that lets kIakmLeavesPerBudget leaves fit the budget.
 int budget_leaf_cap(const ChunkTreeOptions& o, int64_t budget_tokens) {
@@ -197,6 +198,7 @@ class LeoamPolicy final : public SelectionPolicy {
                                                       n_tokens, budget_tokens, catalog));
     LEOAM_RETURN_IF_ERROR(tree->grow(catalog, layer, n_tokens, source()));
     note_working_bytes(tree->scratch_bytes());
+    tree->reserve_ahead(kPromptRoomTokens);
     return Status::ok();
   }
 

@@ -349,26 +349,40 @@ LEOAM_AVX512 void slices_bounds_avx512(const float* base, const float* d, int g,
 
 #endif
 
-// Asks for the cache lines of a unit's sign words ahead of their use: rows' words, or the
-// slices of the groups its rows meet.
-void prefetch_signs(const SignSketch& signs, TokenRange rows) {
-  const auto* w0 = reinterpret_cast<const char*>(row_words(signs, rows.begin, 0));
-  const auto* w1 = reinterpret_cast<const char*>(row_words(signs, rows.end, 0));
-  for (const char* p = w0; p < w1; p += 64) __builtin_prefetch(p);
-}
-void prefetch_signs(const SignSlices& signs, TokenRange rows) {
-  const auto* w0 = reinterpret_cast<const char*>(signs.slice(rows.begin / 64, 0));
-  const auto* w1 = reinterpret_cast<const char*>(signs.slice((rows.end + 63) / 64, 0));
-  for (const char* p = w0; p < w1; p += 64) __builtin_prefetch(p);
+// The kv heads [begin, end) a call's KvHeadGroups names, of n_kv_heads.
+struct KvHeadSpan {
+  int begin = 0;
+  int end = 0;
+};
+KvHeadSpan kv_head_span(KvHeadGroups heads, int n_kv_heads) {
+  return heads.kv_head < 0 ? KvHeadSpan{0, n_kv_heads} : KvHeadSpan{heads.kv_head, heads.kv_head + 1};
 }
 
-// Asks for the cache lines of a run's box and sign words ahead of their use.
+// Asks for the cache lines of [p0, p1).
+void prefetch_bytes(const void* p0, const void* p1) {
+  for (const char* p = static_cast<const char*>(p0); p < p1; p += 64) __builtin_prefetch(p);
+}
+
+// Asks for the cache lines of a unit's sign words of kv heads `kv` ahead of their use: rows'
+// words, or the slices of the groups its rows meet.
+void prefetch_signs(const SignSketch& signs, TokenRange rows, KvHeadSpan kv) {
+  for (int64_t t = rows.begin; t < rows.end; ++t) prefetch_bytes(row_words(signs, t, kv.begin), row_words(signs, t, kv.end));
+}
+void prefetch_signs(const SignSlices& signs, TokenRange rows, KvHeadSpan kv) {
+  for (int64_t g = rows.begin / 64; g < (rows.end + 63) / 64; ++g) {
+    prefetch_bytes(signs.slice(g, kv.begin), signs.slice(g, kv.end));
+  }
+}
+
+// Asks for the cache lines of a run's box and sign words of kv heads `kv` ahead of their use.
 template <typename Sketch>
-void prefetch_run(std::span<const SignUnit> run, const BoundLayout& layout, const Sketch& signs) {
-  const auto* box = reinterpret_cast<const char*>(run.front().box);
-  const int64_t box_bytes = 2 * static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim * sizeof(uint16_t);
-  for (int64_t o = 0; o < box_bytes; o += 64) __builtin_prefetch(box + o);
-  prefetch_signs(signs, {run.front().rows.begin, run.back().rows.end});
+void prefetch_run(std::span<const SignUnit> run, const BoundLayout& layout, const Sketch& signs, KvHeadSpan kv) {
+  const int64_t hd = layout.head_dim;
+  const uint16_t* mn = run.front().box;
+  const uint16_t* mx = mn + static_cast<int64_t>(layout.n_kv_heads) * hd;
+  prefetch_bytes(mn + kv.begin * hd, mn + kv.end * hd);
+  prefetch_bytes(mx + kv.begin * hd, mx + kv.end * hd);
+  prefetch_signs(signs, {run.front().rows.begin, run.back().rows.end}, kv);
 }
 
 // The end of the run of units that starts at i, before i1: the units after i whose rows follow
@@ -377,15 +391,6 @@ int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
   int64_t k = i + 1;
   while (k < i1 && units[k].box == units[i].box && units[k].rows.begin == units[k - 1].rows.end) ++k;
   return k;
-}
-
-// The kv heads [begin, end) a call's KvHeadGroups names, of n_kv_heads.
-struct KvHeadSpan {
-  int begin = 0;
-  int end = 0;
-};
-KvHeadSpan kv_head_span(KvHeadGroups heads, int n_kv_heads) {
-  return heads.kv_head < 0 ? KvHeadSpan{0, n_kv_heads} : KvHeadSpan{heads.kv_head, heads.kv_head + 1};
 }
 
 // The bounds of units [i0, i1) of `units` for the query heads of kv heads `kv`, into
@@ -414,7 +419,7 @@ void bounds_of_units(const float* q, int n_head, KvHeadSpan kv, std::span<const 
   for (int64_t i = i0, k = i0 < i1 ? run_end(units, i0, i1) : i1; i < i1;) {
     const std::span<const SignUnit> run = units.subspan(static_cast<size_t>(i), static_cast<size_t>(k - i));
     const int64_t next = k < i1 ? run_end(units, k, i1) : i1;
-    if (k < i1) prefetch_run(units.subspan(static_cast<size_t>(k), static_cast<size_t>(next - k)), layout, signs);
+    if (k < i1) prefetch_run(units.subspan(static_cast<size_t>(k), static_cast<size_t>(next - k)), layout, signs, kv);
     const auto n_run = static_cast<int64_t>(run.size());
     if (best.size() < static_cast<size_t>(kMaxGroup * n_run)) best.resize(static_cast<size_t>(kMaxGroup * n_run));
     for (int kv_head = kv.begin; kv_head < kv.end; ++kv_head) {

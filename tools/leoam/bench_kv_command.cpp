@@ -268,6 +268,7 @@ class BenchKvCommand : public Command {
     attention.policy = policy;
     KvStoreNeeds needs = kv_store_needs(attention);
     needs.chunks = true;  // every policy through the tiered store: their reads compare
+    needs.batched = batch_ > 1;
     KvCliOptions kv_options = kv_options_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + n_gen_;

@@ -96,8 +96,8 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->needs(dir)
       ->group(group);
   cmd.add_option("--read-ahead-mb", o.read_ahead_mb,
-                 "with --pipeline on or auto, RAM in MiB for the chunks read ahead (two layers' worth at most; what does "
-                 "not fit is read when needed)")
+                 "with --pipeline on or auto, or in a batch of sequences, RAM in MiB for the chunks read ahead, per "
+                 "sequence (two layers' worth at most; what does not fit is read when needed)")
       ->capture_default_str()
       ->check(positive<double>())
       ->needs(dir)
@@ -146,7 +146,7 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
     t.host_budget_bytes = 0;
   }
   t.file_options.queue_depth = o.queue_depth;
-  if (decode_pipeline(o)) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
+  if (decode_pipeline(o) || needs.batched) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
   t.trace = trace;
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));
   return std::unique_ptr<KvCache>(std::move(kv));

@@ -73,6 +73,10 @@ struct KvStoreNeeds {
   // context of far_tokens between the sink and the recent window; null: a chunk
   // (TieredKvCacheOptions::abstract_tokens).
   std::function<int(int layer, int n_layer, int chunk_tokens, int64_t far_tokens)> abstract_tokens;
+  // The store decodes in a batch with others (LlamaForward::decode_batch): its disk tier reads a
+  // layer's selected chunks ahead (--read-ahead-mb) while the other sequences select and attend,
+  // whatever --pipeline says (those reads are the selection's own: none is speculated).
+  bool batched = false;
 };
 
 // The KV cache the options describe for `model` at n_ctx positions: the tiered store with

@@ -198,8 +198,9 @@ class RunCommand : public Command {
     options_.should_stop = &SigintScope::interrupted;
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
     if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
-    Result<std::unique_ptr<KvCache>> kv =
-        make_kv_cache(kv_options_, **model, n_ctx, kv_store_needs(attention_options_), trace.get());
+    KvStoreNeeds needs = kv_store_needs(attention_options_);
+    needs.batched = !prompts_file_.empty();
+    Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, **model, n_ctx, needs, trace.get());
     if (!kv.is_ok()) return fail(kv.status());
     KvCache& kv_cache = **kv;  // owned by the context from here on
     Result<std::unique_ptr<sparse::SparseAttention>> selector =
@@ -341,7 +342,9 @@ class RunCommand : public Command {
     std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
     std::vector<DecodeSequence> sequences = {first};
     for (size_t i = 1; i < prompts.size(); ++i) {
-      Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, model, n_ctx, kv_store_needs(attention_options_));
+      KvStoreNeeds needs = kv_store_needs(attention_options_);
+      needs.batched = true;
+      Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, model, n_ctx, needs);
       if (!kv.is_ok()) return fail(kv.status());
       Result<std::unique_ptr<sparse::SparseAttention>> selector =
           make_sparse_attention(attention_options_, kv_options_, model, **kv);

@@ -43,6 +43,70 @@ class BatchedDecodeTest : public SmallModelTest {
         .value();
   }
   std::unique_ptr<TieredKvCache> tiered(const std::string& name) const { return tiered_store(name, 4); }
+  // A batch of one is the single-token decode, bit for bit, through a sparse policy over a tiered
+  // store too; a batch of two sequences with their own leoam selectors attends as they do alone.
+  // With read_ahead_bytes, the batched stores read each layer's selected disk chunks ahead while
+  // the other sequence selects and attends. The batched stores' stats go to `stats`.
+  void expect_sparse_batch_as_alone(uint64_t read_ahead_bytes, std::vector<KvStats>& stats) const {
+    std::mt19937 rng(9);
+    const std::vector<std::vector<int32_t>> prompts = {random_tokens(180, rng), random_tokens(120, rng)};
+    const std::vector<std::vector<int32_t>> steps = {random_tokens(8, rng), random_tokens(8, rng)};
+    struct Alone {
+      std::vector<std::vector<float>> rows;
+      int64_t attended = 0;
+    };
+    std::vector<Alone> alone(2);
+    for (size_t i = 0; i < 2; ++i) {
+      std::unique_ptr<TieredKvCache> store = tiered("alone" + std::to_string(i));
+      auto selector = leoam(store.get());
+      auto ctx = context(selector.get(), std::move(store));
+      std::vector<float> logits;
+      ASSERT_TRUE(ctx->eval(prompts[i], false, logits).is_ok());
+      for (int32_t tok : steps[i]) {
+        const int32_t one[1] = {tok};
+        ASSERT_TRUE(ctx->eval(one, false, logits).is_ok());
+        alone[i].rows.push_back(logits);
+      }
+      alone[i].attended = selector->total().n_attended;
+    }
+    auto ctx = context(nullptr, memory_cache());
+    std::vector<std::unique_ptr<TieredKvCache>> stores;
+    std::vector<std::unique_ptr<SparseAttention>> selectors;
+    for (size_t i = 0; i < 2; ++i) {
+      TieredKvCacheOptions o = tiered_options("batched" + std::to_string(i), 4);
+      o.read_ahead_bytes = read_ahead_bytes;
+      stores.push_back(std::move(TieredKvCache::create(o)).value());
+      selectors.push_back(leoam(stores[i].get()));
+      std::vector<float> logits;
+      ASSERT_TRUE(ctx->eval_sequence({stores[i].get(), selectors[i].get()}, prompts[i], false, logits).is_ok());
+    }
+    const auto n_vocab = static_cast<size_t>(spec_.n_vocab);
+    for (size_t s = 0; s < 8; ++s) {
+      if (s < 2) {  // the first steps one sequence at a time: batches of one
+        for (size_t i = 0; i < 2; ++i) {
+          const BatchToken one{steps[i][s], {stores[i].get(), selectors[i].get()}};
+          std::vector<float> logits;
+          ASSERT_TRUE(ctx->decode_batch({&one, 1}, logits).is_ok());
+          EXPECT_EQ(logits, alone[i].rows[s]) << "step " << s << " sequence " << i;
+        }
+        continue;
+      }
+      const BatchToken both[2] = {{steps[0][s], {stores[0].get(), selectors[0].get()}},
+                                  {steps[1][s], {stores[1].get(), selectors[1].get()}}};
+      std::vector<float> logits;
+      ASSERT_TRUE(ctx->decode_batch(both, logits).is_ok());
+      for (size_t i = 0; i < 2; ++i) {
+        const std::vector<float> row(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+        EXPECT_LT(rel_diff(row, alone[i].rows[s]), 1e-4) << "step " << s << " sequence " << i;
+      }
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(selectors[i]->total().n_attended, alone[i].attended) << "sequence " << i;
+      EXPECT_LT(selectors[i]->total().n_attended, selectors[i]->total().n_visible);  // it did choose
+      stats.push_back(stores[i]->stats());
+    }
+  }
+
   // Largest |a - b| over the largest |b|.
   static double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     double d = 0.0, m = 0.0;
@@ -100,63 +164,25 @@ TEST_F(BatchedDecodeTest, EachSequenceGetsTheLogitsItWouldGetAlone) {
   }
 }
 
-// A batch of one is the single-token decode, bit for bit, through a sparse policy over a tiered
-// store too; a batch of two sequences with their own leoam selectors attends as they do alone.
 TEST_F(BatchedDecodeTest, SparseSequencesSelectAsTheyWouldAlone) {
-  std::mt19937 rng(9);
-  const std::vector<std::vector<int32_t>> prompts = {random_tokens(180, rng), random_tokens(120, rng)};
-  const std::vector<std::vector<int32_t>> steps = {random_tokens(8, rng), random_tokens(8, rng)};
-  struct Alone {
-    std::vector<std::vector<float>> rows;
-    int64_t attended = 0;
-  };
-  std::vector<Alone> alone(2);
-  for (size_t i = 0; i < 2; ++i) {
-    std::unique_ptr<TieredKvCache> store = tiered("alone" + std::to_string(i));
-    auto selector = leoam(store.get());
-    auto ctx = context(selector.get(), std::move(store));
-    std::vector<float> logits;
-    ASSERT_TRUE(ctx->eval(prompts[i], false, logits).is_ok());
-    for (int32_t tok : steps[i]) {
-      const int32_t one[1] = {tok};
-      ASSERT_TRUE(ctx->eval(one, false, logits).is_ok());
-      alone[i].rows.push_back(logits);
-    }
-    alone[i].attended = selector->total().n_attended;
+  std::vector<KvStats> stats;
+  expect_sparse_batch_as_alone(0, stats);
+  for (const KvStats& st : stats) EXPECT_EQ(st.read_ahead.jobs, 0u);
+}
+
+// The stores' read-ahead takes exactly the chunks the selection reads from disk: every one
+// staged is used, and none is missed.
+TEST_F(BatchedDecodeTest, ABatchReadsEachSequencesSelectionAhead) {
+  std::vector<KvStats> stats;
+  expect_sparse_batch_as_alone(uint64_t{1} << 20, stats);
+  uint64_t staged = 0;
+  for (const KvStats& st : stats) {
+    EXPECT_GT(st.read_ahead.jobs, 0u);
+    EXPECT_EQ(st.read_ahead.chunks_used, st.read_ahead.chunks_staged);
+    EXPECT_EQ(st.read_ahead.chunks_missed, 0u);
+    staged += st.read_ahead.chunks_staged;
   }
-  auto ctx = context(nullptr, memory_cache());
-  std::vector<std::unique_ptr<TieredKvCache>> stores;
-  std::vector<std::unique_ptr<SparseAttention>> selectors;
-  for (size_t i = 0; i < 2; ++i) {
-    stores.push_back(tiered("batched" + std::to_string(i)));
-    selectors.push_back(leoam(stores[i].get()));
-    std::vector<float> logits;
-    ASSERT_TRUE(ctx->eval_sequence({stores[i].get(), selectors[i].get()}, prompts[i], false, logits).is_ok());
-  }
-  const auto n_vocab = static_cast<size_t>(spec_.n_vocab);
-  for (size_t s = 0; s < 8; ++s) {
-    if (s < 2) {  // the first steps one sequence at a time: batches of one
-      for (size_t i = 0; i < 2; ++i) {
-        const BatchToken one{steps[i][s], {stores[i].get(), selectors[i].get()}};
-        std::vector<float> logits;
-        ASSERT_TRUE(ctx->decode_batch({&one, 1}, logits).is_ok());
-        EXPECT_EQ(logits, alone[i].rows[s]) << "step " << s << " sequence " << i;
-      }
-      continue;
-    }
-    const BatchToken both[2] = {{steps[0][s], {stores[0].get(), selectors[0].get()}},
-                                {steps[1][s], {stores[1].get(), selectors[1].get()}}};
-    std::vector<float> logits;
-    ASSERT_TRUE(ctx->decode_batch(both, logits).is_ok());
-    for (size_t i = 0; i < 2; ++i) {
-      const std::vector<float> row(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
-      EXPECT_LT(rel_diff(row, alone[i].rows[s]), 1e-4) << "step " << s << " sequence " << i;
-    }
-  }
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(selectors[i]->total().n_attended, alone[i].attended) << "sequence " << i;
-    EXPECT_LT(selectors[i]->total().n_attended, selectors[i]->total().n_visible);  // it did choose
-  }
+  EXPECT_GT(staged, 0u);
 }
 
 TEST_F(BatchedDecodeTest, BadBatchesAreRefusedAndLeaveTheSequencesAsTheyWere) {

@@ -52,6 +52,15 @@ ChunkTree make_tree(ChunkTreeOptions o, int store_chunk, int n_kv_heads, int hea
 
 constexpr int kLayer = 1;
 
+// Keys drawn from [-3, 3) for positions [0, n) of a catalog of 2 kv heads of 2 channels, which
+// keeps the key sign sketch.
+void set_random_keys(KeysCatalog& catalog, int64_t n, unsigned seed) {
+  catalog.with_key_signs();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t p = 0; p < n; ++p) catalog.set_keys(p, p + 1, {u(rng), u(rng), u(rng), u(rng)});
+}
+
 TEST(ChunkTree, CreateRejectsBadSizes) {
   auto bad = [](int min, int initial, int max, int store_chunk = 8, int block = 0) {
     auto t = ChunkTree::create(sizes(min, max, initial, block > 0 ? block : initial), store_chunk, 1, 2);
@@ -528,15 +537,40 @@ TEST(ChunkTree, KeepsKeySignsAndBlockBoxes) {
   EXPECT_EQ(plain.key_signs().words, nullptr);
 }
 
+// After reserve_ahead(n), growing n more positions moves no array (a prompt's end: its first
+// decode steps copy nothing), and a coarsening keeps the room; the leaves and boxes are those of a
+// tree grown without it.
+TEST(ChunkTree, RoomReservedAheadTakesTheNextPositionsWithoutAMove) {
+  KeysCatalog catalog(8, 2, 4);
+  set_random_keys(catalog, 400, 6);
+  ChunkTreeOptions o = sizes(8, 128, 8, 8);
+  o.key_signs = true;
+  ChunkTree tree = make_tree(o, 8, 2, 4);
+  ChunkTree plain = make_tree(o, 8, 2, 4);
+  ASSERT_TRUE(tree.grow(catalog, kLayer, 256, AbstractSource::kLka).is_ok());
+  tree.reserve_ahead(64);
+  ASSERT_TRUE(tree.coarsen(16, 32).is_ok());
+  const uint64_t* signs = tree.key_signs().words;
+  const uint16_t* boxes = tree.block_box(0);
+  for (int64_t n = 257; n <= 320; ++n) {
+    ASSERT_TRUE(tree.grow(catalog, kLayer, n, AbstractSource::kLka).is_ok());
+    ASSERT_EQ(tree.key_signs().words, signs) << n;
+    ASSERT_EQ(tree.block_box(0), boxes) << n;
+  }
+  ASSERT_TRUE(plain.grow(catalog, kLayer, 256, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(plain.coarsen(16, 32).is_ok());
+  ASSERT_TRUE(plain.grow(catalog, kLayer, 320, AbstractSource::kLka).is_ok());
+  EXPECT_EQ(leaves_of(tree), leaves_of(plain));
+  for (int64_t b = 0; b < plain.n_blocks(); ++b) EXPECT_EQ(box_at(tree, b), box_at(plain, b)) << "block " << b;
+  for (int64_t p = 0; p < 320; ++p) EXPECT_EQ(sign_word(tree, p, 1), sign_word(plain, p, 1)) << p;
+}
+
 // A tree grown batch by batch with small leaves and blocks and then coarsened is the tree grown
 // with the larger ones from the start: leaves, block boxes and signs alike. After a split or a
 // merge, or to a size not allowed, coarsening fails and changes nothing.
 TEST(ChunkTree, CoarsenedIsTheTreeGrownWithTheLargerLeaves) {
   KeysCatalog catalog(8, 2, 4);
-  catalog.with_key_signs();
-  std::mt19937 rng(4);
-  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
-  for (int64_t p = 0; p < 203; ++p) catalog.set_keys(p, p + 1, {u(rng), u(rng), u(rng), u(rng)});
+  set_random_keys(catalog, 203, 4);
   ChunkTreeOptions fine = sizes(8, 128, 8, 8);
   fine.key_signs = true;
   ChunkTreeOptions coarse = sizes(8, 128, 32, 64);
