@@ -413,18 +413,12 @@ class LeoamPolicy final : public SelectionPolicy {
     return r;
   }
 
-  // The query heads [h0, h1) of `heads` (sign_bound.h).
-  static std::pair<int, int> head_span(const SelectionQuery& query, KvHeadGroups heads) {
-    const int group = query.n_head / query.n_head_kv;
-    return heads.kv_head < 0 ? std::pair{0, query.n_head} : std::pair{heads.kv_head * group, (heads.kv_head + 1) * group};
-  }
-
   // bounds[(h - h0) * units.size() + u]: the box bound (chunk_bound.h) of query head h of `heads`
   // ([h0, h1)) against unit u's box.
   static std::vector<float> box_bounds(const SelectionQuery& query, const BoundUnits& units, BoundSide side,
                                        KvHeadGroups heads) {
     const int group = query.n_head / query.n_head_kv;
-    const auto [h0, h1] = head_span(query, heads);
+    const auto [h0, h1] = heads.query_heads(query.n_head, query.n_head_kv);
     const size_t n = units.units.size();
     std::vector<float> bounds(static_cast<size_t>(h1 - h0) * n);
     std::vector<float> box(static_cast<size_t>(units.layout.chunk_stride));
@@ -442,7 +436,7 @@ class LeoamPolicy final : public SelectionPolicy {
   // the units split among `pool`'s threads when given.
   static HeadBounds upper_bounds(const SelectionQuery& query, int64_t n, const BoundUnits& units, KvHeadGroups heads,
                                  ThreadPool* pool) {
-    const auto [h0, h1] = head_span(query, heads);
+    const auto [h0, h1] = heads.query_heads(query.n_head, query.n_head_kv);
     const size_t n_units = units.units.size();
     std::vector<float> unit_bounds;
     if (units.slices.words != nullptr) {

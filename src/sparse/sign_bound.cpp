@@ -349,15 +349,6 @@ LEOAM_AVX512 void slices_bounds_avx512(const float* base, const float* d, int g,
 
 #endif
 
-// The kv heads [begin, end) a call's KvHeadGroups names, of n_kv_heads.
-struct KvHeadSpan {
-  int begin = 0;
-  int end = 0;
-};
-KvHeadSpan kv_head_span(KvHeadGroups heads, int n_kv_heads) {
-  return heads.kv_head < 0 ? KvHeadSpan{0, n_kv_heads} : KvHeadSpan{heads.kv_head, heads.kv_head + 1};
-}
-
 // Asks for the cache lines of [p0, p1).
 void prefetch_bytes(const void* p0, const void* p1) {
   for (const char* p = static_cast<const char*>(p0); p < p1; p += 64) __builtin_prefetch(p);
@@ -365,10 +356,10 @@ void prefetch_bytes(const void* p0, const void* p1) {
 
 // Asks for the cache lines of a unit's sign words of kv heads `kv` ahead of their use: rows'
 // words, or the slices of the groups its rows meet.
-void prefetch_signs(const SignSketch& signs, TokenRange rows, KvHeadSpan kv) {
+void prefetch_signs(const SignSketch& signs, TokenRange rows, HeadSpan kv) {
   for (int64_t t = rows.begin; t < rows.end; ++t) prefetch_bytes(row_words(signs, t, kv.begin), row_words(signs, t, kv.end));
 }
-void prefetch_signs(const SignSlices& signs, TokenRange rows, KvHeadSpan kv) {
+void prefetch_signs(const SignSlices& signs, TokenRange rows, HeadSpan kv) {
   for (int64_t g = rows.begin / 64; g < (rows.end + 63) / 64; ++g) {
     prefetch_bytes(signs.slice(g, kv.begin), signs.slice(g, kv.end));
   }
@@ -376,7 +367,7 @@ void prefetch_signs(const SignSlices& signs, TokenRange rows, KvHeadSpan kv) {
 
 // Asks for the cache lines of a run's box and sign words of kv heads `kv` ahead of their use.
 template <typename Sketch>
-void prefetch_run(std::span<const SignUnit> run, const BoundLayout& layout, const Sketch& signs, KvHeadSpan kv) {
+void prefetch_run(std::span<const SignUnit> run, const BoundLayout& layout, const Sketch& signs, HeadSpan kv) {
   const int64_t hd = layout.head_dim;
   const uint16_t* mn = run.front().box;
   const uint16_t* mx = mn + static_cast<int64_t>(layout.n_kv_heads) * hd;
@@ -402,7 +393,7 @@ int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
 // once a head, from L3 or memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster
 // this way).
 template <typename Sketch, typename Terms, typename GroupBound>
-void bounds_of_units(const float* q, int n_head, KvHeadSpan kv, std::span<const SignUnit> units, int64_t i0,
+void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const SignUnit> units, int64_t i0,
                      int64_t i1, const BoundLayout& layout, const Sketch& signs, float* bounds, Terms terms,
                      GroupBound group_bound) {
   const int hd = layout.head_dim;
@@ -449,7 +440,7 @@ template <typename Sketch, typename Terms, typename GroupBound>
 void bounds_of_all(const float* q, int n_head, KvHeadGroups heads, std::span<const SignUnit> units,
                    const BoundLayout& layout, const Sketch& signs, float* bounds, ThreadPool* pool, Terms terms,
                    GroupBound group_bound) {
-  const KvHeadSpan kv = kv_head_span(heads, layout.n_kv_heads);
+  const HeadSpan kv = heads.kv_heads(layout.n_kv_heads);
   const auto n = static_cast<int64_t>(units.size());
   std::vector<int64_t> rows_before(static_cast<size_t>(n + 1), 0);  // rows of units [0, i)
   for (int64_t i = 0; i < n; ++i) rows_before[i + 1] = rows_before[i] + units[i].rows.size();
@@ -483,9 +474,8 @@ void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit>
   const int group = n_head / layout.n_kv_heads;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   const auto n = static_cast<int64_t>(units.size());
-  const int h0 = heads.kv_head < 0 ? 0 : heads.kv_head * group;
-  const int h1 = heads.kv_head < 0 ? n_head : h0 + group;
-  for (int h = h0; h < h1; ++h) {
+  const HeadSpan qh = heads.query_heads(n_head, layout.n_kv_heads);
+  for (int h = qh.begin; h < qh.end; ++h) {
     const float* q = q_heads + static_cast<int64_t>(h) * hd;
     const int kv_head = h / group;
     for (int64_t i = 0; i < n; ++i) {
@@ -504,7 +494,7 @@ void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit>
         }
         best = std::max(best, b);
       }
-      bounds[(h - h0) * n + i] = static_cast<float>(best);
+      bounds[(h - qh.begin) * n + i] = static_cast<float>(best);
     }
   }
 }

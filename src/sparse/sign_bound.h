@@ -83,12 +83,27 @@ struct SignUnit {
   const uint16_t* box = nullptr;
 };
 
+// Heads [begin, end).
+struct HeadSpan {
+  int begin = 0;
+  int end = 0;
+};
+
 // The query heads a call scores: those of every kv head, or of one (its group).
 struct KvHeadGroups {
   int kv_head = -1;  // -1: every kv head's
 
   static KvHeadGroups all() { return {}; }
   static KvHeadGroups of(int kv_head) { return {kv_head}; }
+
+  // The kv heads named, of n_kv_heads.
+  HeadSpan kv_heads(int n_kv_heads) const { return kv_head < 0 ? HeadSpan{0, n_kv_heads} : HeadSpan{kv_head, kv_head + 1}; }
+  // The query heads named, of n_head shared evenly by n_kv_heads.
+  HeadSpan query_heads(int n_head, int n_kv_heads) const {
+    const HeadSpan kv = kv_heads(n_kv_heads);
+    const int group = n_head / n_kv_heads;
+    return {kv.begin * group, kv.end * group};
+  }
 };
 
 // bounds[h * units.size() + i]: the sign-refined upper bound of query head h (head_dim floats

@@ -221,6 +221,11 @@ TEST_F(KvCliTest, APipelinedDecodeWritesTheSameTextAndReportsItsReadAhead) {
   EXPECT_NE(on.err.find(" (mean of 22): weights "), std::string::npos) << on.err;  // 24 tokens: 23 steps, 1 left out
   EXPECT_GT(stats.at("read_ahead").at("chunks_staged").get<double>(), 0.0) << stats.dump(1);
 
+  // A pipeline with no staging for what it reads ahead is refused.
+  const CliResult unstaged = run_leoam_on_disk("kv-unstaged", {"-n", "2", "--pipeline", "on", "--read-ahead-mb", "0"});
+  EXPECT_NE(unstaged.status, 0);
+  EXPECT_NE(unstaged.err.find("needs --read-ahead-mb > 0"), std::string::npos) << unstaged.err;
+
   const CliResult no_dir = run({"-p", "Once", "-n", "2", "--pipeline", "on"});
   EXPECT_NE(no_dir.status, 0);
   EXPECT_NE(no_dir.err.find("--pipeline"), std::string::npos) << no_dir.err;
@@ -283,6 +288,12 @@ TEST_F(KvCliTest, PromptsDecodedTogetherWriteWhatEachWritesAlone) {
     const std::string want = "[" + std::to_string(i + 1) + "] " + alone.out.substr(0, alone.out.size() - 1);
     EXPECT_NE(batch.out.find(want), std::string::npos) << "prompt " << i << ":\n" << batch.out << "\nwant:\n" << want;
   }
+  // --read-ahead-mb 0: each sequence reads its chunks as it attends; the same text.
+  *(std::find(args.begin(), args.end(), "--kv-dir") + 1) = dir_ + "/batch-unstaged";
+  for (const char* a : {"--read-ahead-mb", "0"}) args.push_back(a);
+  const CliResult unstaged = run(args);
+  ASSERT_EQ(unstaged.status, 0) << unstaged.err;
+  EXPECT_EQ(unstaged.out, batch.out);
   for (const char* clash : {"--kv-stats", "--trace"}) {
     std::vector<std::string> bad = {"--prompts", file, clash};
     if (std::string(clash) == "--trace") bad.push_back(dir_ + "/t.json");

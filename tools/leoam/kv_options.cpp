@@ -97,9 +97,10 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->group(group);
   cmd.add_option("--read-ahead-mb", o.read_ahead_mb,
                  "with --pipeline on or auto, or in a batch of sequences, RAM in MiB for the chunks read ahead, per "
-                 "sequence (two layers' worth at most; what does not fit is read when needed)")
+                 "sequence (two layers' worth at most; what does not fit is read when needed; 0: nothing is read "
+                 "ahead, a batch's sequences read their chunks as they attend; --pipeline on or auto needs more)")
       ->capture_default_str()
-      ->check(positive<double>())
+      ->check(non_negative<double>())
       ->needs(dir)
       ->group(group);
   cmd.add_option("--kv-meta-mb", o.meta_mb,
@@ -146,6 +147,9 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
     t.host_budget_bytes = 0;
   }
   t.file_options.queue_depth = o.queue_depth;
+  if (decode_pipeline(o) && o.read_ahead_mb == 0.0) {
+    return invalid_argument("--pipeline " + o.pipeline + " reads the next layer's chunks ahead: it needs --read-ahead-mb > 0");
+  }
   if (decode_pipeline(o) || needs.batched) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
   t.trace = trace;
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));

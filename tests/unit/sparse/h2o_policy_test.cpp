@@ -16,6 +16,7 @@
 #include "kv/tiered_kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/model.h"
+#include "select_ok.h"
 #include "sparse/selection_policy.h"
 #include "sparse/sparse_attention.h"
 #include "small_model_test.h"
@@ -23,6 +24,7 @@
 namespace leoam::sparse {
 namespace {
 
+using testing_util::select_ok;
 using Ranges = std::vector<TokenRange>;
 
 // A catalog of chunks of 4 tokens (1 kv head of dim 2) whose abstracts must never be read: h2o
@@ -67,12 +69,6 @@ SelectionQuery make_query(int layer, int64_t n_tokens, TokenRange far, int64_t b
   query.far = far;
   query.budget_tokens = budget;
   return query;
-}
-
-Selection select_ok(SelectionPolicy& p, const SelectionQuery& query, KvCatalog& catalog) {
-  auto s = p.select(query, catalog);
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  return s.is_ok() ? std::move(s).value() : Selection{};
 }
 
 // Observes `mass` for the positions of `ranges` (in order) of `layer`.

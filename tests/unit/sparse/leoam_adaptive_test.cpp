@@ -21,6 +21,7 @@
 
 #include "keys_catalog.h"
 #include "kv/kv_catalog.h"
+#include "select_ok.h"
 #include "sparse/selection_policy.h"
 
 namespace leoam::sparse {
@@ -28,6 +29,7 @@ namespace {
 
 using testing_util::KeysCatalog;
 using testing_util::Load;
+using testing_util::select_ok;
 using Loads = std::vector<Load>;
 using Ranges = std::vector<TokenRange>;
 
@@ -51,12 +53,6 @@ std::unique_ptr<SelectionPolicy> leoam(const PolicyOptions& options = {}) {
   auto p = make_selection_policy("leoam", options);
   EXPECT_TRUE(p.is_ok()) << p.status().message();
   return std::move(p).value();
-}
-
-Selection select_ok(SelectionPolicy& p, const SelectionQuery& query, KvCatalog& catalog) {
-  auto s = p.select(query, catalog);
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  return s.is_ok() ? std::move(s).value() : Selection{};
 }
 
 // What one step did: the selection, how many leaves were scored, and the abstract reads.

@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "kv/kv_catalog.h"
+#include "select_ok.h"
 
 namespace leoam::sparse {
 namespace {
 
+using testing_util::select_ok;
 struct Load {
   int layer = 0;
   int64_t i0 = 0;
@@ -95,12 +97,6 @@ std::unique_ptr<SelectionPolicy> policy(std::string_view name, const PolicyOptio
   auto p = make_selection_policy(name, options);
   EXPECT_TRUE(p.is_ok()) << p.status().message();
   return std::move(p).value();
-}
-
-Selection select_ok(SelectionPolicy& p, const SelectionQuery& query, KvCatalog& catalog) {
-  auto s = p.select(query, catalog);
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  return s.is_ok() ? std::move(s).value() : Selection{};
 }
 
 using Ranges = std::vector<TokenRange>;
