@@ -11,7 +11,7 @@
 namespace leoam {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t) {
+double elapsed_ms(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
@@ -58,10 +58,10 @@ Result<std::vector<BatchSequenceResult>> generate_batch(ForwardContext& ctx, con
     s.tokens = tokens;
     const auto t0 = std::chrono::steady_clock::now();
     LEOAM_RETURN_IF_ERROR(ctx.eval_sequence(sequences[i], tokens, false, running[i].row));
-    s.prefill_ms = ms_since(t0);
+    s.prefill_ms = elapsed_ms(t0);
     s.n_prefilled = s.n_prompt_tokens;
   }
-  batch.prefill_ms = ms_since(t_prefill);
+  batch.prefill_ms = elapsed_ms(t_prefill);
 
   const auto t_decode = std::chrono::steady_clock::now();
   std::vector<BatchToken> step;
@@ -118,7 +118,7 @@ Result<std::vector<BatchSequenceResult>> generate_batch(ForwardContext& ctx, con
       row.assign(logits.begin() + k * n_vocab, logits.begin() + (k + 1) * n_vocab);
     }
   }
-  batch.decode_ms = ms_since(t_decode);
+  batch.decode_ms = elapsed_ms(t_decode);
   for (size_t i = 0; i < n; ++i) {
     results[i].stats.decode_ms = batch.decode_ms;  // the steps are shared
     results[i].stats.sampler_rng_state = running[i].sampler.rng_state();

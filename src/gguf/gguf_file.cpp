@@ -12,8 +12,6 @@ namespace leoam {
 
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-
 // The smallest possible encodings, used to bound a count by the bytes left before trusting it
 // (so a corrupt count can never drive a huge allocation).
 // key string length + type id + one byte of value

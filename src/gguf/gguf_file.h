@@ -33,6 +33,7 @@ namespace leoam {
 
 class MappedFile;
 
+inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 // 32: GGUF's default data alignment when general.alignment is absent.
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
 inline constexpr int kGgufMaxDims = 4;

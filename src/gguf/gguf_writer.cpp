@@ -15,8 +15,6 @@ namespace leoam {
 
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" as a little-endian u32
-
 class ByteSink {
  public:
   explicit ByteSink(uint32_t version) : version_(version) {}
@@ -72,7 +70,7 @@ void put_value(ByteSink& out, const GgufValue& v) {
 
 uint64_t pad_up(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
-std::string dims_string(const std::vector<int64_t>& ne) {
+std::string dims_list(const std::vector<int64_t>& ne) {
   std::string s = "[";
   for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
   return s + "]";
@@ -106,7 +104,7 @@ Status GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64
     return invalid_argument(what + " has " + std::to_string(ne.size()) + " dimensions; 1 to 4 are allowed");
   }
   for (int64_t d : ne) {
-    if (d < 0) return invalid_argument(what + " has a negative dimension " + dims_string(ne));
+    if (d < 0) return invalid_argument(what + " has a negative dimension " + dims_list(ne));
   }
   const int64_t block = ggml_block_size(type);
   if (ne[0] % block != 0) {
@@ -116,11 +114,11 @@ Status GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64
   uint64_t expected_bytes = ggml_row_size(type, ne[0]);
   for (size_t i = 1; i < ne.size(); ++i) {
     if (__builtin_mul_overflow(expected_bytes, static_cast<uint64_t>(ne[i]), &expected_bytes)) {
-      return invalid_argument(what + ": dimensions " + dims_string(ne) + " overflow");
+      return invalid_argument(what + ": dimensions " + dims_list(ne) + " overflow");
     }
   }
   if (data.size() != expected_bytes) {
-    return invalid_argument(what + " of type " + ggml_type_name(type_id) + " and dims " + dims_string(ne) + " needs " +
+    return invalid_argument(what + " of type " + ggml_type_name(type_id) + " and dims " + dims_list(ne) + " needs " +
                             std::to_string(expected_bytes) + " bytes, got " + std::to_string(data.size()));
   }
   tensors_.push_back(Tensor{std::move(name), type, std::move(ne), std::move(data)});
@@ -141,11 +139,11 @@ Status GgufWriter::add_tensor_f32(std::string name, GgmlType type, std::vector<i
   uint64_t n_elements = 1;
   for (int64_t d : ne) {
     if (d < 0 || __builtin_mul_overflow(n_elements, static_cast<uint64_t>(d), &n_elements)) {
-      return invalid_argument(what + " has invalid dimensions " + dims_string(ne));
+      return invalid_argument(what + " has invalid dimensions " + dims_list(ne));
     }
   }
   if (values.size() != n_elements) {
-    return invalid_argument(what + " with dims " + dims_string(ne) + " needs " + std::to_string(n_elements) +
+    return invalid_argument(what + " with dims " + dims_list(ne) + " needs " + std::to_string(n_elements) +
                             " values, got " + std::to_string(values.size()));
   }
   const int64_t ne0 = ne[0];

@@ -68,7 +68,7 @@ std::string tensor_type_list() {
   return s;
 }
 
-std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string single_quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // A JSON value as it would appear in the manifest, cut short when long.
 std::string show(const json& v) {
@@ -77,7 +77,7 @@ std::string show(const json& v) {
   return s;
 }
 
-std::string float_string(double v) {
+std::string number_string(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
@@ -149,7 +149,7 @@ Status append_element(const json& v, const ScalarType& t, std::vector<uint8_t>& 
         append_le(raw, d);
       } else if (std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max())) {
         return corrupt(show(v) + " is out of range for f32 (largest magnitude " +
-                       float_string(std::numeric_limits<float>::max()) + "); use f64");
+                       number_string(std::numeric_limits<float>::max()) + "); use f64");
       } else {
         append_le(raw, static_cast<float>(d));
       }
@@ -177,7 +177,7 @@ Result<GgufValue> parse_value(const json& v, std::string_view type_name) {
   const bool is_array = type_name.starts_with(kArrayPrefix);
   const ScalarType* t = find_scalar_type(is_array ? type_name.substr(kArrayPrefix.size()) : type_name);
   if (t == nullptr) {
-    return corrupt("unknown type " + quote(type_name) + "; types: " + scalar_type_list() +
+    return corrupt("unknown type " + single_quoted(type_name) + "; types: " + scalar_type_list() +
                    ", or arr_ and one of those for an array (arr_u32 arr_i32 arr_f32 arr_str ...)");
   }
   if (!is_array) {
@@ -221,7 +221,7 @@ Status check_fields(const json& obj, std::initializer_list<std::string_view> all
     if (!known) {
       std::string list;
       for (std::string_view a : allowed) list += (list.empty() ? "" : " ") + std::string(a);
-      return corrupt("unknown field " + quote(item.key()) + "; fields: " + list);
+      return corrupt("unknown field " + single_quoted(item.key()) + "; fields: " + list);
     }
   }
   return Status::ok();
@@ -230,7 +230,7 @@ Status check_fields(const json& obj, std::initializer_list<std::string_view> all
 // A field that must be present; the error names it.
 Result<const json*> require_field(const json& obj, const char* field) {
   const auto it = obj.find(field);
-  if (it == obj.end()) return corrupt("missing required field " + quote(field));
+  if (it == obj.end()) return corrupt("missing required field " + single_quoted(field));
   return &*it;
 }
 
@@ -238,9 +238,9 @@ Result<const json*> require_field(const json& obj, const char* field) {
 Result<uint64_t> require_uint(const json& v, const char* field) {
   if (const auto* u = v.get_ptr<const json::number_unsigned_t*>()) return *u;
   if (const auto* s = v.get_ptr<const json::number_integer_t*>()) {
-    return corrupt(quote(field) + " must be a non-negative integer, got " + std::to_string(*s));
+    return corrupt(single_quoted(field) + " must be a non-negative integer, got " + std::to_string(*s));
   }
-  return corrupt(quote(field) + " must be a non-negative integer, got " + json_kind(v) + " " + show(v));
+  return corrupt(single_quoted(field) + " must be a non-negative integer, got " + json_kind(v) + " " + show(v));
 }
 
 struct TensorPlan {
@@ -268,7 +268,7 @@ std::string shape_string(const std::vector<int64_t>& dims) {
 // "tensors[3] ('blk.0.attn_q.weight')", or "tensors[3]" before the name is known.
 std::string tensor_where(size_t i, const std::string& name) {
   std::string s = "tensors[" + std::to_string(i) + "]";
-  return name.empty() ? s : s + " (" + quote(name) + ")";
+  return name.empty() ? s : s + " (" + single_quoted(name) + ")";
 }
 
 Result<TensorPlan> parse_tensor(const json& entry) {
@@ -321,7 +321,7 @@ Result<TensorPlan> parse_tensor(const json& entry) {
     if (tt.name == t.type_name) type = &tt;
   }
   if (type == nullptr) {
-    return unsupported("unknown tensor type " + quote(t.type_name) + "; types: " + tensor_type_list());
+    return unsupported("unknown tensor type " + single_quoted(t.type_name) + "; types: " + tensor_type_list());
   }
   t.type = type->type;
   const int64_t block = ggml_block_size(t.type);
@@ -356,7 +356,7 @@ Result<BundlePlan> parse_manifest(const std::string& manifest_path, const json& 
   if (!st.is_ok()) return st.with_context(m);
 
   for (const char* field : {"data", "metadata", "tensors"}) {
-    if (!root.contains(field)) return corrupt(m + ": missing required field " + quote(field));
+    if (!root.contains(field)) return corrupt(m + ": missing required field " + single_quoted(field));
   }
   const json& data = root.at("data");
   if (!data.is_string() || data.get<std::string>().empty()) {
@@ -373,11 +373,11 @@ Result<BundlePlan> parse_manifest(const std::string& manifest_path, const json& 
     const json& e = metadata[i];
     std::string where = m + ": metadata[" + std::to_string(i) + "]";
     if (!e.is_object()) return corrupt(where + " must be a JSON object, got " + json_kind(e) + " " + show(e));
-    if (const auto k = e.find("key"); k != e.end() && k->is_string()) where += " (" + quote(k->get<std::string>()) + ")";
+    if (const auto k = e.find("key"); k != e.end() && k->is_string()) where += " (" + single_quoted(k->get<std::string>()) + ")";
     st = check_fields(e, {"key", "type", "value"});
     if (!st.is_ok()) return st.with_context(where);
     for (const char* field : {"key", "type", "value"}) {
-      if (!e.contains(field)) return corrupt(where + ": missing required field " + quote(field));
+      if (!e.contains(field)) return corrupt(where + ": missing required field " + single_quoted(field));
     }
     const json& key = e.at("key");
     const json& type = e.at("type");
@@ -386,7 +386,7 @@ Result<BundlePlan> parse_manifest(const std::string& manifest_path, const json& 
     }
     if (!type.is_string()) return corrupt(where + ": 'type' must be a string, got " + show(type));
     const std::string& k = key.get_ref<const std::string&>();
-    if (!keys.insert(k).second) return corrupt(where + ": duplicate metadata key " + quote(k));
+    if (!keys.insert(k).second) return corrupt(where + ": duplicate metadata key " + single_quoted(k));
     Result<GgufValue> value = parse_value(e.at("value"), type.get_ref<const std::string&>());
     if (!value.is_ok()) return value.status().with_context(where + " of type " + type.get<std::string>());
     plan.metadata.emplace_back(k, std::move(value).value());
@@ -403,7 +403,7 @@ Result<BundlePlan> parse_manifest(const std::string& manifest_path, const json& 
     Result<TensorPlan> t = parse_tensor(tensors[i]);
     if (!t.is_ok()) return t.status().with_context(m + ": " + tensor_where(i, name));
     if (!names.insert(t->name).second) {
-      return corrupt(m + ": " + tensor_where(i, name) + ": duplicate tensor name " + quote(t->name));
+      return corrupt(m + ": " + tensor_where(i, name) + ": duplicate tensor name " + single_quoted(t->name));
     }
     plan.tensors.push_back(std::move(t).value());
   }
@@ -442,13 +442,13 @@ Status check_data(const std::string& manifest_path, const BundlePlan& plan, cons
       float v;
       std::memcpy(&v, p + e * sizeof(float), sizeof(float));
       if (!std::isfinite(v)) {
-        return corrupt(plan.data_path + ": " + where + " holds a non-finite value (" + float_string(v) +
+        return corrupt(plan.data_path + ": " + where + " holds a non-finite value (" + number_string(v) +
                        ") at index " + numpy_index(e, t.shape) + " (byte " +
                        std::to_string(t.offset_bytes + e * sizeof(float)) + ")");
       }
       // Values just above 65504 still round down to it; f32_to_f16 decides exactly.
       if (t.type == GgmlType::kF16 && std::fabs(v) > kF16Max && std::isinf(f16_to_f32(f32_to_f16(v)))) {
-        return corrupt(plan.data_path + ": " + where + " has type f16 but holds " + float_string(v) + " at index " +
+        return corrupt(plan.data_path + ": " + where + " has type f16 but holds " + number_string(v) + " at index " +
                        numpy_index(e, t.shape) + ", beyond f16's range (largest 65504); store it as f32 or bf16");
       }
     }
@@ -494,7 +494,7 @@ Status import_tensor_bundle(const std::string& manifest_path, GgufWriter& out) {
 
 Result<GgufValue> parse_metadata_value(std::string_view type_name, std::string_view json_text) {
   const json v = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (v.is_discarded()) return corrupt(quote(json_text) + " is not a JSON value");
+  if (v.is_discarded()) return corrupt(single_quoted(json_text) + " is not a JSON value");
   return parse_value(v, type_name);
 }
 

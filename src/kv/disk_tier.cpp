@@ -142,7 +142,7 @@ double elapsed_us(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string hex(uint64_t v) {
+std::string hex_0x(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
   return buf;
@@ -568,7 +568,7 @@ Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads
       return chunk_error(StatusCode::kCorrupt, layer, r.index,
                          "checksum mismatch in " + (r.compressed ? compressed_path(layer) : chunk_path(layer)) +
                              " at offset " + std::to_string(static_cast<uint64_t>(r.index) * slot) + " (expected " +
-                             hex(expected) + ", read " + hex(got) + "): the KV file is corrupt");
+                             hex_0x(expected) + ", read " + hex_0x(got) + "): the KV file is corrupt");
     }
   }
   return Status::ok();

@@ -14,7 +14,7 @@ using Move = Residency::Move;
 using Plan = Residency::Plan;
 
 // "1.0 MiB", "0.25 MiB": at most three decimals, at least one.
-std::string mib(uint64_t bytes) {
+std::string mib_string(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(bytes) / (1024.0 * 1024.0));
   std::string s = buf;
@@ -194,9 +194,9 @@ Result<Residency::Plan> Residency::plan_insert(ChunkKey key) const {
     for_each_chunk([&](ChunkKey, const ChunkResidency& r) {
       if (r.tier == Tier::kDevice && r.pins > 0) pinned_bytes += options_.device_chunk_bytes;
     });
-    return invalid_argument("device KV budget of " + mib(options_.device_budget_bytes) +
-                            " cannot hold another chunk of " + mib(options_.device_chunk_bytes) + ": " +
-                            mib(pinned_bytes) +
+    return invalid_argument("device KV budget of " + mib_string(options_.device_budget_bytes) +
+                            " cannot hold another chunk of " + mib_string(options_.device_chunk_bytes) + ": " +
+                            mib_string(pinned_bytes) +
                             " is pinned (sink, recent window, open chunks); raise --kv-device-mb");
   }
   builder.add({key, std::nullopt, Tier::kDevice, false});

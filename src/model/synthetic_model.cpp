@@ -14,9 +14,9 @@ namespace leoam {
 
 namespace {
 
-class Rng {
+class UniformRng {
  public:
-  explicit Rng(uint64_t seed) : bits_(seed) {}
+  explicit UniformRng(uint64_t seed) : bits_(seed) {}
   // Uniform in [-1, 1).
   float uniform() { return static_cast<float>(static_cast<double>(bits_.next() >> 11) * 0x1.0p-52 - 1.0); }
 
@@ -32,7 +32,7 @@ uint64_t fnv1a(std::string_view s) {
 
 // n values, uniform with standard deviation `stddev` around `mean`; one stream per tensor name.
 std::vector<float> random_values(uint64_t seed, std::string_view name, size_t n, float mean, float stddev) {
-  Rng rng(seed ^ fnv1a(name));
+  UniformRng rng(seed ^ fnv1a(name));
   const float half_width = stddev * std::sqrt(3.0f);  // uniform on [-a, a] has variance a^2 / 3
   std::vector<float> v(n);
   for (float& x : v) x = mean + half_width * rng.uniform();

@@ -20,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kStories = leoam::testing_cli::kStoriesModel;
+using leoam::testing_cli::kStoriesModel;
 
 using leoam::testing_cli::CliResult;
 using leoam::testing_cli::shell_quote;
@@ -139,8 +139,8 @@ TEST_F(BenchCliTest, MarkdownTableWithDepthsAndThreadLists) {
 }
 
 TEST_F(BenchCliTest, Stories260KReportsMillisecondsPerToken) {
-  if (!fs::exists(kStories)) GTEST_SKIP() << "fixture absent: " << kStories;
-  CliResult r = bench({"-m", kStories, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--no-bound"});
+  if (!fs::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  CliResult r = bench({"-m", kStoriesModel, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--no-bound"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("ms/tok"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 1 | tg8 |"), std::string::npos) << r.out;

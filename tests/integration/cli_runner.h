@@ -74,6 +74,7 @@ inline void expect_one_line_error(const CliResult& r, int status, const std::str
 }
 
 // The third-party fixtures the tests run on.
+inline const std::string kFixtures = LEOAM_FIXTURES_DIR;
 inline const std::string kStoriesModel = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
 inline const std::string kBookText = std::string(LEOAM_FIXTURES_DIR) + "/text/pg19_firstbook.txt";
 

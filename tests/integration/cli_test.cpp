@@ -20,8 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kFixtures = LEOAM_FIXTURES_DIR;
-const std::string kStories = leoam::testing_cli::kStoriesModel;
+using leoam::testing_cli::kFixtures;
+using leoam::testing_cli::kStoriesModel;
 const std::string kStoriesV1 = kFixtures + "/models/stories260K/tinyllamas-stories-260k-f32.gguf";
 // Karpathy's documented greedy sample from BOS.
 const std::string kGreedyFromBos =
@@ -310,8 +310,8 @@ INSTANTIATE_TEST_SUITE_P(Stories260K, StoriesCliTest,
                          });
 
 TEST_F(CliTest, GgufInfoDescribesStories260K) {
-  REQUIRE_FIXTURE(kStories);
-  CliResult r = run({"gguf", "info", kStories});
+  REQUIRE_FIXTURE(kStoriesModel);
+  CliResult r = run({"gguf", "info", kStoriesModel});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("llama.block_count"), std::string::npos);
   EXPECT_NE(r.out.find("blk.0.attn_q.weight"), std::string::npos);

@@ -24,15 +24,15 @@ namespace fs = std::filesystem;
 using leoam::testing_cli::CliResult;
 using leoam::testing_cli::read_file;
 
-const std::string kStories = std::string(LEOAM_FIXTURES_DIR) + "/models/stories260K/stories260K.gguf";
-const std::string kBook = std::string(LEOAM_FIXTURES_DIR) + "/text/pg19_firstbook.txt";
+using leoam::testing_cli::kStoriesModel;
+using leoam::testing_cli::kBookText;
 
 std::vector<std::string> read_lines(const std::string& path) { return CliResult::lines(read_file(path)); }
 
 class EvalCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kStories)) GTEST_SKIP() << "fixture absent: " << kStories;
+    if (!fs::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
     char tmpl[] = "/tmp/leoam_eval_cli_XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -43,7 +43,7 @@ class EvalCliTest : public ::testing::Test {
   }
   // stories260K trains at 128 tokens; -c 512 lets the 256-token prompts and their answers fit.
   CliResult eval(std::vector<std::string> args) {
-    args.insert(args.begin(), {"eval", "-m", kStories, "-c", "512", "-t", "1"});
+    args.insert(args.begin(), {"eval", "-m", kStoriesModel, "-c", "512", "-t", "1"});
     return leoam::testing_cli::run_leoam(dir_, args);
   }
   // passkey at ctx 256, depths 0.2 and 0.8, seeds 0 and 1, full and leoam@0.5: 8 runs, through
@@ -56,7 +56,7 @@ class EvalCliTest : public ::testing::Test {
 
   // ppl over the first two 128-token windows of the book, under full and streaming@1.
   CliResult ppl(const std::string& out) {
-    return eval({"--task", "ppl", "--text", kBook, "--ctx", "128", "--windows", "2", "--policy", "full,streaming",
+    return eval({"--task", "ppl", "--text", kBookText, "--ctx", "128", "--windows", "2", "--policy", "full,streaming",
                  "--budget", "1", "--out", out});
   }
 
@@ -403,7 +403,7 @@ TEST_F(EvalCliTest, BadFlagsFailWithOneLineAndWriteNothing) {
 }
 
 TEST_F(EvalCliTest, PplScoresEachWindowUnderEachPolicyAndResumes) {
-  if (!fs::exists(kBook)) GTEST_SKIP() << "fixture absent: " << kBook;
+  if (!fs::exists(kBookText)) GTEST_SKIP() << "fixture absent: " << kBookText;
   const std::string out = dir_ + "/ppl.jsonl";
   CliResult r = ppl(out);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -446,9 +446,9 @@ TEST_F(EvalCliTest, PplScoresEachWindowUnderEachPolicyAndResumes) {
 }
 
 TEST_F(EvalCliTest, PplDepthPrefillsAShareOfEachWindowAndScoresTheRest) {
-  if (!fs::exists(kBook)) GTEST_SKIP() << "fixture absent: " << kBook;
+  if (!fs::exists(kBookText)) GTEST_SKIP() << "fixture absent: " << kBookText;
   const std::string out = dir_ + "/ppl.jsonl";
-  CliResult r = eval({"--task", "ppl", "--text", kBook, "--ctx", "128", "--windows", "2", "--depth", "0,0.5", "--policy",
+  CliResult r = eval({"--task", "ppl", "--text", kBookText, "--ctx", "128", "--windows", "2", "--depth", "0,0.5", "--policy",
                       "full,streaming", "--budget", "16", "--kv-sink", "4", "--kv-recent", "16", "--out", out});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::vector<std::string> lines = read_lines(out);
@@ -478,7 +478,7 @@ TEST_F(EvalCliTest, PplDepthPrefillsAShareOfEachWindowAndScoresTheRest) {
   EXPECT_NE(r.out.find("| ppl | 0.5 | streaming@16 | 2 |"), std::string::npos) << r.out;
 
   // A depth that leaves nothing to decode fails before --out is touched.
-  CliResult bad = eval({"--task", "ppl", "--text", kBook, "--ctx", "128", "--depth", "1", "--out", dir_ + "/bad.jsonl"});
+  CliResult bad = eval({"--task", "ppl", "--text", kBookText, "--ctx", "128", "--depth", "1", "--out", dir_ + "/bad.jsonl"});
   EXPECT_NE(bad.status, 0);
   ASSERT_EQ(bad.err_lines().size(), 1u) << bad.err;
   EXPECT_NE(bad.err.find("leaves no token to decode"), std::string::npos) << bad.err;
@@ -493,7 +493,7 @@ TEST_F(EvalCliTest, PplBadFlagsFailWithOneLineAndWriteNothing) {
       {"--task", "ppl", "--ctx", "128"},                               // no --text
       {"--task", "passkey", "--ctx", "256", "--text", tiny},           // --text with another task
       {"--task", "ppl", "--ctx", "128", "--text", tiny},               // less than one window
-      {"--task", "ppl", "--ctx", "128", "--text", kBook, "--straddle-chunk", "8"},  // no needle to place
+      {"--task", "ppl", "--ctx", "128", "--text", kBookText, "--straddle-chunk", "8"},  // no needle to place
   };
   for (std::vector<std::string> args : cases) {
     args.insert(args.end(), {"--out", out});

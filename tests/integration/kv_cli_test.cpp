@@ -24,9 +24,9 @@ namespace fs = std::filesystem;
 using leoam::testing_cli::CliResult;
 using leoam::testing_cli::read_file;
 
-const std::string kFixtures = LEOAM_FIXTURES_DIR;
-const std::string kStories = leoam::testing_cli::kStoriesModel;
-const std::string kBook = kFixtures + "/text/pg19_firstbook.txt";
+using leoam::testing_cli::kFixtures;
+using leoam::testing_cli::kStoriesModel;
+using leoam::testing_cli::kBookText;
 
 // stories260K: 5 layers x 4 KV heads x 8 dims, f16: 640 bytes of KV per position.
 constexpr double kKvBytesPerPosition = 640.0;
@@ -57,12 +57,12 @@ double relative_l2(const std::vector<std::vector<double>>& a, const std::vector<
 class KvCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kStories) || !fs::exists(kBook)) GTEST_SKIP() << "fixture absent: " << kStories << " or " << kBook;
+    if (!fs::exists(kStoriesModel) || !fs::exists(kBookText)) GTEST_SKIP() << "fixture absent: " << kStoriesModel << " or " << kBookText;
     char tmpl[] = "/tmp/leoam_kv_cli_XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     // About 900 tokens of real text.
-    std::string book = read_file(kBook);
+    std::string book = read_file(kBookText);
     const size_t start = book.find("CHAPTER");
     prompt_ = dir_ + "/prompt.txt";
     std::ofstream(prompt_) << book.substr(start == std::string::npos ? 0 : start, 1700);
@@ -72,7 +72,7 @@ class KvCliTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
   CliResult run(std::vector<std::string> args) {
-    args.insert(args.begin(), {"run", "-m", kStories, "-c", "1536", "-t", "1"});
+    args.insert(args.begin(), {"run", "-m", kStoriesModel, "-c", "1536", "-t", "1"});
     return leoam::testing_cli::run_leoam(dir_, args);
   }
   // The tiered store at budgets of 0.022 + 0.004 MiB: the least the pinned chunks (KV and abstracts) allow.

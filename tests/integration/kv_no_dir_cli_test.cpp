@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 using leoam::testing_cli::CliResult;
 using leoam::testing_cli::shell_quote;
 
-const std::string kFixtures = LEOAM_FIXTURES_DIR;
-const std::string kStories = leoam::testing_cli::kStoriesModel;
+using leoam::testing_cli::kFixtures;
+using leoam::testing_cli::kStoriesModel;
 
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> names;
@@ -27,7 +27,7 @@ std::vector<std::string> entries(const std::string& dir) {
 }
 
 TEST(KvNoDirCli, ChunkPoliciesWriteNoFile) {
-  if (!fs::exists(kStories)) GTEST_SKIP() << "fixture absent: " << kStories;
+  if (!fs::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
   char tmpl[] = "/tmp/leoam_no_dir_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string root = tmpl;
@@ -39,7 +39,7 @@ TEST(KvNoDirCli, ChunkPoliciesWriteNoFile) {
     const std::string env = "cd " + shell_quote(cwd) + " && TMPDIR=" + shell_quote(tmp);
     CliResult r = leoam::testing_cli::run_leoam(
         scratch,
-        {"run", "-m", kStories, "-c", "1024", "-t", "1", "-p", std::string(600, 'a'), "-n", "8", "--temp", "0",
+        {"run", "-m", kStoriesModel, "-c", "1024", "-t", "1", "-p", std::string(600, 'a'), "-n", "8", "--temp", "0",
          "--policy", policy, "--budget", "0.1", "--kv-stats"},
         env);
     ASSERT_EQ(r.status, 0) << policy << ": " << r.err;
@@ -51,7 +51,7 @@ TEST(KvNoDirCli, ChunkPoliciesWriteNoFile) {
   std::ofstream(root + "/file") << "x";
   CliResult r = leoam::testing_cli::run_leoam(
       scratch,
-      {"run", "-m", kStories, "-c", "1024", "-t", "1", "-p", "Once upon a time", "-n", "4", "--policy", "leoam"},
+      {"run", "-m", kStoriesModel, "-c", "1024", "-t", "1", "-p", "Once upon a time", "-n", "4", "--policy", "leoam"},
       "TMPDIR=" + shell_quote(root + "/file/tmp"));
   EXPECT_EQ(r.status, 0) << r.err;
   std::error_code ec;

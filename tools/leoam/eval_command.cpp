@@ -125,7 +125,7 @@ std::string run_key(const std::string& task, int64_t ctx, double depth, uint64_t
 }
 
 // One (policy, budget) of the sweep; full's budget is 1.
-struct PolicyRun {
+struct EvalRun {
   std::string policy;
   double budget = 1.0;
 };
@@ -559,7 +559,7 @@ class EvalCommand : public Command {
         }
       }
     }
-    std::vector<PolicyRun> runs;
+    std::vector<EvalRun> runs;
     for (const std::string& policy : policies_) {
       if (policy == "full") {
         runs.push_back({policy, 1.0});
@@ -582,7 +582,7 @@ class EvalCommand : public Command {
     }
     int n_skipped = 0, n_todo = 0;
     for (const SampleSpec& s : samples) {
-      for (const PolicyRun& r : runs) {
+      for (const EvalRun& r : runs) {
         const bool is_done = done.count(run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget, straddle_chunk_)) != 0;
         ++(is_done ? n_skipped : n_todo);
       }
@@ -604,7 +604,7 @@ class EvalCommand : public Command {
     bool interrupted = false;
     for (const SampleSpec& s : samples) {
       bool prompt_shown = false;
-      for (const PolicyRun& r : runs) {
+      for (const EvalRun& r : runs) {
         const std::string key = run_key(task_, s.ctx, s.depth, s.seed, r.policy, r.budget, straddle_chunk_);
         if (done.count(key) != 0) continue;
         if (show_prompt_ && !prompt_shown) {
@@ -716,7 +716,7 @@ class EvalCommand : public Command {
 
 
   // One greedy generation of `spec`'s sample under `run`'s policy: its result line.
-  Result<Json> run_one(const Model& model, const Tokenizer& tok, const SampleSpec& spec, const PolicyRun& run,
+  Result<Json> run_one(const Model& model, const Tokenizer& tok, const SampleSpec& spec, const EvalRun& run,
                        int run_index) const {
     const eval::Sample& sample = spec.sample;
     AttentionCliOptions attention = attention_options_;
@@ -805,7 +805,7 @@ class EvalCommand : public Command {
   // --task ppl: prefills the window's first prefill_tokens() as a prompt, then decodes the rest
   // one token at a time (every position through the selector), summing the negative
   // log-likelihood of each decoded position's next token: its line.
-  Result<Json> score_window(ForwardContext& ctx, const Tokenizer& tok, const SampleSpec& spec, const PolicyRun& run,
+  Result<Json> score_window(ForwardContext& ctx, const Tokenizer& tok, const SampleSpec& spec, const EvalRun& run,
                             const sparse::SparseAttention* selector, const TieredKvCache& tiered) const {
     const std::vector<int32_t>& tokens = spec.sample.tokens;
     const int32_t n_vocab = ctx.n_vocab();

@@ -12,7 +12,7 @@
 namespace leoam {
 namespace {
 
-constexpr size_t kBlock = kDirectIoAlignment;
+constexpr size_t kAlignedBlock = kDirectIoAlignment;
 
 Fault make_fault(FaultKind kind, const std::string& path_suffix = "", int skip = 0, bool sticky = false) {
   Fault f;
@@ -31,7 +31,7 @@ class FaultInjectionTest : public ::testing::Test {
     b_ = open("kv/layer-001.kv");
     ASSERT_NE(a_, nullptr);
     ASSERT_NE(b_, nullptr);
-    data_.resize(4 * kBlock);
+    data_.resize(4 * kAlignedBlock);
     fill_pattern(data_.data(), data_.size(), 17);
     ASSERT_TRUE(a_->write(0, data_.data(), data_.size()).is_ok());
     ASSERT_TRUE(b_->write(0, data_.data(), data_.size()).is_ok());
@@ -48,13 +48,13 @@ class FaultInjectionTest : public ::testing::Test {
 
   // Reads block `block` of `file` into out_ (one request).
   Status read_block(RandomAccessFile& file, size_t block) {
-    out_.assign(kBlock, 0);
-    const ReadRequest r{block * kBlock, kBlock, out_.data()};
+    out_.assign(kAlignedBlock, 0);
+    const ReadRequest r{block * kAlignedBlock, kAlignedBlock, out_.data()};
     return file.read({&r, 1});
   }
 
   Status write_block(RandomAccessFile& file, size_t block) {
-    return file.write(block * kBlock, data_.data() + block * kBlock, kBlock);
+    return file.write(block * kAlignedBlock, data_.data() + block * kAlignedBlock, kAlignedBlock);
   }
 
   TempDir dir_;
@@ -75,7 +75,7 @@ TEST_F(FaultInjectionTest, ReadEioFiresOnTheNthReadOfTheMatchingFileOnce) {
   EXPECT_EQ(s.message(), dir_.file("kv/layer-000.kv") + ": read of 4096 bytes at offset 8192 failed: Input/output error (injected)");
   EXPECT_EQ(fs_.n_fired(), 1);
   EXPECT_TRUE(read_block(*a_, 3).is_ok());  // fired once, then disarmed
-  EXPECT_EQ(std::memcmp(out_.data(), data_.data() + 3 * kBlock, kBlock), 0);
+  EXPECT_EQ(std::memcmp(out_.data(), data_.data() + 3 * kAlignedBlock, kAlignedBlock), 0);
   EXPECT_EQ(fs_.n_fired(), 1);
 }
 
@@ -118,10 +118,10 @@ TEST_F(FaultInjectionTest, WriteFaultsFireOnWritesOnly) {
 
 TEST_F(FaultInjectionTest, FailedWriteWritesNothing) {
   fs_.arm(make_fault(FaultKind::kNoSpace));
-  std::vector<uint8_t> zeros(kBlock, 0);
+  std::vector<uint8_t> zeros(kAlignedBlock, 0);
   EXPECT_FALSE(a_->write(0, zeros.data(), zeros.size()).is_ok());
   ASSERT_TRUE(read_block(*a_, 0).is_ok());
-  EXPECT_EQ(std::memcmp(out_.data(), data_.data(), kBlock), 0);
+  EXPECT_EQ(std::memcmp(out_.data(), data_.data(), kAlignedBlock), 0);
 }
 
 TEST_F(FaultInjectionTest, FlipBitCorruptsExactlyThatBitOfTheCoveringRequest) {
@@ -131,23 +131,23 @@ TEST_F(FaultInjectionTest, FlipBitCorruptsExactlyThatBitOfTheCoveringRequest) {
   flip.bit = 3;
   fs_.arm(flip);
   EXPECT_TRUE(read_block(*a_, 0).is_ok());  // does not cover the byte: not counted
-  EXPECT_EQ(std::memcmp(out_.data(), data_.data(), kBlock), 0);
+  EXPECT_EQ(std::memcmp(out_.data(), data_.data(), kAlignedBlock), 0);
   EXPECT_EQ(fs_.n_fired(), 0);
 
   // Two requests cover the byte; only the first is corrupted.
-  std::vector<uint8_t> all(3 * kBlock);
+  std::vector<uint8_t> all(3 * kAlignedBlock);
   const ReadRequest requests[] = {
-      {0, kBlock, all.data()}, {kBlock, kBlock, all.data() + kBlock}, {kByte, 100, all.data() + 2 * kBlock}};
+      {0, kAlignedBlock, all.data()}, {kAlignedBlock, kAlignedBlock, all.data() + kAlignedBlock}, {kByte, 100, all.data() + 2 * kAlignedBlock}};
   ASSERT_TRUE(a_->read(requests).is_ok());
   EXPECT_EQ(fs_.n_fired(), 1);
-  for (size_t i = 0; i < 2 * kBlock; ++i) {
+  for (size_t i = 0; i < 2 * kAlignedBlock; ++i) {
     const uint8_t want = data_[i] ^ (i == kByte ? 0x08 : 0x00);
     ASSERT_EQ(all[i], want) << "byte " << i;
   }
-  EXPECT_EQ(std::memcmp(all.data() + 2 * kBlock, data_.data() + kByte, 100), 0);
+  EXPECT_EQ(std::memcmp(all.data() + 2 * kAlignedBlock, data_.data() + kByte, 100), 0);
 
   ASSERT_TRUE(read_block(*a_, 1).is_ok());  // once
-  EXPECT_EQ(std::memcmp(out_.data(), data_.data() + kBlock, kBlock), 0);
+  EXPECT_EQ(std::memcmp(out_.data(), data_.data() + kAlignedBlock, kAlignedBlock), 0);
 }
 
 TEST_F(FaultInjectionTest, FaultsArmedTogetherFireInTurn) {
@@ -169,7 +169,7 @@ TEST_F(FaultInjectionTest, PassesThroughEverythingElse) {
   EXPECT_EQ(a_->io_info().uring, base.uring);
   EXPECT_EQ(a_->io_info().fallback_note, base.fallback_note);
   EXPECT_EQ(a_->path(), dir_.file("kv/layer-000.kv"));
-  EXPECT_EQ(*a_->size(), 4 * kBlock);
+  EXPECT_EQ(*a_->size(), 4 * kAlignedBlock);
   EXPECT_TRUE(a_->sync().is_ok());
   EXPECT_TRUE(fs_.exists(a_->path()));
   EXPECT_TRUE(fs_.remove(b_->path()).is_ok());

@@ -26,18 +26,18 @@ constexpr double kDotAbsTol = 1e-6;
 constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
                                   GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
 
-std::string type_name(GgmlType t) { return ggml_type_name(static_cast<uint32_t>(t)); }
+std::string ggml_name(GgmlType t) { return ggml_type_name(static_cast<uint32_t>(t)); }
 
 // Element counts to test for a type: ragged block counts, and for the 1-element types lengths
 // that leave every tail length of the 8- and 32-wide loops.
-std::vector<int64_t> test_lengths(GgmlType type) {
+std::vector<int64_t> quant_lengths(GgmlType type) {
   const int64_t bs = ggml_block_size(type);
   if (bs == kQK_K) return {1 * bs, 2 * bs, 5 * bs};
   if (bs == 32) return {1 * bs, 3 * bs, 7 * bs, 33 * bs};
   return {1, 3, 7, 8, 31, 33, 100, 4096 + 3};
 }
 
-std::vector<float> random_floats(int64_t n, std::mt19937& rng, float scale = 1.0f) {
+std::vector<float> normal_floats(int64_t n, std::mt19937& rng, float scale = 1.0f) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& f : v) f = dist(rng);
@@ -56,13 +56,13 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
   };
   switch (type) {
     case GgmlType::kF32: {
-      const std::vector<float> f = random_floats(n, rng);
+      const std::vector<float> f = normal_floats(n, rng);
       std::memcpy(row.data(), f.data(), row.size());
       break;
     }
     case GgmlType::kF16:
     case GgmlType::kBF16: {
-      const std::vector<float> f = random_floats(n, rng);
+      const std::vector<float> f = normal_floats(n, rng);
       quantize_row(type, f.data(), row.data(), n);
       break;
     }
@@ -92,8 +92,8 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
 TEST(QuantKernels, FastDequantizeEqualsReferenceBitwise) {
   std::mt19937 rng(1234);
   for (GgmlType type : kAllTypes) {
-    for (int64_t n : test_lengths(type)) {
-      SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n));
+    for (int64_t n : quant_lengths(type)) {
+      SCOPED_TRACE(ggml_name(type) + " n=" + std::to_string(n));
       const std::vector<uint8_t> row = random_row(type, n, rng);
       std::vector<float> fast(static_cast<size_t>(n), -1.0f);
       std::vector<float> ref_out(static_cast<size_t>(n), -2.0f);
@@ -109,11 +109,11 @@ TEST(QuantKernels, FastDequantizeEqualsReferenceBitwise) {
 TEST(QuantKernels, FastDotMatchesReference) {
   std::mt19937 rng(99);
   for (GgmlType type : kAllTypes) {
-    for (int64_t n : test_lengths(type)) {
-      SCOPED_TRACE(type_name(type) + " n=" + std::to_string(n));
+    for (int64_t n : quant_lengths(type)) {
+      SCOPED_TRACE(ggml_name(type) + " n=" + std::to_string(n));
       for (int rep = 0; rep < 4; ++rep) {
         const std::vector<uint8_t> row = random_row(type, n, rng);
-        const std::vector<float> x = random_floats(n, rng);
+        const std::vector<float> x = normal_floats(n, rng);
         std::vector<float> w(static_cast<size_t>(n));
         ref::dequantize_row(type, row.data(), w.data(), n);
         double magnitude = 0.0;
@@ -137,7 +137,7 @@ TEST(QuantKernels, DotIsLinearInX) {
   std::mt19937 rng(5);
   for (GgmlType type : kAllTypes) {
     const int64_t n = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 2 * kQK_K : 64;
-    SCOPED_TRACE(type_name(type));
+    SCOPED_TRACE(ggml_name(type));
     const std::vector<uint8_t> row = random_row(type, n, rng);
     std::vector<float> w(static_cast<size_t>(n));
     ref::dequantize_row(type, row.data(), w.data(), n);
@@ -173,11 +173,11 @@ RoundTrip round_trip(GgmlType type, std::vector<float> x) {
 // Test inputs: gaussian, with a few large outliers, and with a constant offset (all-positive).
 std::vector<std::vector<float>> round_trip_inputs(int64_t n, std::mt19937& rng) {
   std::vector<std::vector<float>> inputs;
-  inputs.push_back(random_floats(n, rng));
-  std::vector<float> outliers = random_floats(n, rng, 0.02f);
+  inputs.push_back(normal_floats(n, rng));
+  std::vector<float> outliers = normal_floats(n, rng, 0.02f);
   for (int64_t i = 0; i < n; i += 37) outliers[i] = (i % 2 ? 3.0f : -5.0f);
   inputs.push_back(outliers);
-  std::vector<float> offset = random_floats(n, rng, 0.1f);
+  std::vector<float> offset = normal_floats(n, rng, 0.1f);
   for (float& f : offset) f += 1.0f;
   inputs.push_back(offset);
   return inputs;
@@ -197,7 +197,7 @@ TEST(QuantRoundTrip, F16AndBF16WithinHalfUlp) {
 
 TEST(QuantRoundTrip, F32IsExact) {
   std::mt19937 rng(8);
-  const RoundTrip r = round_trip(GgmlType::kF32, random_floats(100, rng));
+  const RoundTrip r = round_trip(GgmlType::kF32, normal_floats(100, rng));
   EXPECT_EQ(r.x, r.y);
 }
 
@@ -270,7 +270,7 @@ TEST(QuantRoundTrip, Q6_KWithinOneStepOfLargestSubBlock) {
 
 TEST(QuantRoundTrip, ZerosStayZeros) {
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(type_name(type));
+    SCOPED_TRACE(ggml_name(type));
     const RoundTrip r = round_trip(type, std::vector<float>(512, 0.0f));
     for (float v : r.y) EXPECT_EQ(v, 0.0f);
   }
@@ -281,8 +281,8 @@ TEST(QuantRoundTrip, RequantizingIsStable) {
   // quantizer picks the same scales from dequantized values (up to f16 rounding of the scale).
   std::mt19937 rng(15);
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    SCOPED_TRACE(type_name(type));
-    const RoundTrip once = round_trip(type, random_floats(32 * 8, rng));
+    SCOPED_TRACE(ggml_name(type));
+    const RoundTrip once = round_trip(type, normal_floats(32 * 8, rng));
     const RoundTrip twice = round_trip(type, once.y);
     EXPECT_EQ(once.y, twice.y);
   }

@@ -25,14 +25,14 @@ namespace {
 
 using testing_util::TempDir;
 
-constexpr int kLayers = 2;
+constexpr int kTierLayers = 2;
 constexpr int64_t kChunks = 61;
 
 DiskTierOptions tier_options(const std::string& dir, KvStats* stats) {
   DiskTierOptions d;
   d.dir = dir;
   d.session = "t";
-  d.n_layer = kLayers;
+  d.n_layer = kTierLayers;
   d.geometry = ChunkGeometry{2, 8, 8, KvDtype::kF16};  // records of 32 + 10 + 2 * 32 + 4 * 16 bytes: not block-aligned
   d.visible_files = true;
   d.stats = stats;
@@ -59,7 +59,7 @@ std::vector<float> read_back(const ChunkGeometry& g, int layer, int64_t i) {
 void write_all(DiskTier& tier, std::mt19937& rng) {
   const ChunkGeometry& g = tier.geometry();
   auto slot = AlignedBuffer::allocate(tier.slot_bytes()).value();
-  for (int il = 0; il < kLayers; ++il) {
+  for (int il = 0; il < kTierLayers; ++il) {
     std::vector<int64_t> order(kChunks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -88,7 +88,7 @@ TEST(DiskTierAbstracts, EveryRangeReadsItsRecordsByWholeBlocks) {
   const ChunkGeometry& g = (*tier)->geometry();
   const uint64_t rb = (*tier)->record_bytes(0);
   ASSERT_NE(rb % kDirectIoAlignment, 0u);
-  for (int il = 0; il < kLayers; ++il) {
+  for (int il = 0; il < kTierLayers; ++il) {
     for (int64_t i0 = 0; i0 < kChunks; i0 += 3) {
       for (int64_t i1 : {i0 + 1, std::min<int64_t>(kChunks, i0 + 2), std::min<int64_t>(kChunks, i0 + 29), kChunks}) {
         std::vector<float> got(static_cast<size_t>((i1 - i0) * g.abstract_floats()));
@@ -251,7 +251,7 @@ TEST(DiskTierGroups, AChunkReadsItsGroupsBoxAndItsOwnSigns) {
   std::mt19937 rng(11);
   write_all(**tier, rng);
   const ChunkGeometry& g = (*tier)->geometry();
-  for (int il = 0; il < kLayers; ++il) {
+  for (int il = 0; il < kTierLayers; ++il) {
     const int64_t G = (*tier)->group_chunks(il);
     const uint64_t rb = (*tier)->record_bytes(il);
     EXPECT_EQ(rb, 32 + 10 * G + 2 * g.box_floats() + 4 * G * g.sign_words());
@@ -335,7 +335,7 @@ TEST(DiskTierGroups, KeptRecordsOpenAgainAndAreChecked) {
     write_all(**tier, rng);
     ASSERT_TRUE((*tier)->sync().is_ok());
   }
-  const std::vector<int64_t> counts(kLayers, kChunks);
+  const std::vector<int64_t> counts(kTierLayers, kChunks);
   {
     auto tier = DiskTier::open_existing(o, counts);
     ASSERT_TRUE(tier.is_ok()) << tier.status().message();

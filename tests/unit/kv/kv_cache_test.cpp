@@ -17,7 +17,7 @@
 namespace leoam {
 namespace {
 
-constexpr int kHeads = 2, kDim = 4, kRow = kHeads * kDim;
+constexpr int kCacheHeads = 2, kCacheDim = 4, kRow = kCacheHeads * kCacheDim;
 
 // k and v rows [n][2][4] whose element 0 is the position (v: minus the position).
 void fill(KvCache& kv, int64_t n) {
@@ -35,7 +35,7 @@ void fill(KvCache& kv, int64_t n) {
 
 std::unique_ptr<MemoryKvCache> make_memory(int64_t n) {
   MemoryKvCacheOptions o;
-  o.shape = {2, kHeads, kDim, 32};
+  o.shape = {2, kCacheHeads, kCacheDim, 32};
   o.dtype = KvDtype::kF32;
   auto cache = MemoryKvCache::create(o);
   EXPECT_TRUE(cache.is_ok()) << cache.status().message();
@@ -48,8 +48,8 @@ struct Calls {
   std::vector<std::vector<KvSegment>> views;
   KvCache::ViewVisitor visitor() {
     return [this](const KvView& view) {
-      EXPECT_EQ(view.n_kv_heads(), kHeads);
-      EXPECT_EQ(view.head_dim(), kDim);
+      EXPECT_EQ(view.n_kv_heads(), kCacheHeads);
+      EXPECT_EQ(view.head_dim(), kCacheDim);
       views.emplace_back(view.segments().begin(), view.segments().end());
       // Every row holds its own position (and the view's storage is alive during the call).
       for (const KvSegment& s : view.segments()) {
@@ -172,7 +172,7 @@ class SegmentedKvCache final : public KvCache {
       }
       pos0 = end;
     }
-    return KvView(kHeads, kDim, std::move(segments), std::move(buffers));
+    return KvView(kCacheHeads, kCacheDim, std::move(segments), std::move(buffers));
   }
 
  private:

@@ -23,7 +23,7 @@ using testing_util::random_rows;
 using testing_util::TempDir;
 
 constexpr uint64_t kHash = 0x5eed;
-constexpr int kLayers = 3, kHeads = 2, kDim = 8, kChunk = 16;
+constexpr int kPrefixLayers = 3, kPrefixHeads = 2, kDim = 8, kPrefixChunk = 16;
 constexpr int64_t kDoc = 150;  // 9 whole chunks and 6 positions
 
 struct Source {
@@ -33,12 +33,12 @@ struct Source {
 
 Source make_source(uint32_t seed) {
   MemoryKvCacheOptions o;
-  o.shape = {kLayers, kHeads, kDim, 512};
+  o.shape = {kPrefixLayers, kPrefixHeads, kDim, 512};
   Source s{MemoryKvCache::create(o).value(), {}, {}};
   std::mt19937 rng(seed);
-  for (int il = 0; il < kLayers; ++il) {
-    s.k.push_back(random_rows(rng, kDoc, kHeads * kDim));
-    s.v.push_back(random_rows(rng, kDoc, kHeads * kDim));
+  for (int il = 0; il < kPrefixLayers; ++il) {
+    s.k.push_back(random_rows(rng, kDoc, kPrefixHeads * kDim));
+    s.v.push_back(random_rows(rng, kDoc, kPrefixHeads * kDim));
     EXPECT_TRUE(s.kv->append(il, 0, kDoc, s.k[il].data(), s.v[il].data()).is_ok());
   }
   return s;
@@ -46,10 +46,10 @@ Source make_source(uint32_t seed) {
 
 TieredKvCacheOptions store_options(const std::string& dir) {
   TieredKvCacheOptions t;
-  t.shape = {kLayers, kHeads, kDim, 512};
-  t.chunk_tokens = kChunk;
+  t.shape = {kPrefixLayers, kPrefixHeads, kDim, 512};
+  t.chunk_tokens = kPrefixChunk;
   t.dir = dir;
-  t.abstract_tokens = {2 * kChunk, 2 * kChunk, kChunk};  // records per block, as a policy asks
+  t.abstract_tokens = {2 * kPrefixChunk, 2 * kPrefixChunk, kPrefixChunk};  // records per block, as a policy asks
   t.n_sink_tokens = 4;
   t.n_recent_tokens = 16;
   t.device_budget_bytes = TieredKvCache::min_device_budget_bytes(t);
@@ -60,7 +60,7 @@ TieredKvCacheOptions store_options(const std::string& dir) {
 // Every position's K and V bytes of each layer, read through views.
 std::vector<uint8_t> contents(KvCache& kv, int64_t n) {
   std::vector<uint8_t> out;
-  for (int il = 0; il < kLayers; ++il) {
+  for (int il = 0; il < kPrefixLayers; ++il) {
     auto view = kv.view(il, n);
     EXPECT_TRUE(view.is_ok()) << view.status().message();
     if (!view.is_ok()) return {};
@@ -85,7 +85,7 @@ class SharedPrefixTest : public ::testing::Test {
     for (int i = 0; i <= kDoc; ++i) session.tokens.push_back(100 + i);
     session.n_kv = kDoc;
     KvSessionIoOptions io;
-    io.chunk_tokens = kChunk;
+    io.chunk_tokens = kPrefixChunk;
     io.abstract_tokens = store_options("").abstract_tokens;
     ASSERT_TRUE(save_kv_session(*source_.kv, session, session_dir(), io).is_ok());
   }
@@ -96,7 +96,7 @@ class SharedPrefixTest : public ::testing::Test {
     auto kv = store();
     Result<int64_t> shared = kv->share_prefix(base, n);
     EXPECT_TRUE(shared.is_ok()) << shared.status().message();
-    EXPECT_EQ(*shared, n / kChunk * kChunk);
+    EXPECT_EQ(*shared, n / kPrefixChunk * kPrefixChunk);
     EXPECT_TRUE(load_kv_session_tier(*base, *shared, n, *kv).is_ok());
     EXPECT_EQ(kv->n_tokens(), n);
     return kv;
@@ -114,15 +114,15 @@ TEST_F(SharedPrefixTest, ReadsAsACopyWouldAndWritesNothingOfThePrefix) {
   auto copy = store();
   ASSERT_TRUE(load_kv_session(session_dir(), kHash, *copy).is_ok());
 
-  for (int il = 0; il < kLayers; ++il) {
-    EXPECT_EQ(a->disk().shared_chunks(il), kDoc / kChunk);
+  for (int il = 0; il < kPrefixLayers; ++il) {
+    EXPECT_EQ(a->disk().shared_chunks(il), kDoc / kPrefixChunk);
     EXPECT_EQ(a->chunk_tier(il, 0), Tier::kDevice) << "the sink chunk is read onto the device";
     EXPECT_EQ(a->chunk_tier(il, 5), Tier::kDisk);
   }
   const KvStats before = a->stats();
   EXPECT_EQ(before[Tier::kDisk].bytes_written, 0u) << "the shared chunks are never written";
   EXPECT_EQ(before.resident_chunks[static_cast<int>(Tier::kDisk)], 0);
-  EXPECT_EQ(before.shared_disk_chunks, kLayers * (kDoc / kChunk - 1));  // all but the sinks
+  EXPECT_EQ(before.shared_disk_chunks, kPrefixLayers * (kDoc / kPrefixChunk - 1));  // all but the sinks
   EXPECT_EQ(before.shared_disk_bytes, static_cast<uint64_t>(before.shared_disk_chunks) * a->disk().slot_bytes());
   EXPECT_EQ(nlohmann::json::parse(before.to_json()).at("shared_disk_chunks"), before.shared_disk_chunks);
   EXPECT_NE(before.to_text().find("shared prefix: "), std::string::npos) << before.to_text();
@@ -137,7 +137,7 @@ TEST_F(SharedPrefixTest, ReadsAsACopyWouldAndWritesNothingOfThePrefix) {
   // the same chunks itself keeps (chunks 0 to 7; the session's group of chunk 8 holds its partial
   // chunk 9 too, so that its box is wider there, and as sound).
   const int64_t stride = a->geometry().abstract_floats();
-  for (int il = 0; il < kLayers; ++il) {
+  for (int il = 0; il < kPrefixLayers; ++il) {
     std::vector<float> mine(static_cast<size_t>(8 * stride)), theirs(mine.size());
     ASSERT_TRUE(a->read_disk_abstracts(il, 0, 8, mine.data()).is_ok());
     ASSERT_TRUE(copy->read_disk_abstracts(il, 0, 8, theirs.data()).is_ok());
@@ -153,12 +153,12 @@ TEST_F(SharedPrefixTest, GrowsTruncatesIntoThePrefixAndClears) {
   // The store's own chunks follow the shared ones (a record group straddles the boundary in the
   // first two layers: 9 shared chunks, 2 a group).
   std::mt19937 rng(5);
-  const int64_t more = 3 * kChunk;
-  std::vector<std::vector<float>> k(kLayers), v(kLayers);
+  const int64_t more = 3 * kPrefixChunk;
+  std::vector<std::vector<float>> k(kPrefixLayers), v(kPrefixLayers);
   auto grown = make_source(11);
-  for (int il = 0; il < kLayers; ++il) {
-    k[il] = random_rows(rng, more, kHeads * kDim);
-    v[il] = random_rows(rng, more, kHeads * kDim);
+  for (int il = 0; il < kPrefixLayers; ++il) {
+    k[il] = random_rows(rng, more, kPrefixHeads * kDim);
+    v[il] = random_rows(rng, more, kPrefixHeads * kDim);
     ASSERT_TRUE(kv->append(il, kDoc, more, k[il].data(), v[il].data()).is_ok());
     ASSERT_TRUE(grown.kv->append(il, kDoc, more, k[il].data(), v[il].data()).is_ok());
   }
@@ -174,11 +174,11 @@ TEST_F(SharedPrefixTest, GrowsTruncatesIntoThePrefixAndClears) {
 
   // Cut inside the shared part: the chunks past the cut are no longer read from the session.
   ASSERT_TRUE(kv->truncate(100).is_ok());
-  for (int il = 0; il < kLayers; ++il) EXPECT_EQ(kv->disk().shared_chunks(il), 100 / kChunk);
+  for (int il = 0; il < kPrefixLayers; ++il) EXPECT_EQ(kv->disk().shared_chunks(il), 100 / kPrefixChunk);
   EXPECT_EQ(contents(*kv, 100), contents(*source_.kv, 100));
-  for (int il = 0; il < kLayers; ++il) {
-    ASSERT_TRUE(kv->append(il, 100, kDoc - 100, source_.k[il].data() + 100 * kHeads * kDim,
-                           source_.v[il].data() + 100 * kHeads * kDim).is_ok());
+  for (int il = 0; il < kPrefixLayers; ++il) {
+    ASSERT_TRUE(kv->append(il, 100, kDoc - 100, source_.k[il].data() + 100 * kPrefixHeads * kDim,
+                           source_.v[il].data() + 100 * kPrefixHeads * kDim).is_ok());
   }
   EXPECT_EQ(contents(*kv, kDoc), contents(*source_.kv, kDoc));
 
@@ -201,12 +201,12 @@ TEST_F(SharedPrefixTest, StoresThatCannotShareTakeNothing) {
   auto base = open_kv_session_tier(session_dir(), kHash, *store());
   ASSERT_TRUE(base.is_ok()) << base.status().message();
   MemoryKvCacheOptions m;
-  m.shape = {kLayers, kHeads, kDim, 512};
+  m.shape = {kPrefixLayers, kPrefixHeads, kDim, 512};
   auto memory = MemoryKvCache::create(m).value();
   EXPECT_EQ(memory->share_prefix(*base, kDoc).value(), 0);
 
   for (const auto& change : std::vector<std::function<void(TieredKvCacheOptions&)>>{
-           [](TieredKvCacheOptions& t) { t.chunk_tokens = 2 * kChunk; t.abstract_tokens.clear(); },
+           [](TieredKvCacheOptions& t) { t.chunk_tokens = 2 * kPrefixChunk; t.abstract_tokens.clear(); },
            [](TieredKvCacheOptions& t) { t.host_codec = KvCodec::kInt8; },
            [](TieredKvCacheOptions& t) { t.compress = KvCompress::kInt4; }}) {
     TieredKvCacheOptions t = store_options(kv_dir_.path());
@@ -221,8 +221,8 @@ TEST_F(SharedPrefixTest, StoresThatCannotShareTakeNothing) {
   }
 
   auto full = store();
-  const std::vector<float> row(kHeads * kDim, 1.0f);
-  for (int il = 0; il < kLayers; ++il) ASSERT_TRUE(full->append(il, 0, 1, row.data(), row.data()).is_ok());
+  const std::vector<float> row(kPrefixHeads * kDim, 1.0f);
+  for (int il = 0; il < kPrefixLayers; ++il) ASSERT_TRUE(full->append(il, 0, 1, row.data(), row.data()).is_ok());
   EXPECT_EQ(full->share_prefix(*base, kDoc).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -245,22 +245,22 @@ TEST_F(SharedPrefixTest, TheTierRefusesWritesOverSharedChunks) {
   DiskTierOptions d;
   d.dir = kv_dir_.path();
   d.session = "other";
-  d.n_layer = kLayers;
+  d.n_layer = kPrefixLayers;
   d.geometry = kv->geometry();
   auto tier = DiskTier::create(d).value();
-  ASSERT_TRUE(tier->share_prefix(*base, std::vector<int64_t>(kLayers, 4)).is_ok());
+  ASSERT_TRUE(tier->share_prefix(*base, std::vector<int64_t>(kPrefixLayers, 4)).is_ok());
   EXPECT_TRUE(tier->has_chunk(0, 3));
-  EXPECT_EQ(tier->n_tokens_of(0, 3), kChunk);
+  EXPECT_EQ(tier->n_tokens_of(0, 3), kPrefixChunk);
   EXPECT_FALSE(tier->has_chunk(0, 4));
   auto buffer = AlignedBuffer::allocate(tier->slot_bytes()).value();
   std::vector<float> abstract(static_cast<size_t>(d.geometry.abstract_floats()));
   reset_abstract(d.geometry, abstract.data());
-  EXPECT_EQ(tier->write_chunk(0, {3, buffer.data(), kChunk, abstract.data()}).code(), StatusCode::kInternal);
-  EXPECT_TRUE(tier->write_chunk(0, {4, buffer.data(), kChunk, abstract.data()}).is_ok());
+  EXPECT_EQ(tier->write_chunk(0, {3, buffer.data(), kPrefixChunk, abstract.data()}).code(), StatusCode::kInternal);
+  EXPECT_TRUE(tier->write_chunk(0, {4, buffer.data(), kPrefixChunk, abstract.data()}).is_ok());
   // Sharing comes before any write.
   auto written = DiskTier::create(d).value();
-  ASSERT_TRUE(written->write_chunk(0, {0, buffer.data(), kChunk, abstract.data()}).is_ok());
-  EXPECT_EQ(written->share_prefix(*base, std::vector<int64_t>(kLayers, 4)).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(written->write_chunk(0, {0, buffer.data(), kPrefixChunk, abstract.data()}).is_ok());
+  EXPECT_EQ(written->share_prefix(*base, std::vector<int64_t>(kPrefixLayers, 4)).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SharedPrefixTest, ACorruptSessionIsRefusedWhenOpened) {

@@ -50,7 +50,7 @@ ChunkTree make_tree(ChunkTreeOptions o, int store_chunk, int n_kv_heads, int hea
   return std::move(t).value();
 }
 
-constexpr int kLayer = 1;
+constexpr int kTreeLayer = 1;
 
 // Keys drawn from [-3, 3) for positions [0, n) of a catalog of 2 kv heads of 2 channels, which
 // keeps the key sign sketch.
@@ -95,10 +95,10 @@ TEST(ChunkTree, GrowsAlignedLeavesAndRefreshesTheEdge) {
   catalog.set_keys(70, 75, {2, 0});
   ChunkTree tree = make_tree(sizes(8, 128, 32, 32), 8, 2, 2);
   EXPECT_EQ(tree.n_tokens(), 0);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 75, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 75, AbstractSource::kLka).is_ok());
   EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 64}, {64, 75}}));
   EXPECT_EQ(tree.n_tokens(), 75);
-  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 0, 10}}));
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kTreeLayer, 0, 10}}));
   EXPECT_EQ(tree.n_blocks(), 3);
   EXPECT_EQ(box_at(tree, 2), (std::vector<float>{1, -1, 1, -1, 2, 0, 2, 0}));
   EXPECT_FALSE(tree.can_split(2));  // cut by n
@@ -106,9 +106,9 @@ TEST(ChunkTree, GrowsAlignedLeavesAndRefreshesTheEdge) {
 
   tree.history(2).cold_steps = 3;
   catalog.set_keys(75, 100, {-3, 5});
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 100, AbstractSource::kKv).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 100, AbstractSource::kKv).is_ok());
   EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 64}, {64, 96}, {96, 100}}));
-  EXPECT_EQ(catalog.loads().back(), (Load{kLayer, 8, 13}));  // from the edge block's first store chunk
+  EXPECT_EQ(catalog.loads().back(), (Load{kTreeLayer, 8, 13}));  // from the edge block's first store chunk
   EXPECT_EQ(box_at(tree, 2), catalog.abstract_of(64, 96));
   EXPECT_EQ(box_at(tree, 2), (std::vector<float>{-3, -1, -3, -1, 2, 5, 2, 5}));
   EXPECT_EQ(box_at(tree, 3), catalog.abstract_of(96, 100));
@@ -116,16 +116,16 @@ TEST(ChunkTree, GrowsAlignedLeavesAndRefreshesTheEdge) {
   EXPECT_EQ(tree.history(3).cold_steps, 0);
   EXPECT_TRUE(tree.can_split(2));
 
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 100, AbstractSource::kLka).is_ok());  // nothing new: no read
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 100, AbstractSource::kLka).is_ok());  // nothing new: no read
   EXPECT_EQ(catalog.loads().size(), 2u);
-  const Status shrink = tree.grow(catalog, kLayer, 90, AbstractSource::kLka);
+  const Status shrink = tree.grow(catalog, kTreeLayer, 90, AbstractSource::kLka);
   EXPECT_EQ(shrink.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tree.n_tokens(), 100);
 
   tree.reset();
   EXPECT_EQ(tree.n_leaves(), 0);
   EXPECT_EQ(tree.n_tokens(), 0);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 40, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 40, AbstractSource::kLka).is_ok());
   EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 40}}));
 }
 
@@ -133,10 +133,10 @@ TEST(ChunkTree, GrowFailureLeavesTheTreeUnchanged) {
   KeysCatalog catalog(8, 1, 2);
   catalog.set_keys(0, 64, {1, 1});
   ChunkTree tree = make_tree(sizes(8, 128, 32, 32), 8, 1, 2);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 40, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 40, AbstractSource::kLka).is_ok());
   const auto before = box_at(tree, 1);
   catalog.fail_loads_with(io_error("layer 1 abstracts: short read"));
-  const Status st = tree.grow(catalog, kLayer, 64, AbstractSource::kLka);
+  const Status st = tree.grow(catalog, kTreeLayer, 64, AbstractSource::kLka);
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_EQ(leaves_of(tree), (Ranges{{0, 32}, {32, 40}}));
   EXPECT_EQ(tree.n_tokens(), 40);
@@ -149,9 +149,9 @@ TEST(ChunkTree, GrowRefusesMoreLeafBeginsThanItCanHold) {
   KeysCatalog catalog(8, 1, 2);
   catalog.set_keys(0, 64, {1, 1});
   ChunkTree tree = make_tree(sizes(8, 128, 32, 32), 8, 1, 2);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 40, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 40, AbstractSource::kLka).is_ok());
   const size_t n_loads = catalog.loads().size();
-  const Status st = tree.grow(catalog, kLayer, (int64_t{1} << 32) * 8 + 8, AbstractSource::kLka);
+  const Status st = tree.grow(catalog, kTreeLayer, (int64_t{1} << 32) * 8 + 8, AbstractSource::kLka);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("2^32 leaves"), std::string::npos) << st.message();
   EXPECT_EQ(catalog.loads().size(), n_loads);
@@ -181,7 +181,7 @@ TEST(ChunkTree, SplitAndMergeFollowTheBuddyRules) {
   KeysCatalog catalog(8, 1, 2);
   for (int64_t p = 0; p < 72; ++p) catalog.set_keys(p, p + 1, {static_cast<float>(p), static_cast<float>(-p)});
   ChunkTree tree = make_tree(sizes(8, 64, 32, 64), 8, 1, 2);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 72, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 72, AbstractSource::kLka).is_ok());
   const size_t n_loads = catalog.loads().size();
   ASSERT_EQ(tree.n_blocks(), 2);
   const std::vector<float> block0 = box_at(tree, 0);
@@ -229,7 +229,7 @@ TEST(ChunkTree, SplitAndMergeFollowTheBuddyRules) {
 
   // Grown past the cut leaf, [64, 128) is full: merging it with [0, 64) would pass max.
   catalog.set_keys(72, 128, {0, 0});
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 128, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 128, AbstractSource::kLka).is_ok());
   EXPECT_EQ(leaves_of(tree), (Ranges{{0, 64}, {64, 96}, {96, 128}}));
   EXPECT_FALSE(tree.can_merge(0));
   EXPECT_TRUE(tree.can_merge(1));
@@ -246,7 +246,7 @@ TEST(ChunkTree, EditMakesManyChangesAsOneAtATimeWould) {
   ChunkTree batch = make_tree(sizes(8, 64, 16, 16), 8, 1, 2);
   ChunkTree single = make_tree(sizes(8, 64, 16, 16), 8, 1, 2);
   for (ChunkTree* t : {&batch, &single}) {
-    ASSERT_TRUE(t->grow(catalog, kLayer, 200, AbstractSource::kLka).is_ok());
+    ASSERT_TRUE(t->grow(catalog, kTreeLayer, 200, AbstractSource::kLka).is_ok());
     // [0,16) [16,32) ... [176,192) [192,200): 13 leaves.
     for (int64_t i = 0; i < t->n_leaves(); ++i) t->history(i).cold_steps = static_cast<int>(i) + 1;
   }
@@ -290,7 +290,7 @@ TEST(ChunkTree, EditRejectsABadChangeAndLeavesTheTreeUnchanged) {
   KeysCatalog catalog(8, 1, 2);
   catalog.set_keys(0, 128, {1, 2});
   ChunkTree tree = make_tree(sizes(8, 64, 16, 16), 8, 1, 2);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 128, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 128, AbstractSource::kLka).is_ok());
   const Ranges before = leaves_of(tree);
   const std::vector<int64_t> none;
   const std::vector<int64_t> twice = {2, 2};
@@ -408,7 +408,7 @@ TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
 
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> value(-2.0f, 2.0f);
-    std::vector<float> keys;  // layer kLayer's keys, [n][kRow]
+    std::vector<float> keys;  // layer kTreeLayer's keys, [n][kRow]
     int64_t n = 0;
     int64_t max_leaves = 0;
     for (int op = 0; op < 120; ++op) {
@@ -422,12 +422,12 @@ TEST_P(ChunkTreeProperty, InvariantsHoldUnderRandomGrowSplitMerge) {
           for (float& x : k) x = value(rng);
           for (float& x : v) x = value(rng);
           ASSERT_TRUE(kv.append(layer, n, m, k.data(), v.data()).is_ok()) << where;
-          if (layer == kLayer) keys.insert(keys.end(), k.begin(), k.end());
+          if (layer == kTreeLayer) keys.insert(keys.end(), k.begin(), k.end());
         }
         n += m;
-        for (int64_t i = 0; i < kv.n_chunks(kLayer); ++i) n_disk_chunks_seen += kv.chunk_tier(kLayer, i) == Tier::kDisk;
+        for (int64_t i = 0; i < kv.n_chunks(kTreeLayer); ++i) n_disk_chunks_seen += kv.chunk_tier(kTreeLayer, i) == Tier::kDisk;
         const AbstractSource source = rng() % 2 ? AbstractSource::kLka : AbstractSource::kKv;
-        ASSERT_TRUE(tree.grow(kv, kLayer, n, source).is_ok()) << where;
+        ASSERT_TRUE(tree.grow(kv, kTreeLayer, n, source).is_ok()) << where;
       } else if (kind < 7) {  // split the first leaf that can, from a random one on
         const int64_t i0 = rng() % tree.n_leaves();
         for (int64_t j = 0; j < tree.n_leaves(); ++j) {
@@ -508,7 +508,7 @@ TEST(ChunkTree, KeepsKeySignsAndBlockBoxes) {
   ChunkTreeOptions o = sizes(8, 64, 16, 16);
   o.key_signs = true;
   ChunkTree tree = make_tree(o, 8, 2, 2);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 50, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 50, AbstractSource::kLka).is_ok());
   ASSERT_NE(tree.key_signs().words, nullptr);
   for (int h = 0; h < 2; ++h) {
     EXPECT_EQ(sign_word(tree, 0, h), 0b10u);   // (1, -1): channel 1 <= 0
@@ -527,13 +527,13 @@ TEST(ChunkTree, KeepsKeySignsAndBlockBoxes) {
   EXPECT_EQ(box(0), catalog.abstract_of(0, 16));
   // The edge grows: block 3 and the signs of [50, 60) are read.
   catalog.set_keys(50, 60, {5, 5});
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 60, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 60, AbstractSource::kLka).is_ok());
   EXPECT_EQ(box(3), catalog.abstract_of(48, 60));
   EXPECT_EQ(sign_word(tree, 59, 1), 0u);
   EXPECT_EQ(sign_word(tree, 49, 1), 0b01u);
   // Without key signs the tree keeps none.
   ChunkTree plain = make_tree(sizes(8, 64, 16, 16), 8, 2, 2);
-  ASSERT_TRUE(plain.grow(catalog, kLayer, 60, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(plain.grow(catalog, kTreeLayer, 60, AbstractSource::kLka).is_ok());
   EXPECT_EQ(plain.key_signs().words, nullptr);
 }
 
@@ -547,19 +547,19 @@ TEST(ChunkTree, RoomReservedAheadTakesTheNextPositionsWithoutAMove) {
   o.key_signs = true;
   ChunkTree tree = make_tree(o, 8, 2, 4);
   ChunkTree plain = make_tree(o, 8, 2, 4);
-  ASSERT_TRUE(tree.grow(catalog, kLayer, 256, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(tree.grow(catalog, kTreeLayer, 256, AbstractSource::kLka).is_ok());
   tree.reserve_ahead(64);
   ASSERT_TRUE(tree.coarsen(16, 32).is_ok());
   const uint64_t* signs = tree.key_signs().words;
   const uint16_t* boxes = tree.block_box(0);
   for (int64_t n = 257; n <= 320; ++n) {
-    ASSERT_TRUE(tree.grow(catalog, kLayer, n, AbstractSource::kLka).is_ok());
+    ASSERT_TRUE(tree.grow(catalog, kTreeLayer, n, AbstractSource::kLka).is_ok());
     ASSERT_EQ(tree.key_signs().words, signs) << n;
     ASSERT_EQ(tree.block_box(0), boxes) << n;
   }
-  ASSERT_TRUE(plain.grow(catalog, kLayer, 256, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(plain.grow(catalog, kTreeLayer, 256, AbstractSource::kLka).is_ok());
   ASSERT_TRUE(plain.coarsen(16, 32).is_ok());
-  ASSERT_TRUE(plain.grow(catalog, kLayer, 320, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(plain.grow(catalog, kTreeLayer, 320, AbstractSource::kLka).is_ok());
   EXPECT_EQ(leaves_of(tree), leaves_of(plain));
   for (int64_t b = 0; b < plain.n_blocks(); ++b) EXPECT_EQ(box_at(tree, b), box_at(plain, b)) << "block " << b;
   for (int64_t p = 0; p < 320; ++p) EXPECT_EQ(sign_word(tree, p, 1), sign_word(plain, p, 1)) << p;
@@ -576,11 +576,11 @@ TEST(ChunkTree, CoarsenedIsTheTreeGrownWithTheLargerLeaves) {
   ChunkTreeOptions coarse = sizes(8, 128, 32, 64);
   coarse.key_signs = true;
   ChunkTree grown = make_tree(fine, 8, 2, 4);
-  for (const int64_t n : {37, 64, 100, 150, 203}) ASSERT_TRUE(grown.grow(catalog, kLayer, n, AbstractSource::kLka).is_ok());
+  for (const int64_t n : {37, 64, 100, 150, 203}) ASSERT_TRUE(grown.grow(catalog, kTreeLayer, n, AbstractSource::kLka).is_ok());
   ASSERT_TRUE(grown.coarsen(16, 16).is_ok());  // in two steps, as a prompt's budget grows
   ASSERT_TRUE(grown.coarsen(32, 64).is_ok());
   ChunkTree want = make_tree(coarse, 8, 2, 4);
-  ASSERT_TRUE(want.grow(catalog, kLayer, 203, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(want.grow(catalog, kTreeLayer, 203, AbstractSource::kLka).is_ok());
   ASSERT_EQ(leaves_of(grown), leaves_of(want));
   ASSERT_EQ(grown.n_blocks(), 4);
   ASSERT_EQ(want.n_blocks(), 4);
@@ -590,8 +590,8 @@ TEST(ChunkTree, CoarsenedIsTheTreeGrownWithTheLargerLeaves) {
   EXPECT_EQ(grown.options().block_tokens, 64);
   // And it grows on as the other does.
   catalog.set_keys(203, 230, {1, -1, 2, -2});
-  ASSERT_TRUE(grown.grow(catalog, kLayer, 230, AbstractSource::kLka).is_ok());
-  ASSERT_TRUE(want.grow(catalog, kLayer, 230, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(grown.grow(catalog, kTreeLayer, 230, AbstractSource::kLka).is_ok());
+  ASSERT_TRUE(want.grow(catalog, kTreeLayer, 230, AbstractSource::kLka).is_ok());
   ASSERT_EQ(leaves_of(grown), leaves_of(want));
   EXPECT_EQ(box_at(grown, 3), box_at(want, 3));
 

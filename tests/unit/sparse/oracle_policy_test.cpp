@@ -19,10 +19,10 @@
 namespace leoam::sparse {
 namespace {
 
-constexpr int kHeads = 4;
+constexpr int kOracleHeads = 4;
 constexpr int kKvHeads = 2;
 constexpr int kDim = 16;
-constexpr int kRow = kKvHeads * kDim;
+constexpr int kOracleRow = kKvHeads * kDim;
 
 class OraclePolicyTest : public SmallModelTest {
  protected:
@@ -38,7 +38,7 @@ class OraclePolicyTest : public SmallModelTest {
 
   // Keys of `layer`, positions [0, n): observed by the oracle, and sized into the catalog.
   void observe(int layer, const std::vector<float>& keys) {
-    const int64_t n = static_cast<int64_t>(keys.size()) / kRow;
+    const int64_t n = static_cast<int64_t>(keys.size()) / kOracleRow;
     ASSERT_TRUE(oracle_->observe_keys(layer, 0, n, keys.data()).is_ok());
     catalog_.set_keys(0, n, std::vector<float>(kDim, 0.0f));
   }
@@ -48,7 +48,7 @@ class OraclePolicyTest : public SmallModelTest {
     s.layer = layer;
     s.n_tokens = n_tokens;
     s.q = q.data();
-    s.n_head = kHeads;
+    s.n_head = kOracleHeads;
     s.n_head_kv = kKvHeads;
     s.head_dim = kDim;
     s.scale = 0.25f;
@@ -73,7 +73,7 @@ std::vector<TokenRange> reference(const std::vector<float>& keys, const Selectio
     std::vector<double> p(static_cast<size_t>(s.n_tokens));
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       double dot = 0.0;
-      for (int c = 0; c < s.head_dim; ++c) dot += double{s.q[h * s.head_dim + c]} * keys[t * kRow + (h / group) * kDim + c];
+      for (int c = 0; c < s.head_dim; ++c) dot += double{s.q[h * s.head_dim + c]} * keys[t * kOracleRow + (h / group) * kDim + c];
       p[t] = s.scale * dot;
     }
     const double m = *std::max_element(p.begin(), p.end());
@@ -120,9 +120,9 @@ TEST_F(OraclePolicyTest, PicksTheChunksOfMostExactMass) {
   for (int trial = 0; trial < 20; ++trial) {
     SCOPED_TRACE(trial);
     const int64_t n = 64 + static_cast<int64_t>(rng() % 200);
-    std::vector<float> keys(static_cast<size_t>(n * kRow));
+    std::vector<float> keys(static_cast<size_t>(n * kOracleRow));
     for (float& k : keys) k = normal(rng) * 2.0f;
-    std::vector<float> q(kHeads * kDim);
+    std::vector<float> q(kOracleHeads * kDim);
     for (float& x : q) x = normal(rng) * 2.0f;
     const int layer = trial % 2;
     observe(layer, keys);
@@ -145,12 +145,12 @@ TEST_F(OraclePolicyTest, PicksTheChunksOfMostExactMass) {
 // one KV head needs is kept, however little the other head's queries look at it.
 TEST_F(OraclePolicyTest, KeepsTheChunkEachKvHeadNeeds) {
   const int64_t n = 64;
-  std::vector<float> keys(static_cast<size_t>(n * kRow), 0.0f);
-  keys[12 * kRow + 0] = 40.0f;              // position 12 (chunk 1), KV head 0, channel 0
-  keys[28 * kRow + kDim + 1] = 20.0f;       // position 28 (chunk 3), KV head 1, channel 1
-  keys[44 * kRow + 0] = 30.0f;              // position 44 (chunk 5), KV head 0: its second best
+  std::vector<float> keys(static_cast<size_t>(n * kOracleRow), 0.0f);
+  keys[12 * kOracleRow + 0] = 40.0f;              // position 12 (chunk 1), KV head 0, channel 0
+  keys[28 * kOracleRow + kDim + 1] = 20.0f;       // position 28 (chunk 3), KV head 1, channel 1
+  keys[44 * kOracleRow + 0] = 30.0f;              // position 44 (chunk 5), KV head 0: its second best
   observe(0, keys);
-  std::vector<float> q(kHeads * kDim, 0.0f);
+  std::vector<float> q(kOracleHeads * kDim, 0.0f);
   q[0 * kDim + 0] = 1.0f;  // head 0 looks at channel 0 of KV head 0
   q[2 * kDim + 1] = 1.0f;  // head 2 looks at channel 1 of KV head 1
   auto got = oracle_->select(query(0, q, n, {8, 56}, 16), catalog_);
@@ -159,10 +159,10 @@ TEST_F(OraclePolicyTest, KeepsTheChunkEachKvHeadNeeds) {
 }
 
 TEST_F(OraclePolicyTest, FailsOnAQueryBeyondItsKeysOrShape) {
-  std::vector<float> keys(static_cast<size_t>(32 * kRow), 1.0f);
+  std::vector<float> keys(static_cast<size_t>(32 * kOracleRow), 1.0f);
   observe(1, keys);
   catalog_.set_keys(0, 40, std::vector<float>(kDim, 0.0f));  // the store holds more than the oracle saw
-  std::vector<float> q(kHeads * kDim, 1.0f);
+  std::vector<float> q(kOracleHeads * kDim, 1.0f);
   auto beyond = oracle_->select(query(1, q, 40, {4, 30}, 8), catalog_);
   ASSERT_FALSE(beyond.is_ok());
   EXPECT_EQ(beyond.status().code(), StatusCode::kInvalidArgument);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "keys_catalog.h"
 #include "kv/kv_catalog.h"
 #include "select_ok.h"
 
@@ -19,13 +20,7 @@ namespace leoam::sparse {
 namespace {
 
 using testing_util::select_ok;
-struct Load {
-  int layer = 0;
-  int64_t i0 = 0;
-  int64_t i1 = 0;
-
-  bool operator==(const Load&) const = default;
-};
+using testing_util::Load;
 
 class FakeCatalog final : public KvCatalog {
  public:
@@ -75,13 +70,13 @@ class FakeCatalog final : public KvCatalog {
   Status fail_;
 };
 
-constexpr int kLayer = 3;
+constexpr int kPolicyLayer = 3;
 
 // A query of the layout above: 32 tokens, far [4, 28), scale 1. `q` must outlive the query.
 SelectionQuery make_query(const std::vector<float>& q, int n_head, int n_head_kv, int head_dim, int64_t budget,
                           TokenRange far = {4, 28}) {
   SelectionQuery query;
-  query.layer = kLayer;
+  query.layer = kPolicyLayer;
   query.n_tokens = 32;
   query.q = q.data();
   query.n_head = n_head;
@@ -183,7 +178,7 @@ TEST(QuestPolicy, KeepsTheChunkOneHeadNeeds) {
   EXPECT_EQ(s.ranges, (Ranges{{4, 8}, {12, 16}}));
   EXPECT_FALSE(s.desert);
   EXPECT_EQ(s.n_chunks_scored, 6);
-  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 1, 7}}));
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kPolicyLayer, 1, 7}}));
   // A third chunk: chunk 2 (score -0.1) joins, and the adjacent ranges merge.
   s = select_ok(*quest, make_query(q, 2, 1, 2, 12), catalog);
   EXPECT_EQ(s.ranges, (Ranges{{4, 16}}));
@@ -204,7 +199,7 @@ TEST(QuestPolicy, BudgetCountsFarTokensExactly) {
   EXPECT_EQ(pick(20), (Ranges{{6, 26}}));
   EXPECT_EQ(pick(1), (Ranges{{24, 26}}));  // the best chunk, though over a budget below it
   EXPECT_EQ(catalog.loads().size(), 5u);
-  for (const Load& l : catalog.loads()) EXPECT_EQ(l, (Load{kLayer, 1, 7}));
+  for (const Load& l : catalog.loads()) EXPECT_EQ(l, (Load{kPolicyLayer, 1, 7}));
 }
 
 // A budget below one chunk attends the best chunk, in quest and leoam (fixed and adaptive chunks),
@@ -300,7 +295,7 @@ TEST(LeoamPolicy, GroupCombineDecidesTheGqaRanking) {
   const Selection by_sum = select_ok(*policy("leoam", options), make_query(q, 2, 1, 2, 4), catalog);
   EXPECT_EQ(by_sum.ranges, (Ranges{{16, 20}}));
   EXPECT_EQ(by_sum.n_chunks_scored, 8);  // every chunk, with or without the desert check
-  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kLayer, 0, 8}, {kLayer, 0, 8}}));
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kPolicyLayer, 0, 8}, {kPolicyLayer, 0, 8}}));
 }
 
 // Two kv heads of one query head each, ranked by each head's mass shares per token: kv head 0's
@@ -347,7 +342,7 @@ TEST_F(LeoamDesert, DetectedWhenFarKeysAreNegligible) {
   EXPECT_TRUE(s.desert);
   EXPECT_TRUE(s.ranges.empty());
   EXPECT_EQ(s.n_chunks_scored, 8);
-  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kLayer, 0, 8}}));  // every chunk, in one call
+  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kPolicyLayer, 0, 8}}));  // every chunk, in one call
 }
 
 TEST_F(LeoamDesert, NotDetectedWhenOneFarChunkHasALargeBound) {
@@ -377,7 +372,7 @@ TEST_F(LeoamDesert, OffByOption) {
   EXPECT_FALSE(s->desert);
   EXPECT_EQ(s->ranges, (Ranges{{4, 8}}));
   EXPECT_EQ(s->n_chunks_scored, 8);  // still every chunk: the near ones weigh in the mass shares
-  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kLayer, 0, 8}}));
+  EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kPolicyLayer, 0, 8}}));
 }
 
 TEST_F(LeoamDesert, ThresholdIsDesertMass) {

@@ -31,7 +31,7 @@
 namespace leoam::sparse {
 namespace {
 
-constexpr double kRelTol = 1e-5;  // as chunk_bound_test: relative to sum_c |q_c| * max(|min_c|, |max_c|)
+constexpr double kSignRelTol = 1e-5;  // as chunk_bound_test: relative to sum_c |q_c| * max(|min_c|, |max_c|)
 
 double magnitude(const float* q, const uint16_t* box, int kv_head, const BoundLayout& layout) {
   const uint16_t* mn = box + static_cast<int64_t>(kv_head) * layout.head_dim;
@@ -207,7 +207,7 @@ TEST_P(SignBound, MatchesReference) {
           const float* qh = q.data() + h * head_dim;
           const int kv = h / (n_head / 2);
           for (size_t u = 0; u < n; ++u) {
-            ASSERT_NEAR(got[h * n + u], want[h * n + u], kRelTol * magnitude(qh, units[u].box, kv, c.layout()))
+            ASSERT_NEAR(got[h * n + u], want[h * n + u], kSignRelTol * magnitude(qh, units[u].box, kv, c.layout()))
                 << name(l) << ", " << n_head << " heads: head " << h << " unit " << u;
           }
         }
@@ -309,7 +309,7 @@ TEST_P(SignBound, BoundsEveryRowAndTightensTheBox) {
           chunk_bounds(qh, kv, c.boxes.data(), kChunks, c.layout(), box.data());
           for (int i = 0; i < kChunks; ++i) {
             const float r = refined[h * kChunks + i];
-            const double slack = kRelTol * magnitude(qh, c.box16(i), kv, c.layout());
+            const double slack = kSignRelTol * magnitude(qh, c.box16(i), kv, c.layout());
             double best = -std::numeric_limits<double>::infinity();
             for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) best = std::max(best, c.dot(qh, t, kv));
             ASSERT_GE(r + slack, best) << "head " << h << " chunk " << i;
@@ -337,7 +337,7 @@ TEST_P(SignBound, OneRowWithItsOwnBoxIsExact) {
     for (Layout l : kLayouts) {
       float b = 0.0f;
       bounds_of(c, l, q.data(), 1, {&u, 1}, &b);
-      EXPECT_NEAR(b, c.dot(q.data(), i, 0), kRelTol * magnitude(q.data(), c.box16(i), 0, c.layout()))
+      EXPECT_NEAR(b, c.dot(q.data(), i, 0), kSignRelTol * magnitude(q.data(), c.box16(i), 0, c.layout()))
           << name(l) << " " << i;
     }
   }
