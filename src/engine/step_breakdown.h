@@ -11,7 +11,9 @@
 //   other       the rest of the step ("decode step" less all of the above)
 //
 // The read-ahead thread's own reads overlap the compute thread and are not part of a step's time;
-// read_ahead_ms says how long they took, for comparison.
+// read_ahead_ms says how long they took, for comparison. A batch whose rows select and attend side
+// by side (LlamaForward::select_and_attend_across_rows) records each phase as one span on the
+// compute thread: the reads and waits of the rows that other threads ran count in the phase.
 #pragma once
 
 #include <cstdint>

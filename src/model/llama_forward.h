@@ -110,8 +110,14 @@ class LlamaForward final : public ForwardContext {
   // attention over them.
   Result<std::vector<TokenRange>> select_row(const DecodeSequence& seq, int layer, int64_t pos, const float* q,
                                              Trace* trace);
+  // (over `pool`, the attention mass into key_mass when the selector watches it).
   Status attend_selected(const DecodeSequence& seq, int layer, int64_t pos, const float* q, float* out,
-                         std::span<const TokenRange> ranges, Trace* trace);
+                         std::span<const TokenRange> ranges, ThreadPool& pool, std::vector<float>& key_mass,
+                         Trace* trace);
+  // decode_rows' selection and attention of one layer with the rows side by side: each pool
+  // thread takes whole rows, one at a time, and runs each single-threaded (inline_pool_). The
+  // selections and the attention are those of the rows decoded alone.
+  Status select_and_attend_across_rows(std::span<const BatchToken> batch, int layer, std::span<const int64_t> positions);
   // decode_batch's step, its rows checked: tokens and positions per row.
   Status decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,
                      std::span<const int64_t> positions, std::vector<float>& logits);
@@ -173,6 +179,7 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> cos_;     // [n_batch][n_rot/2]
   std::vector<float> sin_;     // [n_batch][n_rot/2]
   std::vector<float> key_mass_;  // [positions attended] for a selector that watches attention mass
+  std::vector<std::vector<float>> row_mass_;  // [pool thread]: key_mass_ of rows attended side by side
   std::vector<std::vector<TokenRange>> selected_;  // [row]: a batched decode step's selections in one layer
   std::vector<float> spec_xn_;   // [n_embd] the pipeline's speculation: the next layer's norm of x
   std::vector<float> spec_q_;    // [n_head][head_dim] and its query
