@@ -24,7 +24,6 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
-std::unique_ptr<uint8_t[]> zeroed_bytes(size_t n) { return std::unique_ptr<uint8_t[]>(new uint8_t[n]()); }
 
 std::string default_session_name() {
   std::random_device rd;
@@ -283,6 +282,22 @@ void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const 
   }
 }
 
+std::unique_ptr<uint8_t[]> TieredKvCache::take_buffer(SpareBuffers& spare, size_t n, bool zeroed) {
+  std::unique_ptr<uint8_t[]> buffer;
+  if (spare.empty()) {
+    buffer.reset(new uint8_t[n]);
+  } else {
+    buffer = std::move(spare.back());
+    spare.pop_back();
+  }
+  if (zeroed) std::memset(buffer.get(), 0, n);
+  return buffer;
+}
+
+void TieredKvCache::give_back(SpareBuffers& spare, std::unique_ptr<uint8_t[]> buffer) {
+  if (buffer != nullptr && spare.size() < kMaxSpareBuffers) spare.push_back(std::move(buffer));
+}
+
 Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* stored_from_disk,
                                  const uint8_t* compressed_read) {
   Chunk& c = chunk(move.chunk);
@@ -293,7 +308,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
 
   if (!move.from) {  // a new chunk
     c = Chunk{};
-    c.device = zeroed_bytes(chunk_bytes);
+    c.device = take_buffer(spare_device_, chunk_bytes, true);
     if (keeps_abstracts(options_)) {
       c.abstract.resize(static_cast<size_t>(geometry_.abstract_floats()));
       reset_abstract(geometry_, c.abstract.data());
@@ -314,8 +329,8 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
       cover_stored_form(c, dst);
       LEOAM_RETURN_IF_ERROR(disk_->write_chunk(layer, disk_write_of(c, index, dst, 0)));
     }
-    c.device.reset();
-    c.host.reset();
+    give_back(spare_device_, std::move(c.device));
+    give_back(spare_host_, std::move(c.host));
     std::vector<float>().swap(c.abstract);  // free it: disk chunks' abstracts live on disk
     return Status::ok();
   }
@@ -337,12 +352,12 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
 
   if (move.to == Tier::kHost) {
     std::unique_ptr<uint8_t[]> host;
-    if (from == Tier::kDevice) {
-      host = zeroed_bytes(host_chunk_bytes_);
+    if (from == Tier::kDevice) {  // zeroed for a codec's encoding, which may leave bytes unwritten
+      host = take_buffer(spare_host_, host_chunk_bytes_, codec != KvCodec::kNone);
       encode_chunk(geometry_, codec, c.device.get(), host.get());
       stats_[Tier::kDevice].evictions += 1;
     } else {  // every byte copied: not zeroed first (a step promotes MiBs from the disk)
-      host.reset(new uint8_t[host_chunk_bytes_]);
+      host = take_buffer(spare_host_, host_chunk_bytes_, false);
       std::memcpy(host.get(), stored, host_chunk_bytes_);
     }
     if (from == Tier::kDisk) {
@@ -355,18 +370,18 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
       cover_stored_form(c, host.get());
     }
     c.host = std::move(host);
-    c.device.reset();
+    give_back(spare_device_, std::move(c.device));
     stats_[Tier::kHost].bytes_written += host_chunk_bytes_;
     return Status::ok();
   }
 
   // Into the device, from the host or the disk.
-  auto device = zeroed_bytes(chunk_bytes);
+  auto device = take_buffer(spare_device_, chunk_bytes, codec != KvCodec::kNone);  // none: every byte copied
   decode_chunk(geometry_, codec, stored, device.get());
   recompute_abstract(c, device.get());
   if (from == Tier::kHost) stats_[Tier::kHost].bytes_read += host_chunk_bytes_;
   c.device = std::move(device);
-  c.host.reset();
+  give_back(spare_host_, std::move(c.host));
   stats_[Tier::kDevice].bytes_written += chunk_bytes;
   return Status::ok();
 }
