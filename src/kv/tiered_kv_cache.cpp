@@ -24,7 +24,6 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
-
 std::string default_session_name() {
   std::random_device rd;
   char buf[48];
