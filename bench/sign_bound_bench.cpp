@@ -7,7 +7,8 @@
 // over the rows' sign words ("fast") and over the channel slices the chunk tree keeps
 // ("fast_sliced", AVX-512 or AVX2; "avx2_sliced" capped at AVX2). "items_per_second" counts rows
 // times query heads, the unit of its work: every row of every scored unit is read for every
-// query head.
+// query head. "step_llama3_8b_32k" scores a whole decode step's layers at the Llama-3-8B shape
+// (below).
 //
 //   build/release/bench/bench_sign_bound --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -86,6 +87,65 @@ void shapes(benchmark::internal::Benchmark* b) {
     b->Args({8, 8, group})->Args({8, 32, group})->Args({64, 64, group});
   }
 }
+
+// One decode step's bounds at the Llama-3-8B shape (8 kv heads of head_dim 128, 4 query heads
+// each) over 32768 rows in 64-row units with a box each, as leoam's coarse layers score them, on
+// one thread: state.range(0) kv heads a call (1: a group at a time; 8: every head in one pass),
+// over state.range(1) layers' own boxes and slices (1: 6 MiB, read again each layer; 32: 192 MiB,
+// from memory as in a real step). "items_per_second" counts rows x query heads; the time is a
+// step's, all 32 layers.
+void BM_sign_bounds_step(benchmark::State& state) {
+  constexpr int kLayers = 32, kKv = 8, kHd = 128, kGroup = 4, kUnitRows = 64;
+  constexpr int64_t kStepRows = 32768;
+  const int heads_a_call = static_cast<int>(state.range(0));
+  const auto n_data = static_cast<int>(state.range(1));
+  const BoundLayout layout{kKv, kHd, 2 * kKv * kHd};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(kKv * kGroup * kHd);
+  for (float& x : q) x = dist(rng);
+  const int64_t n_units = kStepRows / kUnitRows;
+  const int64_t half = layout.chunk_stride / 2;
+  const int64_t layer_words = sign_slice_words(kStepRows, kKv, kHd);
+  std::vector<float> box(static_cast<size_t>(layout.chunk_stride));
+  std::vector<uint16_t> boxes(static_cast<size_t>(n_data * n_units * layout.chunk_stride));
+  std::vector<uint64_t> slices(static_cast<size_t>(n_data * layer_words));
+  for (int64_t b = 0; b < n_data * n_units; ++b) {
+    for (float& x : box) x = dist(rng);
+    for (int64_t e = 0; e < half; ++e) {
+      if (box[e] > box[e + half]) std::swap(box[e], box[e + half]);
+    }
+    round_box_outward(box.data(), layout.chunk_stride, boxes.data() + b * layout.chunk_stride);
+  }
+  for (uint64_t& w : slices) w = rng() | (uint64_t{rng()} << 32);
+  std::vector<std::vector<SignUnit>> units(static_cast<size_t>(n_data));
+  for (int l = 0; l < n_data; ++l) {
+    for (int64_t i = 0; i < n_units; ++i) {
+      const uint16_t* b = boxes.data() + (l * n_units + i) * layout.chunk_stride;
+      units[l].push_back({{i * kUnitRows, (i + 1) * kUnitRows}, b});
+    }
+  }
+  std::vector<float> bounds(static_cast<size_t>(kKv * kGroup * n_units));
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      const int at = l % n_data;
+      const SignSlices sliced{slices.data() + at * layer_words, kKv, kHd};
+      if (heads_a_call == kKv) {
+        sign_bounds(q.data(), kKv * kGroup, units[at], layout, sliced, bounds.data());
+        continue;
+      }
+      for (int g = 0; g < kKv; ++g) {
+        sign_bounds(q.data(), kKv * kGroup, units[at], layout, sliced, bounds.data(), nullptr, KvHeadGroups::of(g));
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kLayers * kStepRows * kKv * kGroup);
+}
+BENCHMARK(BM_sign_bounds_step)
+    ->Name("sign_bounds/step_llama3_8b_32k")
+    ->ArgsProduct({{1, 8}, {1, 32}})
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kRef)->Name("sign_bounds/ref")->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_sign_bounds, Variant::kScalar)->Name("sign_bounds/scalar")->Apply(shapes);

@@ -4,10 +4,18 @@
 //
 // The rows path puts a row's channels in the lanes: per 8 channels the sign bits, tested lane by
 // lane, pick the lanes of d to add, and each row ends in a horizontal sum. The slices paths put
-// rows in the lanes (16 with AVX-512: a channel's 16 bits are the mask of one masked add), so no
-// row needs a horizontal sum: 1.62x the rows path's rate in units of 64 rows (433 against 267 M
+// rows in the lanes (with AVX-512 32 int16 lanes: a channel's 32 bits are the mask of one masked
+// add; 16 float lanes before), so no row needs a horizontal sum: 1.62x the rows path's rate in units of 64 rows (433 against 267 M
 // rows x heads a second), but 0.77x in units of 8 (137 against 179: AVX2's 8 lanes serve those,
 // a lane mask a channel for 8 rows) (2026-12-04, idle 2-core EPYC, bench/sign_bound_bench.cpp).
+// The AVX-512 slices path now adds whole steps in int16 (sign_bound.h: 32 rows a masked add, and
+// integer adds wait one cycle on each other where float adds wait more), its terms made for the
+// whole group from one conversion of the box: on the Zen 5 VM, 4 query heads a kv head of
+// head_dim 64, 1.33-1.41 G rows x heads a second in units of 64 rows against 0.77 G in float
+// (16 rows a masked add), 0.83-0.88 against 0.60 in 8-row units of 32-row boxes (2026-12-05,
+// bench/sign_bound_bench.cpp). In a standalone loop of the adds alone at head_dim 128 (32768
+// rows, 8 kv heads of 4 query heads): float with one sum a head 2.0 ms, two sums a head 1.6,
+// int16 in partials of 8 channels 0.95, of 16 0.90.
 // Earlier, on the rows layout, tried and dropped:
 // - (2026-12-01, 2-core Xeon VM with AVX-512, bench/sign_bound_bench.cpp) an AVX-512 path with 16
 //   rows in the lanes, per channel a vptestmd and a masked add, or per nibble a lookup in a
@@ -93,6 +101,31 @@ void for_group(int g, Kernel kernel) {
   }
 }
 
+// The terms of a group of g <= kMaxGroup query heads of one kv head against one box: head j's
+// base[j] (sum_c P_c) and d[j * hd + c] (N_c - P_c), as channel_terms_scalar makes them. Where
+// `quantized` (the AVX-512 sliced path), dq holds each d rounded up to whole steps of
+// step[j] = the head's largest |d| over kQuantSteps: step[j] * dq[j * hd + c] >= d[j * hd + c].
+constexpr float kQuantSteps = kSignTermSteps;  // |dq| <= 4095 after rounding: 8 channels sum in int16
+constexpr int kInt16Channels = 8;               // the channels an int16 partial sum takes
+struct GroupTerms {
+  explicit GroupTerms(int hd)
+      : d(static_cast<size_t>(kMaxGroup * hd)), dq(static_cast<size_t>(kMaxGroup * hd)) {}
+  float base[kMaxGroup] = {};
+  std::vector<float> d;
+  bool quantized = false;
+  float step[kMaxGroup] = {};
+  std::vector<int16_t> dq;
+};
+
+// The group's terms head by head, with one head's channel_terms (scalar or AVX2).
+template <float (*kTerms)(const float*, const float*, const uint16_t*, const uint16_t*, int, float*)>
+void group_terms(const QueryParts* parts, int g, const uint16_t* mn, const uint16_t* mx, int hd, GroupTerms& t) {
+  for (int j = 0; j < g; ++j) {
+    t.base[j] = kTerms(parts[j].pos.data(), parts[j].neg.data(), mn, mx, hd, t.d.data() + static_cast<int64_t>(j) * hd);
+  }
+  t.quantized = false;
+}
+
 // A row's sign bit of channel c of kv head `kv_head`, in either layout.
 bool sign_bit(const SignSketch& s, int64_t row, int kv_head, int c) { return bit(row_words(s, row, kv_head), c); }
 bool sign_bit(const SignSlices& s, int64_t row, int kv_head, int c) { return s.bit(row, kv_head, c); }
@@ -104,15 +137,15 @@ bool sign_bit(const SignSlices& s, int64_t row, int kv_head, int c) { return s.b
 // plus the d of head j (hd floats at d + j * hd) at each row's set bits.
 
 template <typename Sketch>
-void group_bound_scalar(const float* base, const float* d, int g, const Sketch& signs, std::span<const SignUnit> run,
+void group_bound_scalar(const GroupTerms& terms, int g, const Sketch& signs, std::span<const SignUnit> run,
                         int kv_head, int hd, float* best) {
   const auto n = static_cast<int64_t>(run.size());
   for (int j = 0; j < g; ++j) {
-    const float* dj = d + static_cast<int64_t>(j) * hd;
+    const float* dj = terms.d.data() + static_cast<int64_t>(j) * hd;
     for (int64_t u = 0; u < n; ++u) {
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t t = run[u].rows.begin; t < run[u].rows.end; ++t) {
-        float sum = base[j];
+        float sum = terms.base[j];
         for (int c = 0; c < hd; ++c) sum += sign_bit(signs, t, kv_head, c) ? dj[c] : 0.0f;
         top = std::max(top, sum);
       }
@@ -204,12 +237,14 @@ LEOAM_AVX2 void group_bound_avx2(const float* base, const float* d, const SignSk
 }
 
 // group_bound_avx2 for 1 <= g <= kMaxGroup heads, unit by unit.
-LEOAM_AVX2 void group_bounds_avx2(const float* base, const float* d, int g, const SignSketch& signs,
+LEOAM_AVX2 void group_bounds_avx2(const GroupTerms& terms, int g, const SignSketch& signs,
                                   std::span<const SignUnit> run, int kv_head, int hd, float* best) {
   const auto n = static_cast<int64_t>(run.size());
   float top[kMaxGroup];
   for (int64_t u = 0; u < n; ++u) {
-    for_group(g, [&](auto G) { group_bound_avx2<G>(base, d, signs, run[u].rows, kv_head, hd, top); });
+    for_group(g, [&](auto G) {
+      group_bound_avx2<G>(terms.base, terms.d.data(), signs, run[u].rows, kv_head, hd, top);
+    });
     for (int j = 0; j < g; ++j) best[j * n + u] = top[j];
   }
 }
@@ -274,83 +309,161 @@ LEOAM_AVX2 void slices_bound_avx2(const float* base, const float* d, const SignS
   }
 }
 
-LEOAM_AVX2 void slices_bounds_avx2(const float* base, const float* d, int g, const SignSlices& signs,
+LEOAM_AVX2 void slices_bounds_avx2(const GroupTerms& terms, int g, const SignSlices& signs,
                                    std::span<const SignUnit> run, int kv_head, int hd, float* best) {
-  for_group(g, [&](auto G) { slices_bound_avx2<G>(base, d, signs, run, kv_head, hd, best); });
+  for_group(g, [&](auto G) { slices_bound_avx2<G>(terms.base, terms.d.data(), signs, run, kv_head, hd, best); });
 }
 
 #define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 
-// Over sliced signs with AVX-512: 16 rows in the lanes, a channel's 16 bits the mask of one
-// masked add of its d (broadcast) per query head; the run's rows summed once, as in the AVX2 path.
+// group_terms over AVX-512 for G heads: the box's 16 channels a step made once for the G heads,
+// then each head's d rounded up to whole steps (GroupTerms) for slices_bound_avx512. A head
+// whose largest |d| is not finite (a box past f16's range) leaves the group unquantized.
 template <int G>
-LEOAM_AVX512 void slices_bound_avx512(const float* base, const float* d, const SignSlices& signs,
-                                      std::span<const SignUnit> run, int kv_head, int hd, float* best) {
+LEOAM_AVX512 void heads_terms_avx512(const QueryParts* parts, const uint16_t* mn16, const uint16_t* mx16, int hd,
+                                     GroupTerms& t) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 base[G];
+  __m512 largest[G];
+  #pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) base[j] = largest[j] = zero;
+  for (int c = 0; c < hd; c += 16) {
+    const auto in = static_cast<__mmask16>(c + 16 <= hd ? 0xffffu : (1u << (hd - c)) - 1u);
+    const __m512 lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mn16 + c));
+    const __m512 hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mx16 + c));
+    const __m512 lo_pos = _mm512_max_ps(zero, lo);
+    const __m512 hi_neg = _mm512_min_ps(zero, hi);
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) {
+      const __m512 p = _mm512_maskz_loadu_ps(in, parts[j].pos.data() + c);
+      const __m512 n = _mm512_maskz_loadu_ps(in, parts[j].neg.data() + c);
+      const __m512 pos = _mm512_fmadd_ps(p, hi, _mm512_mul_ps(n, lo_pos));
+      const __m512 neg = _mm512_fmadd_ps(p, hi_neg, _mm512_mul_ps(n, lo));
+      const __m512 d = _mm512_sub_ps(neg, pos);
+      base[j] = _mm512_add_ps(base[j], pos);
+      largest[j] = _mm512_max_ps(largest[j], _mm512_abs_ps(d));
+      float* to = t.d.data() + static_cast<int64_t>(j) * hd + c;
+      if (in == 0xffffu) {
+        _mm512_storeu_ps(to, d);
+      } else {
+        _mm512_mask_storeu_ps(to, in, d);
+      }
+    }
+  }
+  t.quantized = true;
+  float most[G];
+  #pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) {
+    t.base[j] = _mm512_reduce_add_ps(base[j]);
+    most[j] = _mm512_reduce_max_ps(largest[j]);
+    if (!(most[j] < std::numeric_limits<float>::infinity())) t.quantized = false;
+    t.step[j] = most[j] / kQuantSteps;
+  }
+  if (!t.quantized) return;
+  for (int j = 0; j < G; ++j) {
+    const __m512 per_step = _mm512_set1_ps(most[j] > 0.0f ? kQuantSteps / most[j] : 0.0f);
+    const float* d = t.d.data() + static_cast<int64_t>(j) * hd;
+    int16_t* dq = t.dq.data() + static_cast<int64_t>(j) * hd;
+    for (int c = 0; c < hd; c += 16) {
+      const auto in = static_cast<__mmask16>(c + 16 <= hd ? 0xffffu : (1u << (hd - c)) - 1u);
+      const __m512 steps = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, d + c), per_step);
+      const __m512i up32 = _mm512_cvt_roundps_epi32(steps, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+      const __m256i up = _mm512_cvtepi32_epi16(up32);
+      if (in == 0xffffu) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dq + c), up);
+      } else {
+        _mm256_mask_storeu_epi16(dq + c, in, up);
+      }
+    }
+  }
+}
+
+LEOAM_AVX512 void group_terms_avx512(const QueryParts* parts, int g, const uint16_t* mn, const uint16_t* mx, int hd,
+                                     GroupTerms& t) {
+  for_group(g, [&](auto G) { heads_terms_avx512<G>(parts, mn, mx, hd, t); });
+}
+
+// Over sliced signs with AVX-512 and the terms in whole steps (GroupTerms::dq): 32 rows in the
+// int16 lanes, a channel's 32 bits the mask of one masked add of its steps (broadcast) per query
+// head, kInt16Channels channels a partial sum widened into int32 (which cannot overflow: 8 terms
+// of at most 4095 steps); a row's bound is base + step * its steps. The run's rows are summed
+// once, as in the AVX2 path.
+template <int G>
+LEOAM_AVX512 void slices_bound_avx512(const GroupTerms& t, const SignSlices& signs, std::span<const SignUnit> run,
+                                      int kv_head, int hd, float* best) {
   const auto n = static_cast<int64_t>(run.size());
-  __m512 acc[G];
-  int64_t summed = -1;  // the first row of the 16 whose sums are in acc
+  __m512 acc[2][G];  // the bounds of rows [summed, summed + 16) and [summed + 16, summed + 32)
+  int64_t summed = -1;
   for (int64_t u = 0; u < n; ++u) {
     const TokenRange rows = run[u].rows;
     __m512 top[G];
     #pragma GCC unroll 4
     for (int j = 0; j < G; ++j) top[j] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t r0 = rows.begin / 16 * 16; r0 < rows.end; r0 += 16) {
+    for (int64_t r0 = rows.begin / 32 * 32; r0 < rows.end; r0 += 32) {
       if (r0 != summed) {
         const uint64_t* slice = signs.slice(r0 / 64, kv_head);
         const int shift = static_cast<int>(r0 % 64);
-        constexpr int kChains = chains_for(G);
-        __m512 chain[kChains][G];
+        __m512i lo[G];
+        __m512i hi[G];
         #pragma GCC unroll 4
-        for (int j = 0; j < G; ++j) {
-          chain[0][j] = _mm512_set1_ps(base[j]);
-          if constexpr (kChains == 2) chain[1][j] = _mm512_setzero_ps();
-        }
-        const auto add_channel = [&](int k, int c) LEOAM_AVX512 {
-          const auto m = static_cast<__mmask16>(slice[c] >> shift);
+        for (int j = 0; j < G; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
+        for (int c0 = 0; c0 < hd; c0 += kInt16Channels) {
+          const int c1 = std::min(hd, c0 + kInt16Channels);
+          __m512i part[G];
+          #pragma GCC unroll 4
+          for (int j = 0; j < G; ++j) part[j] = _mm512_setzero_si512();
+          #pragma GCC unroll 8
+          for (int c = c0; c < c1; ++c) {
+            const auto m = static_cast<__mmask32>(slice[c] >> shift);
+            #pragma GCC unroll 4
+            for (int j = 0; j < G; ++j) {
+              const __m512i steps = _mm512_set1_epi16(t.dq[static_cast<int64_t>(j) * hd + c]);
+              part[j] = _mm512_mask_add_epi16(part[j], m, part[j], steps);
+            }
+          }
           #pragma GCC unroll 4
           for (int j = 0; j < G; ++j) {
-            chain[k][j] = _mm512_mask_add_ps(chain[k][j], m, chain[k][j], _mm512_set1_ps(d[static_cast<int64_t>(j) * hd + c]));
+            lo[j] = _mm512_add_epi32(lo[j], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(part[j])));
+            hi[j] = _mm512_add_epi32(hi[j], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(part[j], 1)));
           }
-        };
-        int c = 0;
-        for (; c + kChains <= hd; c += kChains) {
-          #pragma GCC unroll 2
-          for (int k = 0; k < kChains; ++k) add_channel(k, c + k);
         }
-        for (; c < hd; ++c) add_channel(0, c);
         #pragma GCC unroll 4
-        for (int j = 0; j < G; ++j) acc[j] = kChains == 2 ? _mm512_add_ps(chain[0][j], chain[kChains - 1][j]) : chain[0][j];
+        for (int j = 0; j < G; ++j) {
+          const __m512 step = _mm512_set1_ps(t.step[j]);
+          const __m512 base = _mm512_set1_ps(t.base[j]);
+          acc[0][j] = _mm512_fmadd_ps(step, _mm512_cvtepi32_ps(lo[j]), base);
+          acc[1][j] = _mm512_fmadd_ps(step, _mm512_cvtepi32_ps(hi[j]), base);
+        }
         summed = r0;
       }
       // Only the lanes of rows inside the unit count.
-      const int64_t lo = std::max<int64_t>(rows.begin - r0, 0);
-      const int64_t hi = std::min<int64_t>(rows.end - r0, 16);
-      const auto in = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+      const int64_t first = std::max<int64_t>(rows.begin - r0, 0);
+      const int64_t end = std::min<int64_t>(rows.end - r0, 32);
+      const uint32_t in = static_cast<uint32_t>(((uint64_t{1} << end) - 1u) & ~((uint64_t{1} << first) - 1u));
       #pragma GCC unroll 4
-      for (int j = 0; j < G; ++j) top[j] = _mm512_mask_max_ps(top[j], in, top[j], acc[j]);
+      for (int j = 0; j < G; ++j) {
+        top[j] = _mm512_mask_max_ps(top[j], static_cast<__mmask16>(in), top[j], acc[0][j]);
+        top[j] = _mm512_mask_max_ps(top[j], static_cast<__mmask16>(in >> 16), top[j], acc[1][j]);
+      }
     }
     #pragma GCC unroll 4
-    for (int j = 0; j < G; ++j) {
-      best[j * n + u] =
-          kernels::hmax(_mm256_max_ps(_mm512_castps512_ps256(top[j]), _mm512_extractf32x8_ps(top[j], 1)));
-    }
+    for (int j = 0; j < G; ++j) best[j * n + u] = _mm512_reduce_max_ps(top[j]);
   }
 }
 
-LEOAM_AVX512 void slices_bounds_avx512(const float* base, const float* d, int g, const SignSlices& signs,
+LEOAM_AVX512 void slices_bounds_avx512(const GroupTerms& terms, int g, const SignSlices& signs,
                                        std::span<const SignUnit> run, int kv_head, int hd, float* best) {
-  // A run inside one aligned run of 8 rows fills 8 lanes at most: AVX2's 8 lanes cost it half as
-  // much (bench/sign_bound_bench.cpp).
-  if (run.front().rows.begin / 8 == (run.back().rows.end - 1) / 8) {
-    return slices_bounds_avx2(base, d, g, signs, run, kv_head, hd, best);
-  }
-  for_group(g, [&](auto G) { slices_bound_avx512<G>(base, d, signs, run, kv_head, hd, best); });
+  if (!terms.quantized) return slices_bounds_avx2(terms, g, signs, run, kv_head, hd, best);
+  for_group(g, [&](auto G) { slices_bound_avx512<G>(terms, signs, run, kv_head, hd, best); });
 }
 
 #endif
 
-// Asks for the cache lines of [p0, p1).
-void prefetch_bytes(const void* p0, const void* p1) {
+// Asks for the cache lines of [p0, p1). noipa: GCC 12's modref found this loop of prefetches
+// free of side effects, and at -O1 and up dropped every call of it with the loop, so that until
+// 2026-12-05 no prefetch reached the bounds (gone with -fno-ipa-modref; a call per range costs
+// nothing beside a run's work).
+[[gnu::noipa]] void prefetch_bytes(const void* p0, const void* p1) {
   for (const char* p = static_cast<const char*>(p0); p < p1; p += 64) __builtin_prefetch(p);
 }
 
@@ -404,9 +517,8 @@ void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const Si
   std::vector<QueryParts> parts;  // of heads [h_first, kv.end * group)
   parts.reserve(static_cast<size_t>((kv.end - kv.begin) * group));
   for (int h = h_first; h < kv.end * group; ++h) parts.push_back(split_query(q + static_cast<int64_t>(h) * hd, hd));
-  std::vector<float> d(static_cast<size_t>(kMaxGroup * hd));
+  GroupTerms box_terms(hd);
   std::vector<float> best;  // [kMaxGroup][the run's units]
-  float base[kMaxGroup];
   for (int64_t i = i0, k = i0 < i1 ? run_end(units, i0, i1) : i1; i < i1;) {
     const std::span<const SignUnit> run = units.subspan(static_cast<size_t>(i), static_cast<size_t>(k - i));
     const int64_t next = k < i1 ? run_end(units, k, i1) : i1;
@@ -417,12 +529,8 @@ void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const Si
       const uint16_t* mn = run.front().box + static_cast<int64_t>(kv_head) * hd;
       for (int h0 = kv_head * group; h0 < (kv_head + 1) * group; h0 += kMaxGroup) {
         const int g = std::min(kMaxGroup, (kv_head + 1) * group - h0);
-        for (int j = 0; j < g; ++j) {
-          const QueryParts& part = parts[h0 - h_first + j];
-          base[j] = terms(part.pos.data(), part.neg.data(), mn, mn + max_offset, hd,
-                          d.data() + static_cast<int64_t>(j) * hd);
-        }
-        group_bound(base, d.data(), g, signs, run, kv_head, hd, best.data());
+        terms(parts.data() + (h0 - h_first), g, mn, mn + max_offset, hd, box_terms);
+        group_bound(box_terms, g, signs, run, kv_head, hd, best.data());
         for (int j = 0; j < g; ++j) {
           std::copy_n(best.data() + j * n_run, n_run, bounds + (h0 - h_first + j) * n + i);
         }
@@ -535,15 +643,16 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
                  const SignSlices& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx512) {
-    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx512);
+    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms_avx512, slices_bounds_avx512);
     return;
   }
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_avx2, slices_bounds_avx2);
+    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_avx2>,
+                  slices_bounds_avx2);
     return;
   }
 #endif
-  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_scalar,
+  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_scalar>,
                 group_bound_scalar<SignSlices>);
 }
 
@@ -551,11 +660,12 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
                  const SignSketch& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_avx2, group_bounds_avx2);
+    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_avx2>,
+                  group_bounds_avx2);
     return;
   }
 #endif
-  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, channel_terms_scalar,
+  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_scalar>,
                 group_bound_scalar<SignSketch>);
 }
 

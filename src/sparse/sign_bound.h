@@ -121,8 +121,17 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
                  const SignSketch& signs, float* bounds, ThreadPool* pool = nullptr,
                  KvHeadGroups heads = KvHeadGroups::all());
 
+// The AVX-512 path over sliced signs sums in whole steps: per query head and box, each channel's
+// term N_c - P_c (the header comment) is rounded up to a multiple of the head's largest |N_c - P_c|
+// on the box over kSignTermSteps, so that 32 rows' terms add in int16 lanes. Its bounds stay
+// sound, and lie at most head_dim such steps (a kSignTermSteps-th of head_dim times the largest
+// term) above the exact ones: 3% of the largest channel's term at head_dim 128. A box whose terms
+// overflow float is summed in float instead.
+inline constexpr float kSignTermSteps = 4094.0f;
+
 // The same over sliced signs (the units' rows inside what the slices cover): AVX-512 where the
-// CPU has it, AVX2+FMA (head_dim % 8 == 0), else scalar; the same bounds up to float rounding.
+// CPU has it (in steps, as above), AVX2+FMA (head_dim % 8 == 0), else scalar; these two the same
+// bounds as the reference up to float rounding.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSlices& signs, float* bounds, ThreadPool* pool = nullptr,
                  KvHeadGroups heads = KvHeadGroups::all());
