@@ -460,8 +460,8 @@ LEOAM_AVX512 void slices_bounds_avx512(const GroupTerms& terms, int g, const Sig
 #endif
 
 // Asks for the cache lines of [p0, p1). noipa: GCC 12's modref found this loop of prefetches
-// free of side effects, and at -O1 and up dropped every call of it with the loop, so that until
-// 2026-12-05 no prefetch reached the bounds (gone with -fno-ipa-modref; a call per range costs
+// free of side effects and at -O1 and up dropped every call of it, so that from a5e387f on no
+// prefetch reached the bounds (they come back with -fno-ipa-modref; a call per range costs
 // nothing beside a run's work).
 [[gnu::noipa]] void prefetch_bytes(const void* p0, const void* p1) {
   for (const char* p = static_cast<const char*>(p0); p < p1; p += 64) __builtin_prefetch(p);

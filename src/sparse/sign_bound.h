@@ -125,8 +125,8 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
 // term N_c - P_c (the header comment) is rounded up to a multiple of the head's largest |N_c - P_c|
 // on the box over kSignTermSteps, so that 32 rows' terms add in int16 lanes. Its bounds stay
 // sound, and lie at most head_dim such steps (a kSignTermSteps-th of head_dim times the largest
-// term) above the exact ones: 3% of the largest channel's term at head_dim 128. A box whose terms
-// overflow float is summed in float instead.
+// term) above the exact ones: about 3% of the largest channel's term at head_dim 128. A box whose
+// terms overflow float is summed in float instead.
 inline constexpr float kSignTermSteps = 4094.0f;
 
 // The same over sliced signs (the units' rows inside what the slices cover): AVX-512 where the
