@@ -136,7 +136,7 @@ struct KvStats {
   bool abstracts_in_memory = false;
   std::array<uint64_t, kNumTiers> abstract_bytes{};
   std::array<uint64_t, kNumTiers> peak_abstract_bytes{};
-  uint64_t buffer_bytes = 0;  // the store's gather scratch and write-through buffer
+  uint64_t buffer_bytes = 0;  // the store's gather scratch, write-through buffer and spare chunk buffers
   // Disk bytes read ahead of need (KvCache::prefetch: a prompt's forecast of the first decode
   // step), part of the disk tier's bytes_read.
   uint64_t disk_bytes_prefetched = 0;

@@ -1092,6 +1092,7 @@ KvStats TieredKvCache::stats() const {
     s.transfer.decode_us_per_chunk = transfer_model_->decode_seconds() * 1e6;
   }
   s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() +
+                   spare_device_.size() * geometry_.chunk_bytes() + spare_host_.size() * host_chunk_bytes_ +
                    round_trip_scratch_.capacity() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
                    (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0) +
                    (disk_ != nullptr ? disk_->buffer_bytes() : 0);

@@ -82,11 +82,12 @@ float channel_terms_scalar(const float* qp, const float* qn, const uint16_t* mn1
 // per head (2026-12-05, Zen 5 VM, bench/sign_bound_bench.cpp).
 constexpr int kMaxGroup = 4;
 
-// Independent sums a sliced kernel keeps per query head: a masked add waits for the one before it
-// in its sum, so a group of 1 or 2 heads sums even and odd channels apart and adds the two at the
-// end (both sliced paths alike, so that they round alike). On the Zen 5 VM, AVX-512, units of 64
-// rows: 1.3-1.6x the rate of one sum a head for one head (Llama 2's multi-head attention), about
-// 1.2x for two (bench/sign_bound_bench.cpp); 3 or 4 heads are enough sums as they are.
+// Independent float sums the AVX2 sliced kernel keeps per query head: a masked add waits for the
+// one before it in its sum, so a group of 1 or 2 heads sums even and odd channels apart and adds
+// the two at the end. Measured on the Zen 5 VM with the float AVX-512 kernel this replaced (units
+// of 64 rows): 1.3-1.6x the rate of one sum a head for one head (Llama 2's multi-head attention),
+// about 1.2x for two (bench/sign_bound_bench.cpp); 3 or 4 heads are enough sums as they are. The
+// int16 AVX-512 kernel's integer adds wait one cycle and need no such split.
 constexpr int chains_for(int g) { return g <= 2 ? 2 : 1; }
 
 // Calls kernel(std::integral_constant<int, G>{}) for the group of 1 <= g <= kMaxGroup heads: each

@@ -160,7 +160,8 @@ TEST_P(SignBound, HandComputedBound) {
   sign_bounds(q, 1, {&second, 1}, layout, sketch, &b);
   EXPECT_EQ(b, 0.0f);
   // Sliced: channel 0's bit is set in row 1, channel 1's in row 0. The AVX-512 path's steps are
-  // 4 / kSignTermSteps (the largest term, channel 1's): row 0's -3 rounds up by 2 of a step.
+  // 4 / kSignTermSteps (the largest term, channel 1's): channel 0's -3, set in row 1, rounds up by
+  // half a step.
   const uint64_t slices[] = {0b10u, 0b01u};
   const SignSlices sliced{slices, 1, 2};
   const double slack = step_slack(true, q, box, 0, layout);
