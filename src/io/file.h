@@ -31,6 +31,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 
@@ -69,6 +70,18 @@ class RandomAccessFile {
 
   // Reads every request (see the contract above); up to the queue depth are in flight at once.
   [[nodiscard]] virtual Status read(std::span<const ReadRequest> requests) = 0;
+  // read() in two halves, so that the caller can compute while the reads are in flight:
+  // start_reads() queues the requests and returns without waiting for them where the file batches
+  // through io_uring (up to the queue depth go out at once; the rest when finish_reads() reaps the
+  // first); finish_reads() waits for all of them and returns what read() would have. Every
+  // start_reads() that returns ok must be followed by finish_reads() before any other call on
+  // the file; until then the requests and their buffers belong to the file, and must stay valid.
+  // This default starts nothing: finish_reads() calls read().
+  [[nodiscard]] virtual Status start_reads(std::span<const ReadRequest> requests) {
+    started_ = requests;
+    return Status::ok();
+  }
+  [[nodiscard]] virtual Status finish_reads() { return read(std::exchange(started_, {})); }
   // Writes [src, src + n_bytes) at `offset`, extending the file as needed.
   [[nodiscard]] virtual Status write(uint64_t offset, const void* src, size_t n_bytes) = 0;
   // Writes every request as write() would; where reads are batched (io_uring), up to the queue
@@ -81,6 +94,9 @@ class RandomAccessFile {
   // Makes written data durable (fdatasync).
   [[nodiscard]] virtual Status sync() = 0;
   virtual Result<uint64_t> size() const = 0;
+
+ private:
+  std::span<const ReadRequest> started_;  // the default start_reads()'s requests, read at finish_reads()
 };
 
 struct FileOpenOptions {

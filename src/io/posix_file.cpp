@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "io/file.h"
@@ -55,8 +56,10 @@ class PosixFile final : public RandomAccessFile {
     info_.fallback_note = std::move(fallback_note);
   }
   ~PosixFile() override {
-    // read() never returns with requests in flight, so tearing the ring down cannot leave the
-    // kernel writing into a caller's buffer.
+    // read() never returns with requests in flight (nor finish_reads(), which must follow every
+    // start_reads()), so tearing the ring down cannot leave the kernel writing into a caller's
+    // buffer. A started batch the caller never finished is waited for here, for the same reason.
+    if (started_uring_) (void)drive(started_pass_);
     if (info_.uring) io_uring_queue_exit(&ring_);
     ::close(fd_);
   }
@@ -89,6 +92,28 @@ class PosixFile final : public RandomAccessFile {
     }
     if (info_.uring) return run_uring(requests);
     return run_sync(requests);
+  }
+
+  // Through the ring: the first queue_depth requests submitted now, the rest by drive(). Without
+  // it, the pread()s all happen in finish_reads().
+  Status start_reads(std::span<const ReadRequest> requests) override {
+    for (const ReadRequest& r : requests) {
+      LEOAM_RETURN_IF_ERROR(check_alignment("read", r.offset, r.n_bytes, r.dst));
+    }
+    started_ = requests;
+    started_uring_ = info_.uring;
+    if (started_uring_) {
+      started_pass_ = begin_pass(requests);
+      // A failed submit leaves the entries queued: drive() submits them again and handles the error.
+      if (started_pass_.n_in_flight > 0) (void)io_uring_submit(&ring_);
+    }
+    return Status::ok();
+  }
+
+  Status finish_reads() override {
+    const std::span<const ReadRequest> requests = std::exchange(started_, {});
+    if (!std::exchange(started_uring_, false)) return run_sync(requests);
+    return drive(started_pass_);
   }
 
   Status write(uint64_t offset, const void* src, size_t n_bytes) override {
@@ -229,57 +254,84 @@ class PosixFile final : public RandomAccessFile {
     io_uring_sqe_set_data64(sqe, slot);
   }
 
+  // One batch of requests through the ring: which come next, how many are out.
+  template <class Request>
+  struct Pass {
+    std::span<const Request> requests;
+    size_t next = 0;         // the first request not yet started
+    size_t n_in_flight = 0;  // requests queued or submitted, not yet reaped
+    Status first_error;
+  };
+
+  // Queues requests of the pass while slots are free (none after an error).
+  template <class Request>
+  void fill(Pass<Request>& p) {
+    while (p.first_error.is_ok() && p.next < p.requests.size() && !free_slots_.empty()) {
+      if (p.requests[p.next].n_bytes == 0) {
+        ++p.next;
+        continue;
+      }
+      const size_t slot = free_slots_.back();
+      free_slots_.pop_back();
+      slots_[slot] = Slot{p.next++, 0};
+      queue_op(slot, p.requests);
+      ++p.n_in_flight;
+    }
+  }
+
+  template <class Request>
+  Pass<Request> begin_pass(std::span<const Request> requests) {
+    free_slots_.clear();
+    for (size_t i = slots_.size(); i-- > 0;) free_slots_.push_back(i);
+    Pass<Request> p;
+    p.requests = requests;
+    fill(p);
+    return p;
+  }
+
+  template <class Request>
+  Status run_uring(std::span<const Request> requests) {
+    Pass<Request> p = begin_pass(requests);
+    return drive(p);
+  }
+
   // Keeps up to queue_depth reads (or writes) in flight: submit, reap what completed, refill,
   // until every request is done. After an error nothing new is started, but the batch still
   // waits for what is in flight, because those use the caller's buffers.
   template <class Request>
-  Status run_uring(std::span<const Request> requests) {
-    free_slots_.clear();
-    for (size_t i = slots_.size(); i-- > 0;) free_slots_.push_back(i);
-    size_t next = 0;         // the first request not yet started
-    size_t n_in_flight = 0;  // requests queued or submitted, not yet reaped
-    Status first_error;
+  Status drive(Pass<Request>& p) {
+    const std::span<const Request> requests = p.requests;
     for (;;) {
-      while (first_error.is_ok() && next < requests.size() && !free_slots_.empty()) {
-        if (requests[next].n_bytes == 0) {
-          ++next;
-          continue;
-        }
-        const size_t slot = free_slots_.back();
-        free_slots_.pop_back();
-        slots_[slot] = Slot{next++, 0};
-        queue_op(slot, requests);
-        ++n_in_flight;
-      }
-      if (n_in_flight == 0) return first_error;
+      fill(p);
+      if (p.n_in_flight == 0) return p.first_error;
 
       const int ret = io_uring_submit_and_wait(&ring_, 1);
       if (ret == -EINTR) continue;
-      if (ret < 0) return abandon_ring(requests, n_in_flight, -ret);
+      if (ret < 0) return abandon_ring(requests, p.n_in_flight, -ret);
 
       io_uring_cqe* cqe = nullptr;
       while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
         const size_t slot = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
         const int res = cqe->res;
         io_uring_cqe_seen(&ring_, cqe);
-        --n_in_flight;
+        --p.n_in_flight;
         Slot& s = slots_[slot];
         const Request& r = requests[s.request];
-        if (first_error.is_ok()) {
+        if (p.first_error.is_ok()) {
           if (res == -EINTR || res == -EAGAIN) {  // nothing done; ask again
             queue_op(slot, requests);
-            ++n_in_flight;
+            ++p.n_in_flight;
             continue;
           }
           if (res < 0) {
-            first_error = op_failure(path_, op_name(r), r.offset, r.n_bytes, errno_text(-res));
+            p.first_error = op_failure(path_, op_name(r), r.offset, r.n_bytes, errno_text(-res));
           } else {
             s.n_done += static_cast<size_t>(res);
             if (s.n_done < r.n_bytes) {
-              first_error = check_progress(r, s.n_done, static_cast<size_t>(res));
-              if (first_error.is_ok()) {
+              p.first_error = check_progress(r, s.n_done, static_cast<size_t>(res));
+              if (p.first_error.is_ok()) {
                 queue_op(slot, requests);
-                ++n_in_flight;
+                ++p.n_in_flight;
                 continue;
               }
             }
@@ -320,6 +372,9 @@ class PosixFile final : public RandomAccessFile {
   io_uring ring_{};
   std::vector<Slot> slots_;         // [queue_depth], indexed by the reads' user data
   std::vector<size_t> free_slots_;  // slots with no read in flight
+  std::span<const ReadRequest> started_;  // start_reads()'s requests until finish_reads()
+  bool started_uring_ = false;            // they went through the ring, as started_pass_
+  Pass<ReadRequest> started_pass_;
 };
 
 class PosixFileSystem final : public FileSystem {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "io/checksum.h"
 #include "kv/box_f16.h"
@@ -525,32 +526,37 @@ Status DiskTier::read_chunks(int layer, std::span<const DiskChunkRead> reads, Kv
   return read_own_chunks(layer, own, count_in);
 }
 
-Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in) {
-  if (reads.empty()) return Status::ok();
-  Layer& L = layers_[layer];
-  std::vector<ReadRequest> requests, compressed_requests;
-  requests.reserve(reads.size());
-  uint64_t n_bytes = 0;
-  for (const DiskChunkRead& r : reads) {
-    if (!wrote_chunk(layer, r.index)) return chunk_error(StatusCode::kInternal, layer, r.index, "read of a chunk never written");
+Status DiskTier::plan_reads(PendingRead& pending) const {
+  const Layer& L = layers_[pending.layer];
+  pending.requests.clear();
+  pending.compressed_requests.clear();
+  pending.requests.reserve(pending.reads.size());
+  pending.n_bytes = 0;
+  for (const DiskChunkRead& r : pending.reads) {
+    if (!wrote_chunk(pending.layer, r.index)) {
+      return chunk_error(StatusCode::kInternal, pending.layer, r.index, "read of a chunk never written");
+    }
     if (r.compressed && L.compressed == nullptr) {
-      return chunk_error(StatusCode::kInternal, layer, r.index, "compressed read without a transfer codec");
+      return chunk_error(StatusCode::kInternal, pending.layer, r.index, "compressed read without a transfer codec");
     }
     const size_t slot = r.compressed ? compressed_slot_bytes_ : slot_bytes_;
-    push_coalesced(r.compressed ? compressed_requests : requests, {static_cast<uint64_t>(r.index) * slot, slot, r.dst});
-    n_bytes += slot;
+    push_coalesced(r.compressed ? pending.compressed_requests : pending.requests,
+                   {static_cast<uint64_t>(r.index) * slot, slot, r.dst});
+    pending.n_bytes += slot;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  for (const auto& [file, reqs] : {std::pair{L.chunks.get(), &requests}, std::pair{L.compressed.get(), &compressed_requests}}) {
-    if (reqs->empty()) continue;
-    if (Status st = file->read(*reqs); !st.is_ok()) {
-      return chunk_error(st.code(), layer, reads[0].index,
-                         "reading " + std::to_string(reads.size()) + " chunk(s) from this one on: " + st.message());
-    }
-  }
+  return Status::ok();
+}
+
+Status DiskTier::read_error(const PendingRead& pending, const Status& st) const {
+  return chunk_error(st.code(), pending.layer, pending.reads[0].index,
+                     "reading " + std::to_string(pending.reads.size()) + " chunk(s) from this one on: " + st.message());
+}
+
+Status DiskTier::check_reads(const PendingRead& pending, KvStats* count_in) const {
+  const std::span<const DiskChunkRead> reads = pending.reads;
   if (KvStats* stats = count_in != nullptr ? count_in : options_.stats; stats != nullptr) {
-    stats->disk_read_latency.record_us(elapsed_us(t0));
-    (*stats)[Tier::kDisk].bytes_read += n_bytes;
+    stats->disk_read_latency.record_us(elapsed_us(pending.t0));
+    (*stats)[Tier::kDisk].bytes_read += pending.n_bytes;
     if (options_.transfer_codec != KvCodec::kNone) {
       const uint64_t n_compressed = count_compressed(reads);
       TransferStats& t = stats->transfer;
@@ -559,19 +565,75 @@ Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads
       t.bytes_compressed += n_compressed * compressed_slot_bytes_;
     }
   }
+  const Layer& L = layers_[pending.layer];
   for (const DiskChunkRead& r : reads) {
     const Entry& e = L.entries[r.index];
     const uint64_t expected = r.compressed ? e.compressed_checksum : e.chunk_checksum;
     const uint64_t got = checksum64(r.dst, r.compressed ? compressed_bytes_ : stored_bytes_);
     if (got != expected) {
       const size_t slot = r.compressed ? compressed_slot_bytes_ : slot_bytes_;
-      return chunk_error(StatusCode::kCorrupt, layer, r.index,
-                         "checksum mismatch in " + (r.compressed ? compressed_path(layer) : chunk_path(layer)) +
+      return chunk_error(StatusCode::kCorrupt, pending.layer, r.index,
+                         "checksum mismatch in " + (r.compressed ? compressed_path(pending.layer) : chunk_path(pending.layer)) +
                              " at offset " + std::to_string(static_cast<uint64_t>(r.index) * slot) + " (expected " +
                              hex_0x(expected) + ", read " + hex_0x(got) + "): the KV file is corrupt");
     }
   }
   return Status::ok();
+}
+
+Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in) {
+  if (reads.empty()) return Status::ok();
+  PendingRead p;
+  p.layer = layer;
+  p.reads.assign(reads.begin(), reads.end());
+  LEOAM_RETURN_IF_ERROR(plan_reads(p));
+  const Layer& L = layers_[layer];
+  p.t0 = std::chrono::steady_clock::now();
+  for (const auto& [file, reqs] : {std::pair{L.chunks.get(), &p.requests}, std::pair{L.compressed.get(), &p.compressed_requests}}) {
+    if (reqs->empty()) continue;
+    if (Status st = file->read(*reqs); !st.is_ok()) return read_error(p, st);
+  }
+  return check_reads(p, count_in);
+}
+
+Status DiskTier::start_read_chunks(int layer, std::span<const DiskChunkRead> reads, PendingRead& pending) {
+  pending = PendingRead{};
+  pending.layer = layer;
+  pending.reads.assign(reads.begin(), reads.end());
+  if (reads.empty()) return Status::ok();
+  if (shared_chunks(layer) > 0) {
+    pending.deferred = true;
+    return Status::ok();
+  }
+  LEOAM_RETURN_IF_ERROR(plan_reads(pending));
+  const Layer& L = layers_[layer];
+  pending.t0 = std::chrono::steady_clock::now();
+  RandomAccessFile* files[2] = {L.chunks.get(), L.compressed.get()};
+  const std::vector<ReadRequest>* requests[2] = {&pending.requests, &pending.compressed_requests};
+  for (int f = 0; f < 2; ++f) {
+    if (requests[f]->empty()) continue;
+    if (Status st = files[f]->start_reads(*requests[f]); !st.is_ok()) {
+      if (f == 1 && pending.started[0]) (void)files[0]->finish_reads();  // nothing may stay in flight
+      pending.started[0] = false;
+      return read_error(pending, st);
+    }
+    pending.started[f] = true;
+  }
+  return Status::ok();
+}
+
+Status DiskTier::finish_read_chunks(PendingRead& pending) {
+  if (pending.reads.empty()) return Status::ok();
+  if (pending.deferred) return read_chunks(pending.layer, pending.reads);
+  const Layer& L = layers_[pending.layer];
+  RandomAccessFile* files[2] = {L.chunks.get(), L.compressed.get()};
+  Status first_error;
+  for (int f = 0; f < 2; ++f) {  // both, whatever the first says: nothing may stay in flight
+    if (!std::exchange(pending.started[f], false)) continue;
+    if (Status st = files[f]->finish_reads(); !st.is_ok() && first_error.is_ok()) first_error = read_error(pending, st);
+  }
+  if (!first_error.is_ok()) return first_error;
+  return check_reads(pending, nullptr);
 }
 
 Status DiskTier::read_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in) {

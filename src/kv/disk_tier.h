@@ -51,6 +51,7 @@
 // crash, Ctrl-C); with visible_files they stay in the directory until the destructor removes them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -163,6 +164,24 @@ class DiskTier {
   // Reads written chunks of one layer in one batch, and checks each. The bytes and the latency
   // are counted in `count_in` (the read-ahead thread's own), or the tier's stats when null.
   [[nodiscard]] Status read_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in = nullptr);
+  // read_chunks in two halves, so that the caller can compute while the reads are in flight
+  // (RandomAccessFile::start_reads): start_read_chunks() starts them and returns;
+  // finish_read_chunks() waits for them, counts them in the tier's stats and checks each chunk,
+  // returning what read_chunks would have. A start that returns ok must be finished before the
+  // layer's files are used again; `pending` holds the batch in between, `reads` and their
+  // buffers must stay valid, and nothing of it is started when the start fails. A batch that
+  // reaches into a shared prefix is read whole in finish_read_chunks().
+  struct PendingRead {
+    int layer = -1;
+    std::vector<DiskChunkRead> reads;
+    std::vector<ReadRequest> requests, compressed_requests;  // the .kv's and the .kvc's
+    bool deferred = false;  // read in finish_read_chunks()
+    bool started[2] = {false, false};  // requests, compressed_requests
+    uint64_t n_bytes = 0;
+    std::chrono::steady_clock::time_point t0;
+  };
+  [[nodiscard]] Status start_read_chunks(int layer, std::span<const DiskChunkRead> reads, PendingRead& pending);
+  [[nodiscard]] Status finish_read_chunks(PendingRead& pending);
   // read_chunks on a tier that other tiers share (share_prefix): serialised with their reads of it.
   [[nodiscard]] Status read_chunks_serialised(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in = nullptr) {
     std::lock_guard lock(shared_mutex_);
@@ -209,6 +228,12 @@ class DiskTier {
   explicit DiskTier(const DiskTierOptions& options);
   bool wrote_chunk(int layer, int64_t index) const;  // written by this tier (not shared)
   Status read_own_chunks(int layer, std::span<const DiskChunkRead> reads, KvStats* count_in);
+  // read_own_chunks' halves: the requests of pending.reads (checked: written, a codec where
+  // compressed), then, after they are read, their count in the stats and the chunks' checksums.
+  Status plan_reads(PendingRead& pending) const;
+  Status check_reads(const PendingRead& pending, KvStats* count_in) const;
+  // "reading N chunk(s) from this one on: <what the file said>"
+  Status read_error(const PendingRead& pending, const Status& st) const;
   Status read_own_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in);
   // read_abstracts of runs that reach into the shared prefix: its part from the base, the rest here.
   Status read_split_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, KvStats* count_in);

@@ -155,6 +155,14 @@ class KvCache {
   // whose KV does not all sit in memory overrides it to read in batches.
   using ViewVisitor = std::function<Status(const KvView& view)>;
   [[nodiscard]] virtual Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn);
+  // for_each_view for a visitor that takes the positions in any order (attention, whose batches
+  // merge in any order): the views cover each position of `ranges` once, in an order the store
+  // picks, so that a store with KV on disk can hand over what it holds while its reads are in
+  // flight. The default is for_each_view.
+  [[nodiscard]] virtual Status for_each_view_unordered(int layer, std::span<const TokenRange> ranges,
+                                                       const ViewVisitor& fn) {
+    return for_each_view(layer, ranges, fn);
+  }
 
   // Brings the positions of `ranges` of `layer` (as for_each_view takes them) close to compute,
   // where a read of them would leave them, ahead of that read; a store that holds its KV in

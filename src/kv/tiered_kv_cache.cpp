@@ -501,6 +501,14 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
 // --- reading ---------------------------------------------------------------------------------
 
 Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) {
+  return gather(layer, ranges, fn, false);
+}
+
+Status TieredKvCache::for_each_view_unordered(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) {
+  return gather(layer, ranges, fn, true);
+}
+
+Status TieredKvCache::gather(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn, bool unordered) {
   if (layer < 0 || layer >= options_.shape.n_layer) {
     return invalid_argument("KV read: layer " + std::to_string(layer) + " out of range");
   }
@@ -529,7 +537,7 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
       const Tier tier = residency_.find({layer, index})->tier;
       const bool needs_slot = tier == Tier::kDisk || (tier == Tier::kHost && options_.host_codec != KvCodec::kNone);
       if (needs_slot && !same_chunk && slots_used == n_slots) {
-        LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn));
+        LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn, unordered));
         batch.clear();
         slots_used = 0;
       }
@@ -538,7 +546,7 @@ Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> range
       p = index * c + t1;
     }
   }
-  if (!batch.empty()) LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn));
+  if (!batch.empty()) LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn, unordered));
   return Status::ok();
 }
 
@@ -600,7 +608,7 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
   return Status::ok();
 }
 
-Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn) {
+Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn, bool unordered) {
   const KvCodec codec = options_.host_codec;
   const size_t slot = slot_bytes_;
   const size_t decoded =
@@ -687,7 +695,45 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
       }
     }
   }
-  if (!reads.empty()) {
+  // The segments of the items that `take` picks, in order.
+  const size_t row_bytes = geometry_.row_bytes();
+  const auto view_of = [&](auto take) {
+    std::vector<KvSegment> segments;
+    segments.reserve(items.size());
+    for (const GatherItem& it : items) {
+      if (!take(it)) continue;
+      KvSegment s;
+      s.pos0 = it.index * options_.chunk_tokens + it.t0;
+      s.n_tokens = it.t1 - it.t0;
+      s.k = it.data + it.t0 * row_bytes;
+      s.v = it.data + geometry_.k_bytes() + it.t0 * row_bytes;
+      s.dtype = options_.dtype;
+      s.row_stride_bytes = row_bytes;
+      segments.push_back(s);
+    }
+    return KvView(options_.shape.n_kv_heads, options_.shape.head_dim, std::move(segments));
+  };
+  const auto in_memory = [](const GatherItem& it) { return it.source != Tier::kDisk; };
+  const auto from_disk = [](const GatherItem& it) { return it.source == Tier::kDisk; };
+  // The chunks in memory visited while the reads are in flight (the transfer cost model times
+  // the reads, so it wants them alone).
+  const bool overlap = unordered && !reads.empty() && transfer_model_ == nullptr &&
+                       std::any_of(items.begin(), items.end(), in_memory);
+  if (overlap) {
+    DiskTier::PendingRead pending;
+    {
+      const TraceSpan span(options_.trace, "disk read", "io", layer);
+      LEOAM_RETURN_IF_ERROR(disk_->start_read_chunks(layer, reads, pending));
+    }
+    const Status visited = fn(view_of(in_memory));
+    Status read;
+    {
+      const TraceSpan span(options_.trace, "disk read", "io", layer);
+      read = disk_->finish_read_chunks(pending);
+    }
+    LEOAM_RETURN_IF_ERROR(visited);
+    LEOAM_RETURN_IF_ERROR(read);
+  } else if (!reads.empty()) {
     const TraceSpan span(options_.trace, "disk read", "io", layer);
     const auto t0 = std::chrono::steady_clock::now();
     LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
@@ -720,20 +766,11 @@ Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, co
     }
   }
 
-  std::vector<KvSegment> segments;
-  segments.reserve(items.size());
-  const size_t row_bytes = geometry_.row_bytes();
-  for (const GatherItem& it : items) {
-    KvSegment s;
-    s.pos0 = it.index * options_.chunk_tokens + it.t0;
-    s.n_tokens = it.t1 - it.t0;
-    s.k = it.data + it.t0 * row_bytes;
-    s.v = it.data + geometry_.k_bytes() + it.t0 * row_bytes;
-    s.dtype = options_.dtype;
-    s.row_stride_bytes = row_bytes;
-    segments.push_back(s);
+  if (overlap) {
+    LEOAM_RETURN_IF_ERROR(fn(view_of(from_disk)));
+  } else {
+    LEOAM_RETURN_IF_ERROR(fn(view_of([](const GatherItem&) { return true; })));
   }
-  LEOAM_RETURN_IF_ERROR(fn(KvView(options_.shape.n_kv_heads, options_.shape.head_dim, std::move(segments))));
   return promote_after_read(layer, items);
 }
 

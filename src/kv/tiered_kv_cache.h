@@ -19,7 +19,9 @@
 //
 // Reads: for_each_view() gathers the chunks of the asked ranges in batches of at most
 // gather_batch_bytes of scratch: device chunks are used in place, host chunks in place or
-// decoded, and disk chunks read in one io_uring batch per gather batch and checked. After a
+// decoded, and disk chunks read in one io_uring batch per gather batch and checked (for
+// attention, which takes views in any order, the batch's chunks in memory are visited while its
+// reads are in flight: for_each_view_unordered). After a
 // batch is used, chunks read from the disk are promoted when free space (or less important
 // residents) allow; with a lossy host codec only to the host, so the device holds only keys as
 // they were appended. Host chunks stay where they are: stored as-is they are read in place (both
@@ -145,6 +147,10 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // use; attention uses for_each_view, whose memory is bounded).
   Result<KvView> view(int layer, int64_t n_tokens_visible) override;
   Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) override;
+  // A gather batch with disk reads hands over its device and host chunks while the reads are in
+  // flight, then the chunks read (two views); except where the cost model of compressed
+  // transfers times the reads (--kv-compress auto), which wants them alone.
+  Status for_each_view_unordered(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) override;
   // Gathers the host and disk chunks of `ranges` as for_each_view does, visiting nothing, so that
   // they are promoted as after a read; their disk bytes count as prefetched (KvStats).
   Status prefetch(int layer, std::span<const TokenRange> ranges) override;
@@ -279,7 +285,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Status write_through(int layer, int64_t first);
   Status truncate_layer(int layer, int64_t n_tokens);
   void update_recent_pins(int layer);
-  Status gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn);
+  // for_each_view's walk; unordered: for_each_view_unordered's.
+  Status gather(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn, bool unordered);
+  Status gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn, bool unordered);
   Status promote_after_read(int layer, std::span<const GatherItem> items);
   // Before this thread uses `layer`'s chunk file: the read-ahead job of the layer is finished and
   // counted (read_ahead.h, thread safety).

@@ -145,11 +145,12 @@ void merge_batch(const float* batch_out, const float* batch_lse, int64_t n_rows,
   });
 }
 
-// logits[h * n_keys + offset + t] = scale * q_h . k_t for the keys t of every segment of `kv`,
-// one query (q: [n_head][head_dim]); offset counts the keys of earlier views. The keys are split
-// across the pool; each dot is the row kernel's (kernels::dot_row: f16 keys widened in registers).
-void key_logits(const KvView& kv, const AttentionParams& params, const float* q, int64_t n_keys, int64_t offset,
-                float* logits, ThreadPool& pool) {
+// logits[h * n_keys + key_index[s] + t] = scale * q_h . k_t for the keys t of every segment s of
+// `kv`, one query (q: [n_head][head_dim]); key_index[s] is the index among all the keys of the
+// ranges of segment s's first key. The keys are split across the pool; each dot is the row
+// kernel's (kernels::dot_row: f16 keys widened in registers).
+void key_logits(const KvView& kv, const AttentionParams& params, const float* q, int64_t n_keys,
+                std::span<const int64_t> key_index, float* logits, ThreadPool& pool) {
   const int group = params.n_head / params.n_head_kv;
   const std::span<const KvSegment> segments = kv.segments();
   std::vector<int64_t> starts;  // the view's key index of each segment's first key
@@ -167,26 +168,34 @@ void key_logits(const KvView& kv, const AttentionParams& params, const float* q,
       const GgmlType type = seg.dtype == KvDtype::kF16 ? GgmlType::kF16 : GgmlType::kF32;
       const auto* row = static_cast<const uint8_t*>(seg.k_row(i - starts[s]));
       const size_t head_bytes = static_cast<size_t>(params.head_dim) * kv_dtype_size(seg.dtype);
+      const int64_t key = key_index[s] + (i - starts[s]);
       for (int g = 0; g < params.n_head_kv; ++g) {
         for (int h = g * group; h < (g + 1) * group; ++h) {
           const float* qh = q + static_cast<size_t>(h) * params.head_dim;
-          logits[h * n_keys + offset + i] = kernels::dot_row(type, row + g * head_bytes, qh, params.head_dim) * params.scale;
+          logits[h * n_keys + key] = kernels::dot_row(type, row + g * head_bytes, qh, params.head_dim) * params.scale;
         }
       }
     }
   });
 }
 
-// The state of one range-based attention call while the store hands over its batches: the first
-// batch goes straight to out, each later one to scratch and is then merged into out.
+// The state of one range-based attention call while the store hands over its batches, in any
+// order: the first batch goes straight to out, each later one to scratch and is then merged into
+// out.
 class BatchedAttention {
  public:
-  // key_mass: empty, or (one query) one entry per key the walk hands over.
+  // key_mass: empty, or (one query) one entry per position of `ranges`, in order.
   BatchedAttention(const AttentionParams& params, const float* q, int64_t pos0, int64_t n_tokens, float* out,
-                   ThreadPool& pool, std::span<float> key_mass)
+                   ThreadPool& pool, std::span<const TokenRange> ranges, std::span<float> key_mass)
       : params_(params), q_(q), pos0_(pos0), n_tokens_(n_tokens), out_(out), pool_(pool),
-        n_rows_(n_tokens * params.n_head), lse_(static_cast<size_t>(n_rows_)), key_mass_(key_mass),
-        logits_(key_mass.size() * static_cast<size_t>(params.n_head)) {}
+        n_rows_(n_tokens * params.n_head), lse_(static_cast<size_t>(n_rows_)), ranges_(ranges), key_mass_(key_mass),
+        logits_(key_mass.size() * static_cast<size_t>(params.n_head)) {
+    int64_t n = 0;
+    for (const TokenRange& r : ranges) {
+      range_keys_.push_back(n);
+      n += r.size();
+    }
+  }
 
   Status add(const KvView& view) {
     if (n_batches_++ == 0) {
@@ -205,7 +214,13 @@ class BatchedAttention {
       if (n_keys_ + n > static_cast<int64_t>(key_mass_.size())) {
         return internal_error("attention: the store handed over more keys than the ranges hold");
       }
-      key_logits(view, params_, q_, static_cast<int64_t>(key_mass_.size()), n_keys_, logits_.data(), pool_);
+      std::vector<int64_t> key_index;
+      key_index.reserve(view.segments().size());
+      for (const KvSegment& seg : view.segments()) {
+        LEOAM_ASSIGN_OR_RETURN(const int64_t at, key_of(seg));
+        key_index.push_back(at);
+      }
+      key_logits(view, params_, q_, static_cast<int64_t>(key_mass_.size()), key_index, logits_.data(), pool_);
       n_keys_ += n;
     }
     return Status::ok();
@@ -229,6 +244,19 @@ class BatchedAttention {
   }
 
  private:
+  // The index among the keys of the ranges of the segment's first key; the segment must lie in
+  // one range (a store's views never cross one).
+  Result<int64_t> key_of(const KvSegment& seg) const {
+    const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), seg.pos0,
+                                     [](int64_t pos, const TokenRange& r) { return pos < r.begin; });
+    if (it == ranges_.begin() || seg.pos0 + seg.n_tokens > (it - 1)->end) {
+      return internal_error("attention: the store handed over positions [" + std::to_string(seg.pos0) + ", " +
+                            std::to_string(seg.pos0 + seg.n_tokens) + ") outside the ranges asked");
+    }
+    const auto r = static_cast<size_t>(it - 1 - ranges_.begin());
+    return range_keys_[r] + (seg.pos0 - ranges_[r].begin);
+  }
+
   const AttentionParams& params_;
   const float* q_;
   int64_t pos0_;
@@ -240,6 +268,8 @@ class BatchedAttention {
   std::vector<float> lse_;        // [n_tokens][n_head], of the batches merged so far
   std::vector<float> batch_out_;  // [n_tokens][n_head][head_dim], from the second batch on
   std::vector<float> batch_lse_;  // [n_tokens][n_head]
+  std::span<const TokenRange> ranges_;
+  std::vector<int64_t> range_keys_;  // [range]: the keys of the ranges before it
   std::span<float> key_mass_;
   std::vector<float> logits_;     // [n_head][key_mass.size()] when key_mass is wanted
   int64_t n_keys_ = 0;            // keys handed over so far
@@ -267,9 +297,9 @@ Status attention(KvCache& kv, int layer, std::span<const TokenRange> ranges, con
                               "one entry per position");
     }
   }
-  BatchedAttention batches(params, q, pos0, n_tokens, out, pool, key_mass);
+  BatchedAttention batches(params, q, pos0, n_tokens, out, pool, ranges, key_mass);
   LEOAM_RETURN_IF_ERROR(
-      kv.for_each_view(layer, ranges, [&batches](const KvView& view) { return batches.add(view); }));
+      kv.for_each_view_unordered(layer, ranges, [&batches](const KvView& view) { return batches.add(view); }));
   return batches.finish();
 }
 
@@ -277,11 +307,11 @@ Status attention(KvCache& kv, int layer, int64_t stored_end, const KvView& tail,
                  const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool) {
   LEOAM_RETURN_IF_ERROR(check_params(params));
   if (n_tokens <= 0) return Status::ok();
-  BatchedAttention batches(params, q, pos0, n_tokens, out, pool, {});
+  const TokenRange stored{0, stored_end};
+  BatchedAttention batches(params, q, pos0, n_tokens, out, pool, {&stored, 1}, {});
   if (stored_end > 0) {
-    const TokenRange stored{0, stored_end};
     LEOAM_RETURN_IF_ERROR(
-        kv.for_each_view(layer, {&stored, 1}, [&batches](const KvView& view) { return batches.add(view); }));
+        kv.for_each_view_unordered(layer, {&stored, 1}, [&batches](const KvView& view) { return batches.add(view); }));
   }
   if (tail.n_tokens() > 0) LEOAM_RETURN_IF_ERROR(batches.add(tail));
   return batches.finish();

@@ -5,9 +5,10 @@
 // Prompts are split over (query block, kv head); a single query over a long KV is split over
 // ranges of positions whose partial results are merged (flash-decoding).
 //
-// The KV may also be read by position ranges through KvCache::for_each_view, in as many batches
-// (views) as the store hands over: each batch is attended with its log-sum-exp per query row, and
-// the batches are merged exactly,
+// The KV may also be read by position ranges through KvCache::for_each_view_unordered, in as many
+// batches (views) as the store hands over, in the order it picks (a tiered store hands over what
+// it holds in memory while its disk reads are in flight): each batch is attended with its
+// log-sum-exp per query row, and the batches are merged exactly,
 //
 //   out = sum_b out_b e^(lse_b - lse),   lse = ln sum_b e^(lse_b),
 //

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "io/aligned_buffer.h"
@@ -184,6 +185,9 @@ TEST_P(PosixFileModeTest, WriteBatchWritesEveryRequest) {
   EXPECT_EQ(ro->write_batch({requests.data(), 1}).code(), StatusCode::kInvalidArgument);
 }
 
+// As read(), and as start_reads() then finish_reads() (the first queue-depth requests out before
+// finish_reads() is called): a failed request fails the batch, every request of it is reaped
+// before the call returns, and the next batch reads what it asks.
 TEST_P(PosixFileModeTest, FailedRequestInABatchLeavesTheFileUsable) {
   constexpr size_t kFileBlocks = 16;
   write_buffered(dir_.file("f.kv"), kFileBlocks * kBlock, 7);
@@ -192,20 +196,28 @@ TEST_P(PosixFileModeTest, FailedRequestInABatchLeavesTheFileUsable) {
   auto file = must_open(dir_.file("f.kv"), options(/*queue_depth=*/4));
   ASSERT_NE(file, nullptr);
 
-  AlignedBuffer dst = must_allocate(40 * kBlock);
-  std::vector<ReadRequest> requests;
-  for (size_t i = 0; i < 40; ++i) requests.push_back({(i % kFileBlocks) * kBlock, kBlock, dst.data() + i * kBlock});
-  requests[17].offset = 256 * kBlock;  // past the end
-  const Status failed = file->read(requests);
-  EXPECT_EQ(failed.code(), StatusCode::kIoError);
-  EXPECT_TRUE(contains(failed.message(), dir_.file("f.kv") + ": read of 4096 bytes at offset 1048576 failed: short read"))
-      << failed.message();
+  for (const bool started : {false, true}) {
+    SCOPED_TRACE(started ? "start_reads, finish_reads" : "read");
+    const auto read = [&](std::span<const ReadRequest> requests) {
+      if (!started) return file->read(requests);
+      const Status st = file->start_reads(requests);
+      return st.is_ok() ? file->finish_reads() : st;
+    };
+    AlignedBuffer dst = must_allocate(40 * kBlock);
+    std::vector<ReadRequest> requests;
+    for (size_t i = 0; i < 40; ++i) requests.push_back({(i % kFileBlocks) * kBlock, kBlock, dst.data() + i * kBlock});
+    requests[started ? 2 : 17].offset = 256 * kBlock;  // past the end (with start_reads, among the first out)
+    const Status failed = read(requests);
+    EXPECT_EQ(failed.code(), StatusCode::kIoError);
+    EXPECT_TRUE(contains(failed.message(), dir_.file("f.kv") + ": read of 4096 bytes at offset 1048576 failed: short read"))
+        << failed.message();
 
-  // Every read of the failed batch was reaped: the next batch sees only its own completions.
-  requests[17].offset = 3 * kBlock;
-  ASSERT_TRUE(file->read(requests).is_ok());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_EQ(std::memcmp(dst.data() + i * kBlock, expected.data() + requests[i].offset, kBlock), 0) << i;
+    // Every read of the failed batch was reaped: the next batch sees only its own completions.
+    requests[started ? 2 : 17].offset = 3 * kBlock;
+    ASSERT_TRUE(read(requests).is_ok());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(std::memcmp(dst.data() + i * kBlock, expected.data() + requests[i].offset, kBlock), 0) << i;
+    }
   }
 }
 

@@ -77,17 +77,18 @@ class Twin {
   std::unique_ptr<MemoryKvCache> memory_;
 };
 
-// Position -> (K row bytes, V row bytes) of every position `ranges` visit, read via for_each_view.
+// Position -> (K row bytes, V row bytes) of every position `ranges` visit, read via for_each_view
+// (in order), or for_each_view_unordered (each position once, in any order).
 using Rows = std::map<int64_t, std::pair<std::vector<uint8_t>, std::vector<uint8_t>>>;
 
-Result<Rows> read_rows(KvCache& kv, int layer, std::span<const TokenRange> ranges) {
+Result<Rows> read_rows(KvCache& kv, int layer, std::span<const TokenRange> ranges, bool unordered = false) {
   Rows rows;
   int64_t last = -1;
-  Status st = kv.for_each_view(layer, ranges, [&](const KvView& view) {
+  const KvCache::ViewVisitor visit = [&](const KvView& view) {
     for (const KvSegment& s : view.segments()) {
       for (int64_t t = 0; t < s.n_tokens; ++t) {
         const int64_t pos = s.pos0 + t;
-        if (pos <= last) return internal_error("positions out of order");
+        if (unordered ? rows.count(pos) != 0 : pos <= last) return internal_error("positions out of order or twice");
         last = pos;
         const auto* k = static_cast<const uint8_t*>(s.k_row(t));
         const auto* v = static_cast<const uint8_t*>(s.v_row(t));
@@ -96,7 +97,8 @@ Result<Rows> read_rows(KvCache& kv, int layer, std::span<const TokenRange> range
       }
     }
     return Status::ok();
-  });
+  };
+  const Status st = unordered ? kv.for_each_view_unordered(layer, ranges, visit) : kv.for_each_view(layer, ranges, visit);
   if (!st.is_ok()) return st;
   return rows;
 }
@@ -199,6 +201,46 @@ TEST(TieredKvCache, ServesTheSameRowsAsTheMemoryCacheWhileMostKvIsOnDisk) {
   EXPECT_GT(stats[Tier::kDevice].evictions, 0u);
   EXPECT_LE(stats.resident_bytes[0] + stats.abstract_bytes[0], twin.tiered().residency().options().device_budget_bytes);
   EXPECT_LE(stats.resident_bytes[1] + stats.abstract_bytes[1], twin.tiered().residency().options().host_budget_bytes);
+}
+
+// for_each_view_unordered hands over each position once, with the memory cache's rows; a gather
+// batch with disk reads and chunks in memory visits the latter while its reads are in flight, a
+// view of them first and a view of the chunks read after, so positions come out of order.
+TEST(TieredKvCache, UnorderedViewsVisitTheChunksInMemoryWhileTheReadsAreInFlight) {
+  TempDir dir;
+  Twin twin(small_options(dir.path()));
+  ASSERT_TRUE(twin.append(236).is_ok());
+  TieredKvCache& kv = twin.tiered();
+  const TokenRange sparse[] = {{0, 4}, {17, 18}, {20, 45}, {46, 47}, {100, 180}, {228, 236}};
+  for (int il = 0; il < kLayers; ++il) {
+    const auto want = read_rows(twin.memory(), il, sparse);
+    ASSERT_TRUE(want.is_ok());
+    auto got = read_rows(kv, il, sparse, /*unordered=*/true);
+    ASSERT_TRUE(got.is_ok()) << got.status().message();
+    EXPECT_EQ(*got, *want) << "layer " << il;
+  }
+  // Each view: its chunks' tiers as it is visited (a batch promotes what it read after its views).
+  int n_in_memory = 0, n_read = 0;
+  bool read_after_memory = false, out_of_order = false;
+  int64_t last = -1;
+  const uint64_t read0 = kv.stats()[Tier::kDisk].bytes_read;
+  ASSERT_TRUE(kv.for_each_view_unordered(1, sparse, [&](const KvView& view) {
+                  int on_disk = 0;
+                  for (const KvSegment& seg : view.segments()) {
+                    on_disk += kv.chunk_tier(1, seg.pos0 / kChunk) == Tier::kDisk ? 1 : 0;
+                    out_of_order |= seg.pos0 < last;
+                    last = seg.pos0;
+                  }
+                  EXPECT_TRUE(on_disk == 0 || on_disk == static_cast<int>(view.segments().size()))
+                      << "a view is of chunks in memory or of chunks read, not both";
+                  read_after_memory |= on_disk > 0 && n_in_memory > 0;
+                  (on_disk > 0 ? n_read : n_in_memory) += 1;
+                  return Status::ok();
+                }).is_ok());
+  EXPECT_GT(kv.stats()[Tier::kDisk].bytes_read, read0);
+  EXPECT_GT(n_read, 0);
+  EXPECT_TRUE(read_after_memory);
+  EXPECT_TRUE(out_of_order);
 }
 
 // Runs of chunks across the tiers give the boxes load_abstracts gives run by run, with every run's
@@ -959,9 +1001,9 @@ class TieredKvCacheFaults : public ::testing::Test {
     ASSERT_EQ(kv().residency().find({1, 2})->tier, Tier::kDisk);
   }
   TieredKvCache& kv() { return twin_->tiered(); }
-  Status read_all(int layer) {
+  Status read_all(int layer, bool unordered = false) {
     const TokenRange all{0, kv().n_tokens()};
-    return read_rows(kv(), layer, {&all, 1}).status();
+    return read_rows(kv(), layer, {&all, 1}, unordered).status();
   }
 
   TempDir dir_;
@@ -969,20 +1011,25 @@ class TieredKvCacheFaults : public ::testing::Test {
   std::unique_ptr<Twin> twin_;
 };
 
+// In order, and unordered (the chunks in memory visited while the reads are in flight).
 TEST_F(TieredKvCacheFaults, FlippedBitInAChunkIsNamedAndNeverServed) {
-  Fault f;
-  f.kind = FaultKind::kFlipBit;
-  f.path_suffix = "test-L001.kv";
-  f.byte_offset = 2 * kv().disk().slot_bytes() + 37;
-  f.bit = 3;
-  f.sticky = true;
-  fs_.arm(f);
-  const Status st = read_all(1);
-  ASSERT_FALSE(st.is_ok());
-  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
-  EXPECT_NE(st.message().find("KV session 'test' layer 1 chunk 2"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
-  fs_.disarm_all();
+  for (const bool unordered : {false, true}) {
+    SCOPED_TRACE(unordered ? "unordered" : "in order");
+    Fault f;
+    f.kind = FaultKind::kFlipBit;
+    f.path_suffix = "test-L001.kv";
+    f.byte_offset = 2 * kv().disk().slot_bytes() + 37;
+    f.bit = 3;
+    f.sticky = true;
+    fs_.arm(f);
+    ASSERT_EQ(kv().residency().find({1, 2})->tier, Tier::kDisk);
+    const Status st = read_all(1, unordered);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_NE(st.message().find("KV session 'test' layer 1 chunk 2"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
+    fs_.disarm_all();
+  }
   EXPECT_TRUE(read_all(1).is_ok());  // the file itself was never damaged
 }
 
@@ -1059,17 +1106,19 @@ TEST_F(TieredKvCacheFaults, FlippedBitInAnAbstractIsNamed) {
 
 TEST_F(TieredKvCacheFaults, ReadErrorsAreReportedAndTheSessionStaysUsable) {
   for (FaultKind kind : {FaultKind::kReadEio, FaultKind::kShortRead}) {
-    Fault f;
-    f.kind = kind;
-    f.path_suffix = ".kv";
-    fs_.arm(f);
-    const Status st = read_all(0);
-    ASSERT_FALSE(st.is_ok());
-    EXPECT_EQ(st.code(), StatusCode::kIoError);
-    EXPECT_NE(st.message().find("KV session 'test' layer 0"), std::string::npos) << st.message();
-    fs_.disarm_all();
-    const TokenRange all{0, kv().n_tokens()};
-    expect_same_rows(*twin_, 0, {&all, 1});
+    for (const bool unordered : {false, true}) {
+      Fault f;
+      f.kind = kind;
+      f.path_suffix = ".kv";
+      fs_.arm(f);
+      const Status st = read_all(0, unordered);
+      ASSERT_FALSE(st.is_ok());
+      EXPECT_EQ(st.code(), StatusCode::kIoError);
+      EXPECT_NE(st.message().find("KV session 'test' layer 0"), std::string::npos) << st.message();
+      fs_.disarm_all();
+      const TokenRange all{0, kv().n_tokens()};
+      expect_same_rows(*twin_, 0, {&all, 1});
+    }
   }
 }
 

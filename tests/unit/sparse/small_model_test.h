@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -64,5 +65,15 @@ class SmallModelTest : public ::testing::Test {
   testing_util::TempDir dir_;
   std::unique_ptr<Model> model_;
 };
+
+// Logits equal to float rounding: two stores whose chunks sit in different tiers hand attention
+// the same positions in different batches (TieredKvCache::for_each_view_unordered: the ones in
+// memory while the disk reads are in flight), and the batches merge in another order.
+inline void expect_logits_near(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::abs(want[i]))) << "logit " << i;
+  }
+}
 
 }  // namespace leoam::sparse

@@ -502,15 +502,18 @@ TEST_F(LeoamStoreTest, TreesBuiltFromThePromptSelectAsTreesBuiltAtTheFirstStep) 
 
 // The prompt's last query forecasts, per layer, what the first decode step reads, and the store
 // brings it up before the later layers push it to disk (layered prefill and batch order alike):
-// the first step reads less from disk, what was read ahead is counted, and every step computes
-// exactly as without the forecast.
+// the first step reads less from disk, what was read ahead is counted, and every step attends as
+// many positions as without the forecast, to the same logits up to float rounding (the chunks sit
+// in other tiers, so attention merges its batches in another order).
 TEST_F(LeoamStoreTest, ThePromptsLastQueryPrefetchesWhatTheFirstStepReads) {
   for (const uint64_t working_set : {uint64_t{0}, uint64_t{64} << 20}) {
     SCOPED_TRACE(working_set == 0 ? "batch order" : "layered prefill");
     const Run forecast = run("forecast", working_set, 16, 0.1, 240, 6, nullptr);
     const Run blind = run("blind", working_set, 16, 0.1, 240, 6, forecast_blind);
     ASSERT_EQ(forecast.rows.size(), 6u);
-    EXPECT_EQ(forecast.rows, blind.rows);
+    ASSERT_EQ(blind.rows.size(), 6u);
+    for (size_t step = 0; step < 6; ++step) expect_logits_near(forecast.rows[step], blind.rows[step]);
+    EXPECT_EQ(forecast.attended, blind.attended);
     EXPECT_GT(forecast.prefetched, 0u);
     EXPECT_EQ(blind.prefetched, 0u);
     EXPECT_LT(forecast.first_step_disk_bytes, blind.first_step_disk_bytes);
