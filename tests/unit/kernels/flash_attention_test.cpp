@@ -199,6 +199,19 @@ TEST_P(FlashAttentionTest, DecodeSeveralTokensOfAGroup) {
   check({301, 4, 4, 64, 299, 2, {150}}, f16(), isa(), {0, 1, 2});
 }
 
+TEST_P(FlashAttentionTest, DecodeOverManyShortRuns) {
+  // A sparse step's chunks: runs of 1 to 23 keys, then one of 150 and 20 of 8, each run a tile
+  // or less; groups 3, 4 and 8, one token, the KV split into ranges that cut runs.
+  std::vector<int> cuts;
+  int at = 0;
+  for (int len = 1; len <= 23; ++len) cuts.push_back(at += len);
+  cuts.push_back(at += 150);
+  for (int i = 0; i < 20; ++i) cuts.push_back(at += 8);
+  const int n = at + 5;
+  for (int group : {3, 4, 8}) check({n, 2 * group, 2, 64, n - 1, 1, cuts}, f16(), isa(), {0, 1, 2, 5});
+  check({n, 32, 8, 128, n + 40, 1, cuts}, f16(), isa(), {0, 3});
+}
+
 TEST_P(FlashAttentionTest, PrefillWideHeads) {
   // 64-row items (16 tokens x group 4, 8 x 8) over 64-key tiles at head dims 64 and 128.
   check({200, 8, 2, 128, 0, 200, {90}}, f16(), isa(), {0});
