@@ -120,7 +120,10 @@ struct TransferStats {
 
 struct KvStats {
   std::array<TierStats, kNumTiers> tiers{};  // indexed by Tier
-  LatencyHistogram disk_read_latency;   // one sample per read batch (chunks or abstracts)
+  // One sample per read batch (chunks or abstracts), from its start to its check: for a batch
+  // started while attention ran over chunks in memory (DiskTier::start_read_chunks), that
+  // attention's time too, so an upper bound on the disk's.
+  LatencyHistogram disk_read_latency;
   LatencyHistogram disk_write_latency;  // one sample per write batch (DiskTier::write_chunks)
   // Where the bytes of the device and host tiers and the disk files stood at the end.
   std::array<uint64_t, kNumTiers> resident_bytes{};
