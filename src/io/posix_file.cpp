@@ -95,24 +95,21 @@ class PosixFile final : public RandomAccessFile {
   }
 
   // Through the ring: the first queue_depth requests submitted now, the rest by drive(). Without
-  // it, the pread()s all happen in finish_reads().
+  // it, the default: read() in finish_reads().
   Status start_reads(std::span<const ReadRequest> requests) override {
+    if (!info_.uring) return RandomAccessFile::start_reads(requests);
     for (const ReadRequest& r : requests) {
       LEOAM_RETURN_IF_ERROR(check_alignment("read", r.offset, r.n_bytes, r.dst));
     }
-    started_ = requests;
-    started_uring_ = info_.uring;
-    if (started_uring_) {
-      started_pass_ = begin_pass(requests);
-      // A failed submit leaves the entries queued: drive() submits them again and handles the error.
-      if (started_pass_.n_in_flight > 0) (void)io_uring_submit(&ring_);
-    }
+    started_uring_ = true;
+    started_pass_ = begin_pass(requests);
+    // A failed submit leaves the entries queued: drive() submits them again and handles the error.
+    if (started_pass_.n_in_flight > 0) (void)io_uring_submit(&ring_);
     return Status::ok();
   }
 
   Status finish_reads() override {
-    const std::span<const ReadRequest> requests = std::exchange(started_, {});
-    if (!std::exchange(started_uring_, false)) return run_sync(requests);
+    if (!std::exchange(started_uring_, false)) return RandomAccessFile::finish_reads();
     return drive(started_pass_);
   }
 
@@ -372,8 +369,7 @@ class PosixFile final : public RandomAccessFile {
   io_uring ring_{};
   std::vector<Slot> slots_;         // [queue_depth], indexed by the reads' user data
   std::vector<size_t> free_slots_;  // slots with no read in flight
-  std::span<const ReadRequest> started_;  // start_reads()'s requests until finish_reads()
-  bool started_uring_ = false;            // they went through the ring, as started_pass_
+  bool started_uring_ = false;  // start_reads() went through the ring: started_pass_ until finish_reads()
   Pass<ReadRequest> started_pass_;
 };
 

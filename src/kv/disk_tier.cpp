@@ -585,7 +585,7 @@ Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads
   if (reads.empty()) return Status::ok();
   PendingRead p;
   p.layer = layer;
-  p.reads.assign(reads.begin(), reads.end());
+  p.reads = reads;
   LEOAM_RETURN_IF_ERROR(plan_reads(p));
   const Layer& L = layers_[layer];
   p.t0 = std::chrono::steady_clock::now();
@@ -599,7 +599,7 @@ Status DiskTier::read_own_chunks(int layer, std::span<const DiskChunkRead> reads
 Status DiskTier::start_read_chunks(int layer, std::span<const DiskChunkRead> reads, PendingRead& pending) {
   pending = PendingRead{};
   pending.layer = layer;
-  pending.reads.assign(reads.begin(), reads.end());
+  pending.reads = reads;
   if (reads.empty()) return Status::ok();
   if (shared_chunks(layer) > 0) {
     pending.deferred = true;

@@ -173,7 +173,7 @@ class DiskTier {
   // reaches into a shared prefix is read whole in finish_read_chunks().
   struct PendingRead {
     int layer = -1;
-    std::vector<DiskChunkRead> reads;
+    std::span<const DiskChunkRead> reads;  // the caller's
     std::vector<ReadRequest> requests, compressed_requests;  // the .kv's and the .kvc's
     bool deferred = false;  // read in finish_read_chunks()
     bool started[2] = {false, false};  // requests, compressed_requests

@@ -5,9 +5,10 @@
 // The rows path puts a row's channels in the lanes: per 8 channels the sign bits, tested lane by
 // lane, pick the lanes of d to add, and each row ends in a horizontal sum. The slices paths put
 // rows in the lanes (with AVX-512 32 int16 lanes: a channel's 32 bits are the mask of one masked
-// add; 16 float lanes before), so no row needs a horizontal sum: 1.62x the rows path's rate in units of 64 rows (433 against 267 M
-// rows x heads a second), but 0.77x in units of 8 (137 against 179: AVX2's 8 lanes serve those,
-// a lane mask a channel for 8 rows) (2026-12-04, idle 2-core EPYC, bench/sign_bound_bench.cpp).
+// add; 16 float lanes before), so no row needs a horizontal sum: 1.62x the rows path's rate in
+// units of 64 rows (433 against 267 M rows x heads a second), but 0.77x in units of 8 (137
+// against 179: AVX2's 8 lanes serve those, a lane mask a channel for 8 rows) (2026-12-04, idle
+// 2-core EPYC, bench/sign_bound_bench.cpp).
 // The AVX-512 slices path now adds whole steps in int16 (sign_bound.h: 32 rows a masked add, and
 // integer adds wait one cycle on each other where float adds wait more), its terms made for the
 // whole group from one conversion of the box: on the Zen 5 VM, 4 query heads a kv head of
