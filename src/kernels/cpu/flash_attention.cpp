@@ -67,9 +67,19 @@ constexpr int64_t kDirectKeyTile = 64;
 // arithmetic, is left out. From DRAM on 2 threads (bench/RESULTS.md, issue 3): MHA 11.3 -> 15.4
 // GB/s with AVX-512, 11.1 -> 16.0 with AVX2, 87-89% of the DRAM read; blocks of 8 beat 16, and
 // beat 8-key tiles taken head by head in cache (24.3 against 19.1 GB/s). Groups of 4 lose
-// (10.4 -> 8.5): there the next tile's software prefetch stays.
+// (10.4 -> 8.5; on the Zen 5 VM 7-10 against 10-13.5 GB/s): there software prefetch stays.
 constexpr int kWalkRows = 2;
 constexpr int kWalkKeys = 8;
+// Software prefetch (KvPrefetch) runs this many cache lines of K, each with the same line of V,
+// ahead of the rows being attended: 64 KiB of K and 64 of V, 32 rows of 8 kv heads of 128. It
+// advances before each kPrefetchKeys keys of a head's scores and accumulation. 2026-12-06, Zen 5
+// VM, 32/8 heads of 128, f16 KV from DRAM (bench_attention, alternated runs): the prefetch of the
+// next tile a slice per head it replaces gave 10.0-11.6 GB/s over shuffled chunks of 8 positions
+// on 2 threads, 12.4-13.5 over chunks of 64, 7.3-7.6 over one run on 1 thread; this one 14.4-16.8,
+// 13.8-17.7 and 8.2-10.5 (8 rows ahead: ~14 over chunks of 64; steps of 64 keys: 13.2-14.4;
+// every other line: 8-11; prefetcht1 to L2 in front of it, 64 or 128 rows ahead: no gain).
+constexpr int64_t kPrefetchLines = 1024;
+constexpr int kPrefetchKeys = 16;
 // 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
 // cost more than the split saves.
 constexpr int64_t kMinSplitKeys = 512;
@@ -429,6 +439,90 @@ void walk_tile(const Work& w, const KvRun& run, size_t row0, int64_t j0, int nk,
   }
 }
 
+// The tiles attend() takes, in order: each run with keys in [key_lo, key_hi), in the order of
+// the runs, cut into tiles of key_tile keys taken in two interleaved streams, from the first and
+// the second half of the run's range (0, m, 1, m + 1, ...), so that a thread's DRAM reads run in
+// two places at once: decode from DRAM 8-9% faster on 2 threads (bench/RESULTS.md, issue 3; four
+// streams were no better). The online softmax takes tiles in any order.
+class TileWalk {
+ public:
+  TileWalk(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile)
+      : runs_(runs), key_lo_(key_lo), key_hi_(key_hi), key_tile_(key_tile) {
+    enter(0);
+  }
+  bool done() const { return ri_ >= runs_.size(); }
+  const KvRun& run() const { return runs_[ri_]; }
+  int64_t j0() const { return lo_ + (it_ % 2 == 0 ? it_ / 2 : m_ + it_ / 2) * key_tile_; }
+  int nk() const { return static_cast<int>(std::min(key_tile_, hi_ - j0())); }
+  void next() {
+    if (++it_ == n_tiles_) enter(ri_ + 1);
+  }
+
+ private:
+  // The first run at or after index r with keys in [key_lo, key_hi), at its first tile.
+  void enter(size_t r) {
+    for (ri_ = r; ri_ < runs_.size(); ++ri_) {
+      lo_ = std::max(runs_[ri_].pos0, key_lo_);
+      hi_ = std::min(runs_[ri_].pos0 + runs_[ri_].n_tokens, key_hi_);
+      if (lo_ < hi_) break;
+    }
+    n_tiles_ = (hi_ - lo_ + key_tile_ - 1) / key_tile_;
+    m_ = (n_tiles_ + 1) / 2;
+    it_ = 0;
+  }
+
+  std::span<const KvRun> runs_;
+  int64_t key_lo_, key_hi_, key_tile_;
+  size_t ri_ = 0;
+  int64_t lo_ = 0, hi_ = 0, n_tiles_ = 0, m_ = 0, it_ = 0;
+};
+
+// Software prefetch of the K and V rows (the slices of kv heads [h0, h0 + n_heads)) that attend()
+// will read, in its order, a cache line of K and the same line of V at a time: started
+// kPrefetchLines ahead and advanced by as many lines as are attended, it keeps the DRAM reads a
+// fixed distance ahead of the arithmetic across tiles and runs (a sparse step's runs are chunks
+// of 8 to 64 positions from wherever the store holds them), spread over it in small steps.
+class KvPrefetch {
+ public:
+  KvPrefetch(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile, int h0, int n_heads,
+             int hd)
+      : walk_(runs, key_lo, key_hi, key_tile), h0_(h0), n_heads_(n_heads), hd_(hd) {}
+
+  // Cache lines of K (and as many of V) in one of the run's rows.
+  int64_t row_lines(const KvRun& run) const {
+    return (static_cast<int64_t>(n_heads_) * hd_ * (run.f16 ? 2 : 4) + 63) / 64;
+  }
+
+  void advance(int64_t n_lines) {
+    while (n_lines > 0 && !walk_.done()) {
+      const KvRun& run = walk_.run();
+      const size_t at = static_cast<size_t>(walk_.j0() + row_ - run.pos0) * run.row_stride_bytes +
+                        static_cast<size_t>(h0_) * hd_ * (run.f16 ? 2 : 4);
+      const int64_t lines = row_lines(run);
+      const int64_t n = std::min(n_lines, lines - line_);
+      for (int64_t i = line_; i < line_ + n; ++i) {
+        __builtin_prefetch(static_cast<const char*>(run.k) + at + i * 64);
+        __builtin_prefetch(static_cast<const char*>(run.v) + at + i * 64);
+      }
+      n_lines -= n;
+      line_ += n;
+      if (line_ == lines) {
+        line_ = 0;
+        if (++row_ == walk_.nk()) {
+          walk_.next();
+          row_ = 0;
+        }
+      }
+    }
+  }
+
+ private:
+  TileWalk walk_;
+  int row_ = 0;  // in the walk's tile
+  int64_t line_ = 0;  // in the row
+  int h0_, n_heads_, hd_;
+};
+
 // Attends queries [t0, t0 + nt) x kv heads [h0, h1) over key positions [key_lo, key_hi), leaving
 // the unnormalized state in `sc`.
 void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_lo, int64_t key_hi, Scratch& sc) {
@@ -468,102 +562,78 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   const uint16_t* k16_rows[kKeyTile];
   const uint16_t* v16_rows[kKeyTile];
   float* s = sc.s.data();
-  // The first run at or after index r with keys in [key_lo, key_hi), or runs.size().
-  const auto next_run = [&](size_t r) {
-    while (r < w.runs.size() && std::max(w.runs[r].pos0, key_lo) >= std::min(w.runs[r].pos0 + w.runs[r].n_tokens, key_hi)) {
-      ++r;
-    }
-    return r;
-  };
-  for (size_t ri = next_run(0); ri < w.runs.size(); ri = next_run(ri + 1)) {
-    const KvRun& run = w.runs[ri];
-    const int64_t lo = std::max(run.pos0, key_lo);
-    const int64_t hi = std::min(run.pos0 + run.n_tokens, key_hi);
+  KvPrefetch prefetch(w.runs, key_lo, key_hi, key_tile, h0, n_heads, hd);
+  // Decode (few query rows, K and V read in place) runs kPrefetchLines ahead. Prefill, many times
+  // the arithmetic per byte, one tile ahead: further, the lines it brings would push its converted
+  // tiles out of L1 (12% slower prefill attention at kPrefetchLines).
+  if (!walk && !w.runs.empty()) {
+    prefetch.advance(direct_f16 ? kPrefetchLines : key_tile * prefetch.row_lines(w.runs.front()));
+  }
+  for (TileWalk tiles(w.runs, key_lo, key_hi, key_tile); !tiles.done(); tiles.next()) {
+    const KvRun& run = tiles.run();
+    const int64_t j0 = tiles.j0();
+    const int nk = tiles.nk();
     const size_t elem_bytes = run.f16 ? 2 : 4;
-    // The tiles in two interleaved streams, from the first and the second half of the range (0,
-    // m, 1, m + 1, ...), so that a thread's DRAM reads run in two places at once: decode from DRAM
-    // 8-9% faster on 2 threads (bench/RESULTS.md, issue 3; four streams were no better). The
-    // online softmax takes tiles in any order.
-    const int64_t n_tiles = (hi - lo + key_tile - 1) / key_tile;
-    const int64_t m = (n_tiles + 1) / 2;
-    const auto tile_start = [&](int64_t i) { return lo + (i % 2 == 0 ? i / 2 : m + i / 2) * key_tile; };
-    for (int64_t it = 0; it < n_tiles; ++it) {
-      const int64_t j0 = tile_start(it);
-      const int nk = static_cast<int>(std::min(key_tile, hi - j0));
-      const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
-      if (run.f16 && !direct_f16) {
-        const size_t offset = row0 + static_cast<size_t>(h0) * hd * elem_bytes;
-        w.kernels->load_f16(static_cast<const char*>(run.k) + offset, run.row_stride_bytes, nk, n_heads, hd,
-                            sc.k_tile.data(), head_stride);
-        w.kernels->load_f16(static_cast<const char*>(run.v) + offset, run.row_stride_bytes, nk, n_heads, hd,
-                            sc.v_tile.data(), head_stride);
-      }
-      if (walk) {
-        walk_tile(w, run, row0, j0, nk, h0, h1, nq, q_first, sc);
-        continue;
-      }
-      // The next tile's rows, fetched a slice per head while this tile is computed, so that the
-      // DRAM reads overlap the arithmetic instead of stalling the next tile. After a run's last
-      // tile, the next run's first: a sparse step's runs are chunks of 8 to 64 positions from
-      // wherever the store holds them, a tile or less each (bench/attention_bench.cpp,
-      // BM_decode_attention_chunks: chunks of 8 at 9.1 GB/s against 16.7 for one run before).
-      const KvRun* next = &run;
-      int64_t next_j0 = it + 1 < n_tiles ? tile_start(it + 1) : hi;
-      if (it + 1 == n_tiles) {
-        const size_t nr = next_run(ri + 1);
-        if (nr < w.runs.size()) {
-          next = &w.runs[nr];
-          next_j0 = std::max(next->pos0, key_lo);
+    const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
+    if (run.f16 && !direct_f16) {
+      const size_t offset = row0 + static_cast<size_t>(h0) * hd * elem_bytes;
+      w.kernels->load_f16(static_cast<const char*>(run.k) + offset, run.row_stride_bytes, nk, n_heads, hd,
+                          sc.k_tile.data(), head_stride);
+      w.kernels->load_f16(static_cast<const char*>(run.v) + offset, run.row_stride_bytes, nk, n_heads, hd,
+                          sc.v_tile.data(), head_stride);
+    }
+    if (walk) {
+      walk_tile(w, run, row0, j0, nk, h0, h1, nq, q_first, sc);
+      continue;
+    }
+    for (int h = h0; h < h1; ++h) {
+      const size_t offset = row0 + static_cast<size_t>(h) * hd * elem_bytes;
+      const char* k_src = static_cast<const char*>(run.k) + offset;
+      const char* v_src = static_cast<const char*>(run.v) + offset;
+      const size_t base = static_cast<size_t>(h - h0) * nq;
+      const int ld = static_cast<int>(kKeyTile);
+      float* acc = sc.acc.data() + base * hd;
+      // This head's share of the tile's rows is prefetched while it attends.
+      const int64_t head_lines = (nk * (h - h0 + 1) / n_heads - nk * (h - h0) / n_heads) * prefetch.row_lines(run);
+      if (run.f16 && direct_f16) {  // in place, in steps of kPrefetchKeys keys
+        for (int j = 0; j < nk; ++j) {
+          k16_rows[j] = reinterpret_cast<const uint16_t*>(k_src + j * run.row_stride_bytes);
+          v16_rows[j] = reinterpret_cast<const uint16_t*>(v_src + j * run.row_stride_bytes);
         }
-      }
-      const int64_t next_hi = next == &run ? hi : std::min(next->pos0 + next->n_tokens, key_hi);
-      const int64_t next_nk = std::min(key_tile, next_hi - next_j0);
-      const size_t next_elem_bytes = next->f16 ? 2 : 4;
-      const size_t next_row0 = static_cast<size_t>(next_j0 - next->pos0) * next->row_stride_bytes +
-                               static_cast<size_t>(h0) * hd * next_elem_bytes;
-      const size_t row_bytes = static_cast<size_t>(n_heads) * hd * next_elem_bytes;
-      for (int h = h0; h < h1; ++h) {
-        for (int64_t j = next_nk * (h - h0) / n_heads; j < next_nk * (h - h0 + 1) / n_heads; ++j) {
-          const size_t at = next_row0 + static_cast<size_t>(j) * next->row_stride_bytes;
-          for (size_t b = 0; b < row_bytes; b += 64) {
-            __builtin_prefetch(static_cast<const char*>(next->k) + at + b);
-            __builtin_prefetch(static_cast<const char*>(next->v) + at + b);
-          }
-        }
-        const size_t offset = row0 + static_cast<size_t>(h) * hd * elem_bytes;
-        const char* k_src = static_cast<const char*>(run.k) + offset;
-        const char* v_src = static_cast<const char*>(run.v) + offset;
-        const bool in_place = run.f16 && direct_f16;
-        if (in_place) {
-          for (int j = 0; j < nk; ++j) {
-            k16_rows[j] = reinterpret_cast<const uint16_t*>(k_src + j * run.row_stride_bytes);
-            v16_rows[j] = reinterpret_cast<const uint16_t*>(v_src + j * run.row_stride_bytes);
-          }
-        } else if (run.f16) {
-          const size_t tile0 = (h - h0) * head_stride;
-          for (int j = 0; j < nk; ++j) {
-            k_rows[j] = sc.k_tile.data() + tile0 + j * hd;
-            v_rows[j] = sc.v_tile.data() + tile0 + j * hd;
-          }
-        } else {
-          for (int j = 0; j < nk; ++j) {
-            k_rows[j] = reinterpret_cast<const float*>(k_src + j * run.row_stride_bytes);
-            v_rows[j] = reinterpret_cast<const float*>(v_src + j * run.row_stride_bytes);
-          }
-        }
-        const size_t base = static_cast<size_t>(h - h0) * nq;
-        if (in_place) {
-          w.kernels->scores_f16(sc.q.data() + base * hd, nq, k16_rows, nk, hd, s, static_cast<int>(kKeyTile));
-        } else {
-          w.kernels->scores(sc.q.data() + base * hd, nq, k_rows, nk, hd, s, static_cast<int>(kKeyTile));
+        const int n_steps = 2 * ((nk + kPrefetchKeys - 1) / kPrefetchKeys);
+        int steps = 0;
+        const auto prefetch_step = [&] {
+          prefetch.advance(head_lines * (steps + 1) / n_steps - head_lines * steps / n_steps);
+          ++steps;
+        };
+        for (int j = 0; j < nk; j += kPrefetchKeys) {
+          prefetch_step();
+          w.kernels->scores_f16(sc.q.data() + base * hd, nq, k16_rows + j, std::min(kPrefetchKeys, nk - j), hd, s + j,
+                                ld);
         }
         fold_tile(w, s, nq, nk, j0, q_first, base, sc);
-        if (in_place) {
-          w.kernels->accumulate_f16(s, static_cast<int>(kKeyTile), nq, v16_rows, nk, hd, sc.acc.data() + base * hd);
-        } else {
-          w.kernels->accumulate(s, static_cast<int>(kKeyTile), nq, v_rows, nk, hd, sc.acc.data() + base * hd);
+        for (int j = 0; j < nk; j += kPrefetchKeys) {
+          prefetch_step();
+          w.kernels->accumulate_f16(s + j, ld, nq, v16_rows + j, std::min(kPrefetchKeys, nk - j), hd, acc);
+        }
+        continue;
+      }
+      if (run.f16) {
+        const size_t tile0 = (h - h0) * head_stride;
+        for (int j = 0; j < nk; ++j) {
+          k_rows[j] = sc.k_tile.data() + tile0 + j * hd;
+          v_rows[j] = sc.v_tile.data() + tile0 + j * hd;
+        }
+      } else {
+        for (int j = 0; j < nk; ++j) {
+          k_rows[j] = reinterpret_cast<const float*>(k_src + j * run.row_stride_bytes);
+          v_rows[j] = reinterpret_cast<const float*>(v_src + j * run.row_stride_bytes);
         }
       }
+      prefetch.advance(head_lines);
+      w.kernels->scores(sc.q.data() + base * hd, nq, k_rows, nk, hd, s, ld);
+      fold_tile(w, s, nq, nk, j0, q_first, base, sc);
+      w.kernels->accumulate(s, ld, nq, v_rows, nk, hd, acc);
     }
   }
 }

@@ -96,7 +96,10 @@ LEOAM_AVX512 inline void scores_block(const float* q, const T* const* k, int nk,
     for (int c = 0; c < K; ++c) kv[c] = load16(kp[c] + d);
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 qv = _mm512_loadu_ps(q + r * hd + d);
+      __m512 qv = _mm512_loadu_ps(q + r * hd + d);
+      // In a register: GCC otherwise folds the load into each of the K FMAs, and the loads,
+      // not the FMAs, then bound the block (K + 1 loads per K FMAs).
+      asm("" : "+v"(qv));
       #pragma GCC unroll 16
       for (int c = 0; c < K; ++c) acc[r * K + c] = _mm512_fmadd_ps(qv, kv[c], acc[r * K + c]);
     }
