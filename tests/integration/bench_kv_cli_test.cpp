@@ -80,6 +80,14 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   EXPECT_NEAR(mass, 1.0, 1e-9);
   EXPECT_GT(doc["machine"]["dram_read_gb_per_s"].get<double>(), 0.1);
   EXPECT_GT(doc["machine"]["disk_raw_mb_per_s"].get<double>(), 1.0);
+  // Probed before and after the runs; the bounds take the faster of each.
+  for (const std::string figure : {"dram_read_gb_per_s", "disk_raw_mb_per_s"}) {
+    const nlohmann::json& probes = doc["machine"][figure + "_probes"];
+    ASSERT_EQ(probes.size(), 2u) << figure;
+    EXPECT_EQ(doc["machine"][figure].get<double>(), std::max(probes[0].get<double>(), probes[1].get<double>()))
+        << figure;
+  }
+  EXPECT_NE(r.out.find("before and after the runs"), std::string::npos) << r.out;
   ASSERT_EQ(doc["results"].size(), policies.size());
   for (size_t i = 0; i < policies.size(); ++i) {
     const nlohmann::json& row = doc["results"][i];
