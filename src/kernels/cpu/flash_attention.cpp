@@ -73,11 +73,12 @@ constexpr int kWalkKeys = 8;
 // Software prefetch (KvPrefetch) runs this many cache lines of K, each with the same line of V,
 // ahead of the rows being attended: 64 KiB of K and 64 of V, 32 rows of 8 kv heads of 128. It
 // advances before each kPrefetchKeys keys of a head's scores and accumulation. 2026-12-06, Zen 5
-// VM, 32/8 heads of 128, f16 KV from DRAM (bench_attention, alternated runs): the prefetch of the
-// next tile a slice per head it replaces gave 10.0-11.6 GB/s over shuffled chunks of 8 positions
-// on 2 threads, 12.4-13.5 over chunks of 64, 7.3-7.6 over one run on 1 thread; this one 14.4-16.8,
-// 13.8-17.7 and 8.2-10.5 (8 rows ahead: ~14 over chunks of 64; steps of 64 keys: 13.2-14.4;
-// every other line: 8-11; prefetcht1 to L2 in front of it, 64 or 128 rows ahead: no gain).
+// VM, 32/8 heads of 128, f16 KV from DRAM (bench_attention, 4 alternated rounds): the prefetch of
+// the next tile a slice per head it replaces gave 10.2-10.5 GB/s over shuffled chunks of 8
+// positions on 2 threads, 11.3-12.6 over chunks of 64, 6.7-8.2 over one run on 1 thread; this one
+// 14.2-17.3, 15.1-16.6 and 8.7-10.5 (8 rows ahead: ~14 over chunks of 64; steps of 64 keys:
+// 13.2-14.4; every other line: 8-11; prefetcht1 to L2 in front of it, 64 or 128 rows ahead: no
+// gain). bench/RESULTS.md, issue 27, 2026-12-06.
 constexpr int64_t kPrefetchLines = 1024;
 constexpr int kPrefetchKeys = 16;
 // 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
