@@ -17,6 +17,14 @@
 // bench/sign_bound_bench.cpp). In a standalone loop of the adds alone at head_dim 128 (32768
 // rows, 8 kv heads of 4 query heads): float with one sum a head 2.0 ms, two sums a head 1.6,
 // int16 in partials of 8 channels 0.95, of 16 0.90.
+// Since 2026-12-06 the AVX-512 path sums 64 rows a pass where a run covers them (one broadcast of
+// a term serves two masked adds; the broadcast a dword load, where a word broadcast was a load and
+// a shuffle), widens each partial by vpmaddwd into its even and odd rows, and makes the box's terms
+// with no mask in whole blocks of 16 channels: on the Zen 5 VM, a whole Llama-3-8B step at 32K on
+// one thread (bench/sign_bound_bench.cpp, step_llama3_8b_32k, medians of 6 alternated runs)
+// 50.7 -> 41.5 ms cache-resident and 56.7 -> 47.6 from memory in a quiet stretch, 77.0 -> 59.3 and
+// 83.4 -> 63.0 in a slow one; 8-row units in 32-row boxes (a fine layer's) as before, with the 32
+// rows a pass they need.
 // Earlier, on the rows layout, tried and dropped:
 // - (2026-12-01, 2-core Xeon VM with AVX-512, bench/sign_bound_bench.cpp) an AVX-512 path with 16
 //   rows in the lanes, per channel a vptestmd and a masked add, or per nibble a lookup in a
@@ -106,7 +114,9 @@ void for_group(int g, Kernel kernel) {
 // The terms of a group of g <= kMaxGroup query heads of one kv head against one box: head j's
 // base[j] (sum_c P_c) and d[j * hd + c] (N_c - P_c), as channel_terms_scalar makes them. Where
 // `quantized` (the AVX-512 sliced path), dq holds each d rounded up to whole steps of
-// step[j] = the head's largest |d| over kQuantSteps: step[j] * dq[j * hd + c] >= d[j * hd + c].
+// step[j] = the head's largest |d| over kQuantSteps, twice in a 32-bit word (low and high int16:
+// a dword broadcast from memory is a load alone, a word broadcast a load and a shuffle):
+// step[j] * int16(dq[j * hd + c]) >= d[j * hd + c].
 constexpr float kQuantSteps = kSignTermSteps;  // |dq| <= 4095 after rounding: 8 channels sum in int16
 constexpr int kInt16Channels = 8;               // the channels an int16 partial sum takes
 struct GroupTerms {
@@ -116,7 +126,7 @@ struct GroupTerms {
   std::vector<float> d;
   bool quantized = false;
   float step[kMaxGroup] = {};
-  std::vector<int16_t> dq;
+  std::vector<uint32_t> dq;
 };
 
 // The group's terms head by head, with one head's channel_terms (scalar or AVX2).
@@ -325,33 +335,39 @@ template <int G>
 LEOAM_AVX512 void heads_terms_avx512(const QueryParts* parts, const uint16_t* mn16, const uint16_t* mx16, int hd,
                                      GroupTerms& t) {
   const __m512 zero = _mm512_setzero_ps();
+  const float* qp[G];
+  const float* qn[G];
+  float* d[G];
   __m512 base[G];
   __m512 largest[G];
   #pragma GCC unroll 4
-  for (int j = 0; j < G; ++j) base[j] = largest[j] = zero;
-  for (int c = 0; c < hd; c += 16) {
-    const auto in = static_cast<__mmask16>(c + 16 <= hd ? 0xffffu : (1u << (hd - c)) - 1u);
+  for (int j = 0; j < G; ++j) {
+    qp[j] = parts[j].pos.data();
+    qn[j] = parts[j].neg.data();
+    d[j] = t.d.data() + static_cast<int64_t>(j) * hd;
+    base[j] = largest[j] = zero;
+  }
+  // Channels [c, c + 16) where `in` (all of them but in the tail).
+  const auto terms = [&](int c, __mmask16 in) LEOAM_AVX512 {
     const __m512 lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mn16 + c));
     const __m512 hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mx16 + c));
     const __m512 lo_pos = _mm512_max_ps(zero, lo);
     const __m512 hi_neg = _mm512_min_ps(zero, hi);
     #pragma GCC unroll 4
     for (int j = 0; j < G; ++j) {
-      const __m512 p = _mm512_maskz_loadu_ps(in, parts[j].pos.data() + c);
-      const __m512 n = _mm512_maskz_loadu_ps(in, parts[j].neg.data() + c);
+      const __m512 p = _mm512_maskz_loadu_ps(in, qp[j] + c);
+      const __m512 n = _mm512_maskz_loadu_ps(in, qn[j] + c);
       const __m512 pos = _mm512_fmadd_ps(p, hi, _mm512_mul_ps(n, lo_pos));
       const __m512 neg = _mm512_fmadd_ps(p, hi_neg, _mm512_mul_ps(n, lo));
-      const __m512 d = _mm512_sub_ps(neg, pos);
+      const __m512 dj = _mm512_sub_ps(neg, pos);
       base[j] = _mm512_add_ps(base[j], pos);
-      largest[j] = _mm512_max_ps(largest[j], _mm512_abs_ps(d));
-      float* to = t.d.data() + static_cast<int64_t>(j) * hd + c;
-      if (in == 0xffffu) {
-        _mm512_storeu_ps(to, d);
-      } else {
-        _mm512_mask_storeu_ps(to, in, d);
-      }
+      largest[j] = _mm512_max_ps(largest[j], _mm512_abs_ps(dj));
+      _mm512_mask_storeu_ps(d[j] + c, in, dj);
     }
-  }
+  };
+  int c = 0;
+  for (; c + 16 <= hd; c += 16) terms(c, 0xffff);
+  if (c < hd) terms(c, static_cast<__mmask16>((1u << (hd - c)) - 1u));
   t.quantized = true;
   float most[G];
   #pragma GCC unroll 4
@@ -362,22 +378,22 @@ LEOAM_AVX512 void heads_terms_avx512(const QueryParts* parts, const uint16_t* mn
     t.step[j] = most[j] / kQuantSteps;
   }
   if (!t.quantized) return;
-  for (int j = 0; j < G; ++j) {
-    const __m512 per_step = _mm512_set1_ps(most[j] > 0.0f ? kQuantSteps / most[j] : 0.0f);
-    const float* d = t.d.data() + static_cast<int64_t>(j) * hd;
-    int16_t* dq = t.dq.data() + static_cast<int64_t>(j) * hd;
-    for (int c = 0; c < hd; c += 16) {
-      const auto in = static_cast<__mmask16>(c + 16 <= hd ? 0xffffu : (1u << (hd - c)) - 1u);
-      const __m512 steps = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, d + c), per_step);
-      const __m512i up32 = _mm512_cvt_roundps_epi32(steps, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
-      const __m256i up = _mm512_cvtepi32_epi16(up32);
-      if (in == 0xffffu) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dq + c), up);
-      } else {
-        _mm256_mask_storeu_epi16(dq + c, in, up);
-      }
+  // Each d in whole steps, rounded up, twice in a 32-bit word.
+  const auto quantize = [&](int c, __mmask16 in, const __m512* per_step) LEOAM_AVX512 {
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) {
+      const __m512 steps = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, d[j] + c), per_step[j]);
+      const __m512i up = _mm512_cvt_roundps_epi32(steps, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+      const __m512i twice = _mm512_or_si512(_mm512_and_si512(up, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(up, 16));
+      _mm512_mask_storeu_epi32(t.dq.data() + static_cast<int64_t>(j) * hd + c, in, twice);
     }
-  }
+  };
+  __m512 per_step[G];
+  #pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) per_step[j] = _mm512_set1_ps(most[j] > 0.0f ? kQuantSteps / most[j] : 0.0f);
+  c = 0;
+  for (; c + 16 <= hd; c += 16) quantize(c, 0xffff, per_step);
+  if (c < hd) quantize(c, static_cast<__mmask16>((1u << (hd - c)) - 1u), per_step);
 }
 
 LEOAM_AVX512 void group_terms_avx512(const QueryParts* parts, int g, const uint16_t* mn, const uint16_t* mx, int hd,
@@ -385,67 +401,101 @@ LEOAM_AVX512 void group_terms_avx512(const QueryParts* parts, int g, const uint1
   for_group(g, [&](auto G) { heads_terms_avx512<G>(parts, mn, mx, hd, t); });
 }
 
-// Over sliced signs with AVX-512 and the terms in whole steps (GroupTerms::dq): 32 rows in the
-// int16 lanes, a channel's 32 bits the mask of one masked add of its steps (broadcast) per query
-// head, kInt16Channels channels a partial sum widened into int32 (which cannot overflow: 8 terms
-// of at most 4095 steps); a row's bound is base + step * its steps. The run's rows are summed
-// once, as in the AVX2 path.
+// Over sliced signs with AVX-512 and the terms in whole steps (GroupTerms::dq): rows in the int16
+// lanes, 32 a vector, a channel's 32 bits the mask of one masked add of its steps (broadcast) per
+// query head, kInt16Channels channels a partial sum widened into int32 (which cannot overflow: 8
+// terms of at most 4095 steps); a row's bound is base + step * its steps. The run's rows are
+// summed once, as in the AVX2 path, H halves of a slice word at a time: both (64 rows, one
+// broadcast serves two adds) where the run covers both, else the one it covers (a fine layer's
+// 32-row box).
+//
+// sum_rows: rows [r0, r0 + 32 H) of `slice` (r0 % 64 == shift; shift 0 when H == 2) into
+// acc[2 h] (the even rows of half h) and acc[2 h + 1] (its odd rows): vpmaddwd widens a partial's
+// even and odd lanes, each in one step.
+template <int G, int H>
+[[gnu::always_inline]] LEOAM_AVX512 inline void sum_rows(const GroupTerms& t, const uint64_t* slice, int shift, int hd,
+                                                          __m512 (&acc)[4][G]) {
+  const __m512i even = _mm512_set1_epi32(1);
+  const __m512i odd = _mm512_set1_epi32(1 << 16);
+  __m512i sum[2 * H][G];
+  #pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) {
+    #pragma GCC unroll 4
+    for (int k = 0; k < 2 * H; ++k) sum[k][j] = _mm512_setzero_si512();
+  }
+  for (int c0 = 0; c0 < hd; c0 += kInt16Channels) {
+    const int c1 = std::min(hd, c0 + kInt16Channels);
+    __m512i part[H][G];
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) {
+      #pragma GCC unroll 2
+      for (int h = 0; h < H; ++h) part[h][j] = _mm512_setzero_si512();
+    }
+    #pragma GCC unroll 8
+    for (int c = c0; c < c1; ++c) {
+      const uint64_t w = slice[c] >> shift;
+      const __mmask32 m[2] = {static_cast<__mmask32>(w), static_cast<__mmask32>(w >> 32)};
+      #pragma GCC unroll 4
+      for (int j = 0; j < G; ++j) {
+        const __m512i steps = _mm512_set1_epi32(static_cast<int>(t.dq[static_cast<int64_t>(j) * hd + c]));
+        #pragma GCC unroll 2
+        for (int h = 0; h < H; ++h) part[h][j] = _mm512_mask_add_epi16(part[h][j], m[h], part[h][j], steps);
+      }
+    }
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) {
+      #pragma GCC unroll 2
+      for (int h = 0; h < H; ++h) {
+        sum[2 * h][j] = _mm512_add_epi32(sum[2 * h][j], _mm512_madd_epi16(part[h][j], even));
+        sum[2 * h + 1][j] = _mm512_add_epi32(sum[2 * h + 1][j], _mm512_madd_epi16(part[h][j], odd));
+      }
+    }
+  }
+  #pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) {
+    const __m512 step = _mm512_set1_ps(t.step[j]);
+    const __m512 base = _mm512_set1_ps(t.base[j]);
+    #pragma GCC unroll 4
+    for (int k = 0; k < 2 * H; ++k) acc[k][j] = _mm512_fmadd_ps(step, _mm512_cvtepi32_ps(sum[k][j]), base);
+  }
+}
+
 template <int G>
 LEOAM_AVX512 void slices_bound_avx512(const GroupTerms& t, const SignSlices& signs, std::span<const SignUnit> run,
                                       int kv_head, int hd, float* best) {
   const auto n = static_cast<int64_t>(run.size());
-  __m512 acc[2][G];  // the bounds of rows [summed, summed + 16) and [summed + 16, summed + 32)
+  const int64_t run_end = run.back().rows.end;
+  __m512 acc[4][G];  // rows [summed, summed + 32 halves), as sum_rows leaves them
   int64_t summed = -1;
+  int64_t halves = 0;
   for (int64_t u = 0; u < n; ++u) {
     const TokenRange rows = run[u].rows;
     __m512 top[G];
     #pragma GCC unroll 4
     for (int j = 0; j < G; ++j) top[j] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int64_t r0 = rows.begin / 32 * 32; r0 < rows.end; r0 += 32) {
-      if (r0 != summed) {
+      if (summed < 0 || r0 < summed || r0 >= summed + 32 * halves) {
         const uint64_t* slice = signs.slice(r0 / 64, kv_head);
-        const int shift = static_cast<int>(r0 % 64);
-        __m512i lo[G];
-        __m512i hi[G];
-        #pragma GCC unroll 4
-        for (int j = 0; j < G; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
-        for (int c0 = 0; c0 < hd; c0 += kInt16Channels) {
-          const int c1 = std::min(hd, c0 + kInt16Channels);
-          __m512i part[G];
-          #pragma GCC unroll 4
-          for (int j = 0; j < G; ++j) part[j] = _mm512_setzero_si512();
-          #pragma GCC unroll 8
-          for (int c = c0; c < c1; ++c) {
-            const auto m = static_cast<__mmask32>(slice[c] >> shift);
-            #pragma GCC unroll 4
-            for (int j = 0; j < G; ++j) {
-              const __m512i steps = _mm512_set1_epi16(t.dq[static_cast<int64_t>(j) * hd + c]);
-              part[j] = _mm512_mask_add_epi16(part[j], m, part[j], steps);
-            }
-          }
-          #pragma GCC unroll 4
-          for (int j = 0; j < G; ++j) {
-            lo[j] = _mm512_add_epi32(lo[j], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(part[j])));
-            hi[j] = _mm512_add_epi32(hi[j], _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(part[j], 1)));
-          }
-        }
-        #pragma GCC unroll 4
-        for (int j = 0; j < G; ++j) {
-          const __m512 step = _mm512_set1_ps(t.step[j]);
-          const __m512 base = _mm512_set1_ps(t.base[j]);
-          acc[0][j] = _mm512_fmadd_ps(step, _mm512_cvtepi32_ps(lo[j]), base);
-          acc[1][j] = _mm512_fmadd_ps(step, _mm512_cvtepi32_ps(hi[j]), base);
+        halves = r0 % 64 == 0 && run_end > r0 + 32 ? 2 : 1;
+        if (halves == 2) {
+          sum_rows<G, 2>(t, slice, 0, hd, acc);
+        } else {
+          sum_rows<G, 1>(t, slice, static_cast<int>(r0 % 64), hd, acc);
         }
         summed = r0;
       }
-      // Only the lanes of rows inside the unit count.
+      const auto k0 = static_cast<int>((r0 - summed) / 32 * 2);
+      // Only the lanes of rows inside the unit count: of rows [r0 + p, r0 + p + 2, ...) (p = 0
+      // even, 1 odd), lanes [ceil((first - p) / 2), ceil((end - p) / 2)).
       const int64_t first = std::max<int64_t>(rows.begin - r0, 0);
       const int64_t end = std::min<int64_t>(rows.end - r0, 32);
-      const uint32_t in = static_cast<uint32_t>(((uint64_t{1} << end) - 1u) & ~((uint64_t{1} << first) - 1u));
-      #pragma GCC unroll 4
-      for (int j = 0; j < G; ++j) {
-        top[j] = _mm512_mask_max_ps(top[j], static_cast<__mmask16>(in), top[j], acc[0][j]);
-        top[j] = _mm512_mask_max_ps(top[j], static_cast<__mmask16>(in >> 16), top[j], acc[1][j]);
+      #pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        const int64_t a = std::max<int64_t>((first - p + 1) >> 1, 0);
+        const int64_t b = (end - p + 1) >> 1;
+        const auto in = static_cast<__mmask16>(a < b ? ((1u << b) - 1u) & ~((1u << a) - 1u) : 0u);
+        #pragma GCC unroll 4
+        for (int j = 0; j < G; ++j) top[j] = _mm512_mask_max_ps(top[j], in, top[j], acc[k0 + p][j]);
       }
     }
     #pragma GCC unroll 4

@@ -50,9 +50,9 @@ struct SignSketch {
 
 // The same sketch sliced by channel, 64 rows a word (the chunk tree's layout): bit r of
 // words[(g * n_kv_heads + h) * head_dim + c] is the sign bit of channel c of kv head h's key at
-// row 64 g + r (rows from 0). A row's bits are spread over head_dim words, but 16 rows' bits of
-// one channel sit together: the vector paths add a channel's term to 16 rows (AVX-512: one
-// masked add) or 8 (AVX2) at once, with no horizontal sum a row.
+// row 64 g + r (rows from 0). A row's bits are spread over head_dim words, but 64 rows' bits of
+// one channel sit together: the vector paths add a channel's term to 32 rows (AVX-512: one masked
+// add in int16 lanes) or 8 (AVX2) at once, with no horizontal sum a row.
 struct SignSlices {
   const uint64_t* words = nullptr;
   int n_kv_heads = 0;
