@@ -223,9 +223,13 @@ struct GroupBlock<GgmlType::kQ4_0> {
   static constexpr size_t kBytes = kRowGroup * sizeof(BlockQ4_0);
   static constexpr float kOffset = 8.0f;
   // w[j] pairs with activation bytes 4j .. 4j + 3: chunk j's low nibbles are elements 4j.., its
-  // high nibbles 16 + 4j.. (w[4 + j]).
+  // high nibbles 16 + 4j.. (w[4 + j]). The loops here are unrolled so that w stays in registers:
+  // GCC left them rolled, stored w to the stack and reloaded it each block. On the Zen 5 VM,
+  // unrolled, Llama-3-8B Q4_0's weights at batch 8 went 164-256 -> 137-186 ms a step (three
+  // alternated pairs, 1K a sequence) and bench_gemm's Q4_0 8-bit prefill 19-22% faster.
   LEOAM_AVX512 static void unpack(const uint8_t* a, const uint8_t* b, __m512i* w) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m512i q = load_2x256(a + 16 + 32 * j, b + 16 + 32 * j);
       w[j] = _mm512_and_si512(q, m4);
@@ -240,6 +244,7 @@ struct GroupBlock<GgmlType::kQ8_0> {
   static constexpr float kOffset = 128.0f;
   LEOAM_AVX512 static void unpack(const uint8_t* a, const uint8_t* b, __m512i* w) {
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) w[j] = _mm512_xor_si512(load_2x256(a + 16 + 32 * j, b + 16 + 32 * j), bias);
   }
 };
