@@ -22,9 +22,10 @@
 // a shuffle), widens each partial by vpmaddwd into its even and odd rows, and makes the box's terms
 // with no mask in whole blocks of 16 channels: on the Zen 5 VM, a whole Llama-3-8B step at 32K on
 // one thread (bench/sign_bound_bench.cpp, step_llama3_8b_32k, medians of 6 alternated runs)
-// 50.7 -> 41.5 ms cache-resident and 56.7 -> 47.6 from memory in a quiet stretch, 77.0 -> 59.3 and
-// 83.4 -> 63.0 in a slow one; 8-row units in 32-row boxes (a fine layer's) as before, with the 32
-// rows a pass they need.
+// 77.0 -> 59.3 ms cache-resident and 83.4 -> 63.0 from memory in a slow stretch (an earlier build
+// that took 64 rows for every run: 50.7 -> 41.5 and 56.7 -> 47.6 in a quiet one, but a fine
+// layer's 8-row units in 32-row boxes 15-20% slower); those units as before, with the 32 rows a
+// pass they need.
 // Earlier, on the rows layout, tried and dropped:
 // - (2026-12-01, 2-core Xeon VM with AVX-512, bench/sign_bound_bench.cpp) an AVX-512 path with 16
 //   rows in the lanes, per channel a vptestmd and a masked add, or per nibble a lookup in a
@@ -328,6 +329,15 @@ LEOAM_AVX2 void slices_bounds_avx2(const GroupTerms& terms, int g, const SignSli
 
 #define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 
+// Calls fn(c, lanes) for channels [c, c + 16) of hd: each whole block with all 16 lanes, then the
+// tail's first hd % 16.
+template <typename Fn>
+[[gnu::always_inline]] LEOAM_AVX512 inline void for_channel_blocks(int hd, Fn fn) {
+  int c = 0;
+  for (; c + 16 <= hd; c += 16) fn(c, static_cast<__mmask16>(0xffff));
+  if (c < hd) fn(c, static_cast<__mmask16>((1u << (hd - c)) - 1u));
+}
+
 // group_terms over AVX-512 for G heads: the box's 16 channels a step made once for the G heads,
 // then each head's d rounded up to whole steps (GroupTerms) for slices_bound_avx512. A head
 // whose largest |d| is not finite (a box past f16's range) leaves the group unquantized.
@@ -365,9 +375,7 @@ LEOAM_AVX512 void heads_terms_avx512(const QueryParts* parts, const uint16_t* mn
       _mm512_mask_storeu_ps(d[j] + c, in, dj);
     }
   };
-  int c = 0;
-  for (; c + 16 <= hd; c += 16) terms(c, 0xffff);
-  if (c < hd) terms(c, static_cast<__mmask16>((1u << (hd - c)) - 1u));
+  for_channel_blocks(hd, terms);
   t.quantized = true;
   float most[G];
   #pragma GCC unroll 4
@@ -379,7 +387,10 @@ LEOAM_AVX512 void heads_terms_avx512(const QueryParts* parts, const uint16_t* mn
   }
   if (!t.quantized) return;
   // Each d in whole steps, rounded up, twice in a 32-bit word.
-  const auto quantize = [&](int c, __mmask16 in, const __m512* per_step) LEOAM_AVX512 {
+  __m512 per_step[G];
+  #pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) per_step[j] = _mm512_set1_ps(most[j] > 0.0f ? kQuantSteps / most[j] : 0.0f);
+  for_channel_blocks(hd, [&](int c, __mmask16 in) LEOAM_AVX512 {
     #pragma GCC unroll 4
     for (int j = 0; j < G; ++j) {
       const __m512 steps = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, d[j] + c), per_step[j]);
@@ -387,13 +398,7 @@ LEOAM_AVX512 void heads_terms_avx512(const QueryParts* parts, const uint16_t* mn
       const __m512i twice = _mm512_or_si512(_mm512_and_si512(up, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(up, 16));
       _mm512_mask_storeu_epi32(t.dq.data() + static_cast<int64_t>(j) * hd + c, in, twice);
     }
-  };
-  __m512 per_step[G];
-  #pragma GCC unroll 4
-  for (int j = 0; j < G; ++j) per_step[j] = _mm512_set1_ps(most[j] > 0.0f ? kQuantSteps / most[j] : 0.0f);
-  c = 0;
-  for (; c + 16 <= hd; c += 16) quantize(c, 0xffff, per_step);
-  if (c < hd) quantize(c, static_cast<__mmask16>((1u << (hd - c)) - 1u), per_step);
+  });
 }
 
 LEOAM_AVX512 void group_terms_avx512(const QueryParts* parts, int g, const uint16_t* mn, const uint16_t* mx, int hd,
@@ -467,7 +472,7 @@ LEOAM_AVX512 void slices_bound_avx512(const GroupTerms& t, const SignSlices& sig
   const int64_t run_end = run.back().rows.end;
   __m512 acc[4][G];  // rows [summed, summed + 32 halves), as sum_rows leaves them
   int64_t summed = -1;
-  int64_t halves = 0;
+  int halves = 0;
   for (int64_t u = 0; u < n; ++u) {
     const TokenRange rows = run[u].rows;
     __m512 top[G];
