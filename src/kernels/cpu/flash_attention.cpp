@@ -56,9 +56,10 @@ constexpr size_t kDecodeTileBytes = size_t{128} << 10;
 // Up to 8 query rows per kv head (decode: one token, GQA group <= 8), f16 K/V are read in place,
 // converted in registers as the dot products use them, in tiles of 64 keys (7% faster than 32
 // with the KV hot in L2). Measured, 32K keys, 32/8 heads of 128, 1 thread: converted tiles
-// 5.0 GB/s, in place 6.6 GB/s.
+// 5.0 GB/s, in place 6.6 GB/s. Runs shorter than a tile are packed into one (PackWalk).
 constexpr int kDirectF16Rows = 8;
 constexpr int64_t kDirectKeyTile = 64;
+static_assert(kKeyTile <= kDirectKeyTile, "a KeyPack holds any tile");
 // Up to 2 query rows per kv head (decode with MHA, or GQA groups of 2), the arithmetic per KV
 // byte is light enough that the hardware prefetcher, not software prefetch, keeps DRAM busy if
 // the reads come in address order: a tile is walked in blocks of 8 keys, every head's slice of
@@ -369,15 +370,16 @@ struct Work {
   const float* q;
 };
 
-// The online-softmax step of one kv head's nq rows (state rows base..) over a tile of nk keys
-// from position j0: s[i * kKeyTile + j] are the scores, masked past each row's query position,
-// then replaced by their weights p.
-void fold_tile(const Work& w, float* s, int nq, int nk, int64_t j0, int64_t q_first, size_t base, Scratch& sc) {
+// The online-softmax step of one kv head's nq rows (state rows base..) over a tile of nk keys:
+// s[i * kKeyTile + j] are the scores, of which row i sees the first visible(its query position)
+// (the rest are masked), then replaced by their weights p.
+template <typename Visible>
+void fold_tile(const Work& w, float* s, int nq, int nk, const Visible& visible, int64_t q_first, size_t base,
+               Scratch& sc) {
   const int hd = w.p->head_dim;
   for (int i = 0; i < nq; ++i) {
     float* si = s + i * kKeyTile;
-    const int64_t q_pos = q_first + i / w.group;
-    const int n_vis = static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk));
+    const int n_vis = visible(q_first + i / w.group);
     std::fill(si + n_vis, si + nk, 0.0f);
     if (n_vis == 0) continue;
     w.kernels->fold_scores(si, n_vis, sc.m[base + i], sc.l[base + i], sc.acc.data() + (base + i) * hd, hd);
@@ -423,7 +425,9 @@ void walk_tile(const Work& w, const KvRun& run, size_t row0, int64_t j0, int nk,
     }
   }
   for (int h = h0; h < h1; ++h) {
-    fold_tile(w, sc.s.data() + (h - h0) * s_head, nq, nk, j0, q_first, static_cast<size_t>(h - h0) * nq, sc);
+    fold_tile(w, sc.s.data() + (h - h0) * s_head, nq, nk,
+              [&](int64_t q_pos) { return static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk)); }, q_first,
+              static_cast<size_t>(h - h0) * nq, sc);
   }
   for (int js = 0; js < nk; js += kWalkKeys) {
     const int ns = std::min(kWalkKeys, nk - js);
@@ -478,51 +482,178 @@ class TileWalk {
   int64_t lo_ = 0, hi_ = 0, n_tiles_ = 0, m_ = 0, it_ = 0;
 };
 
+// Up to kDirectKeyTile keys that attend() takes as one tile: where each key's row starts (K and
+// V) and its position, in increasing positions, all f16 or all f32.
+struct KeyPack {
+  int n = 0;
+  bool f16 = true;
+  const char* k[kDirectKeyTile];
+  const char* v[kDirectKeyTile];
+  int64_t pos[kDirectKeyTile];
+};
+
+// The tiles of a TileWalk as KeyPacks. With `pack`, consecutive tiles join one pack while it
+// has room for them whole, keeps one element type and its positions increase: a sparse step's
+// runs are the store's chunks (leoam's 8 positions), and a tile each would fold the softmax and
+// reload the accumulators every 8 keys. Without, a pack is one tile. 2026-12-06, Zen 5 VM, as
+// KvPrefetch's figures, packs prefetched by head against a tile a run in whole rows: chunks of 8
+// 16.8-17.4 against 14.6-15.8 GB/s, chunks of 64 20.3-21.3 against 17.7-18.6, one run 21.0-22.1
+// against 19.0-20.5 (a slower stretch than KvPrefetch's).
+class PackWalk {
+ public:
+  PackWalk(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile, bool pack)
+      : walk_(runs, key_lo, key_hi, key_tile), pack_(pack) {}
+
+  // The next pack into `p`; false when the walk is done.
+  bool next(KeyPack& p) {
+    p.n = 0;
+    while (!walk_.done()) {
+      const KvRun& run = walk_.run();
+      const int64_t j0 = walk_.j0();
+      const int nk = walk_.nk();
+      if (p.n > 0 && (!pack_ || p.n + nk > kDirectKeyTile || run.f16 != p.f16 || j0 <= p.pos[p.n - 1])) break;
+      p.f16 = run.f16;
+      const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
+      for (int j = 0; j < nk; ++j) {
+        const size_t at = row0 + static_cast<size_t>(j) * run.row_stride_bytes;
+        p.k[p.n] = static_cast<const char*>(run.k) + at;
+        p.v[p.n] = static_cast<const char*>(run.v) + at;
+        p.pos[p.n] = j0 + j;
+        ++p.n;
+      }
+      walk_.next();
+    }
+    return p.n > 0;
+  }
+
+ private:
+  TileWalk walk_;
+  bool pack_;
+};
+
 // Software prefetch of the K and V rows (the slices of kv heads [h0, h0 + n_heads)) that attend()
 // will read, in its order, a cache line of K and the same line of V at a time: started
 // kPrefetchLines ahead and advanced by as many lines as are attended, it keeps the DRAM reads a
 // fixed distance ahead of the arithmetic across tiles and runs (a sparse step's runs are chunks
 // of 8 to 64 positions from wherever the store holds them), spread over it in small steps.
+// Within a tile, the lines come in the order attend() reads them: whole rows, all heads at once
+// (tiles converted to f32), or with `in_place` (K and V read in place, attend_packs), one head's
+// slice of every row of a pack (PackWalk) before the next head's. 2026-12-06, Zen 5 VM, 32/8 heads of 128, f16 KV from DRAM
+// (bench_attention, 3 alternated rounds): by head against whole rows, one run 25.3-29.4 against
+// 24.4-24.8 GB/s, chunks of 64 25.3-26.8 against 20.4-21.1; in whole rows, the first heads of a
+// tile read the rows past the prefetch's reach (kPrefetchLines is half a tile) from DRAM.
+// 2048 lines ahead or 512 were no faster, nor whole rows 2048 lines ahead.
 class KvPrefetch {
  public:
   KvPrefetch(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile, int h0, int n_heads,
-             int hd)
-      : walk_(runs, key_lo, key_hi, key_tile), h0_(h0), n_heads_(n_heads), hd_(hd) {}
-
-  // Cache lines of K (and as many of V) in one of the run's rows.
-  int64_t row_lines(const KvRun& run) const {
-    return (static_cast<int64_t>(n_heads_) * hd_ * (run.f16 ? 2 : 4) + 63) / 64;
+             int hd, bool in_place)
+      : walk_(runs, key_lo, key_hi, key_tile, in_place), h0_(h0), n_heads_(n_heads), hd_(hd), in_place_(in_place) {
+    has_pack_ = walk_.next(pack_);
   }
 
+  // Cache lines of K (and as many of V) in one row of f16 or f32 elements.
+  int64_t row_lines(bool f16) const { return n_heads_ * slice_lines(f16); }
+
   void advance(int64_t n_lines) {
-    while (n_lines > 0 && !walk_.done()) {
-      const KvRun& run = walk_.run();
-      const size_t at = static_cast<size_t>(walk_.j0() + row_ - run.pos0) * run.row_stride_bytes +
-                        static_cast<size_t>(h0_) * hd_ * (run.f16 ? 2 : 4);
-      const int64_t lines = row_lines(run);
+    while (n_lines > 0 && has_pack_) {
+      const int64_t lines = in_place_ ? slice_lines(pack_.f16) : row_lines(pack_.f16);
+      const size_t at = static_cast<size_t>(in_place_ ? h0_ + head_ : h0_) * hd_ * (pack_.f16 ? 2 : 4);
       const int64_t n = std::min(n_lines, lines - line_);
       for (int64_t i = line_; i < line_ + n; ++i) {
-        __builtin_prefetch(static_cast<const char*>(run.k) + at + i * 64);
-        __builtin_prefetch(static_cast<const char*>(run.v) + at + i * 64);
+        __builtin_prefetch(pack_.k[row_] + at + i * 64);
+        __builtin_prefetch(pack_.v[row_] + at + i * 64);
       }
       n_lines -= n;
       line_ += n;
-      if (line_ == lines) {
-        line_ = 0;
-        if (++row_ == walk_.nk()) {
-          walk_.next();
-          row_ = 0;
-        }
-      }
+      if (line_ < lines) continue;
+      line_ = 0;
+      if (++row_ < pack_.n) continue;
+      row_ = 0;
+      if (in_place_ && ++head_ < n_heads_) continue;
+      head_ = 0;
+      has_pack_ = walk_.next(pack_);
     }
   }
 
  private:
-  TileWalk walk_;
-  int row_ = 0;  // in the walk's tile
-  int64_t line_ = 0;  // in the row
+  // Cache lines of K (and as many of V) in one head's slice of a row.
+  int64_t slice_lines(bool f16) const { return (static_cast<int64_t>(hd_) * (f16 ? 2 : 4) + 63) / 64; }
+
+  PackWalk walk_;
+  KeyPack pack_;
+  bool has_pack_ = false;
+  int head_ = 0;  // in_place: in [0, n_heads)
+  int row_ = 0;  // in the pack
+  int64_t line_ = 0;  // in the row (in_place: in the head's slice)
   int h0_, n_heads_, hd_;
+  bool in_place_;
 };
+
+// attend()'s decode path (at most kDirectF16Rows rows per kv head): K and V read in place, in
+// packs of up to kDirectKeyTile keys (PackWalk), prefetched kPrefetchLines ahead by head.
+void attend_packs(const Work& w, int nq, int h0, int h1, int64_t key_lo, int64_t key_hi, int64_t q_first,
+                  Scratch& sc) {
+  const int hd = w.p->head_dim;
+  const int n_heads = h1 - h0;
+  float* s = sc.s.data();
+  const int ld = static_cast<int>(kKeyTile);
+  KvPrefetch prefetch(w.runs, key_lo, key_hi, kDirectKeyTile, h0, n_heads, hd, true);
+  prefetch.advance(kPrefetchLines);  // then in steps of kPrefetchKeys keys
+  const float* k_rows[kDirectKeyTile];
+  const float* v_rows[kDirectKeyTile];
+  const uint16_t* k16_rows[kDirectKeyTile];
+  const uint16_t* v16_rows[kDirectKeyTile];
+  KeyPack pack;
+  for (PackWalk packs(w.runs, key_lo, key_hi, kDirectKeyTile, true); packs.next(pack);) {
+    const int nk = pack.n;
+    const size_t elem_bytes = pack.f16 ? 2 : 4;
+    // Row i sees the pack's keys at positions up to its query's, a prefix (positions increase).
+    const auto visible = [&](int64_t q_pos) {
+      return static_cast<int>(std::upper_bound(pack.pos, pack.pos + nk, q_pos) - pack.pos);
+    };
+    for (int h = h0; h < h1; ++h) {
+      const size_t offset = static_cast<size_t>(h) * hd * elem_bytes;
+      for (int j = 0; j < nk; ++j) {
+        if (pack.f16) {
+          k16_rows[j] = reinterpret_cast<const uint16_t*>(pack.k[j] + offset);
+          v16_rows[j] = reinterpret_cast<const uint16_t*>(pack.v[j] + offset);
+        } else {
+          k_rows[j] = reinterpret_cast<const float*>(pack.k[j] + offset);
+          v_rows[j] = reinterpret_cast<const float*>(pack.v[j] + offset);
+        }
+      }
+      const size_t base = static_cast<size_t>(h - h0) * nq;
+      float* acc = sc.acc.data() + base * hd;
+      // This head's slices of the pack's rows are prefetched while it attends.
+      const int64_t head_lines = (nk * (h - h0 + 1) / n_heads - nk * (h - h0) / n_heads) * prefetch.row_lines(pack.f16);
+      const int n_steps = 2 * ((nk + kPrefetchKeys - 1) / kPrefetchKeys);
+      int steps = 0;
+      const auto prefetch_step = [&] {
+        prefetch.advance(head_lines * (steps + 1) / n_steps - head_lines * steps / n_steps);
+        ++steps;
+      };
+      for (int j = 0; j < nk; j += kPrefetchKeys) {
+        prefetch_step();
+        const int n = std::min(kPrefetchKeys, nk - j);
+        if (pack.f16) {
+          w.kernels->scores_f16(sc.q.data() + base * hd, nq, k16_rows + j, n, hd, s + j, ld);
+        } else {
+          w.kernels->scores(sc.q.data() + base * hd, nq, k_rows + j, n, hd, s + j, ld);
+        }
+      }
+      fold_tile(w, s, nq, nk, visible, q_first, base, sc);
+      for (int j = 0; j < nk; j += kPrefetchKeys) {
+        prefetch_step();
+        const int n = std::min(kPrefetchKeys, nk - j);
+        if (pack.f16) {
+          w.kernels->accumulate_f16(s + j, ld, nq, v16_rows + j, n, hd, acc);
+        } else {
+          w.kernels->accumulate(s + j, ld, nq, v_rows + j, n, hd, acc);
+        }
+      }
+    }
+  }
+}
 
 // Attends queries [t0, t0 + nt) x kv heads [h0, h1) over key positions [key_lo, key_hi), leaving
 // the unnormalized state in `sc`.
@@ -536,10 +667,10 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   sc.m.assign(n_rows, kNegInf);
   sc.l.assign(n_rows, 0.0f);
   const int n_heads = h1 - h0;
-  const bool direct_f16 = nq <= kDirectF16Rows;
+  const bool direct = nq <= kDirectF16Rows;  // K and V read in place, in packs (PackWalk)
   const bool walk = nq <= kWalkRows;  // in address order, without software prefetch (kWalkRows)
   const int64_t key_tile =
-      direct_f16     ? kDirectKeyTile
+      direct         ? kDirectKeyTile
       : n_heads == 1 ? kKeyTile
                      : std::clamp<int64_t>(static_cast<int64_t>(kDecodeTileBytes / (2 * sizeof(float) * n_heads * hd)),
                                            8, kKeyTile);
@@ -558,67 +689,46 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   }
   const int64_t q_first = p.pos0 + t0;
   key_hi = std::min(key_hi, q_first + nt);  // nothing past the last query is visible
+  float* s = sc.s.data();
+  const int ld = static_cast<int>(kKeyTile);
+  if (walk) {
+    for (TileWalk tiles(w.runs, key_lo, key_hi, key_tile); !tiles.done(); tiles.next()) {
+      const KvRun& run = tiles.run();
+      walk_tile(w, run, static_cast<size_t>(tiles.j0() - run.pos0) * run.row_stride_bytes, tiles.j0(), tiles.nk(),
+                h0, h1, nq, q_first, sc);
+    }
+    return;
+  }
+  if (direct) {
+    attend_packs(w, nq, h0, h1, key_lo, key_hi, q_first, sc);
+    return;
+  }
+  KvPrefetch prefetch(w.runs, key_lo, key_hi, key_tile, h0, n_heads, hd, false);
+  // Prefill (many query rows): one tile ahead; further, the lines it brings would push the
+  // converted tiles out of L1 (12% slower prefill attention at kPrefetchLines).
+  if (!w.runs.empty()) prefetch.advance(key_tile * prefetch.row_lines(w.runs.front().f16));
   const float* k_rows[kKeyTile];
   const float* v_rows[kKeyTile];
-  const uint16_t* k16_rows[kKeyTile];
-  const uint16_t* v16_rows[kKeyTile];
-  float* s = sc.s.data();
-  KvPrefetch prefetch(w.runs, key_lo, key_hi, key_tile, h0, n_heads, hd);
-  // Decode (few query rows, K and V read in place) runs kPrefetchLines ahead. Prefill, many times
-  // the arithmetic per byte, one tile ahead: further, the lines it brings would push its converted
-  // tiles out of L1 (12% slower prefill attention at kPrefetchLines).
-  if (!walk && !w.runs.empty()) {
-    prefetch.advance(direct_f16 ? kPrefetchLines : key_tile * prefetch.row_lines(w.runs.front()));
-  }
   for (TileWalk tiles(w.runs, key_lo, key_hi, key_tile); !tiles.done(); tiles.next()) {
     const KvRun& run = tiles.run();
     const int64_t j0 = tiles.j0();
     const int nk = tiles.nk();
     const size_t elem_bytes = run.f16 ? 2 : 4;
     const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
-    if (run.f16 && !direct_f16) {
+    const auto visible = [&](int64_t q_pos) { return static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk)); };
+    if (run.f16) {
       const size_t offset = row0 + static_cast<size_t>(h0) * hd * elem_bytes;
       w.kernels->load_f16(static_cast<const char*>(run.k) + offset, run.row_stride_bytes, nk, n_heads, hd,
                           sc.k_tile.data(), head_stride);
       w.kernels->load_f16(static_cast<const char*>(run.v) + offset, run.row_stride_bytes, nk, n_heads, hd,
                           sc.v_tile.data(), head_stride);
     }
-    if (walk) {
-      walk_tile(w, run, row0, j0, nk, h0, h1, nq, q_first, sc);
-      continue;
-    }
     for (int h = h0; h < h1; ++h) {
       const size_t offset = row0 + static_cast<size_t>(h) * hd * elem_bytes;
       const char* k_src = static_cast<const char*>(run.k) + offset;
       const char* v_src = static_cast<const char*>(run.v) + offset;
       const size_t base = static_cast<size_t>(h - h0) * nq;
-      const int ld = static_cast<int>(kKeyTile);
       float* acc = sc.acc.data() + base * hd;
-      // This head's share of the tile's rows is prefetched while it attends.
-      const int64_t head_lines = (nk * (h - h0 + 1) / n_heads - nk * (h - h0) / n_heads) * prefetch.row_lines(run);
-      if (run.f16 && direct_f16) {  // in place, in steps of kPrefetchKeys keys
-        for (int j = 0; j < nk; ++j) {
-          k16_rows[j] = reinterpret_cast<const uint16_t*>(k_src + j * run.row_stride_bytes);
-          v16_rows[j] = reinterpret_cast<const uint16_t*>(v_src + j * run.row_stride_bytes);
-        }
-        const int n_steps = 2 * ((nk + kPrefetchKeys - 1) / kPrefetchKeys);
-        int steps = 0;
-        const auto prefetch_step = [&] {
-          prefetch.advance(head_lines * (steps + 1) / n_steps - head_lines * steps / n_steps);
-          ++steps;
-        };
-        for (int j = 0; j < nk; j += kPrefetchKeys) {
-          prefetch_step();
-          w.kernels->scores_f16(sc.q.data() + base * hd, nq, k16_rows + j, std::min(kPrefetchKeys, nk - j), hd, s + j,
-                                ld);
-        }
-        fold_tile(w, s, nq, nk, j0, q_first, base, sc);
-        for (int j = 0; j < nk; j += kPrefetchKeys) {
-          prefetch_step();
-          w.kernels->accumulate_f16(s + j, ld, nq, v16_rows + j, std::min(kPrefetchKeys, nk - j), hd, acc);
-        }
-        continue;
-      }
       if (run.f16) {
         const size_t tile0 = (h - h0) * head_stride;
         for (int j = 0; j < nk; ++j) {
@@ -631,9 +741,10 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
           v_rows[j] = reinterpret_cast<const float*>(v_src + j * run.row_stride_bytes);
         }
       }
-      prefetch.advance(head_lines);
+      // This head's share of the tile's rows is prefetched while it attends.
+      prefetch.advance((nk * (h - h0 + 1) / n_heads - nk * (h - h0) / n_heads) * prefetch.row_lines(run.f16));
       w.kernels->scores(sc.q.data() + base * hd, nq, k_rows, nk, hd, s, ld);
-      fold_tile(w, s, nq, nk, j0, q_first, base, sc);
+      fold_tile(w, s, nq, nk, visible, q_first, base, sc);
       w.kernels->accumulate(s, ld, nq, v_rows, nk, hd, acc);
     }
   }

@@ -201,7 +201,8 @@ TEST_P(FlashAttentionTest, DecodeSeveralTokensOfAGroup) {
 
 TEST_P(FlashAttentionTest, DecodeOverManyShortRuns) {
   // A sparse step's chunks: runs of 1 to 23 keys, then one of 150 and 20 of 8, each run a tile
-  // or less; groups 3, 4 and 8, one token, the KV split into ranges that cut runs.
+  // or less (runs packed into tiles of up to 64 keys); groups 3, 4 and 8, one token, the KV split
+  // into ranges that cut runs.
   std::vector<int> cuts;
   int at = 0;
   for (int len = 1; len <= 23; ++len) cuts.push_back(at += len);
@@ -210,6 +211,9 @@ TEST_P(FlashAttentionTest, DecodeOverManyShortRuns) {
   const int n = at + 5;
   for (int group : {3, 4, 8}) check({n, 2 * group, 2, 64, n - 1, 1, cuts}, f16(), isa(), {0, 1, 2, 5});
   check({n, 32, 8, 128, n + 40, 1, cuts}, f16(), isa(), {0, 3});
+  // 2 tokens x group 4, the causal edge inside the last run (5 keys), which shares its tile
+  // (runs packed into one) with the runs of 8 before it.
+  check({n, 8, 2, 64, n - 2, 2, cuts}, f16(), isa(), {0, 1, 2});
 }
 
 TEST_P(FlashAttentionTest, PrefillWideHeads) {
