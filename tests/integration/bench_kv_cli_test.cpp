@@ -184,6 +184,44 @@ TEST_F(BenchKvCliTest, ABatchOfSequencesDecodesTogether) {
   }
 }
 
+// --interleave: the policies' steps taken in turn decode what their runs one after the other
+// decode: each step reads the same bytes from every tier and attends as many positions.
+TEST_F(BenchKvCliTest, InterleavedPoliciesReadWhatTheirOwnRunsRead) {
+  const std::string one_by_one = dir_ + "/one_by_one.json";
+  const std::string interleaved = dir_ + "/interleaved.json";
+  const std::vector<std::string> args = {"--ctx", "2048", "--synthetic-kv", "-n", "4", "--policies", "full,quest,leoam"};
+  std::vector<std::string> a = args, b = args;
+  a.insert(a.end(), {"--json", one_by_one});
+  b.insert(b.end(), {"--json", interleaved, "--interleave"});
+  const CliResult ra = bench_kv(a);
+  ASSERT_EQ(ra.status, 0) << ra.err;
+  const CliResult rb = bench_kv(b);
+  ASSERT_EQ(rb.status, 0) << rb.err;
+  EXPECT_EQ(ra.out.find("policies interleaved"), std::string::npos) << ra.out;
+  EXPECT_NE(rb.out.find("policies interleaved (--interleave)"), std::string::npos) << rb.out;
+  const nlohmann::json da = nlohmann::json::parse(leoam::testing_cli::read_file(one_by_one));
+  const nlohmann::json db = nlohmann::json::parse(leoam::testing_cli::read_file(interleaved));
+  EXPECT_FALSE(da["interleave"].get<bool>());
+  EXPECT_TRUE(db["interleave"].get<bool>());
+  ASSERT_EQ(da["results"].size(), 3u);
+  ASSERT_EQ(db["results"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& x = da["results"][i];
+    const nlohmann::json& y = db["results"][i];
+    const std::string p = x["policy"];
+    EXPECT_EQ(y["policy"], p);
+    ASSERT_EQ(x["steps"].size(), 4u) << p;
+    ASSERT_EQ(y["steps"].size(), 4u) << p;
+    for (size_t k = 0; k < 4; ++k) {
+      SCOPED_TRACE(p + ", step " + std::to_string(k));
+      EXPECT_EQ(x["steps"][k]["n_attended"], y["steps"][k]["n_attended"]);
+      EXPECT_EQ(x["steps"][k]["kv_bytes_read"], y["steps"][k]["kv_bytes_read"]);
+      EXPECT_EQ(x["steps"][k]["abstract_bytes_read"], y["steps"][k]["abstract_bytes_read"]);
+    }
+    EXPECT_EQ(y["breakdown"]["steps"].get<int>(), 3) << p;  // each policy's own trace
+  }
+}
+
 TEST_F(BenchKvCliTest, PrefillOfAFileRunsTheSamePoliciesOverRealKv) {
   const std::string text_path = dir_ + "/prompt.txt";
   {

@@ -5,7 +5,9 @@
 // KV (--synthetic-kv: model/synthetic_kv.h, appended through the store's normal path, so its
 // disk tier, abstracts, residency and write-through are real) or by prefilling -f's text, then
 // -n tokens decoded by the real engine (LlamaForward + SparseAttention, as `leoam run`). Every
-// policy starts from the same state (same seed, same fill). The synthetic fill ends as a prompt
+// policy starts from the same state (same seed, same fill). The policies run one after the other,
+// or with --interleave all at once, a decode step of each in turn: the machines are shared VMs
+// whose bandwidth moves by 2x within minutes, and steps taken side by side meet the same stretch. The synthetic fill ends as a prompt
 // does: its last kPromptEndTokens positions are a prompt of random ids, prefilled by the engine
 // (dense attention over the synthetic KV), so that the first decode step follows a prompt's end
 // (LlamaForward's forecast of that step's picks from the prompt's last row) as in `leoam run`.
@@ -99,6 +101,10 @@ struct AttentionProfile {
 constexpr const char* kProfileBuckets[5] = {"< 0.1x", "0.1-1x", "1-10x", "10-100x", ">= 100x"};
 constexpr int kProfileChunkTokens = 64;
 
+int32_t argmax(const float* logits, int32_t n) {
+  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -140,6 +146,10 @@ class BenchKvCommand : public Command {
                     "the batch step's, its tok/s the batch's")
         ->capture_default_str()
         ->check(in_range(1, 64));
+    cmd->add_flag("--interleave", interleave_,
+                  "decode the policies' steps in turn (a step of each, then the next) rather than one policy's "
+                  "run after the other, so that a slow stretch of the machine slows them alike; every policy's "
+                  "stores are held at once (RAM and --kv-dir space for all of them)");
     cmd->add_option("-n,--n-gen", n_gen_, "tokens decoded per run (the first is reported apart)")
         ->capture_default_str()
         ->check(in_range(2, 4096));
@@ -184,12 +194,9 @@ class BenchKvCommand : public Command {
     }
     if (Status st = measure_machine(model, "before the runs"); !st.is_ok()) return fail(st);
     for (int64_t n_ctx : ctxs_) {
-      for (const std::string& policy : policies_) {
-        Result<PolicyRun> run = run_policy(model, policy, n_ctx);
-        status_.clear();
-        if (!run.is_ok()) return fail(run.status());
-        runs_.push_back(std::move(*run));
-      }
+      const Status st = run_policies(model, n_ctx);
+      status_.clear();
+      if (!st.is_ok()) return fail(st);
       if (synthetic_kv_) {  // after the runs: their disk check has refused a context too large
         Result<AttentionProfile> profile = attention_profile(model, n_ctx);
         status_.clear();
@@ -289,8 +296,47 @@ class BenchKvCommand : public Command {
     return default_chunk_tokens(a, kv_options_, n_ctx);
   }
 
-  Result<PolicyRun> run_policy(const Model& model, const std::string& policy, int64_t n_ctx) {
+  // One policy's run in progress: its stores (the first owned by the context), selectors and
+  // trace, and the tokens the next step decodes.
+  struct PolicyBench {
     PolicyRun run;
+    std::string what;  // "leoam at 32768 tokens"
+    Trace trace;
+    std::vector<std::unique_ptr<KvCache>> owned;
+    std::vector<TieredKvCache*> stores;
+    std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
+    std::unique_ptr<ForwardContext> ctx;
+    std::vector<int32_t> tokens;
+    std::vector<float> logits;
+    std::vector<BatchToken> batch;
+  };
+
+  // The policies of one --ctx: one after the other, or with --interleave a step of each in turn.
+  Status run_policies(const Model& model, int64_t n_ctx) {
+    std::vector<std::vector<std::string>> groups;
+    if (interleave_) {
+      groups.push_back(policies_);
+    } else {
+      for (const std::string& p : policies_) groups.push_back({p});
+    }
+    for (const std::vector<std::string>& group : groups) {
+      std::vector<std::unique_ptr<PolicyBench>> benches;
+      for (const std::string& policy : group) {
+        LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<PolicyBench> bench, start_policy(model, policy, n_ctx));
+        benches.push_back(std::move(bench));
+      }
+      for (int i = 0; i < n_gen_; ++i) {
+        for (std::unique_ptr<PolicyBench>& bench : benches) LEOAM_RETURN_IF_ERROR(step_policy(model, *bench, i));
+      }
+      for (std::unique_ptr<PolicyBench>& bench : benches) runs_.push_back(finish_policy(*bench));
+    }
+    return Status::ok();
+  }
+
+  // A policy's stores and selectors, filled to n_ctx positions.
+  Result<std::unique_ptr<PolicyBench>> start_policy(const Model& model, const std::string& policy, int64_t n_ctx) {
+    auto bench = std::make_unique<PolicyBench>();
+    PolicyRun& run = bench->run;
     run.policy = policy;
     run.n_ctx = n_ctx;
     run.chunk_tokens = chunk_tokens_for(policy, n_ctx);
@@ -302,116 +348,122 @@ class BenchKvCommand : public Command {
     KvCliOptions kv_options = kv_options_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + n_gen_;
-    Trace trace;
-    trace.name_thread("compute");
+    bench->trace.name_thread("compute");
     // A store and a selector per sequence; the context owns the first store.
-    std::vector<std::unique_ptr<KvCache>> owned;
-    std::vector<TieredKvCache*> stores;
-    std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
     for (int b = 0; b < batch_; ++b) {
-      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_store, needs, &trace));
-      stores.push_back(dynamic_cast<TieredKvCache*>(kv.get()));
-      if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*stores[0], n_ctx));
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                             make_kv_cache(kv_options, model, n_store, needs, &bench->trace));
+      bench->stores.push_back(dynamic_cast<TieredKvCache*>(kv.get()));
+      if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*bench->stores[0], n_ctx));
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
                              make_sparse_attention(attention, kv_options, model, *kv));
-      selectors.push_back(std::move(selector));
-      owned.push_back(std::move(kv));
+      bench->selectors.push_back(std::move(selector));
+      bench->owned.push_back(std::move(kv));
     }
-    run.io_mode = stores[0]->disk().io_mode();
+    run.io_mode = bench->stores[0]->disk().io_mode();
 
     ForwardOptions fwd;
     fwd.n_threads = n_threads_;
-    fwd.selector = selectors[0].get();
+    fwd.selector = bench->selectors[0].get();
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
     set_pipeline(kv_options, fwd);
-    fwd.trace = &trace;
+    fwd.trace = &bench->trace;
     fwd.n_batch = std::max(fwd.n_batch, batch_);
-    const std::string what = policy + " at " + std::to_string(n_ctx) + " tokens";
-    fwd.progress = [this, &what](int64_t done, int64_t total) {
+    bench->what = policy + " at " + std::to_string(n_ctx) + " tokens";
+    fwd.progress = [this, what = bench->what](int64_t done, int64_t total) {
       status_.show("prefill for " + what + ": " + std::to_string(done) + "/" + std::to_string(total));
     };
     std::mt19937_64 rng(seed_);
-    std::vector<float> logits;
     const auto n_vocab = static_cast<int32_t>(model.hparams().n_vocab);
-    std::vector<int32_t> tokens(static_cast<size_t>(batch_));
+    std::vector<int32_t>& tokens = bench->tokens;
+    tokens.resize(static_cast<size_t>(batch_));
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
     const auto t_fill = std::chrono::steady_clock::now();
-    std::unique_ptr<KvCache> first = std::move(owned[0]);
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(first)));
+    std::unique_ptr<KvCache> first = std::move(bench->owned[0]);
+    LEOAM_ASSIGN_OR_RETURN(bench->ctx, ForwardContext::create(model, fwd, std::move(first)));
     for (int b = 0; b < batch_; ++b) {
-      const std::string seq = batch_ > 1 ? what + ", sequence " + std::to_string(b + 1) : what;
+      const std::string seq = batch_ > 1 ? bench->what + ", sequence " + std::to_string(b + 1) : bench->what;
+      const DecodeSequence sequence{bench->stores[b], bench->selectors[b].get()};
       if (synthetic_kv_) {  // each sequence its own KV: the seed + its index, and its prompt's end
         const int64_t n_end = n_ctx > kPromptEndTokens ? kPromptEndTokens : 0;
-        LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *stores[b], selectors[b].get(), n_ctx - n_end,
+        LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *bench->stores[b], bench->selectors[b].get(), n_ctx - n_end,
                                              seed_ + static_cast<uint64_t>(b), seq));
         if (n_end > 0) {
           status_.show("prefilling the prompt's end for " + seq);
           std::vector<int32_t> end(static_cast<size_t>(n_end));
           for (int32_t& t : end) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
           const auto t_end = std::chrono::steady_clock::now();
-          LEOAM_RETURN_IF_ERROR(ctx->eval_sequence({stores[b], selectors[b].get()}, end, false, logits));
+          LEOAM_RETURN_IF_ERROR(bench->ctx->eval_sequence(sequence, end, false, bench->logits));
           run.prompt_end_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_end).count();
-          tokens[b] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          tokens[b] = argmax(bench->logits.data(), n_vocab);
         }
       } else {
         const std::span<const int32_t> prompt(prompt_tokens_.data(), static_cast<size_t>(n_ctx));
-        LEOAM_RETURN_IF_ERROR(ctx->eval_sequence({stores[b], selectors[b].get()}, prompt, false, logits));
-        tokens[b] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        LEOAM_RETURN_IF_ERROR(bench->ctx->eval_sequence(sequence, prompt, false, bench->logits));
+        tokens[b] = argmax(bench->logits.data(), n_vocab);
       }
     }
     run.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count();
-    run.disk_share = disk_share(*stores[0]);
+    run.disk_share = disk_share(*bench->stores[0]);
+    return bench;
+  }
 
-    std::vector<BatchToken> batch;
-    for (int i = 0; i < n_gen_; ++i) {
-      status_.show("decoding " + what + ": token " + std::to_string(i + 1) + "/" + std::to_string(n_gen_));
-      std::vector<KvStats> before;
-      int64_t attended0 = 0, visible0 = 0;
-      for (int b = 0; b < batch_; ++b) {
-        before.push_back(stores[b]->stats());
-        if (selectors[b]) {
-          attended0 += selectors[b]->total().n_attended;
-          visible0 += selectors[b]->total().n_visible;
-        }
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      if (batch_ == 1) {  // the single-sequence path (the pipeline, the prompt's forecast)
-        LEOAM_RETURN_IF_ERROR(ctx->eval(std::span<const int32_t>(tokens.data(), 1), false, logits));
-      } else {
-        batch.clear();
-        for (int b = 0; b < batch_; ++b) batch.push_back({tokens[b], {stores[b], selectors[b].get()}});
-        LEOAM_RETURN_IF_ERROR(ctx->decode_batch(batch, logits));
-      }
-      Step s;
-      s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      for (int b = 0; b < batch_; ++b) {
-        const KvStats after = stores[b]->stats();
-        const uint64_t abstracts = after.disk_abstract_bytes_read - before[b].disk_abstract_bytes_read;
-        for (int t = 0; t < kNumTiers; ++t) s.kv_bytes_read[t] += after.tiers[t].bytes_read - before[b].tiers[t].bytes_read;
-        s.kv_bytes_read[static_cast<int>(Tier::kDisk)] -= abstracts;
-        s.abstract_bytes_read += abstracts;
-        if (selectors[b]) {
-          s.n_attended += selectors[b]->total().n_attended;
-          s.n_visible += selectors[b]->total().n_visible;
-        } else {  // full: every visible position of every layer
-          s.n_visible += (n_ctx + i + 1) * model.hparams().n_layer;
-          s.n_attended += (n_ctx + i + 1) * model.hparams().n_layer;
-        }
-      }
-      s.n_attended -= attended0;
-      s.n_visible -= visible0;
-      run.steps.push_back(s);
-      for (int b = 0; b < batch_; ++b) {
-        const float* row = logits.data() + static_cast<size_t>(b) * n_vocab;
-        tokens[b] = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+  // Decode step i of a policy's run: its time, reads and share attended into run.steps.
+  Status step_policy(const Model& model, PolicyBench& bench, int i) {
+    status_.show("decoding " + bench.what + ": token " + std::to_string(i + 1) + "/" + std::to_string(n_gen_));
+    const std::vector<TieredKvCache*>& stores = bench.stores;
+    const std::vector<std::unique_ptr<sparse::SparseAttention>>& selectors = bench.selectors;
+    std::vector<KvStats> before;
+    int64_t attended0 = 0, visible0 = 0;
+    for (int b = 0; b < batch_; ++b) {
+      before.push_back(stores[b]->stats());
+      if (selectors[b]) {
+        attended0 += selectors[b]->total().n_attended;
+        visible0 += selectors[b]->total().n_visible;
       }
     }
-    run.breakdown = summarize_decode_steps(trace);
-    run.first_breakdown = summarize_decode_steps(trace, 0, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (batch_ == 1) {  // the single-sequence path (the pipeline, the prompt's forecast)
+      LEOAM_RETURN_IF_ERROR(bench.ctx->eval(std::span<const int32_t>(bench.tokens.data(), 1), false, bench.logits));
+    } else {
+      bench.batch.clear();
+      for (int b = 0; b < batch_; ++b) bench.batch.push_back({bench.tokens[b], {stores[b], selectors[b].get()}});
+      LEOAM_RETURN_IF_ERROR(bench.ctx->decode_batch(bench.batch, bench.logits));
+    }
+    Step s;
+    s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (int b = 0; b < batch_; ++b) {
-      if (selectors[b]) run.policy_peak_bytes += selectors[b]->memory().peak_bytes;
-      run.kv_bytes += static_cast<uint64_t>(stores[b]->n_tokens()) * cost_.kv_bytes_per_position;
-      const KvStats stats = stores[b]->stats();
+      const KvStats after = stores[b]->stats();
+      const uint64_t abstracts = after.disk_abstract_bytes_read - before[b].disk_abstract_bytes_read;
+      for (int t = 0; t < kNumTiers; ++t) s.kv_bytes_read[t] += after.tiers[t].bytes_read - before[b].tiers[t].bytes_read;
+      s.kv_bytes_read[static_cast<int>(Tier::kDisk)] -= abstracts;
+      s.abstract_bytes_read += abstracts;
+      if (selectors[b]) {
+        s.n_attended += selectors[b]->total().n_attended;
+        s.n_visible += selectors[b]->total().n_visible;
+      } else {  // full: every visible position of every layer
+        s.n_visible += (bench.run.n_ctx + i + 1) * model.hparams().n_layer;
+        s.n_attended += (bench.run.n_ctx + i + 1) * model.hparams().n_layer;
+      }
+    }
+    s.n_attended -= attended0;
+    s.n_visible -= visible0;
+    bench.run.steps.push_back(s);
+    const auto n_vocab = static_cast<int32_t>(model.hparams().n_vocab);
+    for (int b = 0; b < batch_; ++b) bench.tokens[b] = argmax(bench.logits.data() + static_cast<size_t>(b) * n_vocab, n_vocab);
+    return Status::ok();
+  }
+
+  // The run's summary once its steps are done: the breakdowns from its trace, the memory and
+  // transfer counts of all its sequences.
+  PolicyRun finish_policy(PolicyBench& bench) {
+    PolicyRun& run = bench.run;
+    run.breakdown = summarize_decode_steps(bench.trace);
+    run.first_breakdown = summarize_decode_steps(bench.trace, 0, 1);
+    for (int b = 0; b < batch_; ++b) {
+      if (bench.selectors[b]) run.policy_peak_bytes += bench.selectors[b]->memory().peak_bytes;
+      run.kv_bytes += static_cast<uint64_t>(bench.stores[b]->n_tokens()) * cost_.kv_bytes_per_position;
+      const KvStats stats = bench.stores[b]->stats();
       run.disk_abstract_bytes += stats.abstract_bytes[static_cast<int>(Tier::kDisk)];
       const TransferStats t = stats.transfer;
       if (b == 0) {
@@ -423,7 +475,7 @@ class BenchKvCommand : public Command {
         run.transfer.decode_ms += t.decode_ms;
       }
     }
-    return run;
+    return std::move(run);
   }
 
   Status check_disk_space(const TieredKvCache& kv, int64_t n_ctx) const {
@@ -590,6 +642,9 @@ class BenchKvCommand : public Command {
     if (io.find("buffered") != std::string::npos) {
       out += "warning: O_DIRECT fell back to buffered reads: disk figures may come from the page cache\n";
     }
+    if (interleave_ && policies_.size() > 1) {
+      out += "policies interleaved (--interleave): a decode step of each in turn, every policy's stores held at once\n";
+    }
     if (batch_ > 1) {
       out += "batch: " + std::to_string(batch_) +
              " sequences a step, each its own store and selector: ms/tok is a batch step, tok/s the batch's, "
@@ -678,6 +733,7 @@ class BenchKvCommand : public Command {
     doc["pipeline"] = decode_pipeline(kv_options_);
     doc["pipeline_mode"] = pipeline_mode(kv_options_);
     doc["batch"] = batch_;
+    doc["interleave"] = interleave_;
     const GatherBenchRow& d = disk();
     Json dram_probes = Json::array(), disk_probes = Json::array();
     for (const MemoryBandwidth& m : dram_probes_) dram_probes.push_back(m.gb_per_s());
@@ -751,6 +807,7 @@ class BenchKvCommand : public Command {
   uint64_t seed_ = 1;
   int batch_ = 1;
   bool synthetic_kv_ = false;
+  bool interleave_ = false;
   std::string prompt_file_;
   uint64_t disk_probe_mb_ = 256;
   std::string json_path_;
