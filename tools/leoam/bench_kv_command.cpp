@@ -5,12 +5,13 @@
 // KV (--synthetic-kv: model/synthetic_kv.h, appended through the store's normal path, so its
 // disk tier, abstracts, residency and write-through are real) or by prefilling -f's text, then
 // -n tokens decoded by the real engine (LlamaForward + SparseAttention, as `leoam run`). Every
-// policy starts from the same state (same seed, same fill). The policies run one after the other,
-// or with --interleave all at once, a decode step of each in turn: the machines are shared VMs
-// whose bandwidth moves by 2x within minutes, and steps taken side by side meet the same stretch. The synthetic fill ends as a prompt
+// policy starts from the same state (same seed, same fill). The synthetic fill ends as a prompt
 // does: its last kPromptEndTokens positions are a prompt of random ids, prefilled by the engine
 // (dense attention over the synthetic KV), so that the first decode step follows a prompt's end
 // (LlamaForward's forecast of that step's picks from the prompt's last row) as in `leoam run`.
+// The policies run one after the other, or with --interleave all at once, a decode step of each
+// in turn: the machines are shared VMs whose bandwidth moves by 2x within minutes, and steps
+// taken side by side meet the same stretch.
 //
 // Bound of a step = weights / DRAM bandwidth + KV read from RAM (device, host) / DRAM bandwidth
 // + the step's disk bytes (KV and abstracts) / the disk's raw read throughput, the bandwidth and
@@ -450,7 +451,9 @@ class BenchKvCommand : public Command {
     s.n_visible -= visible0;
     bench.run.steps.push_back(s);
     const auto n_vocab = static_cast<int32_t>(model.hparams().n_vocab);
-    for (int b = 0; b < batch_; ++b) bench.tokens[b] = argmax(bench.logits.data() + static_cast<size_t>(b) * n_vocab, n_vocab);
+    for (int b = 0; b < batch_; ++b) {
+      bench.tokens[b] = argmax(bench.logits.data() + static_cast<size_t>(b) * n_vocab, n_vocab);
+    }
     return Status::ok();
   }
 

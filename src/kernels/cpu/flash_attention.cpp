@@ -538,11 +538,11 @@ class PackWalk {
 // of 8 to 64 positions from wherever the store holds them), spread over it in small steps.
 // Within a tile, the lines come in the order attend() reads them: whole rows, all heads at once
 // (tiles converted to f32), or with `in_place` (K and V read in place, attend_packs), one head's
-// slice of every row of a pack (PackWalk) before the next head's. 2026-12-06, Zen 5 VM, 32/8 heads of 128, f16 KV from DRAM
-// (bench_attention, 3 alternated rounds): by head against whole rows, one run 25.3-29.4 against
-// 24.4-24.8 GB/s, chunks of 64 25.3-26.8 against 20.4-21.1; in whole rows, the first heads of a
-// tile read the rows past the prefetch's reach (kPrefetchLines is half a tile) from DRAM.
-// 2048 lines ahead or 512 were no faster, nor whole rows 2048 lines ahead.
+// slice of every row of a pack (PackWalk) before the next head's. 2026-12-06, Zen 5 VM, 32/8
+// heads of 128, f16 KV from DRAM (bench_attention, 3 alternated rounds): by head against whole
+// rows, one run 25.3-29.4 against 24.4-24.8 GB/s, chunks of 64 25.3-26.8 against 20.4-21.1; in
+// whole rows, the first heads of a tile read the rows past the prefetch's reach (kPrefetchLines
+// is half a tile) from DRAM. 2048 lines ahead or 512 were no faster, nor whole rows 2048 ahead.
 class KvPrefetch {
  public:
   KvPrefetch(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile, int h0, int n_heads,
