@@ -10,8 +10,8 @@
 // (dense attention over the synthetic KV), so that the first decode step follows a prompt's end
 // (LlamaForward's forecast of that step's picks from the prompt's last row) as in `leoam run`.
 // The policies run one after the other, or with --interleave all at once, a decode step of each
-// in turn: the machines are shared VMs whose bandwidth moves by 2x within minutes, and steps
-// taken side by side meet the same stretch.
+// in turn (in a rotating order): the machines are shared VMs whose bandwidth moves by 2x within
+// minutes, and steps taken side by side meet the same stretch.
 //
 // Bound of a step = weights / DRAM bandwidth + KV read from RAM (device, host) / DRAM bandwidth
 // + the step's disk bytes (KV and abstracts) / the disk's raw read throughput, the bandwidth and
@@ -326,8 +326,12 @@ class BenchKvCommand : public Command {
         LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<PolicyBench> bench, start_policy(model, policy, n_ctx));
         benches.push_back(std::move(bench));
       }
+      // Step i starts at policy i mod k: each policy's steps follow each other policy's alike, so
+      // that what one leaves behind (full's gigabytes of disk reads slow the memory for a while)
+      // falls on all of them.
+      const size_t k = benches.size();
       for (int i = 0; i < n_gen_; ++i) {
-        for (std::unique_ptr<PolicyBench>& bench : benches) LEOAM_RETURN_IF_ERROR(step_policy(model, *bench, i));
+        for (size_t j = 0; j < k; ++j) LEOAM_RETURN_IF_ERROR(step_policy(model, *benches[(i + j) % k], i));
       }
       for (std::unique_ptr<PolicyBench>& bench : benches) runs_.push_back(finish_policy(*bench));
     }
