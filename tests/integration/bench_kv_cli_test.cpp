@@ -184,8 +184,9 @@ TEST_F(BenchKvCliTest, ABatchOfSequencesDecodesTogether) {
   }
 }
 
-// --interleave: the policies' steps taken in turn decode what their runs one after the other
-// decode: each step reads the same bytes from every tier and attends as many positions.
+// --interleave: the policies' steps taken in turn (in a rotating order) decode what their runs
+// one after the other decode: each step reads the same bytes from every tier and attends as many
+// positions. The steps' start times show the order they ran in.
 TEST_F(BenchKvCliTest, InterleavedPoliciesReadWhatTheirOwnRunsRead) {
   const std::string one_by_one = dir_ + "/one_by_one.json";
   const std::string interleaved = dir_ + "/interleaved.json";
@@ -220,6 +221,22 @@ TEST_F(BenchKvCliTest, InterleavedPoliciesReadWhatTheirOwnRunsRead) {
     }
     EXPECT_EQ(y["breakdown"]["steps"].get<int>(), 3) << p;  // each policy's own trace
   }
+  // Step k of a run: when it began.
+  const auto start = [](const nlohmann::json& doc, size_t policy, size_t k) {
+    return doc["results"][policy]["steps"][k]["start_s"].get<double>();
+  };
+  // One after the other: every step of a policy before the next policy's first.
+  for (size_t i = 0; i + 1 < 3; ++i) EXPECT_LT(start(da, i, 3), start(da, i + 1, 0)) << i;
+  // Interleaved: every policy's step k before any policy's step k + 1; step k starts at policy
+  // k mod 3, so step 1 runs quest, leoam, full.
+  for (size_t k = 0; k + 1 < 4; ++k) {
+    for (size_t i = 0; i < 3; ++i) {
+      for (size_t j = 0; j < 3; ++j) EXPECT_LT(start(db, i, k), start(db, j, k + 1)) << i << " " << j << " " << k;
+    }
+  }
+  EXPECT_LT(start(db, 0, 0), start(db, 1, 0));
+  EXPECT_LT(start(db, 1, 1), start(db, 2, 1));
+  EXPECT_LT(start(db, 2, 1), start(db, 0, 1));
 }
 
 TEST_F(BenchKvCliTest, PrefillOfAFileRunsTheSamePoliciesOverRealKv) {

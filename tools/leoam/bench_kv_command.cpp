@@ -42,6 +42,7 @@
 #include "core/memory_bandwidth.h"
 #include "core/trace.h"
 #include "engine/benchmark.h"
+#include "engine/sampler.h"
 #include "engine/step_breakdown.h"
 #include "kv/gather_benchmark.h"
 #include "kv/tiered_kv_cache.h"
@@ -65,6 +66,7 @@ constexpr uint64_t kDiskMarginBytes = uint64_t{256} << 20;
 
 // One decode step's cost.
 struct Step {
+  double start_s = 0;  // when it began, from the command's start: the order the steps ran in
   double ms = 0;
   std::array<uint64_t, kNumTiers> kv_bytes_read{};  // per tier; disk without the abstracts
   uint64_t abstract_bytes_read = 0;                 // from disk
@@ -101,10 +103,6 @@ struct AttentionProfile {
 };
 constexpr const char* kProfileBuckets[5] = {"< 0.1x", "0.1-1x", "1-10x", "10-100x", ">= 100x"};
 constexpr int kProfileChunkTokens = 64;
-
-int32_t argmax(const float* logits, int32_t n) {
-  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -400,12 +398,12 @@ class BenchKvCommand : public Command {
           const auto t_end = std::chrono::steady_clock::now();
           LEOAM_RETURN_IF_ERROR(bench->ctx->eval_sequence(sequence, end, false, bench->logits));
           run.prompt_end_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_end).count();
-          tokens[b] = argmax(bench->logits.data(), n_vocab);
+          tokens[b] = sampling::argmax(bench->logits);
         }
       } else {
         const std::span<const int32_t> prompt(prompt_tokens_.data(), static_cast<size_t>(n_ctx));
         LEOAM_RETURN_IF_ERROR(bench->ctx->eval_sequence(sequence, prompt, false, bench->logits));
-        tokens[b] = argmax(bench->logits.data(), n_vocab);
+        tokens[b] = sampling::argmax(bench->logits);
       }
     }
     run.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count();
@@ -428,6 +426,8 @@ class BenchKvCommand : public Command {
       }
     }
     const auto t0 = std::chrono::steady_clock::now();
+    Step s;
+    s.start_s = std::chrono::duration<double>(t0 - started_).count();
     if (batch_ == 1) {  // the single-sequence path (the pipeline, the prompt's forecast)
       LEOAM_RETURN_IF_ERROR(bench.ctx->eval(std::span<const int32_t>(bench.tokens.data(), 1), false, bench.logits));
     } else {
@@ -435,7 +435,6 @@ class BenchKvCommand : public Command {
       for (int b = 0; b < batch_; ++b) bench.batch.push_back({bench.tokens[b], {stores[b], selectors[b].get()}});
       LEOAM_RETURN_IF_ERROR(bench.ctx->decode_batch(bench.batch, bench.logits));
     }
-    Step s;
     s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (int b = 0; b < batch_; ++b) {
       const KvStats after = stores[b]->stats();
@@ -454,10 +453,9 @@ class BenchKvCommand : public Command {
     s.n_attended -= attended0;
     s.n_visible -= visible0;
     bench.run.steps.push_back(s);
-    const auto n_vocab = static_cast<int32_t>(model.hparams().n_vocab);
-    for (int b = 0; b < batch_; ++b) {
-      bench.tokens[b] = argmax(bench.logits.data() + static_cast<size_t>(b) * n_vocab, n_vocab);
-    }
+    const auto n_vocab = static_cast<size_t>(model.hparams().n_vocab);
+    const std::span<const float> rows(bench.logits);
+    for (int b = 0; b < batch_; ++b) bench.tokens[b] = sampling::argmax(rows.subspan(b * n_vocab, n_vocab));
     return Status::ok();
   }
 
@@ -760,7 +758,8 @@ class BenchKvCommand : public Command {
       const PolicyRun* full = full_run(r.n_ctx);
       Json steps = Json::array();
       for (const Step& st : r.steps) {
-        steps.push_back({{"ms", st.ms},
+        steps.push_back({{"start_s", st.start_s},
+                         {"ms", st.ms},
                          {"bound_ms", bound_ms(st)},
                          {"kv_bytes_read", {{"device", st.kv_bytes_read[0]}, {"host", st.kv_bytes_read[1]},
                                             {"disk", st.kv_bytes_read[2]}}},
@@ -815,6 +814,7 @@ class BenchKvCommand : public Command {
   int batch_ = 1;
   bool synthetic_kv_ = false;
   bool interleave_ = false;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string prompt_file_;
   uint64_t disk_probe_mb_ = 256;
   std::string json_path_;

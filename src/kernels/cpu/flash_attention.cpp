@@ -373,6 +373,13 @@ struct Work {
 // The online-softmax step of one kv head's nq rows (state rows base..) over a tile of nk keys:
 // s[i * kKeyTile + j] are the scores, of which row i sees the first visible(its query position)
 // (the rest are masked), then replaced by their weights p.
+// fold_tile's `visible` for a tile of nk keys at consecutive positions from j0.
+struct RunVisible {
+  int64_t j0;
+  int nk;
+  int operator()(int64_t q_pos) const { return static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk)); }
+};
+
 template <typename Visible>
 void fold_tile(const Work& w, float* s, int nq, int nk, const Visible& visible, int64_t q_first, size_t base,
                Scratch& sc) {
@@ -425,9 +432,8 @@ void walk_tile(const Work& w, const KvRun& run, size_t row0, int64_t j0, int nk,
     }
   }
   for (int h = h0; h < h1; ++h) {
-    fold_tile(w, sc.s.data() + (h - h0) * s_head, nq, nk,
-              [&](int64_t q_pos) { return static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk)); }, q_first,
-              static_cast<size_t>(h - h0) * nq, sc);
+    fold_tile(w, sc.s.data() + (h - h0) * s_head, nq, nk, RunVisible{j0, nk}, q_first, static_cast<size_t>(h - h0) * nq,
+              sc);
   }
   for (int js = 0; js < nk; js += kWalkKeys) {
     const int ns = std::min(kWalkKeys, nk - js);
@@ -554,6 +560,12 @@ class KvPrefetch {
   // Cache lines of K (and as many of V) in one row of f16 or f32 elements.
   int64_t row_lines(bool f16) const { return n_heads_ * slice_lines(f16); }
 
+  // The lines of the rows of a tile of nk that fall to the head-th of its n_heads heads, advanced
+  // while that head attends: the tile's rows shared out among the heads in order.
+  int64_t head_lines(int nk, int head, bool f16) const {
+    return (nk * (head + 1) / n_heads_ - nk * head / n_heads_) * row_lines(f16);
+  }
+
   void advance(int64_t n_lines) {
     while (n_lines > 0 && has_pack_) {
       const int64_t lines = in_place_ ? slice_lines(pack_.f16) : row_lines(pack_.f16);
@@ -625,7 +637,7 @@ void attend_packs(const Work& w, int nq, int h0, int h1, int64_t key_lo, int64_t
       const size_t base = static_cast<size_t>(h - h0) * nq;
       float* acc = sc.acc.data() + base * hd;
       // This head's slices of the pack's rows are prefetched while it attends.
-      const int64_t head_lines = (nk * (h - h0 + 1) / n_heads - nk * (h - h0) / n_heads) * prefetch.row_lines(pack.f16);
+      const int64_t head_lines = prefetch.head_lines(nk, h - h0, pack.f16);
       const int n_steps = 2 * ((nk + kPrefetchKeys - 1) / kPrefetchKeys);
       int steps = 0;
       const auto prefetch_step = [&] {
@@ -669,14 +681,6 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   const int n_heads = h1 - h0;
   const bool direct = nq <= kDirectF16Rows;  // K and V read in place, in packs (PackWalk)
   const bool walk = nq <= kWalkRows;  // in address order, without software prefetch (kWalkRows)
-  const int64_t key_tile =
-      direct         ? kDirectKeyTile
-      : n_heads == 1 ? kKeyTile
-                     : std::clamp<int64_t>(static_cast<int64_t>(kDecodeTileBytes / (2 * sizeof(float) * n_heads * hd)),
-                                           8, kKeyTile);
-  const size_t head_stride = static_cast<size_t>(key_tile) * hd;  // floats between heads in a tile
-  sc.k_tile.resize(head_stride * n_heads);
-  sc.v_tile.resize(head_stride * n_heads);
   sc.s.resize(static_cast<size_t>(nq) * kKeyTile * (walk ? n_heads : 1));
   for (int h = h0; h < h1; ++h) {
     for (int64_t t = 0; t < nt; ++t) {
@@ -692,7 +696,7 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
   float* s = sc.s.data();
   const int ld = static_cast<int>(kKeyTile);
   if (walk) {
-    for (TileWalk tiles(w.runs, key_lo, key_hi, key_tile); !tiles.done(); tiles.next()) {
+    for (TileWalk tiles(w.runs, key_lo, key_hi, kDirectKeyTile); !tiles.done(); tiles.next()) {
       const KvRun& run = tiles.run();
       walk_tile(w, run, static_cast<size_t>(tiles.j0() - run.pos0) * run.row_stride_bytes, tiles.j0(), tiles.nk(),
                 h0, h1, nq, q_first, sc);
@@ -703,9 +707,17 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
     attend_packs(w, nq, h0, h1, key_lo, key_hi, q_first, sc);
     return;
   }
+  // Prefill (many query rows): f16 K and V converted to f32 a tile at a time, f32 read in place.
+  const int64_t key_tile =
+      n_heads == 1 ? kKeyTile
+                   : std::clamp<int64_t>(static_cast<int64_t>(kDecodeTileBytes / (2 * sizeof(float) * n_heads * hd)), 8,
+                                         kKeyTile);
+  const size_t head_stride = static_cast<size_t>(key_tile) * hd;  // floats between heads in a tile
+  sc.k_tile.resize(head_stride * n_heads);
+  sc.v_tile.resize(head_stride * n_heads);
   KvPrefetch prefetch(w.runs, key_lo, key_hi, key_tile, h0, n_heads, hd, false);
-  // Prefill (many query rows): one tile ahead; further, the lines it brings would push the
-  // converted tiles out of L1 (12% slower prefill attention at kPrefetchLines).
+  // One tile ahead; further, the lines it brings would push the converted tiles out of L1 (12%
+  // slower prefill attention at kPrefetchLines).
   if (!w.runs.empty()) prefetch.advance(key_tile * prefetch.row_lines(w.runs.front().f16));
   const float* k_rows[kKeyTile];
   const float* v_rows[kKeyTile];
@@ -715,7 +727,6 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
     const int nk = tiles.nk();
     const size_t elem_bytes = run.f16 ? 2 : 4;
     const size_t row0 = static_cast<size_t>(j0 - run.pos0) * run.row_stride_bytes;
-    const auto visible = [&](int64_t q_pos) { return static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk)); };
     if (run.f16) {
       const size_t offset = row0 + static_cast<size_t>(h0) * hd * elem_bytes;
       w.kernels->load_f16(static_cast<const char*>(run.k) + offset, run.row_stride_bytes, nk, n_heads, hd,
@@ -742,9 +753,9 @@ void attend(const Work& w, int64_t t0, int64_t nt, int h0, int h1, int64_t key_l
         }
       }
       // This head's share of the tile's rows is prefetched while it attends.
-      prefetch.advance((nk * (h - h0 + 1) / n_heads - nk * (h - h0) / n_heads) * prefetch.row_lines(run.f16));
+      prefetch.advance(prefetch.head_lines(nk, h - h0, run.f16));
       w.kernels->scores(sc.q.data() + base * hd, nq, k_rows, nk, hd, s, ld);
-      fold_tile(w, s, nq, nk, visible, q_first, base, sc);
+      fold_tile(w, s, nq, nk, RunVisible{j0, nk}, q_first, base, sc);
       w.kernels->accumulate(s, ld, nq, v_rows, nk, hd, acc);
     }
   }
