@@ -6,7 +6,11 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
+
+#include "eval/heldout_tasks.h"
+#include "eval/task_text.h"
 
 namespace leoam::eval {
 namespace {
@@ -42,13 +46,6 @@ std::mt19937_64 make_rng(std::string_view task, uint64_t seed, Stream stream) {
   return std::mt19937_64(mix64(mix64(seed ^ fnv1a64(task)) + static_cast<uint64_t>(stream)));
 }
 
-// A value in [lo, hi]. std::uniform_int_distribution's algorithm is implementation-defined, so
-// reduce the (fully specified) mt19937_64 output ourselves; the modulo bias is below 2^-40 here.
-int64_t draw(std::mt19937_64& rng, int64_t lo, int64_t hi) {
-  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
-  return lo + static_cast<int64_t>(rng() % span);
-}
-
 // --- tasks ---
 
 constexpr std::array<std::string_view, 32> kKeyWords = {
@@ -56,17 +53,6 @@ constexpr std::array<std::string_view, 32> kKeyWords = {
     "kettle",  "lantern", "meadow", "needle", "orchard", "pepper", "quartz",  "rabbit",
     "saddle",  "tunnel", "umbrella", "valley", "walnut",  "yellow", "zephyr",  "anchor",
     "blanket", "copper", "dolphin", "engine", "feather", "glacier", "hammock", "ivory"};
-
-// The text pieces of one sample, before tokenization.
-struct TaskText {
-  std::string instruction;
-  std::string needle;  // the first needle; starts with a space so it tokenizes as words in text
-  std::vector<std::string> other_needles;  // in order; placed by place_other_needles
-  bool others_follow = false;  // the others come after the first needle, in order (a chain)
-  std::string question;
-  std::vector<std::string> answers;
-  int max_new_tokens = 16;
-};
 
 // n distinct indices into a list of `size`, in draw order.
 std::vector<size_t> draw_distinct(std::mt19937_64& rng, size_t n, size_t size) {
@@ -317,7 +303,7 @@ constexpr std::array<std::string_view, 24> kFillerSentences = {
     "The tea is hot.",
 };
 
-void append_filler(std::mt19937_64& rng, int64_t n_sentences, std::string* text) {
+void append_filler_sentences(std::mt19937_64& rng, int64_t n_sentences, std::string* text) {
   for (int64_t i = 0; i < n_sentences; ++i) {
     if (!text->empty()) text->push_back(' ');
     text->append(kFillerSentences[static_cast<size_t>(draw(rng, 0, static_cast<int64_t>(kFillerSentences.size()) - 1))]);
@@ -326,7 +312,8 @@ void append_filler(std::mt19937_64& rng, int64_t n_sentences, std::string* text)
 
 // Exactly n tokens of seeded filler: one text, tokenized as one piece, grown until it is long
 // enough. The first 64 sentences measure tokens per sentence, so one more pass is usually enough.
-Result<std::vector<int32_t>> filler_haystack(int64_t n, std::mt19937_64& rng, const TokenizeFn& tokenize) {
+Result<std::vector<int32_t>> filler_haystack(int64_t n, std::mt19937_64& rng, const TokenizeFn& tokenize,
+                                             FillerFn append_filler) {
   std::string text;
   int64_t n_sentences = 64;  // 64: enough to measure the tokenizer's rate, cheap to tokenize
   append_filler(rng, n_sentences, &text);
@@ -414,8 +401,11 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
     text = niah_multiquery_text(answer_rng);
   } else if (params.task == "vt") {
     text = vt_text(answer_rng);
+  } else if (std::optional<TaskText> heldout = heldout_task_text(params.task, answer_rng)) {
+    text = std::move(*heldout);
   } else {
-    return invalid_argument("unknown eval task '" + params.task + "'; known tasks: " + task_names());
+    return invalid_argument("unknown eval task '" + params.task + "'; known tasks: " + task_names() + " " +
+                            heldout_task_names());
   }
   if (!(params.depth >= 0.0 && params.depth <= 1.0)) {  // also rejects NaN
     return invalid_argument("eval task '" + params.task + "': depth " + std::to_string(params.depth) +
@@ -453,7 +443,8 @@ Result<Sample> make_sample(const TaskParams& params, const TokenizeFn& tokenize,
 
   std::mt19937_64 haystack_rng = make_rng(params.task, params.seed, Stream::kHaystack);
   Result<std::vector<int32_t>> haystack =
-      params.haystack_text.empty() ? filler_haystack(n_haystack, haystack_rng, tokenize)
+      params.haystack_text.empty() ? filler_haystack(n_haystack, haystack_rng, tokenize,
+                                                    text.filler ? text.filler : append_filler_sentences)
                                    : text_haystack(n_haystack, haystack_rng, tokenize, params.haystack_text);
   if (!haystack.is_ok()) return haystack.status().with_context("eval task '" + params.task + "'");
 

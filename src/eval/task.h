@@ -28,6 +28,11 @@
 //   niah_multiquery 4 needles for 4 words; asks for the values of all 4 words (recall)
 //   vt              "VAR ABCDE = 12345." then 4 hops "VAR FGHIJ = VAR ABCDE." ... after it; asks
 //                   which variables hold 12345 (recall over the 5 names; RULER's variable tracking)
+// Held-out tasks (heldout_tasks.cpp), each with a filler of its own instead of the sentences:
+//   ledger          a number-dense ledger of days, places and amounts; one account's float
+//   logbook         timestamped log lines with badge and gate numbers; the code a vault was reset to
+//   dialogue        a transcript of speakers chatting; the locker number one of them tells
+//   source          C source code; the value one constant is set to
 //
 // The first needle (needle_pos, needle_tokens) sits at the requested depth (with straddle_chunk,
 // near it). The others go in whole at haystack token boundaries, so no needle splits another:
@@ -92,8 +97,11 @@ struct Sample {
 
 enum class Scoring { kExactMatch, kRecall };
 
-// "passkey niah_single niah_multikey niah_multivalue niah_multiquery vt"
+// The development tasks, which policies may be tuned on: "passkey niah_single niah_multikey
+// niah_multivalue niah_multiquery vt"
 const char* task_names();
+// The held-out tasks (heldout_tasks.h), which they must not be: "ledger logbook dialogue source"
+const char* heldout_task_names();
 Scoring task_scoring(std::string_view task);
 
 // The sample of `params` for a tokenizer; bos < 0: no BOS. Fails for an unknown task, a depth

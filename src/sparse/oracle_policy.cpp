@@ -109,6 +109,12 @@ class OraclePolicy final : public SelectionPolicy {
       double best = 0.0;
       for (int g = 0; g < query.n_head_kv; ++g) best = std::max(best, mass[g * far.size() + i]);
       scores[i] = static_cast<float>(best / static_cast<double>(tokens));
+      if (query.explain) {
+        double all = 0.0;
+        for (int g = 0; g < query.n_head_kv; ++g) all += mass[g * far.size() + i];
+        s.ranking.push_back({chunk_part(far.i0 + i, query.far, chunk_tokens), scores[i],
+                             static_cast<float>(all / query.n_head)});
+      }
     }
     s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     return s;

@@ -15,7 +15,8 @@ Result<std::unique_ptr<SelectionPolicy>> make_infinigen_policy(const PolicyOptio
 std::unique_ptr<SelectionPolicy> make_leoam_policy(const PolicyOptions& options);
 Result<std::unique_ptr<SelectionPolicy>> make_oracle_policy(const PolicyOptions& options);
 // Defined in leoam_policy.cpp: the block size of its trees' boxes at `layer` and a far budget.
-int leoam_block_tokens(const PolicyOptions& options, int layer, int store_chunk_tokens, int64_t budget_tokens);
+int leoam_block_tokens(const PolicyOptions& options, int layer, int store_chunk_tokens, int64_t budget_tokens,
+                       int64_t far_tokens);
 
 namespace {
 
@@ -50,8 +51,10 @@ bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive
 }
 
 int selection_policy_abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,
-                                     int64_t budget_tokens) {
-  if (name == "leoam" && options.adaptive) return leoam_block_tokens(options, layer, chunk_tokens, budget_tokens);
+                                     int64_t budget_tokens, int64_t far_tokens) {
+  if (name == "leoam" && options.adaptive) {
+    return leoam_block_tokens(options, layer, chunk_tokens, budget_tokens, far_tokens);
+  }
   return chunk_tokens;
 }
 

@@ -66,6 +66,14 @@ struct SelectionQuery {
   TokenRange far;         // the positions the policy chooses from: between the sink and the recent window
   int64_t budget_tokens = 0;  // far tokens the policy may pick at most (whole chunks may round down)
   ThreadPool* pool = nullptr;  // threads the policy may run its loops on (idle during select); null: none
+  bool explain = false;        // fill Selection::ranking (selection_explainer.h), where the policy ranks units
+};
+
+// A unit (chunk or leaf) a policy ranked, with its score: higher ranks first.
+struct ScoredUnit {
+  TokenRange range;  // its far tokens
+  float score = 0.0f;
+  float mass = 0.0f;  // the oracle's: the unit's exact attention mass, a mean over the query heads
 };
 
 struct Selection {
@@ -75,6 +83,7 @@ struct Selection {
                                    // every chunk (or leaf) of [0, n_tokens)
   int64_t n_splits = 0;            // leoam's adaptive chunks split and merged after this selection
   int64_t n_merges = 0;
+  std::vector<ScoredUnit> ranking;  // with SelectionQuery::explain: every far unit scored (leoam, oracle)
 };
 
 // How leoam combines the mass bounds of the query heads of one GQA group: the largest, or the
@@ -158,12 +167,13 @@ bool selection_policy_needs_catalog(std::string_view name);
 bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive);
 // The positions one disk abstract record of `layer` should cover (TieredKvCacheOptions::
 // abstract_tokens), for a store of chunk_tokens chunks whose context gives the layer a far
-// budget of budget_tokens: leoam's trees keep a box per block (32 tokens in its fine layers, 64 in
-// the others, with the key signs; smaller where the budget caps them) and read their store
-// chunks' abstracts only to union them into those blocks, so a record per block loses them
-// nothing; every other policy scores the store's chunks themselves: one a record.
+// budget of budget_tokens out of far_tokens: leoam's trees keep a box per block (64 tokens in
+// its coarse layers with the key signs; in its fine layers a store chunk, or 32 tokens where the
+// budget is a quarter of the far tokens or more; smaller where the budget caps them) and read
+// their store chunks' abstracts only to union them into those blocks, so a record per block
+// loses them nothing; every other policy scores the store's chunks themselves: one a record.
 int selection_policy_abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,
-                                     int64_t budget_tokens);
+                                     int64_t budget_tokens, int64_t far_tokens);
 // Fails, naming the known policies, for an unknown name.
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options);
 

@@ -35,6 +35,12 @@ Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAtt
                                                                  KvCatalog* catalog, const AttentionShape& shape) {
   LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> policy,
                          make_selection_policy(options.policy, options.policy_options));
+  if (options.explain.out != nullptr) {
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> oracle,
+                           make_selection_policy("oracle", options.policy_options));
+    policy = make_selection_explainer(std::move(policy), std::move(oracle), options.explain.target,
+                                      options.explain.n_steps, options.explain.out);
+  }
   if (const std::string why = budget_error(options.budget); !why.empty()) {
     return invalid_argument("the attention budget " + why);
   }

@@ -30,6 +30,7 @@
 #include "core/status.h"
 #include "kv/kv_catalog.h"
 #include "model/attention_selector.h"
+#include "sparse/selection_explainer.h"
 #include "sparse/selection_policy.h"
 
 namespace leoam::sparse {
@@ -44,6 +45,13 @@ struct SparseAttentionOptions {
   // RAM for what the policy keeps about the KV (memory()); 0: no limit. Past it, the call that
   // went past fails (kResourceExhausted).
   uint64_t memory_budget_bytes = 0;
+  // With `out`: the policy's selections for positions `target` explained beside the oracle's at
+  // the first n_steps decode steps (selection_explainer.h), appended to *out.
+  struct Explain {
+    TokenRange target;
+    int64_t n_steps = 0;
+    std::vector<LayerExplanation>* out = nullptr;
+  } explain;
 };
 
 struct AttentionShape {

@@ -101,7 +101,7 @@ KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
     double b = o.budget;
     if (overrides.is_ok() && overrides->count(layer) != 0) b = overrides->at(layer);
     const auto budget_tokens = static_cast<int64_t>(b <= 1.0 ? b * static_cast<double>(far_tokens) : b);
-    return sparse::selection_policy_abstract_tokens(o.policy, p, layer, chunk_tokens, budget_tokens);
+    return sparse::selection_policy_abstract_tokens(o.policy, p, layer, chunk_tokens, budget_tokens, far_tokens);
   };
   return needs;
 }
@@ -144,9 +144,9 @@ int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_op
   return chunk;
 }
 
-Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& o,
-                                                                       const KvCliOptions& kv_options,
-                                                                       const Model& model, KvCache& kv) {
+Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
+    const AttentionCliOptions& o, const KvCliOptions& kv_options, const Model& model, KvCache& kv,
+    const sparse::SparseAttentionOptions::Explain& explain) {
   if (const std::string why = sparse::budget_error(o.budget); !why.empty()) {
     std::ostringstream flag;
     flag << "--budget " << o.budget << ": ";  // %g: "--budget inf: "
@@ -167,6 +167,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const Att
   s.policy_options.key_signs = !o.no_key_signs;
   s.policy_options.model = &model;
   s.policy_options.partial_ratio = o.partial_ratio;
+  s.explain = explain;
   const ModelHparams& hp = model.hparams();
   sparse::AttentionShape shape;
   shape.n_layer = hp.n_layer;

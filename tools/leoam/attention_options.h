@@ -64,9 +64,10 @@ std::string budget_rule_text(const AttentionCliOptions& options, const KvCliOpti
 int default_chunk_tokens(const AttentionCliOptions& options, const KvCliOptions& kv_options, int64_t n_ctx);
 
 // The selector for `kv`, or nullptr for --policy full (attention over every position, no
-// selection cost). Fails on a bad --budget or --layer-budget, or a policy the store cannot serve.
-Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(const AttentionCliOptions& options,
-                                                                       const KvCliOptions& kv_options,
-                                                                       const Model& model, KvCache& kv);
+// selection cost), its selections explained where `explain` says (eval --explain). Fails on a bad
+// --budget or --layer-budget, or a policy the store cannot serve.
+Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
+    const AttentionCliOptions& options, const KvCliOptions& kv_options, const Model& model, KvCache& kv,
+    const sparse::SparseAttentionOptions::Explain& explain = {});
 
 }  // namespace leoam::cli

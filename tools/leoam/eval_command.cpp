@@ -44,6 +44,12 @@
 //    "policy_memory_peak_bytes","decode_ms"}
 // where n_tokens = ctx - 1 - P predictions are scored and decode_ms covers their single-token
 // evals.
+//
+// --explain runs the exact-mass oracle beside each sparse policy (sparse/selection_explainer.h).
+// A retrieval line gets "explain": per decode step that writes the first answer and per layer,
+// where the answer's tokens in the needle ranked under the policy and the oracle, how much of them
+// each picked, their exact mass, the far mass each one's picks left out, and a miss's cause. A
+// ppl line gets "explain_layers": per layer, the mean far mass left out by each.
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +60,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -67,6 +74,7 @@
 #include "cli_common.h"
 #include "engine/generator.h"
 #include "eval/task.h"
+#include "eval_explain.h"
 #include "kv/kv_stats.h"
 #include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
@@ -359,7 +367,8 @@ class EvalCommand : public Command {
         ->check(readable_file())
         ->type_name("FILE");
     cmd->add_option("--task", task_,
-                    std::string("the task: ") + eval::task_names() + ", or ppl (the perplexity of --text)")
+                    std::string("the task: ") + eval::task_names() + "; held out (check a policy change, do not tune on): " +
+                        eval::heldout_task_names() + "; or ppl (the perplexity of --text)")
         ->required();
     cmd->add_option("--ctx", ctxs_, "context lengths in tokens (the whole prompt, BOS included), comma-separated")
         ->required()
@@ -391,6 +400,12 @@ class EvalCommand : public Command {
                   "after each run, print to stdout policy@budget, the expected answer, the output (escaped, one "
                   "line), the score, the tokens attended, the bytes read per KV tier and the decode latency; the "
                   "table still closes");
+    cmd->add_flag("--explain", explain_,
+                  "run the exact-mass oracle beside each sparse policy: for a retrieval task, at the decode steps "
+                  "that write the answer, per layer, how much of the answer's tokens in the needle each picked, "
+                  "their rank under each one's scores, their exact attention mass, the far mass each left out, and "
+                  "for a miss its cause (budget, coarse, bound or desert); for ppl, per layer, the mean far mass "
+                  "each left out; into --out (\"explain\", \"explain_layers\") and, with --show, printed");
     cmd->add_flag("--show-prompt", show_prompt_,
                   "before each sample's first run, print to stdout its prompt (a ppl window's text), escaped on one "
                   "line, with its length in tokens and where the needle starts");
@@ -443,9 +458,10 @@ class EvalCommand : public Command {
   int execute() override {
     // Checks that need no model.
     const bool ppl = task_ == kPplTask;
-    const std::vector<std::string> tasks = split_words(eval::task_names());
+    const std::vector<std::string> tasks = split_words(std::string(eval::task_names()) + " " + eval::heldout_task_names());
     if (!ppl && std::find(tasks.begin(), tasks.end(), task_) == tasks.end()) {
-      print_error("--task '" + task_ + "' is not a task; tasks: " + eval::task_names() + " ppl");
+      print_error("--task '" + task_ + "' is not a task; tasks: " + eval::task_names() + " " +
+                  eval::heldout_task_names() + " ppl");
       return kExitUsage;
     }
     if (ppl && text_path_.empty()) {
@@ -643,7 +659,7 @@ class EvalCommand : public Command {
         done.insert(key);
         if (show_) {
           status.clear();
-          const std::string block = show_block(*line);
+          const std::string block = show_block(*line) + explain_block(*line);
           std::fwrite(block.data(), 1, block.size(), stdout);
           std::fflush(stdout);
         }
@@ -745,8 +761,20 @@ class EvalCommand : public Command {
     needs.chunks = true;
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_ctx, needs));
     KvCache& kv_cache = *kv;  // owned by the context from here on
+    // --explain: the steps that write the first answer (its tokens after a space, and the space).
+    std::vector<sparse::LayerExplanation> explanations;
+    sparse::SparseAttentionOptions::Explain explain;
+    if (explain_ && task_ == kPplTask) {  // every step, no target: the mass each layer's picks leave out
+      explain.n_steps = std::numeric_limits<int64_t>::max();
+      explain.out = &explanations;
+    } else if (explain_ && !sample.answers.empty()) {
+      explain.target = answer_in_needle(sample, tok);
+      explain.n_steps = static_cast<int64_t>(
+          tok.tokenize(" " + sample.answers.front(), /*add_bos=*/false, /*parse_special=*/false).size());
+      explain.out = &explanations;
+    }
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
-                           make_sparse_attention(attention, kv_options, model, kv_cache));
+                           make_sparse_attention(attention, kv_options, model, kv_cache, explain));
     ForwardOptions fwd;
     fwd.n_ctx = n_ctx;
     fwd.n_threads = n_threads_;
@@ -758,7 +786,9 @@ class EvalCommand : public Command {
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(kv)));
     const auto& tiered = dynamic_cast<const TieredKvCache&>(kv_cache);
     if (task_ == kPplTask) {
-      return score_window(*ctx, tok, spec, run, selector.get(), tiered);
+      LEOAM_ASSIGN_OR_RETURN(Json j, score_window(*ctx, tok, spec, run, selector.get(), tiered));
+      if (explain.out != nullptr && selector != nullptr) j["explain_layers"] = explain_layers_json(explanations);
+      return j;
     }
 
     GenerateOptions options;
@@ -794,6 +824,7 @@ class EvalCommand : public Command {
     j["decode_ms"] = stats.decode_ms;
     j["first_step_ms"] = stats.first_step_ms;
     j["policy_memory_peak_bytes"] = selector != nullptr ? selector->memory().peak_bytes : 0;
+    if (explain.out != nullptr && selector != nullptr) j["explain"] = explain_json(explanations);
     return j;
   }
 
@@ -972,6 +1003,7 @@ class EvalCommand : public Command {
   int64_t straddle_chunk_ = 0;  // > 0: needles across a multiple of this many tokens
   int64_t n_windows_ = 0;  // --task ppl: 0 for every whole window
   bool show_ = false;
+  bool explain_ = false;
   bool show_prompt_ = false;
   KvCliOptions kv_options_;
   AttentionCliOptions attention_options_;

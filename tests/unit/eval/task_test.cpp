@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "byte_tokens.h"
 #include "eval/task.h"
 #include "gguf/gguf_file.h"
 #include "tokenizer/tokenizer.h"
@@ -26,19 +27,9 @@
 namespace leoam::eval {
 namespace {
 
-constexpr int32_t kByteBos = 256;
-
-std::vector<int32_t> byte_tokenize(std::string_view text) {
-  std::vector<int32_t> ids;
-  for (char c : text) ids.push_back(static_cast<uint8_t>(c));
-  return ids;
-}
-
-std::string bytes_of(const std::vector<int32_t>& ids, size_t begin, size_t end) {
-  std::string s;
-  for (size_t i = begin; i < end; ++i) s.push_back(static_cast<char>(ids[i]));
-  return s;
-}
+using testing::byte_tokenize;
+using testing::bytes_of;
+using testing::kByteBos;
 
 // The passkey task's text, as task.cpp writes it (the test pins the format).
 const std::string kPasskeyInstruction =

@@ -113,25 +113,29 @@ TEST(SelectionPolicyFactory, UnknownNameListsTheKnownOnes) {
             "oracle");
 }
 
-// The disk abstract records' grain: leoam's tree blocks (32 tokens in its two fine layers, 64 in
-// the others, over 8-token chunks), capped by a small budget as its trees' blocks are; a chunk
-// for every other policy, and for leoam without its trees or its key signs (a box a chunk then).
+// The disk abstract records' grain: leoam's tree blocks (a store chunk in its two fine layers,
+// or 32 tokens where their budget is a quarter of the far tokens or more; 64 in the others, over
+// 8-token chunks), capped by a small budget as its trees' blocks are; a chunk for every other
+// policy, and for leoam without its trees or its key signs (a box a chunk then).
 TEST(SelectionPolicyFactory, DiskAbstractsFollowThePolicysBlocks) {
   const PolicyOptions leoam;
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 0, 8, 4000), 32);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 4000), 32);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 2, 8, 4000), 64);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 31, 16, 4000), 64);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 5, 8, 100), 16) << "four 16-token leaves fit 100";
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 5, 8, 40), 8);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 0, 8, 4000, 40000), 8);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 4000, 40000), 8);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 20000, 40000), 32) << "a budget of half";
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 10000, 40000), 32) << "a budget of a quarter";
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 9999, 40000), 8);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 2, 8, 4000, 40000), 64);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 31, 16, 4000, 40000), 64);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 5, 8, 100, 1000), 16) << "four 16-token leaves fit 100";
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 5, 8, 40, 400), 8);
   PolicyOptions flat;
   flat.adaptive = false;
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", flat, 5, 8, 4000), 8);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", flat, 5, 8, 4000, 40000), 8);
   PolicyOptions no_signs;
   no_signs.key_signs = false;
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", no_signs, 5, 8, 4000), 8);
+  EXPECT_EQ(selection_policy_abstract_tokens("leoam", no_signs, 5, 8, 4000, 40000), 8);
   for (const char* name : {"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "oracle"}) {
-    EXPECT_EQ(selection_policy_abstract_tokens(name, leoam, 5, 16, 4000), 16) << name;
+    EXPECT_EQ(selection_policy_abstract_tokens(name, leoam, 5, 16, 4000, 40000), 16) << name;
   }
 }
 

@@ -1,0 +1,115 @@
+// The regression gate of every policy change (bench/RESULTS.md, held-out sets): on 36 samples of
+// the held-out tasks, which no policy was tuned on, leoam at 10% with the KV mostly on disk
+// answers no fewer than it did when the gate was set: 4 fewer than full attention (24 and 28).
+// The target is 1 fewer; lower kGap as the policy earns it, never raise it. And `eval --explain`
+// says, per step and layer, where the answer's tokens ranked under leoam and the exact-mass oracle.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using leoam::testing_cli::CliResult;
+using leoam::testing_cli::read_file;
+
+const std::string kGateModel = std::string(LEOAM_SOURCE_DIR) + "/models/leoam-byte-4l/leoam-byte-4l.gguf";
+constexpr double kGap = 4;  // answers leoam@0.1 may fall short of full by (issue 49's target: 1)
+
+class HeldoutGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/leoam_heldout_gate_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // `leoam eval` of `task` at `ctx` tokens with tiers of 1 + 1 MiB (most of the KV on disk): its
+  // JSON lines.
+  std::vector<nlohmann::json> eval(const std::string& task, const std::string& ctx, const std::string& depths,
+                                   const std::string& seeds, std::vector<std::string> extra) {
+    const std::string out = dir_ + "/" + task + ".jsonl";
+    std::vector<std::string> args = {"eval", "-m", kGateModel, "--task", task, "--ctx", ctx, "--depth", depths,
+                                     "--seeds", seeds, "--out", out, "--kv-dir", dir_ + "/kv",
+                                     "--kv-device-mb", "1", "--kv-host-mb", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliResult r = leoam::testing_cli::run_leoam(dir_, args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::vector<nlohmann::json> lines;
+    for (const std::string& line : CliResult::lines(read_file(out))) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(HeldoutGateTest, LeoamAtTenPercentAnswersAsFullAttention) {
+  double full = 0;
+  double leoam = 0;
+  std::string misses;
+  for (const std::string task : {"ledger", "dialogue", "logbook"}) {
+    const std::vector<nlohmann::json> lines =
+        eval(task, "4096", "0.1,0.4,0.7,0.95", "3", {"--policy", "full,leoam", "--budget", "0.1"});
+    EXPECT_EQ(lines.size(), 24u) << task;
+    for (const nlohmann::json& j : lines) {
+      const double score = j.at("score").get<double>();
+      const bool is_full = j.at("policy") == "full";
+      (is_full ? full : leoam) += score;
+      EXPECT_GT(j.at("bytes_read").at("disk").get<double>(), 0) << j.dump();  // the KV really was on disk
+      if (!is_full) {
+        EXPECT_LE(j.at("tokens_attended_pct").get<double>(), 15.0) << j.dump();
+      }
+      if (score < 1) misses += j.dump() + "\n";
+    }
+  }
+  EXPECT_GE(full, 27) << "full attention answers 28 of the 36 samples\n" << misses;
+  EXPECT_GE(leoam, full - kGap) << "leoam@0.1 answered " << leoam << ", full " << full << "\n" << misses;
+}
+
+TEST_F(HeldoutGateTest, ExplainSaysWhereTheAnswerRanked) {
+  const std::vector<nlohmann::json> lines =
+      eval("ledger", "2048", "0.5", "1", {"--policy", "leoam", "--budget", "0.1", "--explain"});
+  ASSERT_EQ(lines.size(), 1u);
+  const nlohmann::json& explain = lines[0].at("explain");
+  // " 64019": 6 steps of the byte-level model, each with its 4 layers.
+  ASSERT_EQ(explain.size(), 24u) << explain.dump();
+  std::set<std::pair<int64_t, int>> seen;
+  double best_mass = 0;
+  for (const nlohmann::json& e : explain) {
+    seen.insert({e.at("step").get<int64_t>(), e.at("layer").get<int>()});
+    EXPECT_DOUBLE_EQ(e.at("far_share").get<double>(), 1.0) << "the needle sits mid-context, far from both ends";
+    EXPECT_GE(e.at("policy").at("rank").get<int64_t>(), 1);
+    EXPECT_GE(e.at("oracle").at("rank").get<int64_t>(), 1);
+    const double picked = e.at("policy").at("picked").get<double>();
+    EXPECT_GE(picked, 0.0);
+    EXPECT_LE(picked, 1.0);
+    // A miss (1% of the layer's attention or more, not picked whole) has a cause; the rest none.
+    const std::string cause = e.at("cause").get<std::string>();
+    const bool miss = picked < 1.0 && e.at("mass").get<double>() >= 0.01;
+    EXPECT_TRUE(miss ? (cause == "budget" || cause == "coarse" || cause == "bound" || cause == "desert")
+                     : cause.empty())
+        << e.dump();
+    EXPECT_GE(e.at("policy_lost").get<double>(), 0.0);
+    EXPECT_LE(e.at("oracle_lost").get<double>(), 1.0);
+    best_mass = std::max(best_mass, e.at("mass").get<double>());
+  }
+  EXPECT_EQ(seen.size(), 24u);
+  // The retrieval (induction) head of layer 1 puts nearly all its mass on the needle, and its KV
+  // head's other query head little: a mean near 0.5 over the pair.
+  EXPECT_GT(best_mass, 0.3);
+}
+
+}  // namespace
