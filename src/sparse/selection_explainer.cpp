@@ -10,7 +10,9 @@ namespace {
 // is no miss (the layer does not look at it, whatever the policy picks).
 constexpr double kNeededMass = 0.01;
 
-int64_t overlap(TokenRange a, TokenRange b) { return std::max<int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin)); }
+int64_t overlap(TokenRange a, TokenRange b) {
+  return std::max<int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
+}
 
 // The oracle units' mass outside `picks`, each unit's spread evenly over its tokens.
 double lost_mass(const std::vector<ScoredUnit>& units, const std::vector<TokenRange>& picks) {
@@ -66,10 +68,9 @@ class SelectionExplainer final : public SelectionPolicy {
     e.step = query.step;
     e.layer = query.layer;
     e.budget_tokens = query.budget_tokens;
-    const TokenRange far_target{std::max(target_.begin, query.far.begin), std::min(target_.end, query.far.end)};
-    e.far_share = target_.size() > 0 ? static_cast<double>(std::max<int64_t>(0, far_target.size())) /
-                                           static_cast<double>(target_.size())
-                                     : 0.0;
+    e.far_share = target_.size() > 0
+                      ? static_cast<double>(overlap(target_, query.far)) / static_cast<double>(target_.size())
+                      : 0.0;
     e.desert = s.desert;
     e.policy = rank_target(s, target_);
     e.oracle = rank_target(o, target_);

@@ -1,8 +1,8 @@
 // The regression gate of every policy change (bench/RESULTS.md, held-out sets): on 36 samples of
 // the held-out tasks, which no policy was tuned on, leoam at 10% with the KV mostly on disk
-// answers no fewer than it did when the gate was set: 4 fewer than full attention (24 and 28).
-// The target is 1 fewer; lower kGap as the policy earns it, never raise it. And `eval --explain`
-// says, per step and layer, where the answer's tokens ranked under leoam and the exact-mass oracle.
+// falls no further short of full attention than kGap answers, the gap where the gate was set.
+// The target is 1; lower kGap as the policy earns it, never raise it. And `eval --explain` says,
+// per step and layer, where the answer's tokens ranked under leoam and the exact-mass oracle.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -75,7 +75,7 @@ TEST_F(HeldoutGateTest, LeoamAtTenPercentAnswersAsFullAttention) {
       if (score < 1) misses += j.dump() + "\n";
     }
   }
-  EXPECT_GE(full, 27) << "full attention answers 28 of the 36 samples\n" << misses;
+  EXPECT_GE(full, 27) << "full attention answers most of the 36 samples\n" << misses;
   EXPECT_GE(leoam, full - kGap) << "leoam@0.1 answered " << leoam << ", full " << full << "\n" << misses;
 }
 

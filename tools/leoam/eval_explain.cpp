@@ -70,12 +70,13 @@ std::string explain_block(const Json& j) {
     out += buf;
   }
   if (!out.empty()) out = "explain (the answer in the needle, where far, at the steps that write it):\n" + out + "\n";
+  std::string layers;
   for (const Json& l : j.value("explain_layers", Json::array())) {
     std::snprintf(buf, sizeof(buf), "  layer %d: far mass left out: policy %.4f, oracle %.4f (mean of %.0f steps)\n",
                   l.value("layer", 0), l.value("policy_lost", 0.0), l.value("oracle_lost", 0.0), l.value("steps", 0.0));
-    out += (l == j.at("explain_layers").front() ? "explain:\n" : "") + std::string(buf);
+    layers += buf;
   }
-  return out;
+  return layers.empty() ? out : out + "explain:\n" + layers + "\n";
 }
 
 }  // namespace leoam::cli
