@@ -19,7 +19,9 @@
 // A head whose mass could lie anywhere (a flat head, or one that reads its near window) spreads
 // its share thin; one that points at a few far tokens (a retrieval head) gives them nearly all of
 // it, so they outrank the flat heads' best, which a normalization to each head's best alone
-// would tie with them. Per KV head, its query heads' shares combine by
+// would tie with them. With PolicyOptions::fine_midpoint, the fine layers take the same shares
+// from the rows' midpoint estimates instead of their bounds (sign_bound.h); the bounds still
+// decide deserts and skew. Per KV head, its query heads' shares combine by
 // PolicyOptions::group_combine: max (the head that wants the chunk most) or sum (log of the
 // summed shares: the group's attention mass on the chunk, which is what a shared KV head serves).
 // A chunk scores its best KV head, and the best chunks fill the budget (chunk_ranking.h): a
@@ -412,12 +414,14 @@ class LeoamPolicy final : public SelectionPolicy {
     SignSketch signs;    // the store chunks' (a flat step's abstracts)
     SignSlices slices;   // the tree's
     BoundLayout layout;
+    bool chunk_boxes = true;  // each box is one store chunk's (not a larger block's)
   };
 
   // A tree's leaves as units (the ChunkTree header): each leaf cut at the blocks it meets, each
   // piece against its block's box.
   static BoundUnits leaf_units(const ChunkTree& tree, std::span<const TokenRange> leaves) {
-    BoundUnits r{{}, {}, {}, tree.key_signs(), tree.layout()};
+    BoundUnits r{{}, {}, {}, tree.key_signs(), tree.layout(),
+                 tree.options().block_tokens == tree.options().min_tokens};
     const int64_t block = tree.options().block_tokens;
     for (int64_t i = 0; i < static_cast<int64_t>(leaves.size()); ++i) {
       const TokenRange leaf = leaves[i];
@@ -448,19 +452,22 @@ class LeoamPolicy final : public SelectionPolicy {
     return bounds;
   }
 
-  // The upper bounds of the query heads of `heads` over n owners (HeadBounds::head(j): the j-th),
-  // the units split among `pool`'s threads when given.
-  static HeadBounds upper_bounds(const SelectionQuery& query, int64_t n, const BoundUnits& units, KvHeadGroups heads,
-                                 ThreadPool* pool) {
+  // The upper bounds (or, with RowScore::kMidpoint, the midpoint estimates: units with signs only)
+  // of the query heads of `heads` over n owners (HeadBounds::head(j): the j-th), the units split
+  // among `pool`'s threads when given.
+  static HeadBounds unit_values(const SelectionQuery& query, int64_t n, const BoundUnits& units, KvHeadGroups heads,
+                                ThreadPool* pool, RowScore score = RowScore::kUpper) {
     const auto [h0, h1] = heads.query_heads(query.n_head, query.n_head_kv);
     const size_t n_units = units.units.size();
     std::vector<float> unit_bounds;
     if (units.slices.words != nullptr) {
       unit_bounds.resize((h1 - h0) * n_units);
-      sign_bounds(query.q, query.n_head, units.units, units.layout, units.slices, unit_bounds.data(), pool, heads);
+      sign_bounds(query.q, query.n_head, units.units, units.layout, units.slices, unit_bounds.data(), pool, heads,
+                  score);
     } else if (units.signs.words != nullptr) {
       unit_bounds.resize((h1 - h0) * n_units);
-      sign_bounds(query.q, query.n_head, units.units, units.layout, units.signs, unit_bounds.data(), pool, heads);
+      sign_bounds(query.q, query.n_head, units.units, units.layout, units.signs, unit_bounds.data(), pool, heads,
+                  score);
     } else {
       unit_bounds = box_bounds(query, units, BoundSide::kUpper, heads);
     }
@@ -501,6 +508,18 @@ class LeoamPolicy final : public SelectionPolicy {
     std::vector<double> far_weights;
     uint64_t working_bytes = 0;
   };
+
+  // Whether the ranking takes the units' midpoint estimates (PolicyOptions::fine_midpoint): in the
+  // fine layers where their boxes are a store chunk's, with signs. There the rows' cut intervals
+  // are narrow and their midpoints near the keys, while the bounds' slack, which grows with each
+  // channel's interval, ranks by the boxes' widths. The midpoints bring leoam's perplexity near
+  // the oracle's, but they miss more needles than the bounds, which never rank a key's peak below
+  // its box; in the coarse layers' 64-token boxes more still (bench/RESULTS.md, issue 49). So
+  // they are not the default.
+  bool ranks_by_midpoint(const SelectionQuery& query, const BoundUnits& units) const {
+    return options_.fine_midpoint && query.layer < kIakmFineLayers && units.chunk_boxes &&
+           (units.slices.words != nullptr || units.signs.words != nullptr);
+  }
 
   // Shares over the units at `ranges` (n of them: their bounds are made over `bound_units`, whose
   // owners they are), scores for the far ones [f0, f1). With a pool, its threads take runs of kv
@@ -551,15 +570,22 @@ class LeoamPolicy final : public SelectionPolicy {
     SharesPart part{std::vector<float>(static_cast<size_t>(f1 - f0), kNone),
                     std::vector<double>(static_cast<size_t>(f1 - f0), 0.0)};
     std::vector<double> mass(static_cast<size_t>(n));          // one head's e^(scale * (bound - m))
-    std::vector<double> log_total(static_cast<size_t>(group));  // the group's heads' ln(total)
+    // With midpoint ranking (ranks_by_midpoint), one head's e^(scale * (midpoint - its largest)):
+    // the ranking's masses, apart from the bounds' that deserts and skew take.
+    const bool midpoint = ranks_by_midpoint(query, bound_units);
+    std::vector<double> rank_mass(midpoint ? static_cast<size_t>(n) : 0);
+    std::vector<double> log_total(static_cast<size_t>(group));  // the group's heads' ln(ranked total)
+    std::vector<double> rank_m(static_cast<size_t>(group));     // the group's heads' largest ranked value
     // kSum: the group's summed shares (the scores take the largest group's log; kMax: the largest
     // head's log share, straight into the scores).
     std::vector<double> sum(options_.group_combine == GroupCombine::kSum ? static_cast<size_t>(f1 - f0) : 0);
     float* scores = part.scores.data();
     uint64_t bounds_bytes = 0;
     for (int g = g0; g < g1; ++g) {
-      const HeadBounds upper = upper_bounds(query, n, bound_units, KvHeadGroups::of(g), pool);
-      bounds_bytes = std::max(bounds_bytes, upper.peak_bytes);
+      const HeadBounds upper = unit_values(query, n, bound_units, KvHeadGroups::of(g), pool);
+      const HeadBounds ranked =
+          midpoint ? unit_values(query, n, bound_units, KvHeadGroups::of(g), pool, RowScore::kMidpoint) : HeadBounds{};
+      bounds_bytes = std::max(bounds_bytes, upper.peak_bytes + ranked.peak_bytes);
       std::fill(sum.begin(), sum.end(), 0.0);
       for (int j = 0; j < group; ++j) {
         const int h = g * group + j;
@@ -574,14 +600,24 @@ class LeoamPolicy final : public SelectionPolicy {
         }
         r.m[h] = m;
         r.far_upper[h] = far_upper;
-        log_total[j] = std::log(total);
         add_far_weights(query, u, ranges, f0, f1, mass, far_upper, part.far_weights);
+        const float* v = midpoint ? ranked.head(j) : u;
+        rank_m[j] = midpoint ? *std::max_element(v, v + n) : m;
+        if (midpoint) {
+          total = 0.0;
+          for (int64_t i = 0; i < n; ++i) {
+            rank_mass[i] = std::exp(query.scale * (v[i] - rank_m[j]));
+            total += static_cast<double>(ranges[i].size()) * rank_mass[i];
+          }
+        }
+        const std::vector<double>& w = midpoint ? rank_mass : mass;
+        log_total[j] = std::log(total);
         if (options_.group_combine == GroupCombine::kMax) {
           for (int64_t i = f0; i < f1; ++i) {
-            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(query.scale * (u[i] - m) - log_total[j]));
+            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(query.scale * (v[i] - rank_m[j]) - log_total[j]));
           }
         } else {  // the group's attention mass on the unit, which is what a shared KV head serves
-          for (int64_t i = f0; i < f1; ++i) sum[i - f0] += mass[i] / total;
+          for (int64_t i = f0; i < f1; ++i) sum[i - f0] += w[i] / total;
         }
       }
       if (options_.group_combine == GroupCombine::kSum) {
@@ -592,14 +628,16 @@ class LeoamPolicy final : public SelectionPolicy {
           }
           // Every head's mass underflowed: rank by the best head's log share, as kMax does.
           for (int j = 0; j < group; ++j) {
-            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(query.scale * (upper.head(j)[i] - r.m[g * group + j]) -
-                                                                         log_total[j]));
+            const float value = midpoint ? ranked.head(j)[i] : upper.head(j)[i];
+            scores[i - f0] =
+                std::max(scores[i - f0], static_cast<float>(query.scale * (value - rank_m[j]) - log_total[j]));
           }
         }
       }
     }
     part.working_bytes = capacity_bytes(part.scores) + capacity_bytes(part.far_weights) + capacity_bytes(mass) +
-                         capacity_bytes(log_total) + capacity_bytes(sum) + bounds_bytes;
+                         capacity_bytes(rank_mass) + capacity_bytes(log_total) + capacity_bytes(rank_m) +
+                         capacity_bytes(sum) + bounds_bytes;
     return part;
   }
 

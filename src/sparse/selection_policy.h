@@ -105,6 +105,10 @@ struct PolicyOptions {
   // leoam: tighten the chunk bounds with the abstracts' key sign sketch (sign_bound.h), where the
   // catalog has one; without it, the min/max box alone (as Quest scores).
   bool key_signs = true;
+  // leoam: rank the fine layers' chunks by their rows' midpoint estimates (sign_bound.h), where
+  // their boxes are a store chunk's, with signs; their upper bounds still decide deserts and
+  // skew. Without it (the default), by the bounds.
+  bool fine_midpoint = false;
   // infinigen: the model whose query projections it speculates with (required for infinigen);
   // oracle: the model whose keys it keeps (required).
   const Model* model = nullptr;

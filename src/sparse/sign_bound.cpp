@@ -65,6 +65,16 @@ const uint32_t* row_words(const SignSketch& s, int64_t pos, int kv_head) {
   return s.words + (pos - s.pos0) * s.words_per_row + static_cast<int64_t>(kv_head) * s.words_per_head;
 }
 
+// Query parts whose terms below are the rows' midpoint estimates (RowScore::kMidpoint): with both
+// parts q / 2, P_c = q_c * (max_c + max(0, min_c)) / 2 and N_c = q_c * (min(0, max_c) + min_c) / 2,
+// q_c times the middle of the cut interval, through the same kernels as the bound.
+QueryParts midpoint_parts(const float* q, int hd) {
+  QueryParts parts{std::vector<float>(q, q + hd), {}};
+  for (float& x : parts.pos) x *= 0.5f;
+  parts.neg = parts.pos;
+  return parts;
+}
+
 // The two terms of each channel for one box (the header comment), from the query's positive and
 // negative parts qp, qn (split_query, chunk_bound.h: each term exact without a compare):
 //
@@ -564,8 +574,8 @@ int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
 // this way).
 template <typename Sketch, typename Terms, typename GroupBound>
 void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const SignUnit> units, int64_t i0,
-                     int64_t i1, const BoundLayout& layout, const Sketch& signs, float* bounds, Terms terms,
-                     GroupBound group_bound) {
+                     int64_t i1, const BoundLayout& layout, const Sketch& signs, float* bounds, RowScore score,
+                     Terms terms, GroupBound group_bound) {
   const int hd = layout.head_dim;
   const int group = n_head / layout.n_kv_heads;
   const int h_first = kv.begin * group;
@@ -573,7 +583,10 @@ void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const Si
   const auto n = static_cast<int64_t>(units.size());
   std::vector<QueryParts> parts;  // of heads [h_first, kv.end * group)
   parts.reserve(static_cast<size_t>((kv.end - kv.begin) * group));
-  for (int h = h_first; h < kv.end * group; ++h) parts.push_back(split_query(q + static_cast<int64_t>(h) * hd, hd));
+  for (int h = h_first; h < kv.end * group; ++h) {
+    parts.push_back(score == RowScore::kUpper ? split_query(q + static_cast<int64_t>(h) * hd, hd)
+                                              : midpoint_parts(q + static_cast<int64_t>(h) * hd, hd));
+  }
   GroupTerms box_terms(hd);
   std::vector<float> best;  // [kMaxGroup][the run's units]
   for (int64_t i = i0, k = i0 < i1 ? run_end(units, i0, i1) : i1; i < i1;) {
@@ -602,7 +615,7 @@ void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const Si
 // units is cut where the running count of rows crosses its share, so that runs of 8-row units
 // and runs of 64-row blocks cost alike.
 template <typename Sketch, typename Terms, typename GroupBound>
-void bounds_of_all(const float* q, int n_head, KvHeadGroups heads, std::span<const SignUnit> units,
+void bounds_of_all(const float* q, int n_head, KvHeadGroups heads, RowScore score, std::span<const SignUnit> units,
                    const BoundLayout& layout, const Sketch& signs, float* bounds, ThreadPool* pool, Terms terms,
                    GroupBound group_bound) {
   const HeadSpan kv = heads.kv_heads(layout.n_kv_heads);
@@ -613,7 +626,7 @@ void bounds_of_all(const float* q, int n_head, KvHeadGroups heads, std::span<con
   const int64_t cost_per_row =
       static_cast<int64_t>(kv.end - kv.begin) * (n_head / layout.n_kv_heads) * layout.head_dim;
   if (pool == nullptr || pool->n_ranges_for(rows_before[n], cost_per_row) <= 1) {
-    bounds_of_units(q, n_head, kv, units, 0, n, layout, signs, bounds, terms, group_bound);
+    bounds_of_units(q, n_head, kv, units, 0, n, layout, signs, bounds, score, terms, group_bound);
     return;
   }
   // The first unit whose rows start at or after row r.
@@ -622,7 +635,7 @@ void bounds_of_all(const float* q, int n_head, KvHeadGroups heads, std::span<con
   };
   pool->parallel_for(rows_before[n], cost_per_row, [&](int64_t r0, int64_t r1, int) {
     bounds_of_units(q, n_head, kv, units, unit_at(r0), r1 == rows_before[n] ? n : unit_at(r1), layout, signs,
-                    bounds, terms, group_bound);
+                    bounds, score, terms, group_bound);
   });
 }
 
@@ -634,7 +647,7 @@ namespace {
 
 template <typename Sketch>
 void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                     const Sketch& signs, float* bounds, KvHeadGroups heads) {
+                     const Sketch& signs, float* bounds, KvHeadGroups heads, RowScore score) {
   const int hd = layout.head_dim;
   const int group = n_head / layout.n_kv_heads;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
@@ -655,7 +668,7 @@ void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit>
           const bool set = sign_bit(signs, t, kv_head, c);
           const double lo = set ? mnc : std::max(0.0f, mnc);
           const double hi = set ? std::min(0.0f, mxc) : mxc;
-          b += std::max(q[c] * lo, q[c] * hi);
+          b += score == RowScore::kUpper ? std::max(q[c] * lo, q[c] * hi) : q[c] * (lo + hi) / 2.0;
         }
         best = std::max(best, b);
       }
@@ -667,13 +680,13 @@ void sign_bounds_ref(const float* q_heads, int n_head, std::span<const SignUnit>
 }  // namespace
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds, KvHeadGroups heads) {
-  sign_bounds_ref(q, n_head, units, layout, signs, bounds, heads);
+                 const SignSketch& signs, float* bounds, KvHeadGroups heads, RowScore score) {
+  sign_bounds_ref(q, n_head, units, layout, signs, bounds, heads, score);
 }
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds, KvHeadGroups heads) {
-  sign_bounds_ref(q, n_head, units, layout, signs, bounds, heads);
+                 const SignSlices& signs, float* bounds, KvHeadGroups heads, RowScore score) {
+  sign_bounds_ref(q, n_head, units, layout, signs, bounds, heads, score);
 }
 
 }  // namespace ref
@@ -697,32 +710,32 @@ void slice_signs(const uint32_t* row_words, int64_t row0, int64_t n_rows, int n_
 }
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads) {
+                 const SignSlices& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads, RowScore score) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx512) {
-    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms_avx512, slices_bounds_avx512);
+    bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms_avx512, slices_bounds_avx512);
     return;
   }
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_avx2>,
+    bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms<channel_terms_avx2>,
                   slices_bounds_avx2);
     return;
   }
 #endif
-  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_scalar>,
+  bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms<channel_terms_scalar>,
                 group_bound_scalar<SignSlices>);
 }
 
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads) {
+                 const SignSketch& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads, RowScore score) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {
-    bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_avx2>,
+    bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms<channel_terms_avx2>,
                   group_bounds_avx2);
     return;
   }
 #endif
-  bounds_of_all(q, n_head, heads, units, layout, signs, bounds, pool, group_terms<channel_terms_scalar>,
+  bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms<channel_terms_scalar>,
                 group_bound_scalar<SignSketch>);
 }
 

@@ -65,6 +65,14 @@ struct SignSlices {
   bool bit(int64_t row, int kv_head, int c) const { return (slice(row / 64, kv_head)[c] >> (row % 64)) & 1u; }
 };
 
+// What a unit's value is, per row the largest: each row's upper bound on q.k (the header comment),
+// or its midpoint estimate, q.k with each channel of the row's key at the middle of its cut
+// interval, (lo_tc + hi_tc) / 2. The midpoint is the key quantized to one bit a channel, the
+// box's two halves the levels: not a bound, but without the bound's slack, which grows with each
+// channel's interval and so ranks wide boxes above the keys that attention reads. It never
+// exceeds the upper bound, and equals q.k where the box is the row itself.
+enum class RowScore { kUpper, kMidpoint };
+
 // Words of a SignSlices for n_rows rows: ceil(n_rows / 64) * n_kv_heads * head_dim.
 inline int64_t sign_slice_words(int64_t n_rows, int n_kv_heads, int head_dim) {
   return (n_rows + 63) / 64 * n_kv_heads * static_cast<int64_t>(head_dim);
@@ -116,10 +124,10 @@ struct KvHeadGroups {
 // (whose kv heads share cache lines) are read once a step, not once a head. With a pool, the
 // units are split among its threads in runs of about equal rows (the bounds are the same
 // either way). The dispatched path sums in float (AVX2+FMA where the CPU has it and
-// head_dim % 8 == 0, else scalar).
+// head_dim % 8 == 0, else scalar). RowScore::kMidpoint gives the rows' midpoint estimates instead.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSketch& signs, float* bounds, ThreadPool* pool = nullptr,
-                 KvHeadGroups heads = KvHeadGroups::all());
+                 KvHeadGroups heads = KvHeadGroups::all(), RowScore score = RowScore::kUpper);
 
 // The AVX-512 path over sliced signs sums in whole steps: per query head and box, each channel's
 // term N_c - P_c (the header comment) is rounded up to a multiple of the head's largest |N_c - P_c|
@@ -134,15 +142,17 @@ inline constexpr float kSignTermSteps = 4094.0f;
 // bounds as the reference up to float rounding.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
                  const SignSlices& signs, float* bounds, ThreadPool* pool = nullptr,
-                 KvHeadGroups heads = KvHeadGroups::all());
+                 KvHeadGroups heads = KvHeadGroups::all(), RowScore score = RowScore::kUpper);
 
 namespace ref {
 // Plain loops in double, head by head, each row's interval cut from its bits: what the
 // dispatched versions are tested against.
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSketch& signs, float* bounds, KvHeadGroups heads = KvHeadGroups::all());
+                 const SignSketch& signs, float* bounds, KvHeadGroups heads = KvHeadGroups::all(),
+                 RowScore score = RowScore::kUpper);
 void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, const BoundLayout& layout,
-                 const SignSlices& signs, float* bounds, KvHeadGroups heads = KvHeadGroups::all());
+                 const SignSlices& signs, float* bounds, KvHeadGroups heads = KvHeadGroups::all(),
+                 RowScore score = RowScore::kUpper);
 }  // namespace ref
 
 }  // namespace leoam::sparse

@@ -319,6 +319,33 @@ TEST(LeoamPolicy, NormalizesPerKvHead) {
   EXPECT_EQ(s.ranges, (Ranges{{4, 8}, {20, 24}}));
 }
 
+// With fine_midpoint, the fine layers rank by the rows' midpoint estimates, the others by their
+// bounds. q = (1, 1);
+// chunk 2's keys are (1, 1): q.k = 2, its box a point, bound and midpoint 2. Chunk 4's rows
+// alternate (3, -2) and (-2, 3): q.k = 1, but its box [-2, 3] in each channel, cut by a row's
+// signs to [0, 3] x [-2, 0], bounds q.k by 3, with midpoint 1.5 - 1 = 0.5. A budget of one
+// chunk takes chunk 4 by bound, chunk 2 (the keys attention prefers) by midpoint.
+TEST(LeoamPolicy, FineMidpointRanksTheFineLayersByTheRowsMidpoints) {
+  testing_util::KeysCatalog catalog(4, 1, 2);
+  catalog.with_key_signs();
+  catalog.set_keys(0, 32, {0, 0});
+  catalog.set_keys(8, 12, {1, 1});
+  for (int64_t p = 16; p < 20; p += 2) {
+    catalog.set_keys(p, p + 1, {3, -2});
+    catalog.set_keys(p + 1, p + 2, {-2, 3});
+  }
+  const std::vector<float> q = {1, 1};
+  PolicyOptions options;
+  options.adaptive = false;  // the store's fixed chunks
+  options.desert = false;
+  SelectionQuery fine = make_query(q, 1, 1, 2, 4);
+  fine.layer = 0;
+  EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{16, 20}}));  // the default
+  options.fine_midpoint = true;
+  EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{8, 12}}));
+  EXPECT_EQ(select_ok(*policy("leoam", options), make_query(q, 1, 1, 2, 4), catalog).ranges, (Ranges{{16, 20}}));
+}
+
 // Desert fixture: q0 = (10, 0), q1 = (0, 10); sink and recent keys (1, 1), bound 10 for both
 // heads; far keys 0. Per head, m = 10, near_lower = 8 tokens * e^0 = 8 and
 // far_upper = 24 * e^-10 = 0.0011 < 0.01 * 8: a desert for both heads.

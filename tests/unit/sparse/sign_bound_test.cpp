@@ -6,6 +6,8 @@
 // update_abstract built, the bound is at least every row's q.k, at most the box bound, and equal
 // to q.k for a one-row unit whose box is the row itself. The AVX-512 sliced path sums in steps
 // (sign_bound.h): its bounds may lie up to head_dim steps above those (step_slack), never below.
+// The rows' midpoint estimates (RowScore::kMidpoint) against the same reference, under the bound,
+// nearer the keys than the bound, and exact for a one-row box.
 // Units' boxes are f16 (box_f16.h); those of f16 keys hold their exact extremes.
 #include "sparse/sign_bound.h"
 
@@ -110,18 +112,23 @@ struct Chunks {
   }
 };
 
-// The most the AVX-512 sliced path's steps (sign_bound.h) may add to query head q's bound
-// against kv head `kv_head` of `box`: head_dim steps of its largest term over kSignTermSteps.
-// Every other path and layout sums exactly (0).
-double step_slack(bool sliced, const float* q, const uint16_t* box, int kv_head, const BoundLayout& layout) {
+// The most the AVX-512 sliced path's steps (sign_bound.h) may add to query head q's value
+// against kv head `kv_head` of `box`: head_dim steps of its largest term |N_c - P_c| over
+// kSignTermSteps, the terms of `score`. Every other path and layout sums exactly (0).
+double step_slack(bool sliced, const float* q, const uint16_t* box, int kv_head, const BoundLayout& layout,
+                  RowScore score = RowScore::kUpper) {
   if (!sliced || cpu_path() < CpuPath::kAvx512) return 0.0;
   const uint16_t* mn = box + static_cast<int64_t>(kv_head) * layout.head_dim;
   const uint16_t* mx = mn + static_cast<int64_t>(layout.n_kv_heads) * layout.head_dim;
   double largest = 0.0;
   for (int c = 0; c < layout.head_dim; ++c) {
-    const double term = q[c] >= 0.0f ? q[c] * std::max(0.0f, f16_to_f32(mx[c]))
-                                     : -q[c] * std::max(0.0f, -f16_to_f32(mn[c]));
-    largest = std::max(largest, term);
+    const double lo = f16_to_f32(mn[c]);
+    const double hi = f16_to_f32(mx[c]);
+    // The bit-clear interval [max(0, lo), hi] and the bit-set one [lo, min(0, hi)].
+    const double clear_lo = std::max(0.0, lo), set_hi = std::min(0.0, hi);
+    const double p = score == RowScore::kUpper ? std::max(q[c] * clear_lo, q[c] * hi) : q[c] * (clear_lo + hi) / 2;
+    const double n = score == RowScore::kUpper ? std::max(q[c] * lo, q[c] * set_hi) : q[c] * (lo + set_hi) / 2;
+    largest = std::max(largest, std::fabs(n - p));
   }
   return layout.head_dim * largest / kSignTermSteps;
 }
@@ -134,11 +141,12 @@ constexpr Layout kLayouts[] = {Layout::kRows, Layout::kSlices};
 const char* name(Layout l) { return l == Layout::kRows ? "rows" : "slices"; }
 
 void bounds_of(const Chunks& c, Layout l, const float* q, int n_head, std::span<const SignUnit> units, float* out,
-               ThreadPool* pool = nullptr, KvHeadGroups heads = KvHeadGroups::all()) {
+               ThreadPool* pool = nullptr, KvHeadGroups heads = KvHeadGroups::all(),
+               RowScore score = RowScore::kUpper) {
   if (l == Layout::kRows) {
-    sign_bounds(q, n_head, units, c.layout(), c.sketch(), out, pool, heads);
+    sign_bounds(q, n_head, units, c.layout(), c.sketch(), out, pool, heads, score);
   } else {
-    sign_bounds(q, n_head, units, c.layout(), c.sliced(), out, pool, heads);
+    sign_bounds(q, n_head, units, c.layout(), c.sliced(), out, pool, heads, score);
   }
 }
 
@@ -236,23 +244,27 @@ TEST_P(SignBound, MatchesReference) {
       std::vector<float> q(static_cast<size_t>(n_head * head_dim));
       for (float& x : q) x = dist(rng);
       const size_t n = units.size();
-      std::vector<float> want(n_head * n), want_sliced(n_head * n);
-      ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sketch(), want.data());
-      ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sliced(), want_sliced.data());
-      ASSERT_EQ(want_sliced, want);  // the same bits, either layout
-      for (Layout l : kLayouts) {
-        std::vector<float> got(n_head * n);
-        bounds_of(c, l, q.data(), n_head, units, got.data());
-        for (int h = 0; h < n_head; ++h) {
-          const float* qh = q.data() + h * head_dim;
-          const int kv = h / (n_head / 2);
-          for (size_t u = 0; u < n; ++u) {
-            const double tol = kSignRelTol * magnitude(qh, units[u].box, kv, c.layout());
-            const double slack = step_slack(l == Layout::kSlices, qh, units[u].box, kv, c.layout());
-            ASSERT_GE(got[h * n + u], want[h * n + u] - tol)
-                << name(l) << ", " << n_head << " heads: head " << h << " unit " << u;
-            ASSERT_LE(got[h * n + u], want[h * n + u] + tol + slack)
-                << name(l) << ", " << n_head << " heads: head " << h << " unit " << u;
+      for (RowScore score : {RowScore::kUpper, RowScore::kMidpoint}) {
+        const char* what = score == RowScore::kUpper ? "upper" : "midpoint";
+        std::vector<float> want(n_head * n), want_sliced(n_head * n);
+        ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sketch(), want.data(), KvHeadGroups::all(), score);
+        ref::sign_bounds(q.data(), n_head, units, c.layout(), c.sliced(), want_sliced.data(), KvHeadGroups::all(),
+                         score);
+        ASSERT_EQ(want_sliced, want);  // the same bits, either layout
+        for (Layout l : kLayouts) {
+          std::vector<float> got(n_head * n);
+          bounds_of(c, l, q.data(), n_head, units, got.data(), nullptr, KvHeadGroups::all(), score);
+          for (int h = 0; h < n_head; ++h) {
+            const float* qh = q.data() + h * head_dim;
+            const int kv = h / (n_head / 2);
+            for (size_t u = 0; u < n; ++u) {
+              const double tol = kSignRelTol * magnitude(qh, units[u].box, kv, c.layout());
+              const double slack = step_slack(l == Layout::kSlices, qh, units[u].box, kv, c.layout(), score);
+              ASSERT_GE(got[h * n + u], want[h * n + u] - tol)
+                  << what << ", " << name(l) << ", " << n_head << " heads: head " << h << " unit " << u;
+              ASSERT_LE(got[h * n + u], want[h * n + u] + tol + slack)
+                  << what << ", " << name(l) << ", " << n_head << " heads: head " << h << " unit " << u;
+            }
           }
         }
       }
@@ -372,6 +384,38 @@ TEST_P(SignBound, BoundsEveryRowAndTightensTheBox) {
   }
 }
 
+// The midpoint estimate never exceeds the bound, and it lies nearer the keys q.k than the bound
+// does: on Gaussian keys in 8-token boxes, its error against the best row's q.k is a fraction
+// of the bound's slack.
+TEST_P(SignBound, MidpointLiesUnderTheBoundAndNearerTheKeys) {
+  std::mt19937 rng(21);
+  constexpr int kChunks = 16, kTokens = 8, kHeadDim = 64, kHeads = 4;
+  const Chunks c(2, kHeadDim, kTokens, kChunks, rng);
+  std::vector<SignUnit> units;
+  for (int i = 0; i < kChunks; ++i) units.push_back({{i * kTokens, (i + 1) * kTokens}, c.box16(i)});
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(kHeads * kHeadDim));
+  for (float& x : q) x = dist(rng);
+  for (Layout l : kLayouts) {
+    std::vector<float> upper(kHeads * kChunks), mid(kHeads * kChunks);
+    bounds_of(c, l, q.data(), kHeads, units, upper.data());
+    bounds_of(c, l, q.data(), kHeads, units, mid.data(), nullptr, KvHeadGroups::all(), RowScore::kMidpoint);
+    double mid_error = 0.0, upper_slack = 0.0;
+    for (int h = 0; h < kHeads; ++h) {
+      const float* qh = q.data() + h * kHeadDim;
+      for (int i = 0; i < kChunks; ++i) {
+        const double slack = step_slack(l == Layout::kSlices, qh, c.box16(i), h / 2, c.layout(), RowScore::kMidpoint);
+        EXPECT_LE(mid[h * kChunks + i], upper[h * kChunks + i] + slack) << name(l) << " head " << h << " chunk " << i;
+        double best = -std::numeric_limits<double>::infinity();
+        for (int64_t t = units[i].rows.begin; t < units[i].rows.end; ++t) best = std::max(best, c.dot(qh, t, h / 2));
+        mid_error += std::fabs(mid[h * kChunks + i] - best);
+        upper_slack += upper[h * kChunks + i] - best;
+      }
+    }
+    EXPECT_LT(mid_error, 0.5 * upper_slack) << name(l);
+  }
+}
+
 TEST_P(SignBound, OneRowWithItsOwnBoxIsExact) {
   std::mt19937 rng(13);
   const Chunks c(1, 64, 1, 5, rng);  // chunks of one row: each box is that row's key
@@ -381,13 +425,15 @@ TEST_P(SignBound, OneRowWithItsOwnBoxIsExact) {
   for (int i = 0; i < 5; ++i) {
     const SignUnit u{{i, i + 1}, c.box16(i)};
     for (Layout l : kLayouts) {
-      float b = 0.0f;
-      bounds_of(c, l, q.data(), 1, {&u, 1}, &b);
-      const double tol = kSignRelTol * magnitude(q.data(), c.box16(i), 0, c.layout());
-      const double exact = c.dot(q.data(), i, 0);
-      EXPECT_GE(b, exact - tol) << name(l) << " " << i;
-      EXPECT_LE(b, exact + tol + step_slack(l == Layout::kSlices, q.data(), c.box16(i), 0, c.layout()))
-          << name(l) << " " << i;
+      for (RowScore score : {RowScore::kUpper, RowScore::kMidpoint}) {
+        float b = 0.0f;
+        bounds_of(c, l, q.data(), 1, {&u, 1}, &b, nullptr, KvHeadGroups::all(), score);
+        const double tol = kSignRelTol * magnitude(q.data(), c.box16(i), 0, c.layout());
+        const double exact = c.dot(q.data(), i, 0);
+        EXPECT_GE(b, exact - tol) << name(l) << " " << i;
+        EXPECT_LE(b, exact + tol + step_slack(l == Layout::kSlices, q.data(), c.box16(i), 0, c.layout(), score))
+            << name(l) << " " << i;
+      }
     }
   }
 }
