@@ -45,7 +45,9 @@ struct ForwardOptions {
   // forecast for layer l + 1 (its query speculated from layer l's input through layer l + 1's
   // attention norm and query projection, as InfiniGen does) has the store read that layer's
   // chunks ahead (KvCache::read_ahead). Layer l + 1 still selects with its own query, so the
-  // tokens are those of an unpipelined decode; what the forecast missed is read then.
+  // tokens are those of an unpipelined decode; what the forecast missed is read then. Without a
+  // selector (full attention) there is nothing to forecast: layer l + 1's whole past is read
+  // ahead while layer l attends and computes, FlexGen's schedule.
   bool pipeline = false;
   // With pipeline: each decode step runs pipelined or not as PipelineChoice picks from the step
   // times measured (`--pipeline auto`): the pipeline where it pays, not where it costs.

@@ -549,12 +549,11 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   float* xn = xn_.data();
   embed(tokens.data(), n, x);
   selected_.resize(static_cast<size_t>(n));
-  // With two rows or more a thread, each with a selector, the rows' selections and attention run
-  // side by side, a row per pool thread at a time (select_and_attend_across_rows): within one row
-  // they keep 2 threads poorly busy (the Llama-3-8B shape, batch 8 on 2 cores: -t 2 took 0.81x
-  // -t 1's selection time and 0.84x its attention time).
-  bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
-  for (int64_t i = 0; i < n; ++i) across_rows = across_rows && batch[i].seq.selector != nullptr;
+  // With two rows or more a thread, the rows' selections and attention run side by side, a row
+  // per pool thread at a time (select_and_attend_across_rows): within one row they keep 2 threads
+  // poorly busy (the Llama-3-8B shape, batch 8 on 2 cores: -t 2 took 0.81x -t 1's selection time
+  // and 0.84x its attention time).
+  const bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
   for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
     kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
@@ -571,9 +570,9 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       const TraceSpan span(trace, "qkv", "compute", il, positions[0]);
       project_qkv(L, xn, n, positions[0], positions.data());
     }
-    // Each row's own sequence: its store and its selection, whose disk reads go to the store's
-    // read-ahead (a no-op for a store without one: its gather reads them); then each row's
-    // attention. So one sequence's reads overlap the selections and attention of the rows after
+    // Each row's own sequence: its store and its selection (without a selector, every position),
+    // whose disk reads go to the store's read-ahead (a no-op for a store without one: its gather
+    // reads them); then each row's attention. So one sequence's reads overlap the selections and attention of the rows after
     // and before it, and the selections are those of rows decoded one at a time.
     for (int64_t i = 0; i < n; ++i) {
       const DecodeSequence& seq = batch[i].seq;
@@ -589,17 +588,18 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
     } else {
       for (int64_t i = 0; i < n; ++i) {
         const DecodeSequence& seq = batch[i].seq;
-        if (seq.selector == nullptr) continue;
-        LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, il, positions[i], q_.data() + i * n_q, trace));
+        if (seq.selector == nullptr) {
+          selected_[i] = {TokenRange{0, positions[i] + 1}};
+        } else {
+          LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, il, positions[i], q_.data() + i * n_q, trace));
+        }
         if (n > 1) LEOAM_RETURN_IF_ERROR(seq.kv->read_ahead(il, selected_[i]));
       }
       for (int64_t i = 0; i < n; ++i) {
         const DecodeSequence& seq = batch[i].seq;
         const float* q = q_.data() + i * n_q;
         float* out = attn_.data() + i * n_q;
-        LEOAM_RETURN_IF_ERROR(seq.selector == nullptr
-                                  ? attend(seq, il, positions[i], 1, q, out, trace)
-                                  : attend_selected(seq, il, positions[i], q, out, selected_[i], *pool_, key_mass_, trace));
+        LEOAM_RETURN_IF_ERROR(attend_selected(seq, il, positions[i], q, out, selected_[i], *pool_, key_mass_, trace));
       }
     }
     {
@@ -664,7 +664,11 @@ Status LlamaForward::select_and_attend_across_rows(std::span<const BatchToken> b
     const TraceSpan span(trace, "select", "selection", layer, positions[0]);
     LEOAM_RETURN_IF_ERROR(each_row([&](int64_t i, int) -> Status {
       const DecodeSequence& seq = batch[i].seq;
-      LEOAM_ASSIGN_OR_RETURN(selected_[i], seq.selector->select(layer, positions[i], q_.data() + i * n_q, *inline_pool_));
+      if (seq.selector == nullptr) {
+        selected_[i] = {TokenRange{0, positions[i] + 1}};
+      } else {
+        LEOAM_ASSIGN_OR_RETURN(selected_[i], seq.selector->select(layer, positions[i], q_.data() + i * n_q, *inline_pool_));
+      }
       return seq.kv->read_ahead(layer, selected_[i]);
     }));
   }
@@ -686,7 +690,9 @@ Status LlamaForward::attend_selected(const DecodeSequence& seq, int layer, int64
                                      std::span<const TokenRange> ranges, ThreadPool& pool, std::vector<float>& key_mass,
                                      Trace* trace) {
   const TraceSpan span(trace, "attention", "attention", layer, pos);
-  if (!seq.selector->needs().attention_mass) return attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool);
+  if (seq.selector == nullptr || !seq.selector->needs().attention_mass) {
+    return attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool);
+  }
   int64_t n_keys = 0;
   for (const TokenRange& r : ranges) n_keys += r.size();
   key_mass.resize(static_cast<size_t>(n_keys));
@@ -744,6 +750,9 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   const TraceSpan step_span(trace, "decode step", "decode", -1, pos0);
   const bool choose = decode && options_.pipeline && options_.pipeline_auto && selector != nullptr;
   const bool pipelined = decode && options_.pipeline && selector != nullptr && (!choose || pipeline_choice_.next());
+  // Full attention in the pipeline reads the next layer's past ahead from the start of this
+  // layer's attention (ForwardOptions::pipeline), as far as the store's staging holds.
+  const bool read_all_ahead = decode && options_.pipeline && selector == nullptr;
   const auto step_start = std::chrono::steady_clock::now();
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
@@ -756,6 +765,11 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
+    if (read_all_ahead && il + 1 < hp_.n_layer) {
+      // The step's own KV of layer + 1 is not stored yet: its past is [0, pos0).
+      const TokenRange past{0, pos0};
+      LEOAM_RETURN_IF_ERROR(seq_.kv->read_ahead(il + 1, {&past, 1}));
+    }
     LEOAM_RETURN_IF_ERROR(attend(seq_, il, pos0, n, q_.data(), attn_.data(), trace));
     {
       const TraceSpan span(trace, "attn_output", "compute", il, pos0);

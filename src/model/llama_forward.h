@@ -107,7 +107,7 @@ class LlamaForward final : public ForwardContext {
   // asks), else every visible position. Its spans go to `trace` (may be null).
   Status attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out, Trace* trace);
   // attend's two halves for a decode row with a selector: the positions it picks, then the
-  // attention over them.
+  // attention over them (attend_selected also serves a row without one, over the ranges given).
   Result<std::vector<TokenRange>> select_row(const DecodeSequence& seq, int layer, int64_t pos, const float* q,
                                              Trace* trace);
   // (over `pool`, the attention mass into key_mass when the selector watches it).
@@ -116,7 +116,8 @@ class LlamaForward final : public ForwardContext {
                          Trace* trace);
   // decode_rows' selection and attention of one layer with the rows side by side: each pool
   // thread takes whole rows, one at a time, and runs each single-threaded (inline_pool_). The
-  // selections and the attention are those of the rows decoded alone.
+  // selections and the attention are those of the rows decoded alone (a row without a selector
+  // attends every position), each row's reads handed to its store's read-ahead.
   Status select_and_attend_across_rows(std::span<const BatchToken> batch, int layer, std::span<const int64_t> positions);
   // decode_batch's step, its rows checked: tokens and positions per row.
   Status decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,

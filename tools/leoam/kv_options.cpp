@@ -89,8 +89,9 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
                  "with --kv-dir, decode in a pipeline: while a layer computes, the next layer's selection is made "
                  "from a query speculated from this layer's input, and its chunks are read from disk on an I/O "
                  "thread; the next layer still selects with its own query (the same tokens), and reads what the "
-                 "speculation missed; auto: each step pipelined or not, whichever the recent steps ran faster "
-                 "(one step in 16 tries the other)")
+                 "speculation missed (with --policy full, the next layer's whole past is read ahead, as far as "
+                 "--read-ahead-mb holds); auto: each step pipelined or not, whichever the recent steps ran faster "
+                 "(one step in 16 tries the other; full reads ahead in every step)")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->needs(dir)

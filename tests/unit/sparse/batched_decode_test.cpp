@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kv/memory_kv_cache.h"
@@ -204,6 +205,59 @@ TEST_F(BatchedDecodeTest, RowsSideBySideSelectAndAttendAsAlone) {
     EXPECT_GT(st.read_ahead.jobs, 0u);
     EXPECT_EQ(st.read_ahead.chunks_used, st.read_ahead.chunks_staged);
     EXPECT_EQ(st.read_ahead.chunks_missed, 0u);
+  }
+}
+
+// Full attention in a batch reads like a sparse policy's rows: each row's whole past goes to its
+// store's read-ahead, on one thread and with the rows side by side on two (four rows), and each
+// row gets the logits it gets alone, its disk chunks all from the staging.
+TEST_F(BatchedDecodeTest, FullRowsReadTheirPastAheadAsSparseRowsDo) {
+  std::mt19937 rng(6);
+  const size_t lengths[] = {180, 120, 150, 100};
+  std::vector<std::vector<int32_t>> prompts, steps;
+  for (size_t n : lengths) {
+    prompts.push_back(random_tokens(n, rng));
+    steps.push_back(random_tokens(4, rng));
+  }
+  std::vector<std::vector<std::vector<float>>> alone(std::size(lengths));
+  for (size_t i = 0; i < std::size(lengths); ++i) {
+    auto ctx = context(nullptr, tiered("alone" + std::to_string(i)));
+    std::vector<float> logits;
+    ASSERT_TRUE(ctx->eval(prompts[i], false, logits).is_ok());
+    for (int32_t tok : steps[i]) {
+      const int32_t one[1] = {tok};
+      ASSERT_TRUE(ctx->eval(one, false, logits).is_ok());
+      alone[i].push_back(logits);
+    }
+  }
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    auto ctx = context(nullptr, memory_cache(), threads);
+    std::vector<std::unique_ptr<TieredKvCache>> stores;
+    for (size_t i = 0; i < std::size(lengths); ++i) {
+      TieredKvCacheOptions o = tiered_options("full" + std::to_string(threads) + "_" + std::to_string(i), 4);
+      o.read_ahead_bytes = uint64_t{1} << 20;
+      stores.push_back(std::move(TieredKvCache::create(o)).value());
+      std::vector<float> logits;
+      ASSERT_TRUE(ctx->eval_sequence({stores[i].get(), nullptr}, prompts[i], false, logits).is_ok());
+    }
+    const auto n_vocab = static_cast<size_t>(spec_.n_vocab);
+    for (size_t s = 0; s < 4; ++s) {
+      std::vector<BatchToken> all;
+      for (size_t i = 0; i < std::size(lengths); ++i) all.push_back({steps[i][s], {stores[i].get(), nullptr}});
+      std::vector<float> logits;
+      ASSERT_TRUE(ctx->decode_batch(all, logits).is_ok());
+      for (size_t i = 0; i < std::size(lengths); ++i) {
+        const std::vector<float> row(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+        EXPECT_LT(rel_diff(row, alone[i][s]), 1e-4) << "step " << s << " sequence " << i;
+      }
+    }
+    for (const auto& store : stores) {
+      const KvStats st = store->stats();
+      EXPECT_GT(st.read_ahead.chunks_staged, 0u);
+      EXPECT_EQ(st.read_ahead.chunks_used, st.read_ahead.chunks_staged);
+      EXPECT_EQ(st.read_ahead.chunks_missed, 0u);
+    }
   }
 }
 

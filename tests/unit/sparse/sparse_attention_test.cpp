@@ -535,6 +535,54 @@ TEST_F(LeoamStoreTest, APipelinedDecodeComputesAsAnUnpipelinedOne) {
   EXPECT_LE(piped.read_ahead.chunks_used, piped.read_ahead.chunks_staged);
 }
 
+// Full attention in the pipeline reads each next layer's past ahead while this layer attends
+// (FlexGen's schedule): the logits are the unpipelined decode's, the disk bytes read are the same,
+// and layer 1's disk chunks come from the staging, every one staged used. One is missed in these
+// 6 steps: a chunk that leaves the recent window goes to disk in layer 1 after that layer's read
+// ahead began.
+TEST_F(SparseForwardTest, FullAttentionReadsTheNextLayerAheadInThePipeline) {
+  struct Out {
+    std::vector<std::vector<float>> rows;
+    KvStats stats;
+  };
+  const auto run = [&](bool pipeline) {
+    Out out;
+    TieredKvCacheOptions t = tiered_options(pipeline ? "piped" : "plain", 0);
+    t.read_ahead_bytes = pipeline ? uint64_t{1} << 20 : 0;
+    auto kv = TieredKvCache::create(t);
+    EXPECT_TRUE(kv.is_ok()) << kv.status().message();
+    if (!kv.is_ok()) return out;
+    TieredKvCache* store = kv->get();
+    ForwardOptions fo;
+    fo.n_threads = 1;
+    fo.n_batch = 64;
+    fo.pipeline = pipeline;
+    auto ctx = LlamaForward::create(*model_, fo, std::move(kv).value());
+    EXPECT_TRUE(ctx.is_ok());
+    if (!ctx.is_ok()) return out;
+    std::mt19937 rng(8);
+    std::vector<float> logits;
+    EXPECT_TRUE((*ctx)->eval(random_tokens(200, rng), false, logits).is_ok());
+    for (int step = 0; step < 6; ++step) {
+      const int32_t one[1] = {random_tokens(1, rng)[0]};
+      EXPECT_TRUE((*ctx)->eval(one, false, logits).is_ok());
+      out.rows.push_back(logits);
+    }
+    out.stats = store->stats();
+    return out;
+  };
+  const Out plain = run(false);
+  const Out piped = run(true);
+  ASSERT_EQ(piped.rows.size(), 6u);
+  for (size_t step = 0; step < 6; ++step) expect_logits_near(piped.rows[step], plain.rows[step]);
+  EXPECT_EQ(plain.stats.read_ahead.jobs, 0u);
+  EXPECT_EQ(piped.stats.read_ahead.jobs, 6u);  // layer 1 of each step; layer 0 has no layer before it
+  EXPECT_GT(piped.stats.read_ahead.chunks_staged, 0u);
+  EXPECT_EQ(piped.stats.read_ahead.chunks_used, piped.stats.read_ahead.chunks_staged);
+  EXPECT_EQ(piped.stats.read_ahead.chunks_missed, 1u);
+  EXPECT_EQ(piped.stats[Tier::kDisk].bytes_read, plain.stats[Tier::kDisk].bytes_read);
+}
+
 TEST_F(SparseForwardTest, APromptAttendsInFullHoweverItsBatchesFall) {
   // 2 batches of 32 and one token more: that token must not run as a decode step.
   std::mt19937 rng(5);
