@@ -33,7 +33,15 @@ StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip, int64_t c
                                      [](double ts, const Trace::Event* s) { return ts < s->ts_us; });
     return it != steps.begin() && e.ts_us + e.dur_us <= (*(it - 1))->ts_us + (*(it - 1))->dur_us;
   };
+  // The compute thread's parts; the reads, waits and decoding inside one of them (attention's
+  // gathers; an append that waits for its layer's read-ahead, inside "qkv") are taken out of it.
+  struct Part {
+    double t0 = 0, t1 = 0;
+    double* ms = nullptr;
+  };
   double attention = 0.0;
+  std::vector<Part> parts;
+  std::vector<const Trace::Event*> inner;  // reads, waits and decoding
   for (const Trace::Event& e : events) {
     if (!in_step(e)) continue;
     const double ms = e.dur_us / 1000.0;
@@ -41,22 +49,37 @@ StepBreakdown summarize_decode_steps(const Trace& trace, int64_t skip, int64_t c
       if (is(e, "read ahead")) b.read_ahead_ms += ms;
       continue;
     }
+    double* part = nullptr;
     if (is(e, "qkv") || is(e, "attn_output") || is(e, "ffn")) {
-      b.weights_ms += ms;
+      part = &b.weights_ms;
     } else if (is(e, "select") || is(e, "speculate next layer")) {
-      b.selection_ms += ms;
+      part = &b.selection_ms;
+    } else if (is(e, "attention")) {
+      part = &attention;
     } else if (is(e, "disk read") || is(e, "wait for read-ahead")) {
       b.io_wait_ms += ms;
+      inner.push_back(&e);
     } else if (is(e, "decode chunks")) {
       b.decode_ms += ms;
-    } else if (is(e, "attention")) {
-      attention += ms;
+      inner.push_back(&e);
     } else if (is(e, "decode step")) {
       b.step_ms += ms;
     }
+    if (part != nullptr) {
+      *part += ms;
+      parts.push_back({e.ts_us, e.ts_us + e.dur_us, part});
+    }
   }
-  // Reads, waits and decoding happen inside attention's gathers.
-  b.attention_ms = std::max(0.0, attention - b.io_wait_ms - b.decode_ms);
+  std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.t0 < b.t0; });
+  for (const Trace::Event* e : inner) {
+    // The last part starting at or before it, when it holds it.
+    const auto it = std::upper_bound(parts.begin(), parts.end(), e->ts_us,
+                                     [](double ts, const Part& p) { return ts < p.t0; });
+    if (it != parts.begin() && e->ts_us + e->dur_us <= (it - 1)->t1) *(it - 1)->ms -= e->dur_us / 1000.0;
+  }
+  b.attention_ms = std::max(0.0, attention);
+  b.weights_ms = std::max(0.0, b.weights_ms);
+  b.selection_ms = std::max(0.0, b.selection_ms);
   b.other_ms = std::max(0.0, b.step_ms - b.weights_ms - b.selection_ms - b.io_wait_ms - b.decode_ms - b.attention_ms);
   b.n_steps = static_cast<int64_t>(steps.size());
   const double n = static_cast<double>(b.n_steps);

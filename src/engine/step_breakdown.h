@@ -5,9 +5,12 @@
 //   selection   the policy's selection and the pipeline's speculation ("select", "speculate
 //               next layer")
 //   io_wait     disk reads the compute thread waited for: a gather's own reads ("disk read") and
-//               its waits for the read-ahead thread ("wait for read-ahead")
+//               its waits for the read-ahead thread ("wait for read-ahead"), wherever they fall
+//               (a layer's append waits for its read-ahead inside "qkv")
 //   decode      decoding compressed (int8/int4) chunks as they are gathered ("decode chunks")
 //   attention   the rest of attention ("attention" less the reads, waits and decoding inside it)
+//
+// Each of weights, selection and attention is less the reads, waits and decoding inside it.
 //   other       the rest of the step ("decode step" less all of the above)
 //
 // The read-ahead thread's own reads overlap the compute thread and are not part of a step's time;

@@ -13,6 +13,29 @@ namespace {
 using Clock = Trace::Clock;
 using std::chrono::microseconds;
 
+// A wait for the read-ahead inside "qkv" (a layer's append waits for its read-ahead to finish) and
+// a disk read inside "select" (a batch's rows read ahead as they select) are I/O waits, taken out of
+// the weights and the selection, as the reads inside attention are taken out of it.
+TEST(StepBreakdown, WaitsCountAsIoWhereverTheyFall) {
+  Trace trace;
+  const Clock::time_point t0 = Clock::now();
+  const auto at = [&](int us) { return t0 + microseconds(us); };
+  trace.record("decode step", "decode", at(0), at(10000));
+  trace.record("qkv", "compute", at(0), at(3000), 0);
+  trace.record("wait for read-ahead", "io", at(500), at(2500), 0);  // inside qkv
+  trace.record("select", "selection", at(3000), at(4000), 0);
+  trace.record("disk read", "io", at(3200), at(3600), 0);  // inside select
+  trace.record("attention", "attention", at(4000), at(7000), 0);
+  trace.record("disk read", "io", at(4000), at(5000), 0);  // inside attention
+  trace.record("ffn", "compute", at(7000), at(9000), 0);
+  const StepBreakdown b = summarize_decode_steps(trace, 0);
+  EXPECT_NEAR(b.weights_ms, 3.0, 1e-9);    // 3 + 2 less the 2 waited
+  EXPECT_NEAR(b.selection_ms, 0.6, 1e-9);  // 1 less the 0.4 read
+  EXPECT_NEAR(b.io_wait_ms, 3.4, 1e-9);
+  EXPECT_NEAR(b.attention_ms, 2.0, 1e-9);
+  EXPECT_NEAR(b.other_ms, 1.0, 1e-9);
+}
+
 // Two decode steps of 10 ms on the compute thread, with spans at known times, and a read on
 // another thread; the first step skipped: the second's parts, and what is left is "other".
 TEST(StepBreakdown, SplitsAStepIntoItsPartsAndSkipsTheFirst) {
