@@ -614,7 +614,8 @@ class LeoamPolicy final : public SelectionPolicy {
         log_total[j] = std::log(total);
         if (options_.group_combine == GroupCombine::kMax) {
           for (int64_t i = f0; i < f1; ++i) {
-            scores[i - f0] = std::max(scores[i - f0], static_cast<float>(query.scale * (v[i] - rank_m[j]) - log_total[j]));
+            scores[i - f0] =
+                std::max(scores[i - f0], static_cast<float>(query.scale * (v[i] - rank_m[j]) - log_total[j]));
           }
         } else {  // the group's attention mass on the unit, which is what a shared KV head serves
           for (int64_t i = f0; i < f1; ++i) sum[i - f0] += w[i] / total;

@@ -2,12 +2,20 @@
 // bound of its kv head's abstracts, normalized to its own best chunk; a chunk scores its best
 // rank over the heads, so a chunk that one head needs is kept even when the others prefer
 // different chunks.
+//
+// Quest keeps its pages' min/max metadata beside the KV, in accelerator memory, and reads only the
+// pages it picks. So does this policy: each store chunk's box, once the chunk is whole, is read
+// once from the catalog (from disk for a disk chunk) and kept in f16, rounded outward (box_f16.h),
+// counted in memory() and the --kv-meta-mb budget as leoam's trees are. A far chunk still being
+// filled is read again at each step.
 #include <algorithm>
 #include <limits>
 #include <memory>
 #include <vector>
 
+#include "kv/box_f16.h"
 #include "sparse/chunk_ranking.h"
+#include "sparse/policy_memory.h"
 #include "sparse/selection_policy.h"
 
 namespace leoam::sparse {
@@ -19,10 +27,10 @@ class QuestPolicy final : public SelectionPolicy {
       : source_(options.lka ? AbstractSource::kLka : AbstractSource::kKv) {}
 
   std::string_view name() const override { return "quest"; }
-  // Nothing between steps; a step holds the far chunks' abstracts, read again each time.
-  PolicyMemory memory() const override { return {0, peak_bytes_}; }
+  PolicyMemory memory() const override { return {kept_bytes(), peak_bytes_}; }
+  void reset() override { layers_.clear(); }
 
-  // Quest keeps no state: its forecast is its selection.
+  // The boxes it keeps change no later selection: its forecast is its selection.
   Result<std::optional<Selection>> predict(const SelectionQuery& query, KvCatalog& catalog) override {
     LEOAM_ASSIGN_OR_RETURN(Selection s, select(query, catalog));
     return std::optional<Selection>(std::move(s));
@@ -32,24 +40,71 @@ class QuestPolicy final : public SelectionPolicy {
     LEOAM_RETURN_IF_ERROR(check_query(query, catalog));
     Selection s;
     if (query.far.size() <= 0 || query.budget_tokens <= 0) return s;
-    const ChunkSpan far = chunks_overlapping(query.far, catalog.chunk_tokens());
-    LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts abstracts, load_span(catalog, query.layer, far, source_));
+    const int chunk_tokens = catalog.chunk_tokens();
+    const ChunkSpan far = chunks_overlapping(query.far, chunk_tokens);
+    const BoundLayout layout{catalog.catalog_kv_heads(), catalog.catalog_head_dim(),
+                             2 * static_cast<int64_t>(catalog.catalog_kv_heads()) * catalog.catalog_head_dim()};
+    if (layers_.size() <= static_cast<size_t>(query.layer)) layers_.resize(static_cast<size_t>(query.layer) + 1);
+    Kept& kept = layers_[static_cast<size_t>(query.layer)];
+    if (kept.boxes.empty() || far.i0 < kept.first) kept = Kept{far.i0, {}};
+    // Keep the boxes of the whole chunks up to the far span's end; those past them are read now.
+    const int64_t kept_end = kept.first + static_cast<int64_t>(kept.boxes.size()) / layout.chunk_stride;
+    const int64_t whole = std::min(far.i1, query.n_tokens / chunk_tokens);
+    if (whole > kept_end) {
+      LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts added, load_span(catalog, query.layer, {kept_end, whole}, source_));
+      // Exactly the boxes, no growth slack: what memory() counts is what they need.
+      const auto n = static_cast<size_t>((whole - kept.first) * layout.chunk_stride);
+      kept.boxes.reserve(n);
+      kept.boxes.resize(n);
+      for (int64_t i = kept_end; i < whole; ++i) {
+        round_box_outward(added.at(i), layout.chunk_stride, kept.box(i, layout));
+      }
+    }
+    const int64_t from_kept = std::min(far.i1, std::max(kept_end, whole));
+    std::vector<float> boxes(static_cast<size_t>(far.size() * layout.chunk_stride));
+    decode_box(kept.box(far.i0, layout), (from_kept - far.i0) * layout.chunk_stride, boxes.data());
+    uint64_t read_bytes = 0;
+    if (from_kept < far.i1) {
+      LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts rest, load_span(catalog, query.layer, {from_kept, far.i1}, source_));
+      std::copy(rest.data.begin(), rest.data.end(), boxes.begin() + (from_kept - far.i0) * layout.chunk_stride);
+      read_bytes = capacity_bytes(rest.data);
+    }
+
     const int group = query.n_head / query.n_head_kv;
     std::vector<float> bounds(static_cast<size_t>(far.size()));
     std::vector<float> scores(bounds.size(), -std::numeric_limits<float>::infinity());
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, abstracts.at(far.i0), far.size(),
-                   abstracts.layout, bounds.data());
+      chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes.data(), far.size(), layout,
+                   bounds.data());
       fold_normalized(bounds, query.scale, scores);
     }
-    s.ranges = pick_top_chunks(scores, far, query.far, catalog.chunk_tokens(), query.budget_tokens);
+    s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     s.n_chunks_scored = far.size();
-    peak_bytes_ = std::max(peak_bytes_, capacity_bytes(abstracts.data) + capacity_bytes(bounds) + capacity_bytes(scores));
+    peak_bytes_ = std::max(peak_bytes_, kept_bytes() + read_bytes + capacity_bytes(boxes) + capacity_bytes(bounds) +
+                                            capacity_bytes(scores));
     return s;
   }
 
  private:
+  // A layer's f16 boxes of its chunks [first, first + boxes.size() / chunk_stride), read so far;
+  // `first` is the far span's first chunk (the sink's chunks before it are never scored).
+  struct Kept {
+    int64_t first = 0;
+    std::vector<uint16_t> boxes;
+
+    uint16_t* box(int64_t index, const BoundLayout& layout) {
+      return boxes.data() + (index - first) * layout.chunk_stride;
+    }
+  };
+
+  uint64_t kept_bytes() const {
+    uint64_t bytes = 0;
+    for (const Kept& kept : layers_) bytes += capacity_bytes(kept.boxes);
+    return bytes;
+  }
+
   AbstractSource source_;
+  std::vector<Kept> layers_;  // [layer]
   uint64_t peak_bytes_ = 0;
 };
 

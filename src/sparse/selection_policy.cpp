@@ -47,7 +47,7 @@ bool selection_policy_needs_catalog(std::string_view name) {
 }
 
 bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive) {
-  return name == "quest" || (name == "leoam" && !adaptive);
+  return name == "leoam" && !adaptive;
 }
 
 int selection_policy_abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,

@@ -165,9 +165,9 @@ KvCatalog& no_chunk_catalog();
 // Whether the policy works on the store's chunks (their abstracts or their grain): quest, leoam,
 // h2o-chunked, oracle need the tiered store's KvCatalog; the others run on any store.
 bool selection_policy_needs_catalog(std::string_view name);
-// Whether the policy scores every far chunk's abstract at every step (quest; leoam without its
-// adaptive trees), rather than once into state of its own (leoam's trees): its store should keep
-// the device and host chunks' abstracts (TieredKvCacheOptions::keep_abstracts).
+// Whether the policy scores every far chunk's abstract at every step from the store (leoam without
+// its adaptive trees), rather than once into state of its own (leoam's trees, quest's boxes): its
+// store should keep the device and host chunks' abstracts (TieredKvCacheOptions::keep_abstracts).
 bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive);
 // The positions one disk abstract record of `layer` should cover (TieredKvCacheOptions::
 // abstract_tokens), for a store of chunk_tokens chunks whose context gives the layer a far

@@ -713,7 +713,8 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
                  const SignSlices& signs, float* bounds, ThreadPool* pool, KvHeadGroups heads, RowScore score) {
 #ifdef LEOAM_HAVE_X86
   if (cpu_path() >= CpuPath::kAvx512) {
-    bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms_avx512, slices_bounds_avx512);
+    bounds_of_all(q, n_head, heads, score, units, layout, signs, bounds, pool, group_terms_avx512,
+                  slices_bounds_avx512);
     return;
   }
   if (cpu_path() >= CpuPath::kAvx2 && layout.head_dim % 8 == 0) {

@@ -441,16 +441,18 @@ TEST_F(KvCliTest, MemoryKeptAboutTheKvIsReportedAndBounded) {
   EXPECT_EQ(fits.status, 0) << fits.err;
   EXPECT_EQ(fits.out, leoam.out);
 
-  // quest scores every far chunk at every step: its store keeps the device and host chunks'
-  // abstracts in memory, inside the tier budgets, and says so.
+  // quest keeps its pages' boxes itself, as policy state that --kv-meta-mb bounds, as Quest keeps
+  // its page metadata beside the KV: its store keeps no abstracts in the tiers.
   std::vector<std::string> quest_args = {"-f", prompt_, "--temp", "0", "-n", "4", "--policy", "quest", "--budget", "0.1",
                                          "--kv-stats-json", dir_ + "/quest.json"};
   for (const std::string& a : tiny_tiers("kv-quest")) quest_args.push_back(a);
   CliResult quest = run(quest_args);
   ASSERT_EQ(quest.status, 0) << quest.err;
   const nlohmann::json quest_stats = nlohmann::json::parse(read_file(dir_ + "/quest.json"));
-  EXPECT_TRUE(quest_stats.at("abstracts_in_memory").get<bool>());
-  EXPECT_GT(quest_stats.at("tiers").at("device").at("abstract_bytes").get<double>(), 0) << quest_stats.dump(1);
+  EXPECT_FALSE(quest_stats.at("abstracts_in_memory").get<bool>());
+  EXPECT_EQ(quest_stats.at("tiers").at("device").at("abstract_bytes").get<double>(), 0) << quest_stats.dump(1);
+  EXPECT_EQ(quest_stats.at("policy_memory").at("policy").get<std::string>(), "quest");
+  EXPECT_GT(quest_stats.at("policy_memory").at("bytes").get<double>(), 0) << quest_stats.dump(1);
   EXPECT_FALSE(stats.at("abstracts_in_memory").get<bool>());
 
   CliResult in_ram = run({"-p", "Once upon a time", "--temp", "0", "-n", "4", "--policy", "infinigen", "--kv-stats-json",

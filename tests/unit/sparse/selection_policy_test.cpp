@@ -42,6 +42,7 @@ class FakeCatalog final : public KvCatalog {
   }
   void fail_loads_with(Status s) { fail_ = std::move(s); }
   const std::vector<Load>& loads() const { return loads_; }
+  void clear_loads() { loads_.clear(); }
 
   int chunk_tokens() const override { return chunk_tokens_; }
   int catalog_kv_heads() const override { return n_kv_heads_; }
@@ -202,8 +203,37 @@ TEST(QuestPolicy, BudgetCountsFarTokensExactly) {
   EXPECT_EQ(pick(12), (Ranges{{6, 16}, {24, 26}}));
   EXPECT_EQ(pick(20), (Ranges{{6, 26}}));
   EXPECT_EQ(pick(1), (Ranges{{24, 26}}));  // the best chunk, though over a budget below it
-  EXPECT_EQ(catalog.loads().size(), 5u);
-  for (const Load& l : catalog.loads()) EXPECT_EQ(l, (Load{kPolicyLayer, 1, 7}));
+  // Each whole chunk's box is read once and kept: one load for the five selections, and the
+  // policy holds the six far chunks' f16 min and max of 2 channels.
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kPolicyLayer, 1, 7}}));
+  EXPECT_EQ(quest->memory().bytes, 6u * 2 * 2 * sizeof(uint16_t));
+}
+
+// Quest keeps the boxes of whole chunks as the context grows and reads a far chunk still being
+// filled at each step; reset() (a new sequence) forgets them. 26 tokens: far [4, 26), chunk 6
+// holds 2 of its 4 positions; then 28, chunk 6 whole.
+TEST(QuestPolicy, KeepsWholeChunksBoxesAndReadsAPartialOneEachStep) {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
+  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  const std::vector<float> q = {1, 0};
+  auto quest = policy("quest");
+  const auto pick = [&](int64_t n_tokens) {
+    SelectionQuery query = make_query(q, 1, 1, 2, 4, {4, n_tokens});
+    query.n_tokens = n_tokens;
+    return select_ok(*quest, query, catalog).ranges;
+  };
+  EXPECT_EQ(pick(26), (Ranges{{24, 26}}));  // chunk 6, the best, though partly stored
+  EXPECT_EQ(pick(26), (Ranges{{24, 26}}));
+  EXPECT_EQ(pick(28), (Ranges{{24, 28}}));
+  EXPECT_EQ(catalog.loads(),
+            (std::vector<Load>{{kPolicyLayer, 1, 6}, {kPolicyLayer, 6, 7}, {kPolicyLayer, 6, 7}, {kPolicyLayer, 6, 7}}));
+  EXPECT_EQ(quest->memory().bytes, 6u * 2 * 2 * sizeof(uint16_t));
+  quest->reset();
+  EXPECT_EQ(quest->memory().bytes, 0u);
+  catalog.clear_loads();
+  EXPECT_EQ(pick(28), (Ranges{{24, 28}}));
+  EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kPolicyLayer, 1, 7}}));
 }
 
 // A budget below one chunk attends the best chunk, in quest and leoam (fixed and adaptive chunks),
