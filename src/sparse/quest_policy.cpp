@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kv/box_f16.h"
@@ -20,6 +21,8 @@
 
 namespace leoam::sparse {
 namespace {
+
+constexpr int64_t kDecodeChunks = 32;  // boxes read or decoded to f32 at a time
 
 class QuestPolicy final : public SelectionPolicy {
  public:
@@ -51,37 +54,50 @@ class QuestPolicy final : public SelectionPolicy {
     const int64_t kept_end = kept.first + static_cast<int64_t>(kept.boxes.size()) / layout.chunk_stride;
     const int64_t whole = std::min(far.i1, query.n_tokens / chunk_tokens);
     if (whole > kept_end) {
-      LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts added, load_span(catalog, query.layer, {kept_end, whole}, source_));
       // Exactly the boxes, no growth slack: what memory() counts is what they need.
       const auto n = static_cast<size_t>((whole - kept.first) * layout.chunk_stride);
       kept.boxes.reserve(n);
       kept.boxes.resize(n);
-      for (int64_t i = kept_end; i < whole; ++i) {
-        round_box_outward(added.at(i), layout.chunk_stride, kept.box(i, layout));
+      // Read a block at a time, so that a step holds a block's f32 abstracts, not the span's.
+      for (int64_t i0 = kept_end; i0 < whole; i0 += kDecodeChunks) {
+        const int64_t i1 = std::min(whole, i0 + kDecodeChunks);
+        LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts added, load_span(catalog, query.layer, {i0, i1}, source_));
+        for (int64_t i = i0; i < i1; ++i) round_box_outward(added.at(i), layout.chunk_stride, kept.box(i, layout));
+        peak_bytes_ = std::max(peak_bytes_, kept_bytes() + capacity_bytes(added.data));
       }
     }
     const int64_t from_kept = std::min(far.i1, std::max(kept_end, whole));
-    std::vector<float> boxes(static_cast<size_t>(far.size() * layout.chunk_stride));
-    decode_box(kept.box(far.i0, layout), (from_kept - far.i0) * layout.chunk_stride, boxes.data());
-    uint64_t read_bytes = 0;
+    SpanAbstracts rest;
     if (from_kept < far.i1) {
-      LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts rest, load_span(catalog, query.layer, {from_kept, far.i1}, source_));
-      std::copy(rest.data.begin(), rest.data.end(), boxes.begin() + (from_kept - far.i0) * layout.chunk_stride);
-      read_bytes = capacity_bytes(rest.data);
+      LEOAM_ASSIGN_OR_RETURN(rest, load_span(catalog, query.layer, {from_kept, far.i1}, source_));
     }
 
+    // bounds[h * n + i]: query head h against far chunk far.i0 + i, the kept boxes decoded a block
+    // of kDecodeChunks at a time (a step holds a block's f32 copy, not the whole span's).
+    const int64_t n = far.size();
     const int group = query.n_head / query.n_head_kv;
-    std::vector<float> bounds(static_cast<size_t>(far.size()));
-    std::vector<float> scores(bounds.size(), -std::numeric_limits<float>::infinity());
+    std::vector<float> bounds(static_cast<size_t>(query.n_head * n));
+    std::vector<float> block(static_cast<size_t>(std::min<int64_t>(n, kDecodeChunks) * layout.chunk_stride));
+    const auto bound_chunks = [&](int64_t i0, int64_t i1, const float* boxes) {
+      for (int h = 0; h < query.n_head; ++h) {
+        chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes, i1 - i0, layout,
+                     bounds.data() + h * n + (i0 - far.i0));
+      }
+    };
+    for (int64_t i0 = far.i0; i0 < from_kept; i0 += kDecodeChunks) {
+      const int64_t i1 = std::min(from_kept, i0 + kDecodeChunks);
+      decode_box(kept.box(i0, layout), (i1 - i0) * layout.chunk_stride, block.data());
+      bound_chunks(i0, i1, block.data());
+    }
+    if (from_kept < far.i1) bound_chunks(from_kept, far.i1, rest.at(from_kept));
+    std::vector<float> scores(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
     for (int h = 0; h < query.n_head; ++h) {
-      chunk_bounds(query.q + static_cast<int64_t>(h) * query.head_dim, h / group, boxes.data(), far.size(), layout,
-                   bounds.data());
-      fold_normalized(bounds, query.scale, scores);
+      fold_normalized(std::span<const float>(bounds.data() + h * n, static_cast<size_t>(n)), query.scale, scores);
     }
     s.ranges = pick_top_chunks(scores, far, query.far, chunk_tokens, query.budget_tokens);
     s.n_chunks_scored = far.size();
-    peak_bytes_ = std::max(peak_bytes_, kept_bytes() + read_bytes + capacity_bytes(boxes) + capacity_bytes(bounds) +
-                                            capacity_bytes(scores));
+    peak_bytes_ = std::max(peak_bytes_, kept_bytes() + capacity_bytes(rest.data) + capacity_bytes(block) +
+                                            capacity_bytes(bounds) + capacity_bytes(scores));
     return s;
   }
 

@@ -139,6 +139,22 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
       EXPECT_GT(lka_share, 0.15625);
       EXPECT_LT(lka_share, 0.19);
     }
+    // What a step reads over what it attends: each chunk policy reads the chunks it attends
+    // (the last one partly filled), infinigen whole 8-token chunks around the tokens it picks.
+    const double amplification = row["read_amplification"];
+    if (p == "full" || p == "quest" || p == "leoam") {
+      EXPECT_GE(amplification, 0.99) << p;
+      EXPECT_LT(amplification, 1.05) << p;
+    }
+    if (p == "infinigen") {
+      EXPECT_EQ(row["chunk_tokens"], 8);
+      EXPECT_GT(amplification, 1.5);
+    }
+    // quest's f16 page boxes, kept: 1/16 of the KV, and a block's working copy.
+    if (p == "quest") {
+      EXPECT_GT(policy_share, 1.0 / 16) << p;
+      EXPECT_LT(policy_share, 0.08) << p;
+    }
     const double attended = row["attended_fraction"];
     if (p == "full") {
       EXPECT_EQ(attended, 1.0);

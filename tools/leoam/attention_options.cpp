@@ -137,8 +137,10 @@ std::string budget_rule_text(const AttentionCliOptions& o, const KvCliOptions& k
 int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
   // oracle ranks the chunks leoam's adaptive tree could split down to: what leoam could pick at best.
   const bool leoam_grain = o.policy == "oracle" || (o.policy == "leoam" && !o.no_adaptive);
-  if (!leoam_grain) return o.policy == "quest" ? 16 : 64;  // Quest's pages are 16 tokens
   constexpr int kLeoamChunk = 8;       // LeoAM: chunks split down to 8 tokens
+  if (o.policy == "quest") return 16;  // Quest's pages are 16 tokens
+  if (o.policy == "infinigen") return kLeoamChunk;
+  if (!leoam_grain) return 64;
   constexpr int kChunksPerBudget = 16;
   constexpr int kFinestChunk = 2;
   const int64_t far = std::max<int64_t>(0, n_ctx - kv_options.n_sink - kv_options.n_recent);

@@ -600,26 +600,38 @@ class BenchKvCommand : public Command {
   // The bound: the larger term (the header comment).
   double bound_ms(const Step& s) const { return std::max(dram_ms(s), disk_ms(s)); }
 
+  // The KV a step read from every tier over the KV of the positions it attended: 1 where it reads
+  // what it attends, more where it reads whole chunks around scattered picks (infinigen).
+  double read_amplification(const Step& s) const {
+    double read = 0;
+    for (uint64_t b : s.kv_bytes_read) read += static_cast<double>(b);
+    const double attended = static_cast<double>(s.n_attended) * static_cast<double>(cost_.kv_bytes_per_position) /
+                            static_cast<double>(n_layer_);
+    return attended > 0 ? read / attended : 0.0;
+  }
+
   struct Summary {
-    double ms = 0, first_ms = 0, bound_ms = 0, attended = 0;
+    double ms = 0, first_ms = 0, bound_ms = 0, attended = 0, read_amplification = 0;
     double kv_read[kNumTiers] = {}, abstract_read = 0;
   };
   // Medians over the steps after the first.
   Summary summarize(const PolicyRun& r) const {
     Summary s;
     s.first_ms = r.steps.front().ms;
-    std::vector<double> ms, bound, att, tiers[kNumTiers], abs;
+    std::vector<double> ms, bound, att, amp, tiers[kNumTiers], abs;
     for (size_t i = 1; i < r.steps.size(); ++i) {
       const Step& st = r.steps[i];
       ms.push_back(st.ms);
       bound.push_back(bound_ms(st));
       att.push_back(st.n_visible > 0 ? static_cast<double>(st.n_attended) / static_cast<double>(st.n_visible) : 0.0);
+      amp.push_back(read_amplification(st));
       for (int t = 0; t < kNumTiers; ++t) tiers[t].push_back(static_cast<double>(st.kv_bytes_read[t]));
       abs.push_back(static_cast<double>(st.abstract_bytes_read));
     }
     s.ms = median(ms);
     s.bound_ms = median(bound);
     s.attended = median(att);
+    s.read_amplification = median(amp);
     for (int t = 0; t < kNumTiers; ++t) s.kv_read[t] = median(tiers[t]);
     s.abstract_read = median(abs);
     return s;
@@ -676,10 +688,10 @@ class BenchKvCommand : public Command {
                                 std::to_string(kPromptEndTokens) + " tokens (the first step follows a prompt's end)"
                           : "prefill of " + prompt_file_) +
            "\n\n";
-    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | device MiB | host MiB "
-           "| disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
-    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: |\n";
+    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | read x | device MiB "
+           "| host MiB | disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
+    out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: | ---: | ---: |\n";
     for (const PolicyRun& r : runs_) {
       const Summary s = summarize(r);
       const PolicyRun* full = full_run(r.n_ctx);
@@ -689,10 +701,11 @@ class BenchKvCommand : public Command {
         vs = buf;
       }
       std::snprintf(buf, sizeof(buf),
-                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %s | %s | %s | %s | %.1f | %.2fx | %s | %.2f%% "
-                    "| %.2f%% |\n",
+                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %.2f | %s | %s | %s | %s | %.1f | %.2fx | %s "
+                    "| %.2f%% | %.2f%% |\n",
                     static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
-                    s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, mib(s.kv_read[0]).c_str(),
+                    s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, s.read_amplification,
+                    mib(s.kv_read[0]).c_str(),
                     mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
                     s.ms / s.bound_ms, mib(static_cast<double>(r.policy_peak_bytes)).c_str(), 100.0 * policy_share(r),
                     100.0 * disk_abstract_share(r));
@@ -700,7 +713,8 @@ class BenchKvCommand : public Command {
     }
     out += "\nms/tok, tok/s, attended, MiB read and bound: medians over the " + std::to_string(n_gen_ - 1) +
            " steps after the first (first ms apart). vs full: full's ms/tok over this one's. on disk: the share of the "
-           "KV's chunks on disk after the fill. bound: the larger of (weights + KV read from device and host) / DRAM "
+           "KV's chunks on disk after the fill. read x: the KV read from every tier over the KV of the positions "
+           "attended. bound: the larger of (weights + KV read from device and host) / DRAM "
            "bandwidth and (disk KV + abstracts) / disk raw throughput, each the faster of its two probes; of bound: "
            "ms/tok over it. "
            "policy MiB: the most the policy held about the KV at once (trees, scores, partial keys, the copies a step "
@@ -798,6 +812,7 @@ class BenchKvCommand : public Command {
                          {"tokens_per_s", 1e3 * batch_ / s.ms},
                          {"speedup_vs_full", full != nullptr ? Json(summarize(*full).ms / s.ms) : Json(nullptr)},
                          {"attended_fraction", s.attended},
+                         {"read_amplification", s.read_amplification},
                          {"kv_bytes_read", {{"device", s.kv_read[0]}, {"host", s.kv_read[1]}, {"disk", s.kv_read[2]}}},
                          {"abstract_bytes_read", s.abstract_read},
                          {"bound_ms", s.bound_ms},
