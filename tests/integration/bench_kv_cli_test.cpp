@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -161,6 +162,18 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
       EXPECT_EQ(row["speedup_vs_full"], 1.0);
       // Full reads every chunk: all but the few on the device and host come from disk.
       EXPECT_GT(row["kv_bytes_read"]["disk"].get<double>(), 0.7 * 4096 * 1024);
+      // Each step reads each disk-resident chunk once, whole: those the fill left there, and the
+      // few that the steps since pushed out of the recent window (at most 2 a layer here).
+      const double per_position = doc["model"]["kv_bytes_per_position"].get<double>();
+      const int n_layer = doc["model"]["n_layer"].get<int>();
+      const double chunk_bytes = row["chunk_tokens"].get<double>() * per_position / n_layer;
+      const double filled_on_disk = row["disk_share"].get<double>() * 4096 * per_position;
+      for (const nlohmann::json& step : row["steps"]) {
+        const double disk = step["kv_bytes_read"]["disk"].get<double>();
+        EXPECT_EQ(std::fmod(disk, chunk_bytes), 0.0) << disk;
+        EXPECT_GE(disk, filled_on_disk);
+        EXPECT_LE(disk, filled_on_disk + 2 * n_layer * chunk_bytes);
+      }
     } else {
       // The sink and recent window (68 of 4096) and 10% of the rest: 11.5%.
       EXPECT_GT(attended, 0.09) << p;

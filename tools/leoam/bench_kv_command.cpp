@@ -759,7 +759,8 @@ class BenchKvCommand : public Command {
     doc["model"] = {{"path", model_path_},
                     {"type", cost_.type_name},
                     {"weight_bytes_per_token", cost_.weight_bytes_per_token},
-                    {"kv_bytes_per_position", cost_.kv_bytes_per_position}};
+                    {"kv_bytes_per_position", cost_.kv_bytes_per_position},
+                    {"n_layer", n_layer_}};
     doc["kv_source"] = synthetic_kv_ ? Json("synthetic") : Json(prompt_file_);
     doc["seed"] = seed_;
     doc["budget"] = attention_options_.budget;
