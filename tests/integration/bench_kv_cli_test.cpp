@@ -156,6 +156,10 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
       EXPECT_EQ(row["chunk_tokens"], 8);
       EXPECT_GT(amplification, 1.5);
     }
+    // The RAM tiers (0.3 + 0.3 MiB) over what a step attends: full's whole KV of about 4 MiB.
+    if (p == "full") {
+      EXPECT_NEAR(row["ram_tiers_over_selection"].get<double>(), 0.6 / 4.0, 0.005);
+    }
     // quest's f16 page boxes, kept: 1/16 of the KV, and a block's working copy.
     if (p == "quest") {
       EXPECT_GT(policy_share, 1.0 / 16) << p;

@@ -610,21 +610,32 @@ class BenchKvCommand : public Command {
     return attended > 0 ? read / attended : 0.0;
   }
 
+  // The device and host tiers' budgets, all sequences, over the KV a step attends (its selection):
+  // below 1 the tiers cannot hold a selection, and a policy whose picks stay put still reads
+  // from disk every step.
+  double ram_over_selection(const Step& s) const {
+    const double ram = static_cast<double>(batch_) * (kv_options_.device_mb + kv_options_.host_mb) * 1024.0 * 1024.0;
+    const double selected = static_cast<double>(s.n_attended) * static_cast<double>(cost_.kv_bytes_per_position) /
+                            static_cast<double>(n_layer_);
+    return selected > 0 ? ram / selected : 0.0;
+  }
+
   struct Summary {
-    double ms = 0, first_ms = 0, bound_ms = 0, attended = 0, read_amplification = 0;
+    double ms = 0, first_ms = 0, bound_ms = 0, attended = 0, read_amplification = 0, ram_over_selection = 0;
     double kv_read[kNumTiers] = {}, abstract_read = 0;
   };
   // Medians over the steps after the first.
   Summary summarize(const PolicyRun& r) const {
     Summary s;
     s.first_ms = r.steps.front().ms;
-    std::vector<double> ms, bound, att, amp, tiers[kNumTiers], abs;
+    std::vector<double> ms, bound, att, amp, ram, tiers[kNumTiers], abs;
     for (size_t i = 1; i < r.steps.size(); ++i) {
       const Step& st = r.steps[i];
       ms.push_back(st.ms);
       bound.push_back(bound_ms(st));
       att.push_back(st.n_visible > 0 ? static_cast<double>(st.n_attended) / static_cast<double>(st.n_visible) : 0.0);
       amp.push_back(read_amplification(st));
+      ram.push_back(ram_over_selection(st));
       for (int t = 0; t < kNumTiers; ++t) tiers[t].push_back(static_cast<double>(st.kv_bytes_read[t]));
       abs.push_back(static_cast<double>(st.abstract_bytes_read));
     }
@@ -632,6 +643,7 @@ class BenchKvCommand : public Command {
     s.bound_ms = median(bound);
     s.attended = median(att);
     s.read_amplification = median(amp);
+    s.ram_over_selection = median(ram);
     for (int t = 0; t < kNumTiers; ++t) s.kv_read[t] = median(tiers[t]);
     s.abstract_read = median(abs);
     return s;
@@ -688,10 +700,10 @@ class BenchKvCommand : public Command {
                                 std::to_string(kPromptEndTokens) + " tokens (the first step follows a prompt's end)"
                           : "prefill of " + prompt_file_) +
            "\n\n";
-    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | read x | device MiB "
-           "| host MiB | disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
+    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | read x | RAM / sel "
+           "| device MiB | host MiB | disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
     out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: | ---: | ---: |\n";
+           "| ---: | ---: | ---: | ---: |\n";
     for (const PolicyRun& r : runs_) {
       const Summary s = summarize(r);
       const PolicyRun* full = full_run(r.n_ctx);
@@ -701,11 +713,11 @@ class BenchKvCommand : public Command {
         vs = buf;
       }
       std::snprintf(buf, sizeof(buf),
-                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %.2f | %s | %s | %s | %s | %.1f | %.2fx | %s "
-                    "| %.2f%% | %.2f%% |\n",
+                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %.2f | %.2f | %s | %s | %s | %s | %.1f "
+                    "| %.2fx | %s | %.2f%% | %.2f%% |\n",
                     static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
                     s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, s.read_amplification,
-                    mib(s.kv_read[0]).c_str(),
+                    s.ram_over_selection, mib(s.kv_read[0]).c_str(),
                     mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
                     s.ms / s.bound_ms, mib(static_cast<double>(r.policy_peak_bytes)).c_str(), 100.0 * policy_share(r),
                     100.0 * disk_abstract_share(r));
@@ -714,7 +726,8 @@ class BenchKvCommand : public Command {
     out += "\nms/tok, tok/s, attended, MiB read and bound: medians over the " + std::to_string(n_gen_ - 1) +
            " steps after the first (first ms apart). vs full: full's ms/tok over this one's. on disk: the share of the "
            "KV's chunks on disk after the fill. read x: the KV read from every tier over the KV of the positions "
-           "attended. bound: the larger of (weights + KV read from device and host) / DRAM "
+           "attended. RAM / sel: the device and host tiers' budgets over the KV a step attends (below 1 they cannot "
+           "hold a selection). bound: the larger of (weights + KV read from device and host) / DRAM "
            "bandwidth and (disk KV + abstracts) / disk raw throughput, each the faster of its two probes; of bound: "
            "ms/tok over it. "
            "policy MiB: the most the policy held about the KV at once (trees, scores, partial keys, the copies a step "
@@ -814,6 +827,7 @@ class BenchKvCommand : public Command {
                          {"speedup_vs_full", full != nullptr ? Json(summarize(*full).ms / s.ms) : Json(nullptr)},
                          {"attended_fraction", s.attended},
                          {"read_amplification", s.read_amplification},
+                         {"ram_tiers_over_selection", s.ram_over_selection},
                          {"kv_bytes_read", {{"device", s.kv_read[0]}, {"host", s.kv_read[1]}, {"disk", s.kv_read[2]}}},
                          {"abstract_bytes_read", s.abstract_read},
                          {"bound_ms", s.bound_ms},
