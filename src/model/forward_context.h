@@ -122,6 +122,9 @@ class ForwardContext {
   virtual int32_t n_vocab() const = 0;
   virtual int n_threads() const = 0;
   virtual PrefillStats prefill_stats() const { return {}; }
+  // The key positions that decode rows have attended so far, summed over rows and layers (every
+  // visible one without a selector): measured where attention runs, whatever the policy.
+  virtual int64_t decode_positions_attended() const { return 0; }
   // Forgets every position: the next eval starts at position 0.
   virtual void reset() = 0;
 };

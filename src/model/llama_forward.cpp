@@ -636,6 +636,7 @@ Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, i
   if (n != 1 || seq.selector == nullptr) {
     const TraceSpan span(trace, "attention", "attention", layer, pos);
     const TokenRange visible{0, pos + n};
+    if (n == 1) decode_positions_attended_ += visible.size();
     return attention(*seq.kv, layer, {&visible, 1}, attn_params_, q, pos, n, out, pool);
   }
   LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, select_row(seq, layer, pos, q, trace));
@@ -690,11 +691,12 @@ Status LlamaForward::attend_selected(const DecodeSequence& seq, int layer, int64
                                      std::span<const TokenRange> ranges, ThreadPool& pool, std::vector<float>& key_mass,
                                      Trace* trace) {
   const TraceSpan span(trace, "attention", "attention", layer, pos);
+  int64_t n_keys = 0;
+  for (const TokenRange& r : ranges) n_keys += r.size();
+  decode_positions_attended_ += n_keys;
   if (seq.selector == nullptr || !seq.selector->needs().attention_mass) {
     return attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool);
   }
-  int64_t n_keys = 0;
-  for (const TokenRange& r : ranges) n_keys += r.size();
   key_mass.resize(static_cast<size_t>(n_keys));
   LEOAM_RETURN_IF_ERROR(attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool, key_mass));
   seq.selector->observe_attention(layer, pos, ranges, key_mass);

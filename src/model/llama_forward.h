@@ -47,6 +47,7 @@
 // (ThreadPool's cost hint). RMSNorm is fused with the residual add before it (kernels/cpu/ops.h).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <span>
 #include <utility>
@@ -84,6 +85,7 @@ class LlamaForward final : public ForwardContext {
 
   const KvCache& kv_cache() const { return *kv_; }
   PrefillStats prefill_stats() const override { return prefill_stats_; }
+  int64_t decode_positions_attended() const override { return decode_positions_attended_.load(); }
 
  private:
   LlamaForward(const Model& model, const ForwardOptions& options, Rope rope);
@@ -193,6 +195,7 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> seg_q_;     // [segment][n_head][head_dim]
   std::vector<float> seg_attn_;  // [segment][n_head][head_dim]
   PrefillStats prefill_stats_;
+  std::atomic<int64_t> decode_positions_attended_{0};  // rows attend side by side on pool threads
   PipelineChoice pipeline_choice_;  // options_.pipeline_auto: which decode steps run pipelined
 };
 

@@ -165,6 +165,9 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
       EXPECT_GT(policy_share, 1.0 / 16) << p;
       EXPECT_LT(policy_share, 0.08) << p;
     }
+    // Attention's own count of the positions it read, against what the selection says it picked
+    // (full: every visible position), step by step.
+    for (const nlohmann::json& step : row["steps"]) EXPECT_EQ(step["n_attended"], step["n_selected"]) << p;
     const double attended = row["attended_fraction"];
     if (p == "full") {
       EXPECT_EQ(attended, 1.0);

@@ -74,7 +74,8 @@ struct Step {
   double ms = 0;
   std::array<uint64_t, kNumTiers> kv_bytes_read{};  // per tier; disk without the abstracts
   uint64_t abstract_bytes_read = 0;                 // from disk
-  int64_t n_attended = 0, n_visible = 0;            // summed over layers
+  int64_t n_attended = 0, n_visible = 0;            // summed over layers; attended as attention counted it
+  int64_t n_selected = 0;                           // what the selectors say they picked (full: n_visible)
 };
 
 struct PolicyRun {
@@ -428,14 +429,15 @@ class BenchKvCommand : public Command {
     const std::vector<TieredKvCache*>& stores = bench.stores;
     const std::vector<std::unique_ptr<sparse::SparseAttention>>& selectors = bench.selectors;
     std::vector<KvStats> before;
-    int64_t attended0 = 0, visible0 = 0;
+    int64_t visible0 = 0, selected0 = 0;
     for (int b = 0; b < batch_; ++b) {
       before.push_back(stores[b]->stats());
       if (selectors[b]) {
-        attended0 += selectors[b]->total().n_attended;
         visible0 += selectors[b]->total().n_visible;
+        selected0 += selectors[b]->total().n_attended;
       }
     }
+    const int64_t attended0 = bench.ctx->decode_positions_attended();
     const auto t0 = std::chrono::steady_clock::now();
     Step s;
     s.start_s = std::chrono::duration<double>(t0 - started_).count();
@@ -454,14 +456,16 @@ class BenchKvCommand : public Command {
       s.kv_bytes_read[static_cast<int>(Tier::kDisk)] -= abstracts;
       s.abstract_bytes_read += abstracts;
       if (selectors[b]) {
-        s.n_attended += selectors[b]->total().n_attended;
         s.n_visible += selectors[b]->total().n_visible;
+        s.n_selected += selectors[b]->total().n_attended;
       } else {  // full: every visible position of every layer
         s.n_visible += (bench.run.n_ctx + i + 1) * model.hparams().n_layer;
-        s.n_attended += (bench.run.n_ctx + i + 1) * model.hparams().n_layer;
+        s.n_selected += (bench.run.n_ctx + i + 1) * model.hparams().n_layer;
       }
     }
-    s.n_attended -= attended0;
+    s.n_selected -= selected0;
+    // The positions attention read, counted where it runs: the same measure for every policy.
+    s.n_attended = bench.ctx->decode_positions_attended() - attended0;
     s.n_visible -= visible0;
     bench.run.steps.push_back(s);
     const auto n_vocab = static_cast<size_t>(model.hparams().n_vocab);
@@ -812,6 +816,7 @@ class BenchKvCommand : public Command {
                                             {"disk", st.kv_bytes_read[2]}}},
                          {"abstract_bytes_read", st.abstract_bytes_read},
                          {"n_attended", st.n_attended},
+                         {"n_selected", st.n_selected},
                          {"n_visible", st.n_visible}});
       }
       results.push_back({{"n_ctx", r.n_ctx},

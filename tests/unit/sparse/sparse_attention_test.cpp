@@ -544,6 +544,7 @@ TEST_F(SparseForwardTest, FullAttentionReadsTheNextLayerAheadInThePipeline) {
   struct Out {
     std::vector<std::vector<float>> rows;
     KvStats stats;
+    int64_t attended = 0;  // ForwardContext::decode_positions_attended
   };
   const auto run = [&](bool pipeline) {
     Out out;
@@ -569,6 +570,7 @@ TEST_F(SparseForwardTest, FullAttentionReadsTheNextLayerAheadInThePipeline) {
       out.rows.push_back(logits);
     }
     out.stats = store->stats();
+    out.attended = (*ctx)->decode_positions_attended();
     return out;
   };
   const Out plain = run(false);
@@ -581,6 +583,9 @@ TEST_F(SparseForwardTest, FullAttentionReadsTheNextLayerAheadInThePipeline) {
   EXPECT_EQ(piped.stats.read_ahead.chunks_used, piped.stats.read_ahead.chunks_staged);
   EXPECT_EQ(piped.stats.read_ahead.chunks_missed, 1u);
   EXPECT_EQ(piped.stats[Tier::kDisk].bytes_read, plain.stats[Tier::kDisk].bytes_read);
+  // Every visible position of both layers at positions 200..205, counted where attention ran.
+  EXPECT_EQ(plain.attended, 2 * (201 + 202 + 203 + 204 + 205 + 206));
+  EXPECT_EQ(piped.attended, plain.attended);
 }
 
 TEST_F(SparseForwardTest, APromptAttendsInFullHoweverItsBatchesFall) {
