@@ -9,9 +9,9 @@
 //               (a layer's append waits for its read-ahead inside "qkv")
 //   decode      decoding compressed (int8/int4) chunks as they are gathered ("decode chunks")
 //   attention   the rest of attention ("attention" less the reads, waits and decoding inside it)
-//
-// Each of weights, selection and attention is less the reads, waits and decoding inside it.
 //   other       the rest of the step ("decode step" less all of the above)
+//
+// Weights and selection, like attention, are less the reads, waits and decoding inside them.
 //
 // The read-ahead thread's own reads overlap the compute thread and are not part of a step's time;
 // read_ahead_ms says how long they took, for comparison. A batch whose rows select and attend side

@@ -551,8 +551,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   selected_.resize(static_cast<size_t>(n));
   // With two rows or more a thread, the rows' selections and attention run side by side, a row
   // per pool thread at a time (select_and_attend_across_rows): within one row they keep 2 threads
-  // poorly busy (the Llama-3-8B shape, batch 8 on 2 cores: -t 2 took 0.81x -t 1's selection time
-  // and 0.84x its attention time).
+  // poorly busy (bench/RESULTS.md, rows side by side in a batch).
   const bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
   for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
@@ -572,8 +571,9 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
     }
     // Each row's own sequence: its store and its selection (without a selector, every position),
     // whose disk reads go to the store's read-ahead (a no-op for a store without one: its gather
-    // reads them); then each row's attention. So one sequence's reads overlap the selections and attention of the rows after
-    // and before it, and the selections are those of rows decoded one at a time.
+    // reads them); then each row's attention. So one sequence's reads overlap the selections and
+    // attention of the rows after and before it, and the selections are those of rows decoded one
+    // at a time.
     for (int64_t i = 0; i < n; ++i) {
       const DecodeSequence& seq = batch[i].seq;
       const int64_t pos = positions[i];
@@ -588,11 +588,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
     } else {
       for (int64_t i = 0; i < n; ++i) {
         const DecodeSequence& seq = batch[i].seq;
-        if (seq.selector == nullptr) {
-          selected_[i] = {TokenRange{0, positions[i] + 1}};
-        } else {
-          LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, il, positions[i], q_.data() + i * n_q, trace));
-        }
+        LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, il, positions[i], q_.data() + i * n_q, *pool_, trace));
         if (n > 1) LEOAM_RETURN_IF_ERROR(seq.kv->read_ahead(il, selected_[i]));
       }
       for (int64_t i = 0; i < n; ++i) {
@@ -639,7 +635,7 @@ Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, i
     if (n == 1) decode_positions_attended_ += visible.size();
     return attention(*seq.kv, layer, {&visible, 1}, attn_params_, q, pos, n, out, pool);
   }
-  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, select_row(seq, layer, pos, q, trace));
+  LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, select_row(seq, layer, pos, q, *pool_, trace));
   return attend_selected(seq, layer, pos, q, out, ranges, *pool_, key_mass_, trace);
 }
 
@@ -665,11 +661,8 @@ Status LlamaForward::select_and_attend_across_rows(std::span<const BatchToken> b
     const TraceSpan span(trace, "select", "selection", layer, positions[0]);
     LEOAM_RETURN_IF_ERROR(each_row([&](int64_t i, int) -> Status {
       const DecodeSequence& seq = batch[i].seq;
-      if (seq.selector == nullptr) {
-        selected_[i] = {TokenRange{0, positions[i] + 1}};
-      } else {
-        LEOAM_ASSIGN_OR_RETURN(selected_[i], seq.selector->select(layer, positions[i], q_.data() + i * n_q, *inline_pool_));
-      }
+      LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, layer, positions[i], q_.data() + i * n_q, *inline_pool_,
+                                                      nullptr));
       return seq.kv->read_ahead(layer, selected_[i]);
     }));
   }
@@ -682,9 +675,10 @@ Status LlamaForward::select_and_attend_across_rows(std::span<const BatchToken> b
 }
 
 Result<std::vector<TokenRange>> LlamaForward::select_row(const DecodeSequence& seq, int layer, int64_t pos,
-                                                         const float* q, Trace* trace) {
+                                                         const float* q, ThreadPool& pool, Trace* trace) {
+  if (seq.selector == nullptr) return std::vector<TokenRange>{{0, pos + 1}};
   const TraceSpan span(trace, "select", "selection", layer, pos);
-  return seq.selector->select(layer, pos, q, *pool_);
+  return seq.selector->select(layer, pos, q, pool);
 }
 
 Status LlamaForward::attend_selected(const DecodeSequence& seq, int layer, int64_t pos, const float* q, float* out,

@@ -108,10 +108,10 @@ class LlamaForward final : public ForwardContext {
   // out: a decode row (n == 1) through seq's selector (which watches the attention mass when it
   // asks), else every visible position. Its spans go to `trace` (may be null).
   Status attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out, Trace* trace);
-  // attend's two halves for a decode row with a selector: the positions it picks, then the
-  // attention over them (attend_selected also serves a row without one, over the ranges given).
+  // attend's two halves for a decode row: the positions its selector picks on `pool` (without
+  // one, every visible position), then the attention over them.
   Result<std::vector<TokenRange>> select_row(const DecodeSequence& seq, int layer, int64_t pos, const float* q,
-                                             Trace* trace);
+                                             ThreadPool& pool, Trace* trace);
   // (over `pool`, the attention mass into key_mass when the selector watches it).
   Status attend_selected(const DecodeSequence& seq, int layer, int64_t pos, const float* q, float* out,
                          std::span<const TokenRange> ranges, ThreadPool& pool, std::vector<float>& key_mass,

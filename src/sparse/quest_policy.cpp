@@ -22,7 +22,7 @@
 namespace leoam::sparse {
 namespace {
 
-constexpr int64_t kDecodeChunks = 32;  // boxes read or decoded to f32 at a time
+constexpr int64_t kDecodeChunks = 32;  // boxes kept, read or decoded to f32 a block at a time
 
 class QuestPolicy final : public SelectionPolicy {
  public:
@@ -49,24 +49,18 @@ class QuestPolicy final : public SelectionPolicy {
                              2 * static_cast<int64_t>(catalog.catalog_kv_heads()) * catalog.catalog_head_dim()};
     if (layers_.size() <= static_cast<size_t>(query.layer)) layers_.resize(static_cast<size_t>(query.layer) + 1);
     Kept& kept = layers_[static_cast<size_t>(query.layer)];
-    if (kept.boxes.empty() || far.i0 < kept.first) kept = Kept{far.i0, {}};
+    if (kept.end == kept.first || far.i0 < kept.first) kept = Kept{far.i0, far.i0, {}};
     // Keep the boxes of the whole chunks up to the far span's end; those past them are read now.
-    const int64_t kept_end = kept.first + static_cast<int64_t>(kept.boxes.size()) / layout.chunk_stride;
+    // Read a block at a time, so that a step holds a block's f32 abstracts, not the span's.
     const int64_t whole = std::min(far.i1, query.n_tokens / chunk_tokens);
-    if (whole > kept_end) {
-      // Exactly the boxes, no growth slack: what memory() counts is what they need.
-      const auto n = static_cast<size_t>((whole - kept.first) * layout.chunk_stride);
-      kept.boxes.reserve(n);
-      kept.boxes.resize(n);
-      // Read a block at a time, so that a step holds a block's f32 abstracts, not the span's.
-      for (int64_t i0 = kept_end; i0 < whole; i0 += kDecodeChunks) {
-        const int64_t i1 = std::min(whole, i0 + kDecodeChunks);
-        LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts added, load_span(catalog, query.layer, {i0, i1}, source_));
-        for (int64_t i = i0; i < i1; ++i) round_box_outward(added.at(i), layout.chunk_stride, kept.box(i, layout));
-        peak_bytes_ = std::max(peak_bytes_, kept_bytes() + capacity_bytes(added.data));
-      }
+    for (int64_t i0 = kept.end; i0 < whole;) {
+      const int64_t i1 = std::min(whole, i0 + kDecodeChunks - (i0 - kept.first) % kDecodeChunks);
+      LEOAM_ASSIGN_OR_RETURN(const SpanAbstracts added, load_span(catalog, query.layer, {i0, i1}, source_));
+      for (int64_t i = i0; i < i1; ++i) round_box_outward(added.at(i), layout.chunk_stride, kept.add(layout));
+      peak_bytes_ = std::max(peak_bytes_, kept_bytes() + capacity_bytes(added.data));
+      i0 = i1;
     }
-    const int64_t from_kept = std::min(far.i1, std::max(kept_end, whole));
+    const int64_t from_kept = std::min(far.i1, kept.end);
     SpanAbstracts rest;
     if (from_kept < far.i1) {
       LEOAM_ASSIGN_OR_RETURN(rest, load_span(catalog, query.layer, {from_kept, far.i1}, source_));
@@ -84,10 +78,11 @@ class QuestPolicy final : public SelectionPolicy {
                      bounds.data() + h * n + (i0 - far.i0));
       }
     };
-    for (int64_t i0 = far.i0; i0 < from_kept; i0 += kDecodeChunks) {
-      const int64_t i1 = std::min(from_kept, i0 + kDecodeChunks);
+    for (int64_t i0 = far.i0; i0 < from_kept;) {  // a kept block's boxes at a time
+      const int64_t i1 = std::min(from_kept, i0 + kDecodeChunks - (i0 - kept.first) % kDecodeChunks);
       decode_box(kept.box(i0, layout), (i1 - i0) * layout.chunk_stride, block.data());
       bound_chunks(i0, i1, block.data());
+      i0 = i1;
     }
     if (from_kept < far.i1) bound_chunks(from_kept, far.i1, rest.at(from_kept));
     std::vector<float> scores(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
@@ -102,20 +97,32 @@ class QuestPolicy final : public SelectionPolicy {
   }
 
  private:
-  // A layer's f16 boxes of its chunks [first, first + boxes.size() / chunk_stride), read so far;
+  // A layer's f16 boxes of its chunks [first, end), read so far, in blocks of kDecodeChunks boxes
+  // (a new chunk's box moves none of the others, and a layer holds at most one block's slack);
   // `first` is the far span's first chunk (the sink's chunks before it are never scored).
   struct Kept {
     int64_t first = 0;
-    std::vector<uint16_t> boxes;
+    int64_t end = 0;
+    std::vector<std::vector<uint16_t>> blocks;
 
     uint16_t* box(int64_t index, const BoundLayout& layout) {
-      return boxes.data() + (index - first) * layout.chunk_stride;
+      const int64_t k = index - first;
+      return blocks[static_cast<size_t>(k / kDecodeChunks)].data() + (k % kDecodeChunks) * layout.chunk_stride;
+    }
+    // Room for chunk `end`'s box, which then counts as kept.
+    uint16_t* add(const BoundLayout& layout) {
+      if ((end - first) % kDecodeChunks == 0) {
+        blocks.emplace_back(static_cast<size_t>(kDecodeChunks * layout.chunk_stride));
+      }
+      return box(end++, layout);
     }
   };
 
   uint64_t kept_bytes() const {
     uint64_t bytes = 0;
-    for (const Kept& kept : layers_) bytes += capacity_bytes(kept.boxes);
+    for (const Kept& kept : layers_) {
+      for (const std::vector<uint16_t>& block : kept.blocks) bytes += capacity_bytes(block);
+    }
     return bytes;
   }
 

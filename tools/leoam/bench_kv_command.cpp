@@ -604,14 +604,18 @@ class BenchKvCommand : public Command {
   // The bound: the larger term (the header comment).
   double bound_ms(const Step& s) const { return std::max(dram_ms(s), disk_ms(s)); }
 
+  // The KV bytes of the positions a step attended (its selection).
+  double attended_bytes(const Step& s) const {
+    return static_cast<double>(s.n_attended) * static_cast<double>(cost_.kv_bytes_per_position) /
+           static_cast<double>(n_layer_);
+  }
+
   // The KV a step read from every tier over the KV of the positions it attended: 1 where it reads
   // what it attends, more where it reads whole chunks around scattered picks (infinigen).
   double read_amplification(const Step& s) const {
     double read = 0;
     for (uint64_t b : s.kv_bytes_read) read += static_cast<double>(b);
-    const double attended = static_cast<double>(s.n_attended) * static_cast<double>(cost_.kv_bytes_per_position) /
-                            static_cast<double>(n_layer_);
-    return attended > 0 ? read / attended : 0.0;
+    return attended_bytes(s) > 0 ? read / attended_bytes(s) : 0.0;
   }
 
   // The device and host tiers' budgets, all sequences, over the KV a step attends (its selection):
@@ -619,9 +623,7 @@ class BenchKvCommand : public Command {
   // from disk every step.
   double ram_over_selection(const Step& s) const {
     const double ram = static_cast<double>(batch_) * (kv_options_.device_mb + kv_options_.host_mb) * 1024.0 * 1024.0;
-    const double selected = static_cast<double>(s.n_attended) * static_cast<double>(cost_.kv_bytes_per_position) /
-                            static_cast<double>(n_layer_);
-    return selected > 0 ? ram / selected : 0.0;
+    return attended_bytes(s) > 0 ? ram / attended_bytes(s) : 0.0;
   }
 
   struct Summary {

@@ -71,6 +71,15 @@ class FakeCatalog final : public KvCatalog {
   Status fail_;
 };
 
+// Chunk i's keys are (x_i, 0) with x = 0, 5, 3, 4, 2, 1, 6, 0: for q = (1, 0) the far chunks rank
+// 6, 1, 3, 2, 4, 5.
+FakeCatalog ranked_catalog() {
+  FakeCatalog catalog(4, 1, 2, 8);
+  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
+  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  return catalog;
+}
+
 constexpr int kPolicyLayer = 3;
 
 // A query of the layout above: 32 tokens, far [4, 28), scale 1. `q` must outlive the query.
@@ -192,9 +201,7 @@ TEST(QuestPolicy, KeepsTheChunkOneHeadNeeds) {
 // far = [6, 26): chunk 1 holds 2 far tokens ([6, 8)), chunk 6 holds 2 ([24, 26)), chunks 2..5
 // hold 4. Ranked by q.k: chunk 6, 1, 3, 2, 4, 5.
 TEST(QuestPolicy, BudgetCountsFarTokensExactly) {
-  FakeCatalog catalog(4, 1, 2, 8);
-  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
-  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  FakeCatalog catalog = ranked_catalog();
   const std::vector<float> q = {1, 0};
   auto quest = policy("quest");
   auto pick = [&](int64_t budget) { return select_ok(*quest, make_query(q, 1, 1, 2, budget, {6, 26}), catalog).ranges; };
@@ -204,18 +211,16 @@ TEST(QuestPolicy, BudgetCountsFarTokensExactly) {
   EXPECT_EQ(pick(20), (Ranges{{6, 26}}));
   EXPECT_EQ(pick(1), (Ranges{{24, 26}}));  // the best chunk, though over a budget below it
   // Each whole chunk's box is read once and kept: one load for the five selections, and the
-  // policy holds the six far chunks' f16 min and max of 2 channels.
+  // policy holds one block of 32 boxes (f16 min and max of 2 channels), six of them used.
   EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kPolicyLayer, 1, 7}}));
-  EXPECT_EQ(quest->memory().bytes, 6u * 2 * 2 * sizeof(uint16_t));
+  EXPECT_EQ(quest->memory().bytes, 32u * 2 * 2 * sizeof(uint16_t));
 }
 
 // Quest keeps the boxes of whole chunks as the context grows and reads a far chunk still being
 // filled at each step; reset() (a new sequence) forgets them. 26 tokens: far [4, 26), chunk 6
 // holds 2 of its 4 positions; then 28, chunk 6 whole.
 TEST(QuestPolicy, KeepsWholeChunksBoxesAndReadsAPartialOneEachStep) {
-  FakeCatalog catalog(4, 1, 2, 8);
-  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
-  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  FakeCatalog catalog = ranked_catalog();
   const std::vector<float> q = {1, 0};
   auto quest = policy("quest");
   const auto pick = [&](int64_t n_tokens) {
@@ -228,7 +233,7 @@ TEST(QuestPolicy, KeepsWholeChunksBoxesAndReadsAPartialOneEachStep) {
   EXPECT_EQ(pick(28), (Ranges{{24, 28}}));
   EXPECT_EQ(catalog.loads(),
             (std::vector<Load>{{kPolicyLayer, 1, 6}, {kPolicyLayer, 6, 7}, {kPolicyLayer, 6, 7}, {kPolicyLayer, 6, 7}}));
-  EXPECT_EQ(quest->memory().bytes, 6u * 2 * 2 * sizeof(uint16_t));
+  EXPECT_EQ(quest->memory().bytes, 32u * 2 * 2 * sizeof(uint16_t));
   quest->reset();
   EXPECT_EQ(quest->memory().bytes, 0u);
   catalog.clear_loads();
@@ -236,12 +241,31 @@ TEST(QuestPolicy, KeepsWholeChunksBoxesAndReadsAPartialOneEachStep) {
   EXPECT_EQ(catalog.loads(), (std::vector<Load>{{kPolicyLayer, 1, 7}}));
 }
 
+// Kept boxes past one block of 32: 80 chunks of 4 tokens, chunk 33 keys (50, 0), chunk 70 keys
+// (100, 0), the rest (1, 0). At 200 tokens chunk 33 is the best far chunk; at 320, whose new whole
+// chunks are kept into a second and third block, chunk 70.
+TEST(QuestPolicy, KeepsBoxesAcrossBlocks) {
+  FakeCatalog catalog(4, 1, 2, 80);
+  for (int i = 0; i < 80; ++i) catalog.set_keys(i, 0, {1, 0});
+  catalog.set_keys(33, 0, {50, 0});
+  catalog.set_keys(70, 0, {100, 0});
+  const std::vector<float> q = {1, 0};
+  auto quest = policy("quest");
+  const auto pick = [&](int64_t n_tokens) {
+    SelectionQuery query = make_query(q, 1, 1, 2, 4, {4, n_tokens - 4});
+    query.n_tokens = n_tokens;
+    return select_ok(*quest, query, catalog).ranges;
+  };
+  EXPECT_EQ(pick(200), (Ranges{{132, 136}}));
+  EXPECT_EQ(pick(320), (Ranges{{280, 284}}));
+  EXPECT_EQ(quest->memory().bytes, 3 * 32u * 2 * 2 * sizeof(uint16_t));  // chunks 1..78: three blocks
+  EXPECT_EQ(catalog.loads().back(), (Load{kPolicyLayer, 65, 79}));  // the third block's, no re-read
+}
+
 // A budget below one chunk attends the best chunk, in quest and leoam (fixed and adaptive chunks),
 // rather than nothing.
 TEST(SelectionPolicy, ABudgetBelowOneChunkTakesTheBestChunk) {
-  FakeCatalog catalog(4, 1, 2, 8);
-  const float x[] = {0, 5, 3, 4, 2, 1, 6, 0};
-  for (int i = 0; i < 8; ++i) catalog.set_keys(i, 0, {x[i], 0});
+  FakeCatalog catalog = ranked_catalog();
   const std::vector<float> q = {1, 0};
   PolicyOptions fixed;
   fixed.adaptive = false;
