@@ -5,6 +5,7 @@
 // A selector may also watch the forward pass, for the policies that learn from it (needs()):
 //   keys             every batch of keys the store receives, prefill included (InfiniGen's
 //                    partial key cache)
+//   values           the same for the values (a fidelity probe's reference attention)
 //   layer inputs     the residual stream entering each layer of a decode step, before the layer's
 //                    selection (InfiniGen speculates the next layer's query from it)
 //   attention mass   after each decode attention, how much softmax mass each attended position
@@ -27,6 +28,7 @@ class ThreadPool;
 
 struct SelectorNeeds {
   bool keys = false;
+  bool values = false;
   bool layer_inputs = false;
   bool attention_mass = false;
   bool stored = false;
@@ -43,6 +45,10 @@ class AttentionSelector {
   virtual SelectorNeeds needs() const { return {}; }
   // The post-RoPE keys appended to `layer` at positions [pos0, pos0 + n): [n][n_head_kv][head_dim].
   [[nodiscard]] virtual Status observe_keys(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/, const float* /*k*/) {
+    return Status::ok();
+  }
+  // The values appended with them, in the same layout; called after observe_keys.
+  [[nodiscard]] virtual Status observe_values(int /*layer*/, int64_t /*pos0*/, int64_t /*n*/, const float* /*v*/) {
     return Status::ok();
   }
   // The store now holds positions [0, n_tokens) of `layer`: called after each append of a prompt

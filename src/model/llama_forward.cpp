@@ -317,6 +317,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         project_qkv(L, xn, nt, pos);
         LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos, nt, k_.data(), v_.data()));
         if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos, nt, k_.data()));
+        if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(il, pos, nt, v_.data()));
         if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos + nt));
         if (t0 + nt == n) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos, nt));
         const size_t row0 = static_cast<size_t>(t0 - s0);
@@ -582,6 +583,9 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       if (seq.selector != nullptr && seq.selector->needs().keys) {
         LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
       }
+      if (seq.selector != nullptr && seq.selector->needs().values) {
+        LEOAM_RETURN_IF_ERROR(seq.selector->observe_values(il, pos, 1, v_.data() + i * n_kv));
+      }
     }
     if (across_rows) {
       LEOAM_RETURN_IF_ERROR(select_and_attend_across_rows(batch, il, positions));
@@ -759,6 +763,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos0, n, k_.data(), v_.data()));
     }
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
+    if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(il, pos0, n, v_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
     if (read_all_ahead && il + 1 < hp_.n_layer) {
