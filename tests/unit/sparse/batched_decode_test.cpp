@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "kv/memory_kv_cache.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/llama_forward.h"
 #include "small_model_test.h"
@@ -24,11 +23,6 @@ namespace {
 
 class BatchedDecodeTest : public SmallModelTest {
  protected:
-  std::unique_ptr<KvCache> memory_cache() const {
-    MemoryKvCacheOptions m;
-    m.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
-    return std::move(MemoryKvCache::create(m)).value();
-  }
   std::unique_ptr<ForwardContext> context(AttentionSelector* selector, std::unique_ptr<KvCache> kv,
                                           int n_threads = 1) const {
     ForwardOptions fo;

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "kv/memory_kv_cache.h"
 #include "model/llama_forward.h"
 #include "small_model_test.h"
 #include "sparse/fidelity_probe.h"
@@ -20,11 +19,6 @@ namespace {
 
 class FidelityProbeForwardTest : public SmallModelTest {
  protected:
-  std::unique_ptr<KvCache> memory_cache() const {
-    MemoryKvCacheOptions m;
-    m.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
-    return std::move(MemoryKvCache::create(m)).value();
-  }
   std::unique_ptr<FidelityProbe> probe(AttentionSelector* inner) const {
     FidelityProbeOptions o{.n_head = spec_.n_head, .n_head_kv = spec_.n_head_kv, .head_dim = 16, .scale = 0.25f,
                            .layers = {0, 1}, .kv_heads = {0, 1}};

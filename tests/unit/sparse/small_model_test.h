@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "kv/memory_kv_cache.h"
 #include "kv/tiered_kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
@@ -44,6 +45,12 @@ class SmallModelTest : public ::testing::Test {
     return tokens;
   }
 
+  // An in-memory store of the model's KV.
+  std::unique_ptr<KvCache> memory_cache() const {
+    MemoryKvCacheOptions m;
+    m.shape = {spec_.n_layer, spec_.n_head_kv, 16, spec_.n_ctx};
+    return std::move(MemoryKvCache::create(m)).value();
+  }
   // A tiered store of the model's KV (16 channels a head) in chunks of 8, with a recent window of
   // 16, its disk tier in the scratch directory under `name`, the device holding its pinned
   // chunks and `spare` more.
