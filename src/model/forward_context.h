@@ -58,6 +58,12 @@ struct ForwardOptions {
   // reads the past selectively, as decode does, and its logits are no longer those of a dense
   // prefill. A prompt of more than one batch with a working set (the layered prefill) stays dense.
   bool sparse_continuation = false;
+  // A benchmark's synthetic query stream (`bench kv --workload moving`, moving_targets.h): called
+  // for each decoded row and layer with the row's store and its query as attention takes it
+  // ([n_head][head_dim], post-RoPE and scaled), before the layer's selection, which it may
+  // change; the decode pipeline's speculated query of the next layer passes through it too.
+  // Empty in every real run.
+  std::function<void(const KvCache& kv, int layer, float* q)> decode_query_hook;
   // Where the decode steps' per-layer spans go (core/trace.h); null: none. Not owned.
   Trace* trace = nullptr;
 };

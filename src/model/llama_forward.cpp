@@ -570,6 +570,9 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       const TraceSpan span(trace, "qkv", "compute", il, positions[0]);
       project_qkv(L, xn, n, positions[0], positions.data());
     }
+    if (options_.decode_query_hook) {
+      for (int64_t i = 0; i < n; ++i) options_.decode_query_hook(*batch[i].seq.kv, il, q_.data() + i * n_q);
+    }
     // Each row's own sequence: its store and its selection (without a selector, every position),
     // whose disk reads go to the store's read-ahead (a no-op for a store without one: its gather
     // reads them); then each row's attention. So one sequence's reads overlap the selections and
@@ -710,6 +713,7 @@ Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
   fused_matvecs(q, *pool_, *inline_pool_);
   kernels::rope(spec_q_.data(), rope_.shape(hp_.n_head), cos_.data(), sin_.data());
   scale_query(spec_q_.data(), hp_.n_embd_q(), hp_.query_scale(pos));
+  if (options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, layer + 1, spec_q_.data());
   // The step's own KV of layer + 1 is not stored yet: the forecast chooses among [0, pos).
   LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges,
                          seq_.selector->forecast(layer + 1, pos, pos, spec_q_.data(), *pool_, false));
@@ -762,6 +766,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       project_qkv(L, xn, n, pos0);
       LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos0, n, k_.data(), v_.data()));
     }
+    if (decode && options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, il, q_.data());
     if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
     if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(il, pos0, n, v_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));

@@ -105,8 +105,10 @@ int SyntheticKv::topic(int64_t pos) const {
   return run_topics_[static_cast<size_t>(it - run_starts_.begin()) - 1];
 }
 
-bool SyntheticKv::is_heavy_hitter(int64_t pos) const {
-  return Rng(mix(options_.seed, mix(kTagHeavy, static_cast<uint64_t>(pos)))).uniform() < options_.heavy_hitter_fraction;
+bool SyntheticKv::is_heavy_hitter(int layer, int head, int64_t pos) const {
+  uint64_t key = mix(kTagHeavy, static_cast<uint64_t>(pos));
+  if (options_.hitters_per_head) key = mix(key, static_cast<uint64_t>(layer) * options_.n_kv_heads + head);
+  return Rng(mix(options_.seed, key)).uniform() < options_.heavy_hitter_fraction;
 }
 
 const float* SyntheticKv::centre(int layer, int head, int topic) const {
@@ -124,7 +126,7 @@ void SyntheticKv::generate(int layer, int64_t pos0, int64_t n, float* k, float* 
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = pos0 + t;
     const int tp = topic(pos);
-    const float gain = pos == 0 ? options_.sink_gain : is_heavy_hitter(pos) ? options_.heavy_hitter_gain : 0.0f;
+    const bool shared_hitter = !options_.hitters_per_head && is_heavy_hitter(layer, 0, pos);
     Rng rng(mix(options_.seed, mix(kTagKv, mix(static_cast<uint64_t>(layer), static_cast<uint64_t>(pos)))));
     float* kt = k + t * n_heads * d;
     float* vt = v + t * n_heads * d;
@@ -132,6 +134,8 @@ void SyntheticKv::generate(int layer, int64_t pos0, int64_t n, float* k, float* 
       const float* ce = centre(layer, h, tp);
       const float* hi = hitter(layer, h);
       const float* out = outliers_.data() + (static_cast<size_t>(layer) * n_heads + h) * d;
+      const bool hitter = options_.hitters_per_head ? is_heavy_hitter(layer, h, pos) : shared_hitter;
+      const float gain = pos == 0 ? options_.sink_gain : hitter ? options_.heavy_hitter_gain : 0.0f;
       for (int c = 0; c < d; ++c) kt[h * d + c] = ce[c] + rng.normal() + out[c] + gain * hi[c];
       for (int c = 0; c < d; ++c) vt[h * d + c] = rng.normal();
     }

@@ -14,7 +14,8 @@
 //   k          = RoPE(k_pre, p)                                         the model's own rotation
 //   v[c]       = n'(p, c)                                               unit variance, i.i.d.
 // gain(p) is sink_gain at p = 0, heavy_hitter_gain at the heavy-hitter positions (a fraction
-// heavy_hitter_fraction of them, the same in every layer), else 0. The outlier channels are the
+// heavy_hitter_fraction of them: the same in every layer and head, or with hitters_per_head each
+// layer and KV head its own), else 0. The outlier channels are the
 // first channel of the slowest pairs, each offset by +-outlier_magnitude (a sign per layer and
 // head). centre and hitter entries are unit-variance draws; the noise is the sum of four 16-bit
 // uniforms scaled to unit variance (near gaussian, cheap). Centres sit in the slow channels, as
@@ -41,6 +42,7 @@ struct SyntheticKvOptions {
   float centre_scale = 3.0f;     // cluster centre over the noise, in the slowest channels
   double heavy_hitter_fraction = 0.002;
   float heavy_hitter_gain = 8.0f;
+  bool hitters_per_head = false;  // heavy-hitter positions drawn per layer and KV head
   float sink_gain = 16.0f;
   int n_outlier_channels = 2;    // per head; at most head_dim / 8
   float outlier_magnitude = 10.0f;
@@ -63,7 +65,8 @@ class SyntheticKv {
 
   const SyntheticKvOptions& options() const { return options_; }
   int topic(int64_t pos) const;
-  bool is_heavy_hitter(int64_t pos) const;
+  // Whether pos is a heavy hitter of (layer, KV head); without hitters_per_head, of every one.
+  bool is_heavy_hitter(int layer, int head, int64_t pos) const;
   // The outlier channels of every head, ascending.
   const std::vector<int>& outlier_channels() const { return outlier_channels_; }
   // The RoPE partner of channel c (c itself when c is not rotated).

@@ -86,7 +86,7 @@ TEST(SyntheticKv, SinkAndHeavyHittersStandOutOutlierChannelsAreLarge) {
         if (!rotated_outlier) sq += key[c] * key[c];
         if (c <= gen->rope_partner(c)) pair_mass[c] += pair_norm(key, c, gen->rope_partner(c));
       }
-      (p > 0 && gen->is_heavy_hitter(p) ? hitter_norms : norms).push_back(std::sqrt(sq));
+      (p > 0 && gen->is_heavy_hitter(0, h, p) ? hitter_norms : norms).push_back(std::sqrt(sq));
     }
     const float sink = norms.front();
     ASSERT_GT(hitter_norms.size(), 10u);  // ~1% of 4096
@@ -109,6 +109,55 @@ TEST(SyntheticKv, SinkAndHeavyHittersStandOutOutlierChannelsAreLarge) {
     for (int c : gen->outlier_channels()) {
       EXPECT_GT(pair_mass[c], 4.0 * others / n_others) << "head " << h << " channel " << c;
     }
+  }
+}
+
+// With hitters_per_head each layer and KV head has its own heavy hitters (an importance that is
+// not one set of positions everywhere), and its keys stand out there; without, one set for all.
+TEST(SyntheticKv, HittersPerHeadDifferByLayerAndHead) {
+  const Rope rope = make_rope();
+  for (const bool per_head : {false, true}) {
+    SyntheticKvOptions o = options(4096);
+    o.heavy_hitter_fraction = 0.01;
+    o.hitters_per_head = per_head;
+    Result<SyntheticKv> gen = SyntheticKv::create(o, rope);
+    ASSERT_TRUE(gen.is_ok());
+    int n00 = 0, n01 = 0, n10 = 0, both01 = 0, both10 = 0;
+    for (int64_t p = 1; p < 4096; ++p) {
+      const bool a = gen->is_heavy_hitter(0, 0, p), b = gen->is_heavy_hitter(0, 1, p), c = gen->is_heavy_hitter(1, 0, p);
+      n00 += a;
+      n01 += b;
+      n10 += c;
+      both01 += a && b;
+      both10 += a && c;
+    }
+    ASSERT_GT(n00, 20);  // ~41 of 4095
+    if (!per_head) {
+      EXPECT_EQ(both01, n00);
+      EXPECT_EQ(both10, n00);
+      continue;
+    }
+    EXPECT_GT(n01, 20);
+    EXPECT_GT(n10, 20);
+    EXPECT_LT(both01, 8);  // ~0.4 expected by chance
+    EXPECT_LT(both10, 8);
+    // Layer 1, head 1's hitters stand out in its keys (outlier channels aside).
+    const Kv kv = generate(*gen, 1, 0, 4096);
+    std::vector<float> norms, hitter_norms;
+    for (int64_t p = 1; p < 4096; ++p) {
+      const float* key = kv.k.data() + (p * kHeads + 1) * kDim;
+      float sq = 0;
+      for (int c = 0; c < kDim; ++c) {
+        const auto& out = gen->outlier_channels();
+        if (std::count(out.begin(), out.end(), c) + std::count(out.begin(), out.end(), gen->rope_partner(c)) == 0) {
+          sq += key[c] * key[c];
+        }
+      }
+      (gen->is_heavy_hitter(1, 1, p) ? hitter_norms : norms).push_back(std::sqrt(sq));
+    }
+    std::sort(norms.begin(), norms.end());
+    std::sort(hitter_norms.begin(), hitter_norms.end());
+    EXPECT_GT(hitter_norms[hitter_norms.size() / 2], 1.5f * norms[norms.size() / 2]);
   }
 }
 
