@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <string>
 
 #include "core/splitmix64.h"
@@ -144,38 +143,6 @@ void SyntheticKv::generate(int layer, int64_t pos0, int64_t n, float* k, float* 
   std::vector<float> cos(static_cast<size_t>(n) * half), sin(cos.size());
   rope_.fill_tables(pos0, n, cos.data(), sin.data());
   rope_.apply(k, n, n_heads, cos.data(), sin.data());
-}
-
-std::vector<double> SyntheticKv::chunk_attention(int layer, int head, int64_t n, const float* q,
-                                                  int chunk_tokens) const {
-  const int d = options_.head_dim;
-  const int half = rope_.n_rot() / 2;
-  std::vector<float> qr(q, q + d), cos(half), sin(half);
-  rope_.fill_tables(n - 1, 1, cos.data(), sin.data());
-  rope_.apply(qr.data(), 1, 1, cos.data(), sin.data());
-  constexpr int64_t kBlock = 512;
-  const size_t row = static_cast<size_t>(options_.n_kv_heads) * d;
-  std::vector<float> k(kBlock * row), v(k.size());
-  std::vector<double> logit(static_cast<size_t>(n));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (int64_t p0 = 0; p0 < n; p0 += kBlock) {
-    const int64_t nb = std::min(kBlock, n - p0);
-    generate(layer, p0, nb, k.data(), v.data());
-    for (int64_t t = 0; t < nb; ++t) {
-      const float* key = k.data() + t * row + static_cast<size_t>(head) * d;
-      logit[p0 + t] = std::inner_product(qr.begin(), qr.end(), key, 0.0) * scale;
-    }
-  }
-  const double top = *std::max_element(logit.begin(), logit.end());
-  std::vector<double> mass((n + chunk_tokens - 1) / chunk_tokens, 0.0);
-  double total = 0;
-  for (int64_t p = 0; p < n; ++p) {
-    const double e = std::exp(logit[p] - top);
-    mass[p / chunk_tokens] += e;
-    total += e;
-  }
-  for (double& m : mass) m /= total;
-  return mass;
 }
 
 }  // namespace leoam

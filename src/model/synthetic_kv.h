@@ -58,11 +58,6 @@ class SyntheticKv {
   // k, v: [n][n_kv_heads][head_dim] f32, k post-RoPE (what KvCache::append takes).
   void generate(int layer, int64_t pos0, int64_t n, float* k, float* v) const;
 
-  // The softmax mass (scale 1/sqrt(head_dim)) of query q ([head_dim], pre-RoPE; rotated here to
-  // position n - 1) over the keys [0, n) of (layer, head), summed per chunk of chunk_tokens, in
-  // position order: how skewed one decode query's attention is. Memory: n doubles.
-  std::vector<double> chunk_attention(int layer, int head, int64_t n, const float* q, int chunk_tokens) const;
-
   const SyntheticKvOptions& options() const { return options_; }
   int topic(int64_t pos) const;
   // Whether pos is a heavy hitter of (layer, KV head); without hitters_per_head, of every one.

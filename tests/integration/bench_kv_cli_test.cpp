@@ -63,24 +63,16 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
   const std::vector<std::string> policies = {"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "leoam"};
   for (const std::string& p : policies) EXPECT_NE(r.out.find("| 4096 | " + p + " |"), std::string::npos) << p;
 
-  EXPECT_NE(r.out.find("synthetic KV at 4096 tokens, layer 1, KV head 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("workload: static"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fidelity: layers 0, 1, KV heads 0, 1"), std::string::npos) << r.out;
   // The fill ends as a prompt does: its last 2 positions prefilled by the engine.
   EXPECT_NE(r.out.find("ending in a prefilled prompt of 2 tokens"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("where a step's time went"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| policy MiB | of KV | .lka of KV |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 4096 | leoam | "), std::string::npos) << r.out;
   const nlohmann::json doc = nlohmann::json::parse(leoam::testing_cli::read_file(json_path));
-  ASSERT_EQ(doc["attention_profiles"].size(), 1u);
-  const nlohmann::json& profile = doc["attention_profiles"][0];
-  EXPECT_GT(profile["top10_mass"].get<double>(), 0.3) << "skewed: well over 10% of the mass";
-  EXPECT_GE(profile["top10_mass"].get<double>(), profile["top1_mass"].get<double>());
-  double chunks = 0, mass = 0;
-  for (const nlohmann::json& b : profile["buckets"]) {
-    chunks += b["chunks"].get<double>();
-    mass += b["mass"].get<double>();
-  }
-  EXPECT_NEAR(chunks, 1.0, 1e-9);
-  EXPECT_NEAR(mass, 1.0, 1e-9);
+  EXPECT_EQ(doc["workload"], "static");
+  EXPECT_EQ(doc["fidelity"]["layers"], nlohmann::json::array({0, 1}));
   EXPECT_GT(doc["machine"]["dram_read_gb_per_s"].get<double>(), 0);
   EXPECT_GT(doc["machine"]["disk_raw_mb_per_s"].get<double>(), 0);
   // Probed before and after the runs; the bounds take the faster of each.
@@ -168,6 +160,24 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     // Attention's own count of the positions it read, against what the selection says it picked
     // (full: every visible position), step by step.
     for (const nlohmann::json& step : row["steps"]) EXPECT_EQ(step["n_attended"], step["n_selected"]) << p;
+    // Fidelity against full attention on the sampled layers: full's exact by construction; a
+    // selection covers part of the mass, with an error; the synthetic KV's attention is skewed
+    // (its top tenth of chunks holds well over a tenth of the mass).
+    if (p == "full") {
+      EXPECT_EQ(row["mass_covered"], 1.0);
+      EXPECT_EQ(row["output_error"], 0.0);
+      EXPECT_TRUE(row["top10_chunk_mass"].is_null());
+    } else {
+      EXPECT_GT(row["mass_covered"].get<double>(), 0.05) << p;
+      EXPECT_LT(row["mass_covered"].get<double>(), 1.0) << p;
+      EXPECT_GT(row["output_error"].get<double>(), 0.0) << p;
+      EXPECT_GT(row["top10_chunk_mass"].get<double>(), 0.3) << p;
+      EXPECT_LE(row["top10_chunk_mass"].get<double>(), 1.0) << p;
+      for (const nlohmann::json& step : row["steps"]) {
+        EXPECT_GT(step["mass_covered"].get<double>(), 0.0) << p;
+        EXPECT_LE(step["mass_covered"].get<double>(), 1.0) << p;
+      }
+    }
     const double attended = row["attended_fraction"];
     if (p == "full") {
       EXPECT_EQ(attended, 1.0);
@@ -281,6 +291,34 @@ TEST_F(BenchKvCliTest, InterleavedPoliciesReadWhatTheirOwnRunsRead) {
   EXPECT_LT(start(db, 2, 1), start(db, 0, 1));
 }
 
+// --workload moving: heavy hitters per layer and head, and queries that lean on a few far keys
+// drawn anew every few steps: the attention is more concentrated than the static workload's, the
+// oracle's exact-mass picks cover most of it, and the run is other than the static one.
+TEST_F(BenchKvCliTest, AMovingWorkloadConcentratesAttentionOnFarKeysThatMove) {
+  const std::string moving_path = dir_ + "/moving.json";
+  const std::string static_path = dir_ + "/static.json";
+  const std::vector<std::string> args = {"--ctx", "2048", "--synthetic-kv", "-n", "6", "--policies", "full,oracle,leoam"};
+  std::vector<std::string> a = args, b = args;
+  a.insert(a.end(), {"--workload", "moving", "--json", moving_path});
+  b.insert(b.end(), {"--json", static_path});
+  const CliResult ra = bench_kv(a);
+  ASSERT_EQ(ra.status, 0) << ra.err;
+  EXPECT_NE(ra.out.find("workload: moving"), std::string::npos) << ra.out;
+  const CliResult rb = bench_kv(b);
+  ASSERT_EQ(rb.status, 0) << rb.err;
+  const nlohmann::json moving = nlohmann::json::parse(leoam::testing_cli::read_file(moving_path));
+  const nlohmann::json fixed = nlohmann::json::parse(leoam::testing_cli::read_file(static_path));
+  EXPECT_EQ(moving["workload"], "moving");
+  for (size_t i = 1; i < 3; ++i) {
+    const std::string p = moving["results"][i]["policy"];
+    EXPECT_GT(moving["results"][i]["top10_chunk_mass"].get<double>(),
+              fixed["results"][i]["top10_chunk_mass"].get<double>() + 0.1)
+        << p;
+  }
+  EXPECT_EQ(moving["results"][1]["policy"], "oracle");
+  EXPECT_GT(moving["results"][1]["mass_covered"].get<double>(), 0.7);
+}
+
 TEST_F(BenchKvCliTest, PrefillOfAFileRunsTheSamePoliciesOverRealKv) {
   const std::string text_path = dir_ + "/prompt.txt";
   {
@@ -308,6 +346,8 @@ TEST_F(BenchKvCliTest, ErrorsNameTheFlag) {
   expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", "--policies", "full,fastest"}), 2, "--policies");
   expect_one_line_error(bench_kv({"--ctx", "0", "--synthetic-kv"}), 2, "--ctx");
   expect_one_line_error(bench_kv({"--synthetic-kv"}), 2, "--ctx");
+  expect_one_line_error(bench_kv({"--ctx", "64", "-f", model_, "--workload", "moving"}), 2, "--workload moving");
+  expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", "--workload", "drifting"}), 2, "--workload");
 }
 
 TEST_F(BenchKvCliTest, AContextThatDoesNotFitTheDiskIsRefusedBeforeTheFill) {

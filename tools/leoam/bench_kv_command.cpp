@@ -30,11 +30,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,9 +53,11 @@
 #include "kv_options.h"
 #include "model/forward_context.h"
 #include "model/model.h"
+#include "model/moving_targets.h"
 #include "model/rope.h"
 #include "model/synthetic_kv.h"
 #include "progress_bar.h"
+#include "sparse/fidelity_probe.h"
 #include "sparse/sparse_attention.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,6 +69,11 @@ using Json = nlohmann::ordered_json;
 constexpr int64_t kFillBlockTokens = 512;  // positions generated and appended at once, per layer
 constexpr int64_t kPromptEndTokens = 2;    // the synthetic fill's last positions, prefilled as a prompt
 constexpr uint64_t kDiskMarginBytes = uint64_t{256} << 20;
+// --workload moving (model/moving_targets.h): far keys a query leans on per KV head, the decode
+// steps they last, the nats their logits rise by.
+constexpr int kMovingTargets = 4;
+constexpr int kMovingPeriod = 4;
+constexpr float kMovingLean = 10.0f;
 
 // One decode step's cost.
 struct Step {
@@ -76,6 +83,9 @@ struct Step {
   uint64_t abstract_bytes_read = 0;                 // from disk
   int64_t n_attended = 0, n_visible = 0;            // summed over layers; attended as attention counted it
   int64_t n_selected = 0;                           // what the selectors say they picked (full: n_visible)
+  // Fidelity (sparse/fidelity_probe.h), the means over the sequences' probes; full attends every
+  // position: 1 and 0 by construction, and no profile (NaN).
+  double mass_covered = 1.0, output_error = 0.0, top10_chunk_mass = std::nan("");
 };
 
 struct PolicyRun {
@@ -95,19 +105,6 @@ struct PolicyRun {
   TransferStats transfer;          // --kv-compress: the compressed reads, all sequences (times: the first's)
 };
 
-
-// One decode query's attention over the synthetic KV of one layer (SyntheticKv::chunk_attention).
-struct AttentionProfile {
-  int64_t n_ctx = 0;
-  int layer = 0;
-  int chunk_tokens = 0;
-  double top1 = 0, top10 = 0;  // mass in the top 1% and 10% of chunks
-  // Chunks by their mass over the uniform share 1/n_chunks: < 0.1x, [0.1x, 1x), [1x, 10x),
-  // [10x, 100x), >= 100x; the share of chunks and of the mass in each.
-  std::array<double, 5> chunks{}, mass{};
-};
-constexpr const char* kProfileBuckets[5] = {"< 0.1x", "0.1-1x", "1-10x", "10-100x", ">= 100x"};
-constexpr int kProfileChunkTokens = 64;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -169,9 +166,27 @@ class BenchKvCommand : public Command {
                             ->type_name("FILE");
     synth->excludes(file);
     file->excludes(synth);
-    cmd->parse_complete_callback([synth, file] {
+    CLI::Option* workload =
+        cmd->add_option("--workload", workload_,
+                        "with --synthetic-kv: static (heavy hitters at the same positions in every layer and head, "
+                        "the queries the model's own) or moving (heavy hitters per layer and KV head, and each "
+                        "query leans on " + std::to_string(kMovingTargets) + " far keys per KV head drawn anew every " +
+                            std::to_string(kMovingPeriod) + " steps, each such key's logit lifted by " +
+                            std::to_string(static_cast<int>(kMovingLean)) + " nats)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"static", "moving"}));
+    cmd->parse_complete_callback([synth, file, workload, this] {
       if (synth->count() == 0 && file->count() == 0) throw CLI::RequiredError("--synthetic-kv or -f FILE");
+      if (workload->count() > 0 && workload_ == "moving" && synth->count() == 0) {
+        throw CLI::ValidationError("--workload moving", "needs --synthetic-kv");
+      }
     });
+    cmd->add_option("--fidelity-layers", fidelity_layers_,
+                    "layers sampled for fidelity (spread evenly; KV heads 0 and n_kv/2, every query head of their "
+                    "groups): each step's full attention for the same queries, computed between steps, against "
+                    "each policy's picks; 0: none")
+        ->capture_default_str()
+        ->check(in_range(0, 1024));
     cmd->add_option("--disk-probe-mb", disk_probe_mb_,
                     "MiB written to --kv-dir to measure the disk's raw read throughput for the bound")
         ->capture_default_str()
@@ -193,6 +208,7 @@ class BenchKvCommand : public Command {
     const Model& model = **loaded;
     cost_ = model_cost(model, KvDtype::kF16);
     n_layer_ = model.hparams().n_layer;
+    n_kv_heads_ = model.hparams().n_head_kv;
     if (!prompt_file_.empty()) {
       if (Status st = tokenize_prompt(model); !st.is_ok()) return fail(st);
     }
@@ -201,12 +217,6 @@ class BenchKvCommand : public Command {
       const Status st = run_policies(model, n_ctx);
       status_.clear();
       if (!st.is_ok()) return fail(st);
-      if (synthetic_kv_) {  // after the runs: their disk check has refused a context too large
-        Result<AttentionProfile> profile = attention_profile(model, n_ctx);
-        status_.clear();
-        if (!profile.is_ok()) return fail(profile.status());
-        profiles_.push_back(*profile);
-      }
     }
     // The VM's bandwidth moves by 2x within minutes: measured again, the faster of the two sets the
     // bounds (the tighter bound, so a step is never compared with a slow moment's).
@@ -309,11 +319,34 @@ class BenchKvCommand : public Command {
     std::vector<std::unique_ptr<KvCache>> owned;
     std::vector<TieredKvCache*> stores;
     std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
+    // Per sequence, with a selector and --fidelity-layers: the probe around it, which the forward
+    // pass sees instead.
+    std::vector<std::unique_ptr<sparse::FidelityProbe>> probes;
+    std::vector<std::unique_ptr<SyntheticKv>> gens;  // per sequence, with --synthetic-kv
+    std::vector<MovingTargets> targets;              // per sequence, with --workload moving
     std::unique_ptr<ForwardContext> ctx;
     std::vector<int32_t> tokens;
     std::vector<float> logits;
     std::vector<BatchToken> batch;
+
+    // What the forward pass sees as sequence b's selector.
+    AttentionSelector* selector(int b) const {
+      if (!probes.empty() && probes[b]) return probes[b].get();
+      return selectors[b].get();
+    }
+    DecodeSequence sequence(int b) const { return {stores[b], selector(b)}; }
   };
+
+  // The layers the probes sample: n spread evenly, (2i + 1) n_layer / 2n.
+  std::vector<int> fidelity_layers(int n_layer) const {
+    const int n = std::min(fidelity_layers_, n_layer);
+    std::vector<int> layers;
+    for (int i = 0; i < n; ++i) layers.push_back((2 * i + 1) * n_layer / (2 * n));
+    return layers;
+  }
+  static std::vector<int> fidelity_kv_heads(int n_kv_heads) {
+    return n_kv_heads > 1 ? std::vector<int>{0, n_kv_heads / 2} : std::vector<int>{0};
+  }
 
   // The policies of one --ctx: one after the other, or with --interleave a step of each in turn.
   Status run_policies(const Model& model, int64_t n_ctx) {
@@ -372,14 +405,51 @@ class BenchKvCommand : public Command {
       if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*bench->stores[0], n_ctx));
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
                              make_sparse_attention(attention, kv_options, model, *kv));
+      if (selector && fidelity_layers_ > 0) {
+        const ModelHparams& hp = model.hparams();
+        sparse::FidelityProbeOptions fo{.n_head = hp.n_head,
+                                        .n_head_kv = hp.n_head_kv,
+                                        .head_dim = hp.head_dim,
+                                        .scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim)),
+                                        .layers = fidelity_layers(hp.n_layer),
+                                        .kv_heads = fidelity_kv_heads(hp.n_head_kv)};
+        LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::FidelityProbe> probe,
+                               sparse::FidelityProbe::create(selector.get(), std::move(fo), hp.n_layer));
+        bench->probes.resize(static_cast<size_t>(batch_));
+        bench->probes[b] = std::move(probe);
+      }
       bench->selectors.push_back(std::move(selector));
       bench->owned.push_back(std::move(kv));
+      if (synthetic_kv_) {
+        LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx, seed_ + static_cast<uint64_t>(b)));
+        bench->gens.push_back(std::make_unique<SyntheticKv>(std::move(gen)));
+      }
+      if (workload_ == "moving") {
+        const int64_t n_fill = n_ctx > kPromptEndTokens ? n_ctx - kPromptEndTokens : n_ctx;
+        MovingTargetsOptions mo{.n_head = model.hparams().n_head,
+                                .scale = 1.0f / std::sqrt(static_cast<float>(model.hparams().head_dim)),
+                                .n_targets = kMovingTargets,
+                                .period = kMovingPeriod,
+                                .lean = kMovingLean,
+                                .first = std::min<int64_t>(64, n_fill / 8),
+                                .last = n_fill - std::min<int64_t>(512, n_fill / 4),
+                                .seed = seed_ + static_cast<uint64_t>(b)};
+        LEOAM_ASSIGN_OR_RETURN(MovingTargets targets, MovingTargets::create(*bench->gens.back(), mo));
+        bench->targets.push_back(std::move(targets));
+      }
     }
     run.io_mode = bench->stores[0]->disk().io_mode();
 
     ForwardOptions fwd;
     fwd.n_threads = n_threads_;
-    fwd.selector = bench->selectors[0].get();
+    fwd.selector = bench->selector(0);
+    if (!bench->targets.empty()) {
+      fwd.decode_query_hook = [b = bench.get()](const KvCache& kv, int layer, float* q) {
+        for (size_t i = 0; i < b->stores.size(); ++i) {
+          if (b->stores[i] == &kv) b->targets[i].steer(layer, q);
+        }
+      };
+    }
     fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
     set_pipeline(kv_options, fwd);
     fwd.trace = &bench->trace;
@@ -398,11 +468,11 @@ class BenchKvCommand : public Command {
     LEOAM_ASSIGN_OR_RETURN(bench->ctx, ForwardContext::create(model, fwd, std::move(first)));
     for (int b = 0; b < batch_; ++b) {
       const std::string seq = batch_ > 1 ? bench->what + ", sequence " + std::to_string(b + 1) : bench->what;
-      const DecodeSequence sequence{bench->stores[b], bench->selectors[b].get()};
+      const DecodeSequence sequence = bench->sequence(b);
       if (synthetic_kv_) {  // each sequence its own KV: the seed + its index, and its prompt's end
         const int64_t n_end = n_ctx > kPromptEndTokens ? kPromptEndTokens : 0;
-        LEOAM_RETURN_IF_ERROR(fill_synthetic(model, *bench->stores[b], bench->selectors[b].get(), n_ctx - n_end,
-                                             seed_ + static_cast<uint64_t>(b), seq));
+        LEOAM_RETURN_IF_ERROR(
+            fill_synthetic(model, *bench->gens[b], *bench->stores[b], bench->selector(b), n_ctx - n_end, seq));
         if (n_end > 0) {
           status_.show("prefilling the prompt's end for " + seq);
           std::vector<int32_t> end(static_cast<size_t>(n_end));
@@ -438,6 +508,7 @@ class BenchKvCommand : public Command {
       }
     }
     const int64_t attended0 = bench.ctx->decode_positions_attended();
+    for (MovingTargets& t : bench.targets) t.prepare(i);
     const auto t0 = std::chrono::steady_clock::now();
     Step s;
     s.start_s = std::chrono::duration<double>(t0 - started_).count();
@@ -445,7 +516,7 @@ class BenchKvCommand : public Command {
       LEOAM_RETURN_IF_ERROR(bench.ctx->eval(std::span<const int32_t>(bench.tokens.data(), 1), false, bench.logits));
     } else {
       bench.batch.clear();
-      for (int b = 0; b < batch_; ++b) bench.batch.push_back({bench.tokens[b], {stores[b], selectors[b].get()}});
+      for (int b = 0; b < batch_; ++b) bench.batch.push_back({bench.tokens[b], bench.sequence(b)});
       LEOAM_RETURN_IF_ERROR(bench.ctx->decode_batch(bench.batch, bench.logits));
     }
     s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -467,10 +538,24 @@ class BenchKvCommand : public Command {
     // The positions attention read, counted where it runs: the same measure for every policy.
     s.n_attended = bench.ctx->decode_positions_attended() - attended0;
     s.n_visible -= visible0;
+    LEOAM_RETURN_IF_ERROR(measure_fidelity(bench, s));
     bench.run.steps.push_back(s);
     const auto n_vocab = static_cast<size_t>(model.hparams().n_vocab);
     const std::span<const float> rows(bench.logits);
     for (int b = 0; b < batch_; ++b) bench.tokens[b] = sampling::argmax(rows.subspan(b * n_vocab, n_vocab));
+    return Status::ok();
+  }
+
+  // The step's fidelity from the probes (outside its timing): the means over the sequences.
+  static Status measure_fidelity(PolicyBench& bench, Step& s) {
+    if (bench.probes.empty()) return Status::ok();
+    s.mass_covered = s.output_error = s.top10_chunk_mass = 0;
+    for (const std::unique_ptr<sparse::FidelityProbe>& probe : bench.probes) {
+      LEOAM_ASSIGN_OR_RETURN(const sparse::StepFidelity f, probe->measure());
+      s.mass_covered += f.mass_covered / static_cast<double>(bench.probes.size());
+      s.output_error += f.output_error / static_cast<double>(bench.probes.size());
+      s.top10_chunk_mass += f.top10_chunk_mass / static_cast<double>(bench.probes.size());
+    }
     return Status::ok();
   }
 
@@ -527,46 +612,15 @@ class BenchKvCommand : public Command {
     o.head_dim = hp.head_dim;
     o.n_ctx = n_ctx;
     o.seed = seed;
+    o.hitters_per_head = workload_ == "moving";
     return SyntheticKv::create(o, rope);
-  }
-
-  // The middle layer's KV head 0 under one random query (unit-variance channels, as the synthetic
-  // models' queries are) at the last position.
-  Result<AttentionProfile> attention_profile(const Model& model, int64_t n_ctx) {
-    status_.show("attention profile of the synthetic KV at " + std::to_string(n_ctx) + " tokens ...");
-    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx, seed_));
-    AttentionProfile p;
-    p.n_ctx = n_ctx;
-    p.layer = model.hparams().n_layer / 2;
-    p.chunk_tokens = kProfileChunkTokens;
-    std::mt19937_64 rng(seed_);
-    std::normal_distribution<float> normal;
-    std::vector<float> q(static_cast<size_t>(model.hparams().head_dim));
-    for (float& x : q) x = normal(rng);
-    std::vector<double> mass = gen.chunk_attention(p.layer, 0, n_ctx, q.data(), p.chunk_tokens);
-    const double n = static_cast<double>(mass.size());
-    for (double m : mass) {
-      const double rel = m * n;
-      const int b = rel < 0.1 ? 0 : rel < 1 ? 1 : rel < 10 ? 2 : rel < 100 ? 3 : 4;
-      p.chunks[b] += 1.0 / n;
-      p.mass[b] += m;
-    }
-    std::sort(mass.begin(), mass.end(), std::greater<>());
-    const auto top = [&](double fraction) {
-      const size_t k = std::max<size_t>(1, static_cast<size_t>(fraction * n));
-      return std::accumulate(mass.begin(), mass.begin() + static_cast<std::ptrdiff_t>(k), 0.0);
-    };
-    p.top1 = top(0.01);
-    p.top10 = top(0.1);
-    return p;
   }
 
   // Appends synthetic KV for [0, n_ctx) block by block, each layer in turn as a prefill batch
   // does, and lets the selector watch the keys and the store as it would in a prefill.
-  Status fill_synthetic(const Model& model, KvCache& kv, sparse::SparseAttention* selector, int64_t n_ctx,
-                        uint64_t seed, const std::string& what) {
+  Status fill_synthetic(const Model& model, const SyntheticKv& gen, KvCache& kv, AttentionSelector* selector,
+                        int64_t n_ctx, const std::string& what) {
     const ModelHparams& hp = model.hparams();
-    LEOAM_ASSIGN_OR_RETURN(SyntheticKv gen, make_synthetic_kv(model, n_ctx, seed));
     const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
     const size_t row = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
     std::vector<float> k(kFillBlockTokens * row), v(k.size());
@@ -577,6 +631,7 @@ class BenchKvCommand : public Command {
         gen.generate(il, pos0, n, k.data(), v.data());
         LEOAM_RETURN_IF_ERROR(kv.append(il, pos0, n, k.data(), v.data()));
         if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k.data()));
+        if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(il, pos0, n, v.data()));
         if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
       }
     }
@@ -629,12 +684,13 @@ class BenchKvCommand : public Command {
   struct Summary {
     double ms = 0, first_ms = 0, bound_ms = 0, attended = 0, read_amplification = 0, ram_over_selection = 0;
     double kv_read[kNumTiers] = {}, abstract_read = 0;
+    double mass_covered = 0, output_error = 0, top10_chunk_mass = 0;
   };
   // Medians over the steps after the first.
   Summary summarize(const PolicyRun& r) const {
     Summary s;
     s.first_ms = r.steps.front().ms;
-    std::vector<double> ms, bound, att, amp, ram, tiers[kNumTiers], abs;
+    std::vector<double> ms, bound, att, amp, ram, tiers[kNumTiers], abs, mass, err, top10;
     for (size_t i = 1; i < r.steps.size(); ++i) {
       const Step& st = r.steps[i];
       ms.push_back(st.ms);
@@ -644,6 +700,9 @@ class BenchKvCommand : public Command {
       ram.push_back(ram_over_selection(st));
       for (int t = 0; t < kNumTiers; ++t) tiers[t].push_back(static_cast<double>(st.kv_bytes_read[t]));
       abs.push_back(static_cast<double>(st.abstract_bytes_read));
+      mass.push_back(st.mass_covered);
+      err.push_back(st.output_error);
+      top10.push_back(st.top10_chunk_mass);
     }
     s.ms = median(ms);
     s.bound_ms = median(bound);
@@ -652,6 +711,10 @@ class BenchKvCommand : public Command {
     s.ram_over_selection = median(ram);
     for (int t = 0; t < kNumTiers; ++t) s.kv_read[t] = median(tiers[t]);
     s.abstract_read = median(abs);
+    s.mass_covered = median(mass);
+    s.output_error = median(err);
+    std::erase_if(top10, [](double x) { return std::isnan(x); });  // full's
+    s.top10_chunk_mass = top10.empty() ? std::nan("") : median(top10);
     return s;
   }
 
@@ -673,6 +736,33 @@ class BenchKvCommand : public Command {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.2f", bytes / (1024.0 * 1024.0));
     return buf;
+  }
+
+  static std::string percent_or_dash(double x) {
+    if (std::isnan(x)) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * x);
+    return buf;
+  }
+
+  static std::string int_list(const std::vector<int>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : ", ") + std::to_string(v[i]);
+    return out;
+  }
+
+  std::string workload_text() const {
+    if (workload_ == "static") return "static (heavy hitters at the same positions in every layer and head)";
+    return "moving (heavy hitters per layer and KV head; each query leans on " + std::to_string(kMovingTargets) +
+           " far keys per KV head, drawn anew every " + std::to_string(kMovingPeriod) + " steps, their logits +" +
+           std::to_string(static_cast<int>(kMovingLean)) + " nats)";
+  }
+
+  std::string fidelity_text() const {
+    if (fidelity_layers_ == 0) return "not measured (--fidelity-layers 0)";
+    return "layers " + int_list(fidelity_layers(n_layer_)) + ", KV heads " +
+           int_list(fidelity_kv_heads(n_kv_heads_)) +
+           " and their query heads: full attention for each step's queries, computed between steps";
   }
 
   std::string markdown() const {
@@ -705,11 +795,14 @@ class BenchKvCommand : public Command {
            (synthetic_kv_ ? "synthetic (--synthetic-kv, seed " + std::to_string(seed_) + "), ending in a prefilled prompt of " +
                                 std::to_string(kPromptEndTokens) + " tokens (the first step follows a prompt's end)"
                           : "prefill of " + prompt_file_) +
-           "\n\n";
-    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | read x | RAM / sel "
+           "\n";
+    if (synthetic_kv_) out += "workload: " + workload_text() + "\n";
+    out += "fidelity: " + fidelity_text() + "\n\n";
+    out += "| ctx | policy | chunk | on disk | ms/tok | first ms | tok/s | vs full | attended | mass | out err | top 10% "
+           "| read x | RAM / sel "
            "| device MiB | host MiB | disk MiB | abstract MiB | bound ms | of bound | policy MiB | of KV | .lka of KV |\n";
     out += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: | ---: | ---: | ---: |\n";
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const PolicyRun& r : runs_) {
       const Summary s = summarize(r);
       const PolicyRun* full = full_run(r.n_ctx);
@@ -719,10 +812,11 @@ class BenchKvCommand : public Command {
         vs = buf;
       }
       std::snprintf(buf, sizeof(buf),
-                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %.2f | %.2f | %s | %s | %s | %s | %.1f "
-                    "| %.2fx | %s | %.2f%% | %.2f%% |\n",
+                    "| %lld | %s | %d | %.1f%% | %.1f | %.1f | %.2f | %s | %.1f%% | %.3f | %.3f | %s | %.2f | %.2f | %s "
+                    "| %s | %s | %s | %.1f | %.2fx | %s | %.2f%% | %.2f%% |\n",
                     static_cast<long long>(r.n_ctx), r.policy.c_str(), r.chunk_tokens, 100.0 * r.disk_share, s.ms,
-                    s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, s.read_amplification,
+                    s.first_ms, 1e3 * batch_ / s.ms, vs.c_str(), 100.0 * s.attended, s.mass_covered, s.output_error,
+                    percent_or_dash(s.top10_chunk_mass).c_str(), s.read_amplification,
                     s.ram_over_selection, mib(s.kv_read[0]).c_str(),
                     mib(s.kv_read[1]).c_str(), mib(s.kv_read[2]).c_str(), mib(s.abstract_read).c_str(), s.bound_ms,
                     s.ms / s.bound_ms, mib(static_cast<double>(r.policy_peak_bytes)).c_str(), 100.0 * policy_share(r),
@@ -731,7 +825,10 @@ class BenchKvCommand : public Command {
     }
     out += "\nms/tok, tok/s, attended, MiB read and bound: medians over the " + std::to_string(n_gen_ - 1) +
            " steps after the first (first ms apart). vs full: full's ms/tok over this one's. on disk: the share of the "
-           "KV's chunks on disk after the fill. read x: the KV read from every tier over the KV of the positions "
+           "KV's chunks on disk after the fill. mass: the share of full attention's softmax mass on the positions "
+           "attended; out err: the attention output's relative L2 error against full attention's (both from the "
+           "probe's f16 keys and values; full: 1 and 0 by construction); top 10%: the full mass in the top tenth of "
+           "64-token chunks, under the policy's own queries (how skewed the steps' attention is). read x: the KV read from every tier over the KV of the positions "
            "attended. RAM / sel: the device and host tiers' budgets over the KV a step attends (below 1 they cannot "
            "hold a selection). bound: the larger of (weights + KV read from device and host) / DRAM "
            "bandwidth and (disk KV + abstracts) / disk raw throughput, each the faster of its two probes; of bound: "
@@ -757,21 +854,10 @@ class BenchKvCommand : public Command {
     for (const PolicyRun& r : runs_) {
       if (!r.transfer.mode.empty()) out += std::to_string(r.n_ctx) + " " + r.policy + ", the whole run: " + r.transfer.to_text() + "\n";
     }
-    for (const AttentionProfile& p : profiles_) {
-      std::snprintf(buf, sizeof(buf),
-                    "\nsynthetic KV at %lld tokens, layer %d, KV head 0, one random query at the last position: the "
-                    "top 1%% of %d-token chunks hold %.1f%% of the softmax mass, the top 10%% %.1f%%\n",
-                    static_cast<long long>(p.n_ctx), p.layer, p.chunk_tokens, 100.0 * p.top1, 100.0 * p.top10);
-      out += buf;
-      out += "| chunk mass / uniform | chunks | mass |\n| --- | ---: | ---: |\n";
-      for (size_t b = 0; b < p.chunks.size(); ++b) {
-        std::snprintf(buf, sizeof(buf), "| %s | %.1f%% | %.1f%% |\n", kProfileBuckets[b], 100.0 * p.chunks[b],
-                      100.0 * p.mass[b]);
-        out += buf;
-      }
-    }
     return out;
   }
+
+  static Json nan_null(double x) { return std::isnan(x) ? Json(nullptr) : Json(x); }
 
   Json to_json() const {
     Json doc;
@@ -790,6 +876,11 @@ class BenchKvCommand : public Command {
     doc["pipeline_mode"] = pipeline_mode(kv_options_);
     doc["batch"] = batch_;
     doc["interleave"] = interleave_;
+    doc["workload"] = synthetic_kv_ ? Json(workload_) : Json(nullptr);
+    doc["fidelity"] = fidelity_layers_ > 0 ? Json{{"layers", fidelity_layers(n_layer_)},
+                                                  {"kv_heads", fidelity_kv_heads(n_kv_heads_)},
+                                                  {"profile_chunk_tokens", sparse::FidelityProbe::kProfileChunkTokens}}
+                                           : Json(nullptr);
     const GatherBenchRow& d = disk();
     Json dram_probes = Json::array(), disk_probes = Json::array();
     for (const MemoryBandwidth& m : dram_probes_) dram_probes.push_back(m.gb_per_s());
@@ -819,7 +910,10 @@ class BenchKvCommand : public Command {
                          {"abstract_bytes_read", st.abstract_bytes_read},
                          {"n_attended", st.n_attended},
                          {"n_selected", st.n_selected},
-                         {"n_visible", st.n_visible}});
+                         {"n_visible", st.n_visible},
+                         {"mass_covered", st.mass_covered},
+                         {"output_error", st.output_error},
+                         {"top10_chunk_mass", nan_null(st.top10_chunk_mass)}});
       }
       results.push_back({{"n_ctx", r.n_ctx},
                          {"policy", r.policy},
@@ -833,6 +927,9 @@ class BenchKvCommand : public Command {
                          {"tokens_per_s", 1e3 * batch_ / s.ms},
                          {"speedup_vs_full", full != nullptr ? Json(summarize(*full).ms / s.ms) : Json(nullptr)},
                          {"attended_fraction", s.attended},
+                         {"mass_covered", s.mass_covered},
+                         {"output_error", s.output_error},
+                         {"top10_chunk_mass", nan_null(s.top10_chunk_mass)},
                          {"read_amplification", s.read_amplification},
                          {"ram_tiers_over_selection", s.ram_over_selection},
                          {"kv_bytes_read", {{"device", s.kv_read[0]}, {"host", s.kv_read[1]}, {"disk", s.kv_read[2]}}},
@@ -848,16 +945,6 @@ class BenchKvCommand : public Command {
                          {"steps", std::move(steps)}});
     }
     doc["results"] = std::move(results);
-    Json profiles = Json::array();
-    for (const AttentionProfile& p : profiles_) {
-      Json buckets = Json::array();
-      for (size_t b = 0; b < p.chunks.size(); ++b) {
-        buckets.push_back({{"mass_over_uniform", kProfileBuckets[b]}, {"chunks", p.chunks[b]}, {"mass", p.mass[b]}});
-      }
-      profiles.push_back({{"n_ctx", p.n_ctx}, {"layer", p.layer}, {"kv_head", 0}, {"chunk_tokens", p.chunk_tokens},
-                          {"top1_mass", p.top1}, {"top10_mass", p.top10}, {"buckets", std::move(buckets)}});
-    }
-    doc["attention_profiles"] = std::move(profiles);
     return doc;
   }
 
@@ -869,6 +956,8 @@ class BenchKvCommand : public Command {
   uint64_t seed_ = 1;
   int batch_ = 1;
   bool synthetic_kv_ = false;
+  std::string workload_ = "static";
+  int fidelity_layers_ = 4;
   bool interleave_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string prompt_file_;
@@ -880,10 +969,10 @@ class BenchKvCommand : public Command {
   std::vector<int32_t> prompt_tokens_;
   ModelCost cost_;
   int n_layer_ = 0;
+  int n_kv_heads_ = 0;
   std::vector<MemoryBandwidth> dram_probes_;  // before and after the runs
   std::vector<GatherBenchRow> disk_probes_;    // the same
   std::vector<PolicyRun> runs_;
-  std::vector<AttentionProfile> profiles_;  // one per --ctx, with --synthetic-kv
   StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench kv"};
 };
 
