@@ -141,6 +141,32 @@ void parse_messages(const json& body, CompletionRequest& r) {
   }
 }
 
+// Fields that would change what the answer must be, which this server cannot honour: refused by
+// name rather than ignored (a client would believe its tools or its JSON schema were used).
+void refuse_unsupported(const json& body) {
+  for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
+                           "prediction", "suffix"}) {
+    if (const json* f = field(body, name); f != nullptr && !f->is_null()) {
+      refuse(std::string("'") + name + "' is not supported by this server", name);
+    }
+  }
+  if (const json* f = field(body, "response_format"); f != nullptr && !f->is_null()) {
+    const json* type = f->is_object() ? field(*f, "type") : nullptr;
+    if (type == nullptr || *type != "text") {
+      refuse("'response_format' is not supported but for {\"type\": \"text\"}: no JSON mode or schema", "response_format");
+    }
+  }
+  if (const json* f = field(body, "logit_bias"); f != nullptr && !f->is_null() && !(f->is_object() && f->empty())) {
+    refuse("'logit_bias' is not supported by this server", "logit_bias");
+  }
+  if (const json* f = field(body, "modalities"); f != nullptr && !f->is_null() && *f != json::array({"text"})) {
+    refuse("'modalities' other than [\"text\"] are not supported", "modalities");
+  }
+  if (const json* f = field(body, "best_of"); f != nullptr && !f->is_null() && *f != 1) {
+    refuse("'best_of' must be 1", "best_of");
+  }
+}
+
 CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestDefaults& defaults) {
   const json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) refuse("the request body is not valid JSON", "");
@@ -158,8 +184,12 @@ CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestD
     if (field(body, "top_logprobs") != nullptr && !logprobs) refuse("'top_logprobs' needs 'logprobs': true", "top_logprobs");
     r.n_logprobs = logprobs ? top : -1;
   }
-  optional_string(body, "model");
+  if (const json* model = field(body, "model"); model != nullptr && !model->is_null()) {
+    if (!model->is_string()) refuse(std::string("'model' must be a string, not ") + type_name(*model), "model");
+    r.model = model->get<std::string>();
+  }
   optional_string(body, "user");
+  refuse_unsupported(body);
   const char* max_name = endpoint == Endpoint::kChat && field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   r.max_tokens = static_cast<int>(integer_in(body, max_name, 0, defaults.max_tokens_limit, defaults.max_tokens));
   r.sampler = defaults.sampler;

@@ -42,6 +42,7 @@ struct CompletionRequest {
   SamplerOptions sampler;
   std::optional<uint64_t> seed;       // none: the server draws one
   std::vector<std::string> stop;
+  std::string model;                  // empty: not given
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int n_logprobs = -1;                // -1: none; else the top alternatives asked for (0: the sampled token only)

@@ -143,8 +143,14 @@ json CompletionResponse::final_chunk(const GenerationEvent& last) const {
     choice = {{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}};
   }
   out["choices"] = json::array({choice});
-  out["usage"] = usage(last);
   out["leoam"] = engine_figures(last);
+  return out;
+}
+
+json CompletionResponse::usage_chunk(const GenerationEvent& last) const {
+  json out = envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+  out["choices"] = json::array();
+  out["usage"] = usage(last);
   return out;
 }
 

@@ -4,7 +4,8 @@
 //
 //   whole:  add(event) for every event, then body(last event)
 //   stream: chunk(event) for each event that carries text or tokens, then final_chunk(last event)
-//           (finish_reason and usage), then "data: [DONE]"
+//           (finish_reason), then with stream_options.include_usage usage_chunk(last event) (no
+//           choices: usage once, as OpenAI sends it), then "data: [DONE]"
 // The last answer also carries "leoam": {queued_ms, prefill_ms, decode_ms, kv_attended (the
 // share of visible positions its decode attended), kv_bytes_read {device, host, disk}}.
 #pragma once
@@ -33,6 +34,7 @@ class CompletionResponse {
 
   nlohmann::json chunk(const GenerationEvent& event);
   nlohmann::json final_chunk(const GenerationEvent& last) const;
+  nlohmann::json usage_chunk(const GenerationEvent& last) const;
 
  private:
   nlohmann::json envelope(const char* object) const;

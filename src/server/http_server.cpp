@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "engine/prompt_cache.h"
 #include "server/api_error.h"
 #include "server/completion_response.h"
+#include "server/connection_watch.h"
 #include "server/web_page.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,14 +34,6 @@ void send_json(httplib::Response& res, int status, const json& body) {
 void send_error(httplib::Response& res, const ApiError& e) {
   if (e.http_status == 503) res.set_header("Retry-After", "1");
   send_json(res, e.http_status, e.body());
-}
-
-// Equal strings, in a time that does not depend on where they differ (only on their length).
-bool same_secret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 std::string random_id(const char* prefix) {
@@ -77,7 +71,25 @@ std::optional<ApiError> failure(const GenerationEvent& last) {
 }  // namespace
 
 HttpServer::HttpServer(const HttpServerOptions& options, BatchScheduler& scheduler, const Tokenizer& tokenizer)
-    : options_(options), scheduler_(scheduler), tokenizer_(tokenizer), http_(std::make_unique<httplib::Server>()) {}
+    : options_(options),
+      guard_{options.host, options.allowed_hosts, options.cors_origin, options.api_key},
+      scheduler_(scheduler),
+      tokenizer_(tokenizer),
+      http_(std::make_unique<httplib::Server>()) {
+  for (int32_t id = 0; id < tokenizer.n_vocab(); ++id) {
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(tokenizer.token_text(id).size()));
+  }
+}
+
+std::optional<ApiError> HttpServer::surely_too_long(const std::string& text, const char* param) const {
+  // No token of the vocabulary is longer than max_token_bytes_ (in its stored form, at least as
+  // long as the bytes it stands for), so a text longer than that many bytes a position cannot
+  // fit, and tokenizing it (megabytes, perhaps) would be wasted.
+  if (static_cast<int64_t>(text.size()) <= options_.n_ctx * std::max<int64_t>(max_token_bytes_, 1)) return std::nullopt;
+  return bad_request("the prompt has " + std::to_string(text.size()) + " bytes: more tokens than the context holds (" +
+                         std::to_string(options_.n_ctx) + ", -c)",
+                     param);
+}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -87,6 +99,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const HttpServerOptions& 
   const int n_threads = std::max(4, options.n_threads);
   s->http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
   s->http_->set_payload_max_length(options.max_body_bytes);
+  // The library listens with a backlog of 5, which overflows under a burst of clients: the
+  // listening socket is listened on again with ours once bound (its descriptor kept here).
+  int listen_fd = -1;
+  s->http_->set_socket_options([&listen_fd](int fd) {
+    httplib::default_socket_options(fd);
+    listen_fd = fd;
+  });
   s->add_routes();
   if (options.port == 0) {
     s->port_ = s->http_->bind_to_any_port(options.host);
@@ -98,6 +117,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const HttpServerOptions& 
   if (s->port_ <= 0) {
     return io_error("cannot listen on " + options.host + ":" + std::to_string(options.port) +
                     " (--host, --port): the address is in use or not this machine's");
+  }
+  if (listen_fd < 0 || ::listen(listen_fd, options.backlog) != 0) {
+    return io_error("cannot set the listen backlog to " + std::to_string(options.backlog) + " (--backlog)");
   }
   return s;
 }
@@ -111,21 +133,48 @@ void HttpServer::stop() {
 void HttpServer::add_routes() {
   httplib::Server& h = *http_;
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const auto refuse = [&](const ApiError& e) {
+      send_error(res, e);
+      metrics_.record_request(endpoint_label(req.path), e.http_status);
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    const std::string host = req.get_header_value("Host");
+    if (!host_allowed(guard_, host)) {
+      return refuse({403, "the Host '" + host + "' does not name this server; to serve it under that name, start it "
+                              "with --allowed-hosts " + host_name(host),
+                     "invalid_request_error", {}, "host_not_allowed"});
+    }
+    const std::string origin = req.get_header_value("Origin");
+    const OriginVerdict verdict = check_origin(guard_, origin, host);
+    if (verdict == OriginVerdict::kRefused) {
+      return refuse({403, "requests from the web origin '" + origin + "' are refused; to allow it, start the server "
+                              "with --cors-origin " + origin,
+                     "invalid_request_error", {}, "origin_not_allowed"});
+    }
+    if (verdict == OriginVerdict::kCors) {
+      res.set_header("Access-Control-Allow-Origin", guard_.cors_origin == "*" ? "*" : origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {  // a browser's preflight, before the key is sent
+      res.status = 204;
+      res.set_header("Allow", "GET, POST, OPTIONS");
+      if (verdict == OriginVerdict::kCors) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      metrics_.record_request(endpoint_label(req.path), 204);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // The page holds no data (its requests carry the key), and /health is for load balancers.
-    if (options_.api_key.empty() || req.path == "/health" || req.path == "/") {
+    if (guard_.api_key.empty() || req.path == "/health" || req.path == "/") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
-        same_secret(std::string_view(auth).substr(kBearer.size()), options_.api_key)) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    send_error(res, {401, auth.empty() ? "no API key: send the header 'Authorization: Bearer KEY' (--api-key)"
-                                       : "the API key is not valid",
-                     "invalid_request_error", {}, "invalid_api_key"});
-    metrics_.record_request(endpoint_label(req.path), 401);
-    return httplib::Server::HandlerResponse::Handled;
+    if (bearer_matches(auth, guard_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    return refuse({401, auth.empty() ? "no API key: send the header 'Authorization: Bearer KEY' (--api-key)"
+                                     : "the API key is not valid",
+                   "invalid_request_error", {}, "invalid_api_key"});
   });
   // Errors that httplib answers itself (no route, a body over the limit) get the API's JSON.
   h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -175,21 +224,51 @@ void HttpServer::add_routes() {
     res.set_content(metrics_.prometheus_text(scheduler_.stats(), cache ? &*cache : nullptr), "text/plain; version=0.0.4");
     metrics_.record_request("/metrics", 200);
   });
-  h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    complete(Endpoint::kCompletions, req.body, res);
-    metrics_.record_request("/v1/completions", res.status);
-  });
-  h.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    complete(Endpoint::kChat, req.body, res);
-    metrics_.record_request("/v1/chat/completions", res.status);
-  });
+  for (const auto& [path, endpoint] : {std::pair{"/v1/completions", Endpoint::kCompletions},
+                                       std::pair{"/v1/chat/completions", Endpoint::kChat}}) {
+    h.Post(path, [this, path, endpoint](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+      std::string body;
+      if (read_body(reader, body, res)) complete(endpoint, req, body, res);
+      metrics_.record_request(path, res.status);
+    });
+  }
 }
 
-void HttpServer::complete(Endpoint endpoint, const std::string& body, httplib::Response& res) {
+bool HttpServer::read_body(const httplib::ContentReader& reader, std::string& body, httplib::Response& res) const {
+  // The limit holds on the bytes as they arrive: a chunked body has no length to check first.
+  bool too_large = false;
+  const bool read = reader([&](const char* data, size_t n) {
+    if (body.size() + n > options_.max_body_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (read) return true;
+  res.set_header("Connection", "close");  // the rest of the body is not read
+  if (too_large || res.status == 413) {
+    send_error(res, {413, "the request body is larger than the server's limit of " +
+                              std::to_string(options_.max_body_bytes) + " bytes (--max-body-mb)",
+                     "invalid_request_error", {}, "request_too_large"});
+  } else {
+    send_error(res, {400, "the request body could not be read", "invalid_request_error", {}, {}});
+  }
+  return false;
+}
+
+void HttpServer::complete(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                          httplib::Response& res) {
   const Clock::time_point arrived = Clock::now();
   ParsedRequest parsed = parse_completion_request(body, endpoint, options_.defaults);
   if (!parsed.request) return send_error(res, parsed.error);
   CompletionRequest& request = *parsed.request;
+  if (!request.model.empty() && request.model != options_.model_id) {
+    return send_error(res, {404, "the model '" + request.model + "' is not served here: this server serves '" +
+                                     options_.model_id + "' (GET /v1/models; --alias names it)",
+                            "invalid_request_error", "model", "model_not_found"});
+  }
 
   GenerationRequest gen;
   if (endpoint == Endpoint::kChat) {
@@ -199,6 +278,7 @@ void HttpServer::complete(Endpoint endpoint, const std::string& body, httplib::R
     }
     Result<std::string> prompt = options_.chat(request.messages);
     if (!prompt.is_ok()) return send_error(res, bad_request("the chat template failed: " + prompt.status().message(), "messages"));
+    if (std::optional<ApiError> e = surely_too_long(*prompt, "messages")) return send_error(res, *e);
     // The template writes the special tokens as text; BOS is added where the vocabulary wants one,
     // unless the template wrote it already.
     const std::string bos = tokenizer_.bos_id() >= 0 ? tokenizer_.token_text(tokenizer_.bos_id()) : "";
@@ -213,6 +293,7 @@ void HttpServer::complete(Endpoint endpoint, const std::string& body, httplib::R
     }
     gen.prompt_tokens = std::move(request.prompt_tokens);
   } else {
+    if (std::optional<ApiError> e = surely_too_long(request.prompt, "prompt")) return send_error(res, *e);
     gen.prompt_tokens = tokenizer_.tokenize(request.prompt, /*add_bos=*/true, /*parse_special=*/true);
     gen.strip_leading_space = request.prompt.empty();
   }
@@ -232,37 +313,49 @@ void HttpServer::complete(Endpoint endpoint, const std::string& body, httplib::R
   Result<std::shared_ptr<GenerationStream>> events = scheduler_.submit(std::move(gen));
   if (!events.is_ok()) return send_error(res, api_error_from_status(events.status()));
 
-  if (request.stream) return stream(request, std::move(*events), res);
+  // A client that hangs up before its answer is done cancels it: a whole answer writes nothing
+  // before its end, and a stream nothing while its prompt is prefilled.
+  const ConnectionWatch watch = ConnectionWatch::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (request.stream) return stream(request, std::move(*events), watch, arrived, res);
   CompletionResponse answer(request, random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"), options_.model_id,
                             tokenizer_);
-  bool first = true;
+  double first_ms = -1.0;
   for (;;) {
-    std::optional<GenerationEvent> e = (*events)->next(1s);
+    std::optional<GenerationEvent> e = (*events)->next(200ms);
+    if (watch.peer_gone()) {
+      (*events)->cancel();
+      metrics_.record_client_gone();
+      res.status = 499;  // nginx's "client closed request": nobody reads it, /metrics counts it
+      return;
+    }
     if (!e) continue;
-    if (first && !e->tokens.empty()) {
-      metrics_.record_first_token_ms(std::chrono::duration<double, std::milli>(Clock::now() - arrived).count());
-      first = false;
+    const double now_ms = std::chrono::duration<double, std::milli>(Clock::now() - arrived).count();
+    if (first_ms < 0 && !e->tokens.empty()) {
+      first_ms = now_ms;
+      metrics_.record_first_token_ms(first_ms);
     }
     answer.add(*e);
     if (!e->done) continue;
     if (std::optional<ApiError> err = failure(*e)) return send_error(res, *err);
+    metrics_.record_completion(now_ms, first_ms, e->n_generated);
     return send_json(res, 200, answer.body(*e));
   }
 }
 
 void HttpServer::stream(const CompletionRequest& request, std::shared_ptr<GenerationStream> events,
-                        httplib::Response& res) {
+                        ConnectionWatch watch, Clock::time_point arrived, httplib::Response& res) {
   struct State {
     CompletionResponse answer;
     std::shared_ptr<GenerationStream> events;
     bool include_usage;
+    ConnectionWatch watch;
     Clock::time_point arrived;
-    bool first = true;
+    double first_ms = -1.0;
   };
   auto state = std::make_shared<State>(State{
       CompletionResponse(request, random_id(request.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
                          options_.model_id, tokenizer_),
-      events, request.include_usage, Clock::now()});
+      events, request.include_usage, watch, arrived});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -271,31 +364,31 @@ void HttpServer::stream(const CompletionRequest& request, std::shared_ptr<Genera
         const auto write = [&](const std::string& s) {
           if (sink.write(s.data(), s.size())) return true;
           state->events->cancel();  // the client is gone
+          metrics_.record_client_gone();
           return false;
         };
         std::optional<GenerationEvent> e = state->events->next(200ms);
         if (!e) {
-          if (sink.is_writable()) return true;
+          if (sink.is_writable() && !state->watch.peer_gone()) return true;
           state->events->cancel();
+          metrics_.record_client_gone();
           return false;
         }
-        if (state->first && !e->tokens.empty()) {
-          metrics_.record_first_token_ms(std::chrono::duration<double, std::milli>(Clock::now() - state->arrived).count());
-          state->first = false;
+        const double now_ms = std::chrono::duration<double, std::milli>(Clock::now() - state->arrived).count();
+        if (state->first_ms < 0 && !e->tokens.empty()) {
+          state->first_ms = now_ms;
+          metrics_.record_first_token_ms(now_ms);
         }
         if ((!e->text.empty() || !e->tokens.empty()) && !write(sse(state->answer.chunk(*e)))) return false;
         if (!e->done) return true;
         if (std::optional<ApiError> err = failure(*e)) {
           if (!write(sse(err->body()))) return false;
         } else {
-          json last = state->answer.final_chunk(*e);
-          if (state->include_usage) {  // OpenAI's own usage chunk: no choices
-            json usage_chunk = last;
-            usage_chunk["choices"] = json::array();
-            if (!write(sse(last)) || !write(sse(usage_chunk))) return false;
-          } else if (!write(sse(last))) {
-            return false;
-          }
+          metrics_.record_completion(now_ms, state->first_ms, e->n_generated);
+          if (!write(sse(state->answer.final_chunk(*e)))) return false;
+          // OpenAI's usage chunk, only when asked for: clients that add up the usage they are
+          // sent (LangChain) would count it twice on the chunk before it too.
+          if (state->include_usage && !write(sse(state->answer.usage_chunk(*e)))) return false;
         }
         if (!write("data: [DONE]\n\n")) return false;
         sink.done();

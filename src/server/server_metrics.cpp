@@ -25,10 +25,38 @@ void ServerMetrics::record_request(const std::string& endpoint, int http_status)
   ++requests_[{endpoint, http_status}];
 }
 
+void ServerMetrics::Histogram::observe(double seconds) {
+  for (size_t i = 0; i < bounds.size(); ++i) counts[i] += seconds <= bounds[i] ? 1 : 0;
+  ++count;
+  sum += seconds;
+}
+
+void ServerMetrics::Histogram::write(std::string& out, const char* name, const char* help) const {
+  header(out, name, "histogram", help);
+  char le[32];
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    std::snprintf(le, sizeof(le), "%g", bounds[i]);
+    sample(out, std::string(name) + "_bucket{le=\"" + le + "\"}", static_cast<double>(counts[i]));
+  }
+  sample(out, std::string(name) + "_bucket{le=\"+Inf\"}", static_cast<double>(count));
+  sample(out, std::string(name) + "_sum", sum);
+  sample(out, std::string(name) + "_count", static_cast<double>(count));
+}
+
 void ServerMetrics::record_first_token_ms(double ms) {
   std::lock_guard lock(mutex_);
-  ++n_first_tokens_;
-  first_token_ms_sum_ += ms;
+  first_token_.observe(ms / 1000.0);
+}
+
+void ServerMetrics::record_completion(double latency_ms, double first_token_ms, int64_t n_tokens) {
+  std::lock_guard lock(mutex_);
+  latency_.observe(latency_ms / 1000.0);
+  if (n_tokens >= 2) per_token_.observe((latency_ms - first_token_ms) / 1000.0 / static_cast<double>(n_tokens - 1));
+}
+
+void ServerMetrics::record_client_gone() {
+  std::lock_guard lock(mutex_);
+  ++n_clients_gone_;
 }
 
 std::string ServerMetrics::prometheus_text(const SchedulerStats& s, const PromptCacheStats* cache) const {
@@ -40,9 +68,12 @@ std::string ServerMetrics::prometheus_text(const SchedulerStats& s, const Prompt
       sample(out, "leoam_http_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"}",
              static_cast<double>(n));
     }
-    header(out, "leoam_time_to_first_token_seconds", "summary", "From a completion request's arrival to its first token.");
-    sample(out, "leoam_time_to_first_token_seconds_sum", first_token_ms_sum_ / 1000.0);
-    sample(out, "leoam_time_to_first_token_seconds_count", static_cast<double>(n_first_tokens_));
+    first_token_.write(out, "leoam_time_to_first_token_seconds", "From a completion request's arrival to its first token.");
+    per_token_.write(out, "leoam_time_per_output_token_seconds",
+                     "A completion's time after its first token over its tokens after the first.");
+    latency_.write(out, "leoam_request_latency_seconds", "From a completion request's arrival to its last token.");
+    header(out, "leoam_client_disconnects_total", "counter", "Clients that hung up before their answer was done.");
+    sample(out, "leoam_client_disconnects_total", static_cast<double>(n_clients_gone_));
   }
   header(out, "leoam_requests_running", "gauge", "Completion requests in the running batch.");
   sample(out, "leoam_requests_running", static_cast<double>(s.n_running));

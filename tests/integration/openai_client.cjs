@@ -1,5 +1,6 @@
-// Talks to a running `leoam serve` through the official `openai` npm client: a chat completion,
-// the same streamed, a completion, the model list, and a request the server must refuse.
+// Talks to a running `leoam serve` through the official `openai` npm client: the model list, a
+// chat completion of the model it names, the same streamed, a completion, and two requests the
+// server must refuse (too many tokens, a model it does not serve).
 // Prints one JSON object on stdout.
 // Usage: node openai_client.cjs NPM_DIR BASE_URL API_KEY   (NPM_DIR holds node_modules/openai)
 const path = require("path");
@@ -8,8 +9,10 @@ const OpenAI = mod.OpenAI || mod.default || mod;
 
 (async () => {
   const client = new OpenAI({ baseURL: process.argv[3], apiKey: process.argv[4], maxRetries: 0 });
-  const ask = { model: "any", messages: [{ role: "user", content: "Tell me a story." }], max_tokens: 24, temperature: 0 };
   const out = {};
+  out.models = (await client.models.list()).data.map((m) => m.id);
+  const model = out.models[0];
+  const ask = { model, messages: [{ role: "user", content: "Tell me a story." }], max_tokens: 24, temperature: 0 };
   const chat = await client.chat.completions.create(ask);
   out.chat = { text: chat.choices[0].message.content, finish: chat.choices[0].finish_reason, usage: chat.usage };
   let text = "", chunks = 0;
@@ -18,14 +21,19 @@ const OpenAI = mod.OpenAI || mod.default || mod;
     if (chunk.choices.length) text += chunk.choices[0].delta.content || "";
   }
   out.stream = { text, chunks };
-  const completion = await client.completions.create({ model: "any", prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+  const completion = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
   out.completion = completion.choices[0].text;
-  out.models = (await client.models.list()).data.map((m) => m.id);
   try {
     await client.chat.completions.create({ ...ask, max_tokens: 1 << 30 });
     out.error = null;
   } catch (e) {
     out.error = { status: e.status, param: e.param, type: e.type, message: e.message };
+  }
+  try {
+    await client.completions.create({ model: "gpt-unknown", prompt: "x", max_tokens: 1 });
+    out.unknown_model = null;
+  } catch (e) {
+    out.unknown_model = { status: e.status, code: e.code };
   }
   console.log(JSON.stringify(out));
 })().catch((e) => {

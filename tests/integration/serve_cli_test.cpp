@@ -76,12 +76,6 @@ json post_json(httplib::Client& c, const std::string& path, const json& body, in
   return r ? json::parse(r->body, nullptr, false) : json();
 }
 
-// The metric's value in /metrics text (a line "NAME VALUE"), or -1.
-double metric(const std::string& text, const std::string& name) {
-  const size_t at = text.find("\n" + name + " ");
-  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
-}
-
 // One server for the suite: stories260K, 512-token contexts, 4 requests at once.
 class ServeTest : public ::testing::Test {
  protected:
@@ -89,7 +83,8 @@ class ServeTest : public ::testing::Test {
     if (!std::filesystem::exists(kStoriesModel)) return;
     scratch_ = new testing_util::TempDir;
     server_ = new ServerProcess(scratch_->path(), {"-m", kStoriesModel, "-c", "512", "--parallel", "4", "--max-queue",
-                                                   "16", "--max-body-mb", "0.05", "-t", "2", "--chat-template", "chatml"});
+                                                   "16", "--max-body-mb", "0.05", "-t", "2", "--chat-template", "chatml",
+                                                   "--allowed-hosts", "my.box", "--cors-origin", "https://app.example"});
   }
   static void TearDownTestSuite() {
     if (server_ != nullptr) {
@@ -132,6 +127,59 @@ TEST_F(ServeTest, HealthModelsAndMetrics) {
   EXPECT_EQ(metric(metrics->body, "leoam_requests_running"), 0.0);
   EXPECT_NE(metrics->body.find("leoam_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), std::string::npos);
   EXPECT_NE(metrics->body.find("leoam_kv_resident_bytes{tier=\"disk\"}"), std::string::npos);
+  // Histograms, as Prometheus users expect: every request in the +Inf bucket, counted once.
+  for (const std::string h : {"leoam_time_to_first_token_seconds", "leoam_request_latency_seconds",
+                              "leoam_time_per_output_token_seconds"}) {
+    EXPECT_NE(metrics->body.find("# TYPE " + h + " histogram"), std::string::npos) << h;
+    EXPECT_GE(metric(metrics->body, h + "_count"), 1.0) << h;
+    EXPECT_EQ(metric(metrics->body, h + "_bucket{le=\"+Inf\"}"), metric(metrics->body, h + "_count")) << h;
+  }
+  EXPECT_EQ(metric(metrics->body, "leoam_client_disconnects_total"), 0.0);
+}
+
+// Only this server's Host names (DNS rebinding), only its own page's or --cors-origin's browser
+// origin (a cross-site request), a browser's preflight answered, as a browser sends them.
+TEST_F(ServeTest, HostsAndOriginsAreThisServersOrAllowed) {
+  auto c = server_->client();
+  const std::string self = "127.0.0.1:" + std::to_string(server_->port());
+  const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
+  const auto post = [&](const httplib::Headers& headers) { return c->Post("/v1/completions", headers, body, "application/json"); };
+  for (const std::string& host : std::vector<std::string>{"evil.example", "evil.example:" + std::to_string(server_->port()),
+                                                         "127.0.0.1.nip.io"}) {
+    auto r = post({{"Host", host}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403) << host;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "host_not_allowed") << r->body;
+  }
+  for (const std::string& host :
+       std::vector<std::string>{self, "localhost:" + std::to_string(server_->port()), "my.box", "MY.BOX:80"}) {
+    auto r = post({{"Host", host}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << host << " " << r->body;
+  }
+  // A cross-site page's request (a form's text/plain POST too) carries its Origin.
+  auto cross = c->Post("/v1/completions", {{"Origin", "https://evil.example"}}, body, "text/plain");
+  ASSERT_TRUE(cross);
+  EXPECT_EQ(cross->status, 403);
+  EXPECT_EQ(json::parse(cross->body)["error"]["code"], "origin_not_allowed");
+  EXPECT_FALSE(cross->has_header("Access-Control-Allow-Origin"));
+  auto own = post({{"Origin", "http://" + self}});  // the page at /
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->status, 200);
+  auto allowed = post({{"Origin", "https://app.example"}});
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->status, 200);
+  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  auto preflight = c->Options("/v1/chat/completions", {{"Origin", "https://app.example"},
+                                                      {"Access-Control-Request-Method", "POST"},
+                                                      {"Access-Control-Request-Headers", "authorization,content-type"}});
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+  auto bad_preflight = c->Options("/v1/chat/completions", {{"Origin", "https://evil.example"}});
+  ASSERT_TRUE(bad_preflight);
+  EXPECT_EQ(bad_preflight->status, 403);
 }
 
 TEST_F(ServeTest, StreamedTextEqualsTheWholeAnswerForTheSameSeed) {
@@ -150,7 +198,8 @@ TEST_F(ServeTest, StreamedTextEqualsTheWholeAnswerForTheSameSeed) {
     EXPECT_TRUE(s.done);
     EXPECT_EQ(s.text, text) << "seed " << seed;
     EXPECT_EQ(s.last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
-    EXPECT_EQ(s.last["usage"], whole["usage"]);
+    // Usage only where asked for (stream_options.include_usage, below).
+    for (const json& chunk : s.chunks) EXPECT_FALSE(chunk.contains("usage")) << chunk.dump();
     EXPECT_EQ(whole["usage"]["total_tokens"].get<int>(),
               whole["usage"]["prompt_tokens"].get<int>() + whole["usage"]["completion_tokens"].get<int>());
     // leoam's own figures: full attention attends every position; the store is in RAM.
@@ -165,6 +214,10 @@ TEST_F(ServeTest, StreamedTextEqualsTheWholeAnswerForTheSameSeed) {
   EXPECT_TRUE(u.done);
   EXPECT_TRUE(u.last["choices"].empty());
   EXPECT_EQ(u.last["usage"]["completion_tokens"], 4);
+  // Once: a client that adds up the usage it is sent (LangChain) counts it right.
+  int with_usage = 0;
+  for (const json& chunk : u.chunks) with_usage += chunk.contains("usage") ? 1 : 0;
+  EXPECT_EQ(with_usage, 1);
 }
 
 TEST_F(ServeTest, ChatRendersTheTemplateAndStreamsAsItAnswers) {
@@ -193,7 +246,7 @@ TEST_F(ServeTest, ChatRendersTheTemplateAndStreamsAsItAnswers) {
   EXPECT_EQ(s.chunks[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(s.chunks[0]["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(s.last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
-  EXPECT_EQ(s.last["usage"], whole["usage"]);
+  EXPECT_FALSE(s.last.contains("usage"));
 }
 
 TEST_F(ServeTest, StopStringsAndLogprobs) {
@@ -248,11 +301,32 @@ TEST_F(ServeTest, BadRequestsGetOpenAIErrors) {
   expect_error("/v1/completions", R"({"prompt": "x", "temperature": true})", 400, "must be a number", "temperature");
   expect_error("/v1/completions", R"({"prompt": [1, 100000]})", 400, "out of the vocabulary", "prompt");
   std::string long_prompt;
-  for (int i = 0; i < 600; ++i) long_prompt += " the cat";
+  for (int i = 0; i < 500; ++i) long_prompt += " the cat";  // 4000 bytes: tokenized, then refused
   expect_error("/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "the context holds 512", "prompt");
   expect_error("/v1/completions", json{{"prompt", std::string(60000, 'a')}}.dump(), 413, "--max-body-mb");
   expect_error("/v1/chat/completions", R"({"messages": [{"role": "user"}], "max_tokens": -1})", 400, "must be in",
                "max_tokens");
+  // A prompt far longer than the context is refused before it is tokenized: by its bytes.
+  expect_error("/v1/completions", json{{"prompt", std::string(45000, 'a')}}.dump(), 400,
+               "more tokens than the context holds", "prompt");
+  // Fields the server cannot honour are refused by name, not ignored.
+  const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
+  const json hi = json::array({{{"role", "user"}, {"content", "hi"}}});
+  expect_error("/v1/chat/completions", json{{"messages", hi}, {"tools", json::array({tool})}}.dump(), 400,
+               "not supported", "tools");
+  expect_error("/v1/chat/completions", json{{"messages", hi}, {"tool_choice", "required"}}.dump(), 400, "not supported",
+               "tool_choice");
+  expect_error("/v1/chat/completions", json{{"messages", hi}, {"response_format", {{"type", "json_object"}}}}.dump(), 400,
+               "not supported", "response_format");
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"logit_bias", {{"5", 10}}}}.dump(), 400, "not supported",
+               "logit_bias");
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"model", "gpt-4o"}}.dump(), 404, "not served here", "model");
+  for (const json& fine : {json{{"prompt", "x"}, {"max_tokens", 1}, {"model", "stories260K"}},
+                           json{{"prompt", "x"}, {"max_tokens", 1}, {"response_format", {{"type", "text"}}}}}) {
+    httplib::Result r = c->Post("/v1/completions", fine.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << fine.dump() << " -> " << r->body;
+  }
   auto missing = c->Get("/v1/nothing");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
@@ -310,6 +384,9 @@ TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
   EXPECT_EQ(status(wrong->Post("/v1/completions", body, "application/json")), 401);
   EXPECT_EQ(status(right->Post("/v1/completions", body, "application/json")), 200);
+  for (const char* scheme : {"bearer", "BEARER", "Bearer"}) {  // HTTP's scheme names are case-insensitive
+    EXPECT_EQ(status(none->Get("/v1/models", {{"Authorization", std::string(scheme) + " sesame"}})), 200) << scheme;
+  }
   // stories260K carries no chat template and none was given: chat is refused, saying how to fix it.
   auto chat = right->Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", "application/json");
   ASSERT_TRUE(chat);
@@ -367,6 +444,8 @@ TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
     EXPECT_EQ(out["error"]["status"], 400) << out.dump();
     EXPECT_EQ(out["error"]["param"], "max_tokens") << out.dump();
     EXPECT_EQ(out["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(out["unknown_model"]["status"], 404) << out.dump();
+    EXPECT_EQ(out["unknown_model"]["code"], "model_not_found") << out.dump();
   }
 }
 

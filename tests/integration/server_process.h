@@ -21,6 +21,12 @@
 
 namespace leoam::testing_cli {
 
+// The value of a sample of /metrics' Prometheus text (-1 when absent).
+inline double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
+}
+
 class ServerProcess {
  public:
   // Starts `leoam serve --port 0 args...`, its stderr in scratch_dir/serve.err, and waits (up to

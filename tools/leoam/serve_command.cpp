@@ -78,6 +78,18 @@ class ServeCommand : public Command {
         ->check(in_range(0, 65535));
     cmd->add_option("--api-key", http_.api_key,
                     "require 'Authorization: Bearer KEY' on every endpoint but /health");
+    cmd->add_option("--allowed-hosts", http_.allowed_hosts,
+                    "Host names the server answers besides its address (and localhost on loopback), so that a web "
+                    "page cannot reach it by DNS rebinding; '*': any")
+        ->delimiter(',')
+        ->type_name("NAME[,NAME...]");
+    cmd->add_option("--cors-origin", http_.cors_origin,
+                    "a web origin (https://app.example) whose pages may call the API from a browser; '*': any; "
+                    "other cross-origin browser requests are refused")
+        ->type_name("ORIGIN");
+    cmd->add_option("--backlog", http_.backlog, "connections the kernel queues before the server accepts them")
+        ->capture_default_str()
+        ->check(in_range(1, 65535));
     cmd->add_option("--chat-template", chat_template_,
                     "how /v1/chat/completions writes messages into a prompt: a Jinja file, or chatml, llama2, llama3, "
                     "gemma (default: the model's tokenizer.chat_template; without one, chat requests are refused)")
