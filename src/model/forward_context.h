@@ -27,7 +27,8 @@ struct ForwardOptions {
   KvDtype kv_dtype = KvDtype::kF16;
   // Called after each prefill chunk with (tokens done, tokens total); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
-  // Polled after each prefill chunk but the last; true stops eval there (see eval). May be empty.
+  // Polled after each prefill chunk but the last (in the layered prefill: after each layer of a
+  // segment, and after each segment but the last); true stops eval there (see eval). May be empty.
   std::function<bool()> should_stop;
   // Chooses the positions each decoded token attends to, per layer (sparse attention); null:
   // every position. Not owned; must outlive the context.
@@ -102,8 +103,9 @@ class ForwardContext {
   // logits is resized to tokens.size() * n_vocab when all_logits, else to n_vocab (the last
   // position's). Fails, changing nothing, when a token id is out of range or the tokens do not
   // fit in the context ("... exceeds the context size of N tokens (-c)"). When options.should_stop
-  // says true between two prefill chunks (layered: segments), fails with kCancelled and keeps the
-  // KV of the chunks done: n_past() says how far it got, and the logits are unset.
+  // says true between two prefill chunks (layered: segments, or layers of a segment, whose KV then
+  // goes), fails with kCancelled and keeps the KV of the chunks (segments) done: n_past() says how
+  // far it got, and the logits are unset.
   virtual Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
   // The same into a sequence of the caller's instead of the context's own store (a prompt of one
   // of the sequences a batched decode then steps together).

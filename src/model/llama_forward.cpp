@@ -380,6 +380,13 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
       if (options_.progress) {
         options_.progress(s0 + (s1 - s0) * (il + 1) / hp_.n_layer, n);
       }
+      // A segment may be the whole prompt (a minute of work): a stop is heard between its
+      // layers, and the segment's KV, in some layers only, goes.
+      if (!last_layer && options_.should_stop && options_.should_stop()) {
+        (void)seq_.kv->truncate(n_past0 + s0);
+        if (selector != nullptr) selector->truncate(n_past0 + s0);
+        return cancelled("prefill stopped after " + std::to_string(s0) + " of " + std::to_string(n) + " tokens");
+      }
     }
     ++prefill_stats_.n_segments;
     prefill_stats_.n_layered_tokens += s1 - s0;

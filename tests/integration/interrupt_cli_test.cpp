@@ -190,6 +190,24 @@ TEST_F(InterruptCliTest, SigintInPrefillStopsAtABatchAndSavesNothing) {
   EXPECT_FALSE(fs::exists(session));
 }
 
+// With --kv-dir the prompt runs layer by layer (the layered prefill), here in one segment: the
+// stop is heard between its layers, and the segment's KV, in some layers only, is dropped.
+TEST_F(InterruptCliTest, SigintInALayeredPrefillStopsBetweenLayers) {
+  Child child({"run", "-m", kStoriesModel, "-f", long_prompt(), "-n", "8", "-c", "32768", "-b", "16", "-t", "1",
+               "--kv-dir", dir_ + "/kv", "--kv-device-mb", "0.25", "--kv-host-mb", "0.25"},
+              dir_ + "/stderr.txt");
+  ASSERT_TRUE(child.started());
+  ASSERT_TRUE(child.wait_for_sigint_handler());
+  child.interrupt();
+  const CliResult r = child.finish();
+  EXPECT_EQ(r.status, 130) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("leoam: prompt +([0-9]+) tokens .* \\(interrupted: ([0-9]+) of them evaluated\\)")))
+      << r.err;
+  EXPECT_LT(std::stoll(m[2].str()), std::stoll(m[1].str()));
+  EXPECT_NE(r.err.find("leoam: generated      0 tokens"), std::string::npos) << r.err;
+}
+
 TEST_F(InterruptCliTest, SecondSigintExitsAtOnce) {
   // Batches of 4096 tokens: the first SIGINT lands inside one, which runs on; the second ends it.
   Child child({"run", "-m", kStoriesModel, "-f", long_prompt(), "-n", "8", "-c", "32768", "-b", "4096", "-t", "1"},

@@ -171,22 +171,31 @@ TEST_F(LayeredPrefill, LaterSegmentsReadTheEarlierKvOnceForAllTheirBatches) {
   EXPECT_LE(store->stats()[Tier::kDisk].bytes_read - before, spec_.n_layer * (300 / 16 + 1 + 364 / 16 + 1) * slot);
 }
 
-// Ctrl-C between segments keeps the segments done: their KV is complete in every layer.
-TEST_F(LayeredPrefill, AStopBetweenSegmentsKeepsTheSegmentsDone) {
-  TieredKvCache* store = nullptr;
-  ForwardOptions o;
-  o.n_threads = 1;
-  o.n_batch = 64;
-  o.prefill_working_set_bytes = 128 * row_bytes();  // segments of two batches
-  int polls = 0;
-  o.should_stop = [&polls] { return ++polls == 2; };
-  auto ctx = LlamaForward::create(*model_, o, small_store("stop", &store));
-  ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
-  std::vector<float> logits;
-  const Status st = (*ctx)->eval(prompt_, false, logits);
-  EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.message();
-  EXPECT_EQ((*ctx)->n_past(), 256);
-  for (int il = 0; il < spec_.n_layer; ++il) EXPECT_EQ(store->n_tokens(il), 256);
+// Ctrl-C is heard between a segment's layers and between segments (a segment polls after each
+// layer but its last, then once done: n_layer polls a segment). A stop between segments keeps
+// the segments done; one inside a segment drops its KV, which some layers held: either way the
+// KV kept is complete in every layer.
+TEST_F(LayeredPrefill, AStopKeepsTheSegmentsDoneWhole) {
+  ASSERT_GE(spec_.n_layer, 2);
+  for (const int stop_at : {2 * spec_.n_layer, spec_.n_layer + 1, 1}) {
+    TieredKvCache* store = nullptr;
+    ForwardOptions o;
+    o.n_threads = 1;
+    o.n_batch = 64;
+    o.prefill_working_set_bytes = 128 * row_bytes();  // segments of two batches
+    int polls = 0;
+    o.should_stop = [&polls, stop_at] { return ++polls == stop_at; };
+    auto ctx = LlamaForward::create(*model_, o, small_store("stop" + std::to_string(stop_at), &store));
+    ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
+    std::vector<float> logits;
+    const Status st = (*ctx)->eval(prompt_, false, logits);
+    EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.message();
+    EXPECT_EQ(polls, stop_at);
+    // After two whole segments; inside the second (after its first layer); inside the first.
+    const int64_t kept = stop_at == 2 * spec_.n_layer ? 256 : stop_at == 1 ? 0 : 128;
+    EXPECT_EQ((*ctx)->n_past(), kept) << "stop at poll " << stop_at;
+    for (int il = 0; il < spec_.n_layer; ++il) EXPECT_EQ(store->n_tokens(il), kept) << "layer " << il;
+  }
 }
 
 }  // namespace
