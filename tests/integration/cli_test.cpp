@@ -93,6 +93,72 @@ TEST_F(CliTest, HelpListsEveryFlag) {
   EXPECT_NE(g.out.find("FILE"), std::string::npos);
 }
 
+// What a llama.cpp user types: --version, -s, -e, --no-display-prompt, -f - (stdin), -ngl and
+// -no-cnv (accepted: no GPU, never a chat); -t beyond the machine refused; --help wrapped.
+TEST_F(CliTest, LlamaCppHabitsWork) {
+  CliResult v = run({"--version"});
+  EXPECT_EQ(v.status, 0);
+  EXPECT_EQ(v.out.rfind("leoam ", 0), 0u) << v.out;
+  CliResult help = run({"run", "--help"});
+  std::istringstream lines(help.out);
+  for (std::string line; std::getline(lines, line);) {
+    // Descriptions wrap at 100 columns; only an option's own name and type column may run past.
+    if (line.size() > 100) {
+      EXPECT_EQ(line.find("  ", 2), std::string::npos) << line;
+    }
+  }
+  REQUIRE_FIXTURE(kStoriesModel);
+  const std::vector<std::string> greedy = {"run", "-m", kStoriesModel, "-n", "6", "--temp", "0", "-t", "1"};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = greedy;
+    a.insert(a.end(), more.begin(), more.end());
+    return run(a);
+  };
+  const CliResult plain = with({"-p", "Once\nupon"});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out.rfind("Once\nupon", 0), 0u) << plain.out;  // as given
+  const CliResult escaped = with({"-p", "Once\\nupon", "-e", "-ngl", "99", "-no-cnv", "-s", "7"});
+  ASSERT_EQ(escaped.status, 0) << escaped.err;
+  EXPECT_EQ(escaped.out, plain.out);  // \\n read as a newline
+  EXPECT_NE(escaped.err.find("no GPU backend"), std::string::npos) << escaped.err;
+  const CliResult quiet = with({"-p", "Once\nupon", "--no-display-prompt"});
+  ASSERT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.out, plain.out.substr(std::string("Once\nupon").size()));
+  // -f - reads the prompt from stdin.
+  std::string cmd = "printf 'Once\\nupon' | " + leoam::testing_cli::shell_quote(LEOAM_BIN);
+  for (const std::string& a : greedy) cmd += " " + leoam::testing_cli::shell_quote(a);
+  cmd += " -f - 2>/dev/null";
+  std::string piped;
+  if (std::FILE* p = ::popen(cmd.c_str(), "r"); p != nullptr) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) piped.append(buf, n);
+    EXPECT_EQ(::pclose(p), 0);
+  }
+  EXPECT_EQ(piped, plain.out);
+  const CliResult many = with({"-p", "x", "-t", "100000"});
+  EXPECT_EQ(many.status, 2);
+  EXPECT_NE(many.err.find("threads at once"), std::string::npos) << many.err;
+}
+
+// A model's own errors name its path once; a directory no file can be made in says why.
+TEST_F(CliTest, ErrorsSayThePathOnceAndWhyADirectoryWillNotDo) {
+  const std::string trunc = write_file("trunc.gguf", "GGUF");
+  for (const std::string cmd : {"run", "serve"}) {
+    std::vector<std::string> a = {cmd, "-m", trunc};
+    if (cmd == "run") a.insert(a.end(), {"-p", "x"});
+    const CliResult r = run(a);
+    EXPECT_EQ(r.status, 1) << r.err;
+    const size_t first = r.err.find(trunc);
+    ASSERT_NE(first, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(trunc, first + trunc.size()), std::string::npos) << r.err;
+  }
+  if (fs::exists("/proc/self")) {
+    const CliResult r = run({"run", "-m", trunc, "-p", "x", "--kv-dir", "/proc"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("takes no new files"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliTest, BadFlagIsAOneLineUsageError) {
   CliResult r = run({"run", "--bogus-flag"});
   EXPECT_EQ(r.status, 2);

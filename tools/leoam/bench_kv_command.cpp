@@ -204,7 +204,7 @@ class BenchKvCommand : public Command {
 
   int execute() override {
     Result<std::unique_ptr<Model>> loaded = Model::load(model_path_);
-    if (!loaded.is_ok()) return fail(loaded.status().with_context(model_path_));
+    if (!loaded.is_ok()) return fail(named(loaded.status(), model_path_));
     const Model& model = **loaded;
     cost_ = model_cost(model, KvDtype::kF16);
     n_layer_ = model.hparams().n_layer;

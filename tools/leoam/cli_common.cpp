@@ -12,6 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace leoam::cli {
 
 void print_error(std::string_view message) {
@@ -63,12 +66,20 @@ CLI::Validator writable_dir() {
         // access(W_OK) says yes to root in /proc, where no file can be made: making one is the test.
         std::string probe = dir + "/.leoam-probe-XXXXXX";
         const int fd = ::mkstemp(probe.data());
-        if (fd < 0) return "cannot create files in '" + dir + "': " + std::strerror(errno) + what_to_do;
+        if (fd < 0) {
+          // ENOENT from a directory that exists: a filesystem that takes no new files (/proc, /sys).
+          const std::string why = errno == ENOENT ? "its filesystem takes no new files" : std::strerror(errno);
+          return "cannot create files in '" + dir + "': " + why + what_to_do;
+        }
         ::close(fd);
         ::unlink(probe.c_str());
         return {};
       },
       "");
+}
+
+Status named(const Status& st, const std::string& path) {
+  return st.message().find(path) == std::string::npos ? st.with_context(path) : st;
 }
 
 Result<uint64_t> hash_model_file(const std::string& path) {
@@ -77,10 +88,15 @@ Result<uint64_t> hash_model_file(const std::string& path) {
 }
 
 void add_threads_option(CLI::App& cmd, int& n_threads) {
+  // More threads than the machine runs at once only wait on each other (100x slower at -t 1000).
+  const int most = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   cmd.add_option("-t,--threads", n_threads,
                  "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
       ->capture_default_str()
-      ->check(non_negative<int>());
+      ->check(detail::number_check<int>([most](int x) { return x >= 0 && x <= most; },
+                                        "in [0, " + std::to_string(most) + "]: this machine runs " +
+                                            std::to_string(most) + " threads at once, and more only slow it down",
+                                        ""));
 }
 
 Result<std::string> read_text_file(const std::string& path) {
@@ -94,9 +110,12 @@ Result<std::string> read_text_file(const std::string& path) {
 
 void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_file, std::vector<std::string> unless) {
   CLI::Option* p = cmd.add_option("-p,--prompt", prompt, "prompt text (\"\" is allowed: start from BOS alone)");
-  CLI::Option* f = cmd.add_option("-f,--file", prompt_file, "read the prompt from FILE (one trailing newline is dropped)")
-                       ->check(readable_file())
-                       ->type_name("FILE");
+  CLI::Option* f =
+      cmd.add_option("-f,--file", prompt_file, "read the prompt from FILE, '-' for stdin (one trailing newline is dropped)")
+          ->check(CLI::Validator(
+              [file = readable_file()](std::string& path) mutable { return path == "-" ? std::string() : file(path); },
+              ""))
+          ->type_name("FILE");
   p->excludes(f);
   f->excludes(p);
   // "one of them is required" is checked when the subcommand's parse completes, so that it is a
@@ -111,7 +130,7 @@ void add_prompt_options(CLI::App& cmd, std::string& prompt, std::string& prompt_
 
 Result<std::string> resolve_prompt(const std::string& prompt, const std::string& prompt_file) {
   if (prompt_file.empty()) return prompt;
-  LEOAM_ASSIGN_OR_RETURN(std::string text, read_text_file(prompt_file));
+  LEOAM_ASSIGN_OR_RETURN(std::string text, read_text_file(prompt_file == "-" ? "/dev/stdin" : prompt_file));
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;
 }

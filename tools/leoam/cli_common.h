@@ -55,6 +55,9 @@ int fail(const Status& status);
 
 // A CLI11 validator: the path names a regular file that can be opened for reading.
 // Error text: "cannot read 'PATH': No such file or directory".
+// `st` with "PATH: " in front, unless its message names the path already (a model's own errors do).
+Status named(const Status& st, const std::string& path);
+
 CLI::Validator readable_file();
 
 // A CLI11 validator: DIR is a directory where files can be made, or can be created as one

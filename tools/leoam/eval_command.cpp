@@ -504,9 +504,9 @@ class EvalCommand : public Command {
     }
 
     Result<std::unique_ptr<Model>> model = Model::load(model_path_);
-    if (!model.is_ok()) return fail(named(model.status()));
+    if (!model.is_ok()) return fail(named(model.status(), model_path_));
     Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
-    if (!tokenizer.is_ok()) return fail(named(tokenizer.status()));
+    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
     const Tokenizer& tok = **tokenizer;
     const int64_t n_ctx_limit = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
     n_layer_ = (*model)->hparams().n_layer;
@@ -984,9 +984,6 @@ class EvalCommand : public Command {
   std::string budget_rule() const { return budget_rule_text(attention_options_, kv_options_, n_layer_); }
 
   // Prefixes the model path unless the message already names it.
-  Status named(const Status& st) const {
-    return st.message().find(model_path_) == std::string::npos ? st.with_context(model_path_) : st;
-  }
 
   std::string model_path_;
   std::string task_;

@@ -1,6 +1,7 @@
 // leoam: the command-line tool. One subcommand per file (run_command.cpp, tokenize_command.cpp,
 // gguf_command.cpp, bench_command.cpp); this file parses the command line and maps every parse
 // error to one line on stderr and exit status 2 (see cli_common.h).
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -9,6 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_common.h"
+#include "help_formatter.h"
+#include "llama_cpp_spellings.h"
 
 namespace {
 
@@ -28,6 +31,8 @@ std::vector<std::string> unexpected_arguments(const CLI::App& app) {
 int main(int argc, char** argv) {
   using namespace leoam::cli;
   CLI::App app("leoam: LLM inference engine", "leoam");
+  app.formatter(std::make_shared<HelpFormatter>());  // before the subcommands, which take it
+  app.set_version_flag("--version", std::string("leoam ") + LEOAM_VERSION);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "print help for every subcommand and exit");
 
@@ -43,7 +48,10 @@ int main(int argc, char** argv) {
   for (auto& command : commands) subcommands.push_back(command->add_to(app));
 
   try {
-    app.parse(argc, argv);
+    // CLI11 parses a vector of arguments last first.
+    std::vector<std::string> args = rewrite_llama_cpp_spellings(argc, argv);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     // --help, --help-all: help on stdout, status 0.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);

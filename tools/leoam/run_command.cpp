@@ -89,6 +89,29 @@ const char* stop_reason_text(StopReason reason) {
   return "?";
 }
 
+// llama.cpp's -e: the escapes a shell makes hard to type.
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    const char* to = text[i] != '\\' ? nullptr
+                     : next == 'n'     ? "\n"
+                     : next == 't'     ? "\t"
+                     : next == 'r'     ? "\r"
+                     : next == '\\'    ? "\\"
+                     : next == '"'     ? "\""
+                     : next == '\''    ? "'"
+                                       : nullptr;
+    if (to == nullptr) {
+      out += text[i];
+    } else {
+      out += to;
+      ++i;
+    }
+  }
+  return out;
+}
+
 void write_stdout(std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -123,10 +146,19 @@ class RunCommand : public Command {
         ->check(in_range(1, 1 << 20));
     add_threads_option(*cmd, n_threads_);
     add_sampler_options(*cmd, options_.sampler);
-    cmd->add_option("--seed", seed_, "random seed for sampling (-1: a random one; --verbose prints it)")
+    cmd->add_option("-s,--seed", seed_, "random seed for sampling (-1: a random one; --verbose prints it)")
         ->capture_default_str()
         ->check(at_least<int64_t>(-1));
     cmd->add_flag("--no-bos", no_bos_, "do not prepend the BOS token to the prompt");
+    cmd->add_flag("-e,--escape", escape_, "read \\n, \\t, \\\\, \\\" and \\' in the prompt as the characters they stand for");
+    cmd->add_flag("--no-display-prompt", no_display_prompt_, "do not print the prompt before the generated text");
+    // llama.cpp's, so that its command lines run: there is no GPU to offload to, and run is never
+    // a conversation (-ngl and -no-cnv, rewritten before parsing: llama_cpp_spellings.h).
+    cmd->add_option("--n-gpu-layers", n_gpu_layers_, "llama.cpp's: accepted; this build runs every layer on the CPU")
+        ->check(at_least<int>(-1))
+        ->group("Accepted for llama.cpp's command lines");
+    cmd->add_flag("--no-conversation", no_conversation_, "llama.cpp's: accepted; run generates once, never a chat")
+        ->group("Accepted for llama.cpp's command lines");
     cmd->add_flag("--parse-special", options_.parse_special, "recognize special tokens such as </s> written in the prompt");
     cmd->add_option("--dump-logits", dump_logits_path_,
                     "write every position's logits to FILE: one line per prompt and generated token, n_vocab floats")
@@ -159,6 +191,10 @@ class RunCommand : public Command {
   int execute() override {
     Result<std::string> prompt = resolve_prompt(prompt_, prompt_file_);
     if (!prompt.is_ok()) return fail(prompt.status());
+    if (escape_) *prompt = unescape(*prompt);
+    if (n_gpu_layers_ > 0) {
+      std::fprintf(stderr, "leoam: -ngl %d: this build has no GPU backend; every layer runs on the CPU\n", n_gpu_layers_);
+    }
     options_.add_bos = !no_bos_;
     if (seed_ == kRandomSeed) {
       std::random_device rd;
@@ -176,9 +212,9 @@ class RunCommand : public Command {
     }
 
     Result<std::unique_ptr<Model>> model = Model::load(model_path_);
-    if (!model.is_ok()) return fail(named(model.status()));
+    if (!model.is_ok()) return fail(named(model.status(), model_path_));
     Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
-    if (!tokenizer.is_ok()) return fail(named(tokenizer.status()));
+    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
 
     ProgressBar bar(::isatty(STDERR_FILENO) != 0);
     ForwardOptions fwd;
@@ -208,7 +244,7 @@ class RunCommand : public Command {
     if (!selector.is_ok()) return fail(selector.status());
     fwd.selector = selector->get();
     Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(**model, fwd, std::move(*kv));
-    if (!ctx.is_ok()) return fail(named(ctx.status()));
+    if (!ctx.is_ok()) return fail(named(ctx.status(), model_path_));
     if (!kv_options_.dir.empty()) std::fprintf(stderr, "leoam: %s\n", kv_store_summary(kv_options_, kv_cache).c_str());
 
     if (verbose_) print_settings(**ctx);
@@ -251,7 +287,7 @@ class RunCommand : public Command {
       }
       bar.clear();
       if (verbose_) std::fprintf(stderr, "leoam: prompt: %lld tokens\n", static_cast<long long>(n_prompt_tokens));
-      write_stdout(prompt_text);
+      if (!no_display_prompt_) write_stdout(prompt_text);
     };
     callbacks.on_text = write_stdout;
     if (!dump_logits_path_.empty()) callbacks.on_logits = [&dump](std::span<const float> row) { dump.write_row(row); };
@@ -302,9 +338,6 @@ class RunCommand : public Command {
 
  private:
   // Prefixes the model path unless the message already names it.
-  Status named(const Status& st) const {
-    return st.message().find(model_path_) == std::string::npos ? st.with_context(model_path_) : st;
-  }
 
   void print_settings(const ForwardContext& ctx) const {
     const SamplerOptions& s = options_.sampler;
@@ -387,6 +420,10 @@ class RunCommand : public Command {
   std::string model_path_;
   std::string prompt_;
   std::string prompt_file_;
+  bool escape_ = false;
+  bool no_display_prompt_ = false;
+  int n_gpu_layers_ = 0;
+  bool no_conversation_ = false;
   std::string dump_logits_path_;
   std::string kv_save_dir_;
   std::string trace_path_;

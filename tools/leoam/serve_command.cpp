@@ -141,9 +141,9 @@ class ServeCommand : public Command {
 
   int execute() override {
     Result<std::unique_ptr<Model>> model = Model::load(model_path_);
-    if (!model.is_ok()) return fail(model.status().with_context(model_path_));
+    if (!model.is_ok()) return fail(named(model.status(), model_path_));
     Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
-    if (!tokenizer.is_ok()) return fail(tokenizer.status().with_context(model_path_));
+    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
     const Model& m = **model;
     Result<server::ChatRenderer> chat = chat_renderer(chat_template_, m, **tokenizer);
     if (!chat.is_ok()) return fail(chat.status());

@@ -29,9 +29,9 @@ class TokenizeCommand : public Command {
     Result<std::string> text = resolve_prompt(prompt_, prompt_file_);
     if (!text.is_ok()) return fail(text.status());
     Result<GgufFile> gguf = GgufFile::open(model_path_);
-    if (!gguf.is_ok()) return fail(named(gguf.status()));
+    if (!gguf.is_ok()) return fail(named(gguf.status(), model_path_));
     Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf(*gguf);
-    if (!tokenizer.is_ok()) return fail(named(tokenizer.status()));
+    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
     std::string out;
     for (int32_t id : (*tokenizer)->tokenize(*text, !no_bos_, parse_special_)) {
       out += std::to_string(id);
@@ -42,9 +42,6 @@ class TokenizeCommand : public Command {
   }
 
  private:
-  Status named(const Status& st) const {
-    return st.message().find(model_path_) == std::string::npos ? st.with_context(model_path_) : st;
-  }
 
   std::string model_path_;
   std::string prompt_;
