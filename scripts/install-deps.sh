@@ -4,7 +4,7 @@
 #   --with-tests  also what only the tests need: PyTorch and SciPy, for the training smoke and
 #                 parity tests of the committed model (tools/train); Chromium, whose headless
 #                 mode tests the page of `leoam serve`; python3-jinja2 and npm, for the chat-template
-#                 tests (the reference renderer and real templates)
+#                 tests (the reference renderer and real templates); haproxy, for the scale-out test
 set -euo pipefail
 
 packages=(
@@ -24,7 +24,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --with-tests)
-      packages+=(python3-torch python3-scipy chromium python3-jinja2)
+      packages+=(python3-torch python3-scipy chromium python3-jinja2 haproxy)
       command -v npm >/dev/null || packages+=(nodejs npm)  # not over nodesource's nodejs, which has npm
       ;;
     --with-fuzz) packages+=(clang libclang-rt-dev) ;;

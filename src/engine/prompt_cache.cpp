@@ -79,7 +79,7 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
       best_n = n;
     }
   }
-  if (best_n == 0) {
+  if (best_n < static_cast<size_t>(kMinReuseTokens)) {
     ++counts_.misses;
     publish();
     return 0;

@@ -6,7 +6,8 @@
 //                                 the model's hash; its header file's time is its last use
 //
 // restore() gives an empty store the KV of the longest common prefix of the prompt and an entry,
-// leaving at least one prompt token to evaluate. A store that can (a tiered store with a disk
+// leaving at least one prompt token to evaluate, when it holds kMinReuseTokens or more (a shorter
+// one, as the BOS token that every prompt shares, saves nothing and is not a hit). A store that can (a tiered store with a disk
 // tier, of the entry's chunk size: KvCache::share_prefix) reads the entry's whole chunks in
 // place, where its policy selects them as in decode, and holds a copy of the rest only; any
 // other store gets a copy of it all. The first restore from an entry opens and checks all of it
@@ -57,6 +58,8 @@ struct PromptCacheStats {
 
 class PromptCache {
  public:
+  static constexpr int64_t kMinReuseTokens = 16;
+
   // Creates `dir` if missing and indexes the entries in it (one that cannot be read is removed).
   static Result<std::unique_ptr<PromptCache>> open(const PromptCacheOptions& options);
 

@@ -99,11 +99,17 @@ TEST_F(PromptCacheTest, ALaterPromptLoadsTheLongestCommonPrefix) {
   auto other = empty_cache();
   EXPECT_EQ(cache->restore(tokens(50, 7), *other), 0);
   EXPECT_EQ(other->n_tokens(), 0);
+  // One that shares fewer than kMinReuseTokens (a BOS token, say): nothing worth loading, a miss.
+  std::vector<int32_t> short_share = tokens(PromptCache::kMinReuseTokens - 1, 1000);
+  short_share.push_back(9);
+  short_share.push_back(9);
+  EXPECT_EQ(cache->restore(short_share, *other), 0);
+  EXPECT_EQ(other->n_tokens(), 0);
   ASSERT_TRUE(cache->remember(tokens(10, 5), *filled(tokens(10, 5)), 0).is_ok());
   const PromptCacheStats s = cache->stats();
   EXPECT_EQ(s.n_entries, 1);
   EXPECT_EQ(s.hits, 2u);
-  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.misses, 2u);
   EXPECT_EQ(s.tokens_reused, 100u + doc_q1.size() - 1);
   EXPECT_GT(s.bytes, 0u);
 
