@@ -3,8 +3,9 @@
 
 Two phases against a running server:
   1. load:     --requests streamed completions of distinct prompts, --concurrency at a time;
-               latency (request to last byte) and time to first token, p50 and p99, and the
-               generated tokens per second of wall time.
+               latency (request to last byte) and time to first token, p50 and p99, the
+               generated tokens per second of wall time, the requests that failed, and the
+               kernel's listen-queue overflows meanwhile (TcpExt ListenOverflows, this machine's).
   2. document: one question about --doc (a cold prompt: its KV computed), then --questions more
                about the same document one after another (with --kv-dir, its KV loaded from the
                prompt cache); time to first token without and with the reuse, tokens reused.
@@ -36,7 +37,7 @@ def stream_completion(url, body):
     """Posts a streamed completion; returns (latency_s, ttft_s, completion_tokens, cached_tokens)."""
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=3600)
-    payload = dict(body, stream=True)
+    payload = dict(body, stream=True, stream_options={"include_usage": True})
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", json.dumps(payload), {"Content-Type": "application/json"})
     res = conn.getresponse()
@@ -65,6 +66,28 @@ def stream_completion(url, body):
     return latency, ttft if ttft is not None else latency, usage.get("completion_tokens", 0), cached
 
 
+def listen_overflows():
+    """The kernel's count of connections dropped from full listen queues (all sockets)."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:]))
+            return int(row.get("ListenOverflows", 0))
+    return None
+
+
+def attempt(url, body):
+    """stream_completion, or None when the request failed."""
+    try:
+        return stream_completion(url, body)
+    except Exception:  # noqa: BLE001: a failed request is counted, whatever failed
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
@@ -81,10 +104,14 @@ def main():
               "A big bird", "In the park", "Sam and Mia"]
     prompts = [f"{starts[i % len(starts)]} ({i})" for i in range(args.requests)]
     body = {"max_tokens": args.max_tokens, "temperature": 0.8, "seed": 1}
+    overflows0 = listen_overflows()
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-        results = list(pool.map(lambda p: stream_completion(args.url, dict(body, prompt=p)), prompts))
+        attempts = list(pool.map(lambda p: attempt(args.url, dict(body, prompt=p)), prompts))
     wall = time.perf_counter() - t0
+    overflows = None if overflows0 is None else listen_overflows() - overflows0
+    results = [r for r in attempts if r is not None]
+    errors = len(attempts) - len(results)
     latency = [r[0] for r in results]
     ttft = [r[1] for r in results]
     tokens = sum(r[2] for r in results)
@@ -93,11 +120,14 @@ def main():
         "wall_s": wall, "completion_tokens": tokens, "tokens_per_s": tokens / wall,
         "latency_p50_ms": 1e3 * percentile(latency, 0.5), "latency_p99_ms": 1e3 * percentile(latency, 0.99),
         "ttft_p50_ms": 1e3 * percentile(ttft, 0.5), "ttft_p99_ms": 1e3 * percentile(ttft, 0.99),
+        "errors": errors, "listen_overflows": overflows,
     }
     rows = [("requests (concurrency)", f"{args.requests} ({args.concurrency})"),
             ("latency p50 / p99", f"{out['latency_p50_ms']:.0f} / {out['latency_p99_ms']:.0f} ms"),
             ("time to first token p50 / p99", f"{out['ttft_p50_ms']:.0f} / {out['ttft_p99_ms']:.0f} ms"),
-            ("generated", f"{tokens} tokens in {wall:.2f} s: {out['tokens_per_s']:.1f} tok/s")]
+            ("generated", f"{tokens} tokens in {wall:.2f} s: {out['tokens_per_s']:.1f} tok/s"),
+            ("failed requests", f"{errors}"),
+            ("listen-queue overflows (the machine's, meanwhile)", "unknown" if overflows is None else f"{overflows}")]
 
     if args.doc:
         with open(args.doc, encoding="utf-8", errors="replace") as f:

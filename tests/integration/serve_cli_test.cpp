@@ -449,6 +449,74 @@ TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
   }
 }
 
+// Two third-party clients an application would use, the Vercel AI SDK and LangChain (installed by
+// the test into $LEOAM_NPM_DIR/clients or ~/.cache/leoam-test-npm-clients), through
+// tests/integration/third_party_clients.mjs: their chats, streams and completions are the
+// server's own answers, LangChain's streamed usage is counted once, and tools and JSON output are
+// refused by name (400), not ignored.
+TEST(ServeThirdPartyClientsTest, TheVercelAiSdkAndLangChainTalkToTheServer) {
+  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  if (std::system("command -v node > /dev/null 2>&1 && command -v npm > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "node and npm are not installed (scripts/install-deps.sh --with-tests installs them)";
+  }
+  const char* npm_env = std::getenv("LEOAM_NPM_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string npm_dir = npm_env != nullptr ? std::string(npm_env) + "/clients"
+                                                 : std::string(home != nullptr ? home : "/tmp") + "/.cache/leoam-test-npm-clients";
+  const std::vector<std::string> packages = {"ai@4.3.16", "@ai-sdk/openai-compatible@0.2.14", "@langchain/openai@0.5.10",
+                                             "@langchain/core@0.3.57", "zod@3.25.76"};
+  bool installed = true;
+  for (const char* module : {"ai", "@ai-sdk/openai-compatible", "@langchain/openai", "@langchain/core", "zod"}) {
+    installed = installed && std::filesystem::exists(npm_dir + "/node_modules/" + module + "/package.json");
+  }
+  if (!installed) {
+    std::string install = "mkdir -p " + shell_quote(npm_dir) + " && timeout 300 npm install --no-audit --no-fund --prefix " +
+                          shell_quote(npm_dir);
+    for (const std::string& p : packages) install += " " + p;
+    if (std::system((install + " > /dev/null 2>&1").c_str()) != 0) {
+      GTEST_SKIP() << "could not install the Vercel AI SDK and LangChain into " << npm_dir << " (no network?)";
+    }
+  }
+  const testing_util::TempDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string& dir = scratch.path();
+  ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1", "--chat-template", "chatml", "--api-key",
+                             "k-123", "--alias", "stories"});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  const std::string cmd = "node " + shell_quote(std::string(LEOAM_SOURCE_DIR) + "/tests/integration/third_party_clients.mjs") +
+                          " " + shell_quote(npm_dir) + " http://127.0.0.1:" + std::to_string(server.port()) +
+                          "/v1 k-123 stories > " + shell_quote(dir + "/out.json") + " 2> " + shell_quote(dir + "/err.txt");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/err.txt");
+  const json out = json::parse(read_file(dir + "/out.json"));
+  // The server's own answers, over plain HTTP.
+  int status = 0;
+  auto c = server.client("k-123");
+  const json chat = post_json(*c, "/v1/chat/completions",
+                              {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 24},
+                               {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200);
+  const json completion = post_json(*c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 8},
+                                                           {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200);
+  const std::string text = chat["choices"][0]["message"]["content"];
+  const int completion_tokens = chat["usage"]["completion_tokens"];
+  for (const std::string client : {"vercel", "langchain"}) {
+    SCOPED_TRACE(client);
+    const json& o = out[client];
+    EXPECT_EQ(o["chat"]["text"], text);
+    EXPECT_EQ(o["stream"]["text"], text);
+    EXPECT_EQ(o["completion"], completion["choices"][0]["text"]);
+    for (const std::string refused : {"tools", "json"}) {
+      EXPECT_EQ(o[refused]["status"], 400) << refused << ": " << o.dump();
+      EXPECT_EQ(o[refused]["names_field"], true) << refused << ": " << o.dump();
+    }
+  }
+  EXPECT_EQ(out["vercel"]["chat"]["usage"]["completionTokens"], completion_tokens);
+  EXPECT_EQ(out["langchain"]["chat"]["usage"]["output_tokens"], completion_tokens);
+  EXPECT_EQ(out["langchain"]["stream"]["usage"]["output_tokens"], completion_tokens) << "usage counted once";
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // The KV files the server process holds open in `dir` (unlinked once open, so only its open
 // descriptors show them).
 int open_kv_files(pid_t pid, const std::string& dir) {
