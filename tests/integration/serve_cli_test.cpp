@@ -395,48 +395,87 @@ TEST(ServeKeyTest, EveryEndpointButHealthNeedsTheKey) {
   EXPECT_EQ(server.stop(), 0);
 }
 
-// The official `openai` npm client (installed by the test into a folder outside the repository,
-// $LEOAM_NPM_DIR/openai or ~/.cache/leoam-test-npm-openai) against the server: chat, streamed
-// chat, a completion, the model list and a refused request.
-TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
-  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+// A folder outside the repository ($LEOAM_NPM_DIR/NAME, or ~/.cache/leoam-test-npm-NAME) where npm
+// has installed `packages` (pinned), whose `modules` the test then requires; "" with the reason
+// in `skip` where node or npm is missing or the registry cannot be reached.
+std::string npm_folder(const std::string& name, const std::vector<std::string>& packages,
+                       const std::vector<std::string>& modules, std::string& skip) {
   if (std::system("command -v node > /dev/null 2>&1 && command -v npm > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "node and npm are not installed (scripts/install-deps.sh --with-tests installs them)";
+    skip = "node and npm are not installed (scripts/install-deps.sh --with-tests installs them)";
+    return "";
   }
   const char* npm_env = std::getenv("LEOAM_NPM_DIR");
   const char* home = std::getenv("HOME");
-  const std::string npm_dir = npm_env != nullptr ? std::string(npm_env) + "/openai"
-                                                 : std::string(home != nullptr ? home : "/tmp") + "/.cache/leoam-test-npm-openai";
-  const std::string module = npm_dir + "/node_modules/openai/package.json";
-  if (!std::filesystem::exists(module)) {
-    // v4: the last major version that runs on Debian 12's Node 18.
-    const std::string install = "mkdir -p " + shell_quote(npm_dir) + " && timeout 180 npm install --no-audit --no-fund --prefix " +
-                                shell_quote(npm_dir) + " openai@4.95.0 > /dev/null 2>&1";
-    if (std::system(install.c_str()) != 0 || !std::filesystem::exists(module)) {
-      GTEST_SKIP() << "could not install the openai npm package into " << npm_dir << " (no network?)";
+  const std::string dir = npm_env != nullptr ? std::string(npm_env) + "/" + name
+                                             : std::string(home != nullptr ? home : "/tmp") + "/.cache/leoam-test-npm-" + name;
+  const auto installed = [&] {
+    for (const std::string& m : modules) {
+      if (!std::filesystem::exists(dir + "/node_modules/" + m + "/package.json")) return false;
     }
+    return true;
+  };
+  if (installed()) return dir;
+  std::string install = "mkdir -p " + shell_quote(dir) + " && timeout 300 npm install --no-audit --no-fund --prefix " +
+                        shell_quote(dir);
+  for (const std::string& p : packages) install += " " + p;
+  if (std::system((install + " > /dev/null 2>&1").c_str()) != 0 || !installed()) {
+    skip = "could not install the npm packages into " + dir + " (no network?)";
+    return "";
   }
+  return dir;
+}
+
+// Third-party clients as applications use them, installed by the test outside the repository
+// (npm_folder), each skipped with a reason where npm cannot reach its registry: the official
+// `openai` package (tests/integration/openai_client.cjs: chat, streamed chat, a completion, the
+// model list, refused requests), and the Vercel AI SDK and LangChain
+// (tests/integration/third_party_clients.mjs: chat, stream and completion, tools and JSON output
+// refused by name). Their answers are the server's own, and LangChain's streamed usage is counted
+// once.
+TEST(ServeClientsTest, TheOpenAiPackageTheVercelAiSdkAndLangChainTalkToTheServer) {
+  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
+  std::string skip_openai, skip_others;
+  // openai v4: the last major version that runs on Debian 12's Node 18.
+  const std::string openai_dir = npm_folder("openai", {"openai@4.95.0"}, {"openai"}, skip_openai);
+  const std::string others_dir =
+      npm_folder("clients", {"ai@4.3.16", "@ai-sdk/openai-compatible@0.2.14", "@langchain/openai@0.5.10",
+                             "@langchain/core@0.3.57", "zod@3.25.76"},
+                 {"ai", "@ai-sdk/openai-compatible", "@langchain/openai", "@langchain/core", "zod"}, skip_others);
+  if (openai_dir.empty() && others_dir.empty()) GTEST_SKIP() << skip_openai << "; " << skip_others;
   const testing_util::TempDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string& dir = scratch.path();
-  {
-    ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1", "--chat-template", "chatml", "--api-key",
-                               "k-123", "--alias", "stories"});
-    ASSERT_TRUE(server.started()) << server.stderr_text();
-    const std::string cmd = "node " + shell_quote(std::string(LEOAM_SOURCE_DIR) + "/tests/integration/openai_client.cjs") +
-                            " " + shell_quote(npm_dir) + " http://127.0.0.1:" + std::to_string(server.port()) +
-                            "/v1 k-123 > " + shell_quote(dir + "/out.json") + " 2> " + shell_quote(dir + "/err.txt");
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/err.txt");
-    const json out = json::parse(read_file(dir + "/out.json"));
-    // Its answers are the server's own: the same chat over plain HTTP.
-    int status = 0;
-    auto c = server.client("k-123");
-    const json direct = post_json(*c, "/v1/chat/completions",
-                                  {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 24},
-                                   {"temperature", 0}}, &status);
-    ASSERT_EQ(status, 200);
-    EXPECT_EQ(out["chat"]["text"], direct["choices"][0]["message"]["content"]);
-    EXPECT_EQ(out["chat"]["usage"]["completion_tokens"], direct["usage"]["completion_tokens"]);
+  ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1", "--chat-template", "chatml", "--api-key",
+                             "k-123", "--alias", "stories"});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
+  // A client script's JSON output.
+  const auto run_client = [&](const std::string& script, const std::string& npm_dir, const std::string& more) {
+    const std::string cmd = "node " + shell_quote(std::string(LEOAM_SOURCE_DIR) + "/tests/integration/" + script) + " " +
+                            shell_quote(npm_dir) + " " + base + " k-123" + more + " > " + shell_quote(dir + "/out.json") +
+                            " 2> " + shell_quote(dir + "/err.txt");
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/err.txt");
+    return json::parse(read_file(dir + "/out.json"), nullptr, false);
+  };
+  // The server's own answers, over plain HTTP.
+  int status = 0;
+  auto c = server.client("k-123");
+  const json direct = post_json(*c, "/v1/chat/completions",
+                                {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 24},
+                                 {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200);
+  const json completion = post_json(*c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 8},
+                                                           {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200);
+  const std::string text = direct["choices"][0]["message"]["content"];
+  const int completion_tokens = direct["usage"]["completion_tokens"];
+
+  if (openai_dir.empty()) {
+    std::fprintf(stderr, "skipped the openai package: %s\n", skip_openai.c_str());
+  } else {
+    const json out = run_client("openai_client.cjs", openai_dir, "");
+    EXPECT_EQ(out["chat"]["text"], text);
+    EXPECT_EQ(out["chat"]["usage"]["completion_tokens"], completion_tokens);
     EXPECT_EQ(out["stream"]["text"], out["chat"]["text"]);
     EXPECT_GT(out["stream"]["chunks"].get<int>(), 2);
     EXPECT_FALSE(out["completion"].get<std::string>().empty());
@@ -447,73 +486,25 @@ TEST(ServeOpenAiClientTest, TheOfficialClientTalksToTheServer) {
     EXPECT_EQ(out["unknown_model"]["status"], 404) << out.dump();
     EXPECT_EQ(out["unknown_model"]["code"], "model_not_found") << out.dump();
   }
-}
-
-// Two third-party clients an application would use, the Vercel AI SDK and LangChain (installed by
-// the test into $LEOAM_NPM_DIR/clients or ~/.cache/leoam-test-npm-clients), through
-// tests/integration/third_party_clients.mjs: their chats, streams and completions are the
-// server's own answers, LangChain's streamed usage is counted once, and tools and JSON output are
-// refused by name (400), not ignored.
-TEST(ServeThirdPartyClientsTest, TheVercelAiSdkAndLangChainTalkToTheServer) {
-  if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
-  if (std::system("command -v node > /dev/null 2>&1 && command -v npm > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "node and npm are not installed (scripts/install-deps.sh --with-tests installs them)";
-  }
-  const char* npm_env = std::getenv("LEOAM_NPM_DIR");
-  const char* home = std::getenv("HOME");
-  const std::string npm_dir = npm_env != nullptr ? std::string(npm_env) + "/clients"
-                                                 : std::string(home != nullptr ? home : "/tmp") + "/.cache/leoam-test-npm-clients";
-  const std::vector<std::string> packages = {"ai@4.3.16", "@ai-sdk/openai-compatible@0.2.14", "@langchain/openai@0.5.10",
-                                             "@langchain/core@0.3.57", "zod@3.25.76"};
-  bool installed = true;
-  for (const char* module : {"ai", "@ai-sdk/openai-compatible", "@langchain/openai", "@langchain/core", "zod"}) {
-    installed = installed && std::filesystem::exists(npm_dir + "/node_modules/" + module + "/package.json");
-  }
-  if (!installed) {
-    std::string install = "mkdir -p " + shell_quote(npm_dir) + " && timeout 300 npm install --no-audit --no-fund --prefix " +
-                          shell_quote(npm_dir);
-    for (const std::string& p : packages) install += " " + p;
-    if (std::system((install + " > /dev/null 2>&1").c_str()) != 0) {
-      GTEST_SKIP() << "could not install the Vercel AI SDK and LangChain into " << npm_dir << " (no network?)";
+  if (others_dir.empty()) {
+    std::fprintf(stderr, "skipped the Vercel AI SDK and LangChain: %s\n", skip_others.c_str());
+  } else {
+    const json out = run_client("third_party_clients.mjs", others_dir, " stories");
+    for (const std::string client : {"vercel", "langchain"}) {
+      SCOPED_TRACE(client);
+      const json& o = out[client];
+      EXPECT_EQ(o["chat"]["text"], text);
+      EXPECT_EQ(o["stream"]["text"], text);
+      EXPECT_EQ(o["completion"], completion["choices"][0]["text"]);
+      for (const std::string refused : {"tools", "json"}) {
+        EXPECT_EQ(o[refused]["status"], 400) << refused << ": " << o.dump();
+        EXPECT_EQ(o[refused]["names_field"], true) << refused << ": " << o.dump();
+      }
     }
+    EXPECT_EQ(out["vercel"]["chat"]["usage"]["completionTokens"], completion_tokens);
+    EXPECT_EQ(out["langchain"]["chat"]["usage"]["output_tokens"], completion_tokens);
+    EXPECT_EQ(out["langchain"]["stream"]["usage"]["output_tokens"], completion_tokens) << "usage counted once";
   }
-  const testing_util::TempDir scratch;
-  ASSERT_FALSE(scratch.path().empty());
-  const std::string& dir = scratch.path();
-  ServerProcess server(dir, {"-m", kStoriesModel, "-c", "512", "-t", "1", "--chat-template", "chatml", "--api-key",
-                             "k-123", "--alias", "stories"});
-  ASSERT_TRUE(server.started()) << server.stderr_text();
-  const std::string cmd = "node " + shell_quote(std::string(LEOAM_SOURCE_DIR) + "/tests/integration/third_party_clients.mjs") +
-                          " " + shell_quote(npm_dir) + " http://127.0.0.1:" + std::to_string(server.port()) +
-                          "/v1 k-123 stories > " + shell_quote(dir + "/out.json") + " 2> " + shell_quote(dir + "/err.txt");
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/err.txt");
-  const json out = json::parse(read_file(dir + "/out.json"));
-  // The server's own answers, over plain HTTP.
-  int status = 0;
-  auto c = server.client("k-123");
-  const json chat = post_json(*c, "/v1/chat/completions",
-                              {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 24},
-                               {"temperature", 0}}, &status);
-  ASSERT_EQ(status, 200);
-  const json completion = post_json(*c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 8},
-                                                           {"temperature", 0}}, &status);
-  ASSERT_EQ(status, 200);
-  const std::string text = chat["choices"][0]["message"]["content"];
-  const int completion_tokens = chat["usage"]["completion_tokens"];
-  for (const std::string client : {"vercel", "langchain"}) {
-    SCOPED_TRACE(client);
-    const json& o = out[client];
-    EXPECT_EQ(o["chat"]["text"], text);
-    EXPECT_EQ(o["stream"]["text"], text);
-    EXPECT_EQ(o["completion"], completion["choices"][0]["text"]);
-    for (const std::string refused : {"tools", "json"}) {
-      EXPECT_EQ(o[refused]["status"], 400) << refused << ": " << o.dump();
-      EXPECT_EQ(o[refused]["names_field"], true) << refused << ": " << o.dump();
-    }
-  }
-  EXPECT_EQ(out["vercel"]["chat"]["usage"]["completionTokens"], completion_tokens);
-  EXPECT_EQ(out["langchain"]["chat"]["usage"]["output_tokens"], completion_tokens);
-  EXPECT_EQ(out["langchain"]["stream"]["usage"]["output_tokens"], completion_tokens) << "usage counted once";
   EXPECT_EQ(server.stop(), 0);
 }
 
