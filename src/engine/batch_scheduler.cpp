@@ -138,12 +138,24 @@ Result<std::shared_ptr<GenerationStream>> BatchScheduler::submit(GenerationReque
     std::lock_guard lock(mutex_);
     if (stopping_) return Status(StatusCode::kCancelled, "the server is stopping");
     // A request waits only when every place in the batch is taken.
-    const auto waiting = static_cast<int64_t>(queue_.size());
+    const auto waiting = static_cast<int64_t>(queue_.size()) + n_preparing_;
     if (stats_.n_running + waiting >= options_.n_parallel && waiting >= options_.max_queued) {
       return Status(StatusCode::kResourceExhausted, "the server is busy: " + std::to_string(stats_.n_running) +
                                                         " requests running and " + std::to_string(waiting) +
                                                         " waiting; try again later");
     }
+    ++n_preparing_;
+  }
+  if (options_.prompt_cache != nullptr) {
+    options_.prompt_cache->prepare(job->request.prompt_tokens, [this]() -> Result<std::unique_ptr<KvCache>> {
+      LEOAM_ASSIGN_OR_RETURN(SequenceSlot slot, factory_());
+      return std::move(slot.kv);
+    });
+  }
+  {
+    std::lock_guard lock(mutex_);
+    --n_preparing_;
+    if (stopping_) return Status(StatusCode::kCancelled, "the server is stopping");
     queue_.push_back(std::move(job));
     stats_.n_queued = static_cast<int64_t>(queue_.size());
   }

@@ -155,7 +155,9 @@ class BatchScheduler {
   BatchScheduler& operator=(const BatchScheduler&) = delete;
 
   // Queues a request. Fails with kResourceExhausted when max_queued requests already wait, and
-  // with kInvalidArgument on an empty prompt.
+  // with kInvalidArgument on an empty prompt. With a prompt cache, first opens and checks the
+  // entry its prompt will load (PromptCache::prepare), on the caller's thread: the worker, which
+  // decodes the running requests, does not wait for a large entry's check.
   Result<std::shared_ptr<GenerationStream>> submit(GenerationRequest request);
 
   // Stops the worker: requests still waiting or running end with kCancelled, and later submits
@@ -187,6 +189,7 @@ class BatchScheduler {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
+  int64_t n_preparing_ = 0;  // submits checking their cache entry, under mutex_: they count as waiting
   std::deque<std::unique_ptr<Job>> queue_;
   bool stopping_ = false;
   SchedulerStats stats_;  // under mutex_

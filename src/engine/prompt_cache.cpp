@@ -69,8 +69,8 @@ Result<std::unique_ptr<PromptCache>> PromptCache::open(const PromptCacheOptions&
   return cache;
 }
 
-int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
-  if (prompt.size() < 2) return 0;
+std::optional<std::pair<size_t, size_t>> PromptCache::best_entry(std::span<const int32_t> prompt) const {
+  if (prompt.size() < 2) return std::nullopt;
   size_t best = 0, best_n = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const size_t n = std::min(common_prefix(entries_[i].tokens, prompt), prompt.size() - 1);
@@ -79,17 +79,68 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
       best_n = n;
     }
   }
-  if (best_n < static_cast<size_t>(kMinReuseTokens)) {
+  if (best_n < static_cast<size_t>(kMinReuseTokens)) return std::nullopt;
+  return std::pair{best, best_n};
+}
+
+void PromptCache::wait_opened(std::unique_lock<std::mutex>& lock, const std::string& dir) {
+  opened_.wait(lock, [&] {
+    return std::none_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.dir == dir && e.opening; });
+  });
+}
+
+void PromptCache::prepare(std::span<const int32_t> prompt, const StoreMaker& make_store) {
+  std::string dir;
+  {
+    std::unique_lock lock(entries_mutex_);
+    const std::optional<std::pair<size_t, size_t>> best = best_entry(prompt);
+    if (!best || entries_[best->first].tier != nullptr) return;
+    Entry& entry = entries_[best->first];
+    dir = entry.dir;
+    if (entry.opening) return wait_opened(lock, dir);
+    entry.opening = true;
+  }
+  // The long part (every chunk read and checked), without the lock.
+  Result<std::shared_ptr<DiskTier>> tier = [&]() -> Result<std::shared_ptr<DiskTier>> {
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> geometry, make_store());
+    return open_kv_session_tier(dir, options_.model_hash, *geometry, options_.layout);
+  }();
+  {
+    std::lock_guard lock(entries_mutex_);
+    const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.dir == dir; });
+    if (it != entries_.end()) {  // not evicted meanwhile
+      it->opening = false;
+      if (tier.is_ok()) {
+        it->tier = std::move(*tier);
+      } else {
+        std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", dir.c_str(), tier.status().message().c_str());
+        drop(static_cast<size_t>(it - entries_.begin()), /*corrupt=*/true);
+        publish();
+      }
+    }
+  }
+  opened_.notify_all();
+}
+
+int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
+  std::unique_lock lock(entries_mutex_);
+  std::optional<std::pair<size_t, size_t>> best = best_entry(prompt);
+  if (best && entries_[best->first].opening) {  // a prepare() is checking it: its result, not a second read
+    wait_opened(lock, entries_[best->first].dir);
+    best = best_entry(prompt);
+  }
+  if (!best) {
     ++counts_.misses;
     publish();
     return 0;
   }
-  Entry& entry = entries_[best];
-  const auto n = static_cast<int64_t>(best_n);
+  Entry& entry = entries_[best->first];
+  const auto n = static_cast<int64_t>(best->second);
+  const size_t best_n = best->second;
   int64_t in_place = 0;
   const Status loaded = [&]() -> Status {
     if (entry.tier == nullptr) {
-      LEOAM_ASSIGN_OR_RETURN(entry.tier, open_kv_session_tier(entry.dir, options_.model_hash, kv));
+      LEOAM_ASSIGN_OR_RETURN(entry.tier, open_kv_session_tier(entry.dir, options_.model_hash, kv, options_.layout));
     }
     LEOAM_ASSIGN_OR_RETURN(in_place, kv.share_prefix(entry.tier, n));
     return load_kv_session_tier(*entry.tier, in_place, n, kv);  // the rest, copied
@@ -98,7 +149,7 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
     // A corrupt or unreadable entry: gone, and the prompt is computed whole.
     std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", entry.dir.c_str(), loaded.message().c_str());
     kv.clear();
-    drop(best, /*corrupt=*/true);
+    drop(best->first, /*corrupt=*/true);
     ++counts_.misses;
     publish();
     return 0;
@@ -112,6 +163,7 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
 }
 
 Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused) {
+  std::lock_guard lock(entries_mutex_);
   const auto n = static_cast<int64_t>(prompt.size());
   if (n < options_.min_tokens || 2 * n_reused >= n || kv.n_tokens() < n - 1) return Status::ok();
   const std::string dir = options_.dir + "/p-" + [&] {
@@ -130,7 +182,7 @@ Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64
     fs::remove_all(dir, ec);
     return st.with_context("prompt cache");
   }
-  entries_.push_back({dir, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), dir_bytes(dir), touch(dir), nullptr});
+  entries_.push_back({dir, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), dir_bytes(dir), touch(dir), nullptr, false});
   ++counts_.saves;
   evict();
   publish();

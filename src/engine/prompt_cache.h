@@ -18,12 +18,18 @@
 // half of itself, when it has min_tokens or more, then removes the least recently used entries
 // past max_bytes. Entries survive restarts: open() finds them again.
 //
-// Not thread-safe but for stats(): one caller (the scheduler's worker) uses it.
+// prepare() does that first open and check for a caller other than the one that restores (the
+// scheduler calls it on the request's own thread, before queueing it), so that a large entry's
+// check does not hold up the requests being decoded. Thread-safe: one lock over the entries,
+// which the long reads and checks of prepare() do not hold.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -67,6 +73,12 @@ class PromptCache {
   // where it can, leaving at least one token of the prompt to evaluate; returns the positions
   // it holds (0: none, `kv` still empty).
   int64_t restore(std::span<const int32_t> prompt, KvCache& kv);
+  // Opens and checks the entry that restore(prompt) would read, if it is not open yet; returns
+  // once it is (or once another caller has opened it). `make_store` makes a store of the shape
+  // that restores (its shape is what is read; it is made only when an entry must be opened, and
+  // freed after). A failed check drops the entry, as restore would.
+  using StoreMaker = std::function<Result<std::unique_ptr<KvCache>>()>;
+  void prepare(std::span<const int32_t> prompt, const StoreMaker& make_store);
   // After `prompt` was evaluated into `kv`, n_reused of its positions loaded by restore(): keeps
   // it as an entry when it is long enough and mostly new, then evicts past max_bytes.
   [[nodiscard]] Status remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused);
@@ -80,16 +92,24 @@ class PromptCache {
     std::vector<int32_t> tokens;  // the positions whose KV it holds
     uint64_t bytes = 0;
     int64_t last_used = 0;        // the header file's time, in ns
-    std::shared_ptr<DiskTier> tier;  // its files, opened and checked by the first restore
+    std::shared_ptr<DiskTier> tier;  // its files, opened and checked by the first restore or prepare
+    bool opening = false;            // prepare() is opening it, without the lock
   };
   explicit PromptCache(const PromptCacheOptions& options) : options_(options) {}
+  // The entry sharing the longest prefix with `prompt` (at least kMinReuseTokens, leaving a
+  // prompt token to evaluate), and that prefix's length; under entries_mutex_.
+  std::optional<std::pair<size_t, size_t>> best_entry(std::span<const int32_t> prompt) const;
+  // Waits (releasing `lock`) while a prepare() opens the entry in `dir`.
+  void wait_opened(std::unique_lock<std::mutex>& lock, const std::string& dir);
   void drop(size_t i, bool corrupt);
   void evict();
   void publish();
 
   PromptCacheOptions options_;
-  std::vector<Entry> entries_;
-  PromptCacheStats counts_;  // the worker's
+  std::mutex entries_mutex_;
+  std::condition_variable opened_;  // an entry's `opening` ended
+  std::vector<Entry> entries_;      // under entries_mutex_
+  PromptCacheStats counts_;         // under entries_mutex_
   mutable std::mutex mutex_;
   PromptCacheStats published_;  // under mutex_
 };

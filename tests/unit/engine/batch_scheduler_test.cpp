@@ -6,12 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "engine/generator.h"
+#include "engine/prompt_cache.h"
+#include "io/file.h"
 #include "kv/memory_kv_cache.h"
 #include "tiny_model_test.h"
 
@@ -45,8 +51,9 @@ Collected drain(GenerationStream& stream) {
 
 class BatchSchedulerTest : public TinyModelTest {
  protected:
-  // A scheduler whose requests each get an in-memory store of n_ctx positions; live_ counts them.
-  std::unique_ptr<BatchScheduler> scheduler(int n_parallel, int max_queued, int64_t n_ctx = 128) {
+  // A scheduler whose requests each get an in-memory store of n_ctx positions, and `cache`.
+  std::unique_ptr<BatchScheduler> scheduler(int n_parallel, int max_queued, int64_t n_ctx = 128,
+                                            PromptCache* cache = nullptr) {
     ForwardOptions fwd;
     fwd.n_threads = 2;
     fwd.n_batch = 64;
@@ -57,7 +64,9 @@ class BatchSchedulerTest : public TinyModelTest {
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> kv, MemoryKvCache::create(m));
       return SequenceSlot{std::move(kv), nullptr};
     };
-    auto s = BatchScheduler::create(*model_, *tokenizer_, fwd, factory, {n_parallel, max_queued});
+    BatchSchedulerOptions o{n_parallel, max_queued};
+    o.prompt_cache = cache;
+    auto s = BatchScheduler::create(*model_, *tokenizer_, fwd, factory, o);
     EXPECT_TRUE(s.is_ok()) << s.status().message();
     return s.is_ok() ? std::move(*s) : nullptr;
   }
@@ -95,6 +104,101 @@ class BatchSchedulerTest : public TinyModelTest {
     return v;
   }
 };
+
+// The real file system, whose reads wait while the gate is shut: a large entry's check, held
+// as long as the test likes.
+class GatedFileSystem final : public FileSystem {
+ public:
+  void shut() {
+    std::lock_guard lock(mutex_);
+    shut_ = true;
+  }
+  void open_gate() {
+    {
+      std::lock_guard lock(mutex_);
+      shut_ = false;
+    }
+    changed_.notify_all();
+  }
+  bool someone_waited() {
+    std::lock_guard lock(mutex_);
+    return waited_;
+  }
+  void wait_at_gate() {
+    std::unique_lock lock(mutex_);
+    if (shut_) waited_ = true;
+    changed_.wait(lock, [&] { return !shut_; });
+  }
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string& path, const FileOpenOptions& options) override {
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, posix_file_system().open(path, options));
+    return std::unique_ptr<RandomAccessFile>(new Gated(std::move(f), *this));
+  }
+  Status remove(const std::string& path) override { return posix_file_system().remove(path); }
+  Status create_dirs(const std::string& path) override { return posix_file_system().create_dirs(path); }
+  bool exists(const std::string& path) override { return posix_file_system().exists(path); }
+
+ private:
+  class Gated final : public RandomAccessFile {
+   public:
+    Gated(std::unique_ptr<RandomAccessFile> f, GatedFileSystem& fs) : f_(std::move(f)), fs_(fs) {}
+    const std::string& path() const override { return f_->path(); }
+    FileIoInfo io_info() const override { return f_->io_info(); }
+    Status read(std::span<const ReadRequest> r) override {
+      fs_.wait_at_gate();
+      return f_->read(r);
+    }
+    Status write(uint64_t offset, const void* src, size_t n) override { return f_->write(offset, src, n); }
+    Status write_batch(std::span<const WriteRequest> w) override { return f_->write_batch(w); }
+    Status sync() override { return f_->sync(); }
+    Result<uint64_t> size() const override { return f_->size(); }
+
+   private:
+    std::unique_ptr<RandomAccessFile> f_;
+    GatedFileSystem& fs_;
+  };
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool shut_ = false;
+  bool waited_ = false;
+};
+
+// A request whose prompt loads an entry of the prompt cache that nobody has opened yet has it
+// read and checked on its own thread, in submit: meanwhile the worker goes on answering others.
+TEST_F(BatchSchedulerTest, ACacheEntrysCheckDoesNotHoldUpOtherRequests) {
+  testing_util::TempDir dir;
+  GatedFileSystem gated;
+  PromptCacheOptions co;
+  co.dir = dir.path() + "/cache";
+  co.min_tokens = 16;
+  co.layout.file_system = &gated;
+  auto cache = PromptCache::open(co);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+  auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8, 128, cache->get());
+  ASSERT_NE(s, nullptr);
+  const std::string doc = "Once upon a time there was a little dog who liked to run in the park with his friends";
+  auto first = s->submit(request(doc + " and", 2, 0.0f, 1));
+  ASSERT_TRUE(first.is_ok());
+  ASSERT_TRUE(drain(**first).ended);
+  ASSERT_EQ((*cache)->stats().n_entries, 1);  // kept, not opened
+
+  gated.shut();
+  std::promise<Result<std::shared_ptr<GenerationStream>>> reuse;
+  std::thread asking([&] { reuse.set_value(s->submit(request(doc + " then", 2, 0.0f, 1))); });
+  for (int i = 0; i < 500 && !gated.someone_waited(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(gated.someone_waited());  // the check is under way, held at the gate
+  auto other = s->submit(request("The cat sat", 4, 0.0f, 2));
+  ASSERT_TRUE(other.is_ok());
+  const Collected answered = drain(**other);
+  EXPECT_TRUE(answered.ended) << "another request waited for the entry's check";
+  EXPECT_NE(answered.last.finish, FinishReason::kCancelled);
+  gated.open_gate();
+  asking.join();
+  auto reused = reuse.get_future().get();
+  ASSERT_TRUE(reused.is_ok()) << reused.status().message();
+  const Collected c = drain(**reused);
+  ASSERT_TRUE(c.ended);
+  EXPECT_GT(c.last.n_reused_tokens, 16);
+}
 
 TEST_F(BatchSchedulerTest, RequestsThatJoinARunningBatchGetWhatEachGetsAlone) {
   auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8);
