@@ -1,6 +1,7 @@
 #include "engine/batch_scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <span>
@@ -75,7 +76,8 @@ struct BatchScheduler::Job {
 
 struct BatchScheduler::Running {
   Running(std::unique_ptr<Job> j, SequenceSlot s)
-      : job(std::move(j)), slot(std::move(s)), sampler(job->request.sampler), stop(job->request.stop) {}
+      : job(std::move(j)), slot(std::move(s)), sampler(job->request.sampler), stop(job->request.stop),
+        json(job->request.json) {}
   DecodeSequence sequence() const { return {slot.kv.get(), slot.selector.get()}; }
 
   std::unique_ptr<Job> job;
@@ -84,6 +86,8 @@ struct BatchScheduler::Running {
   Utf8Stream utf8;
   StopMatcher stop;
   std::vector<float> row;  // the logits its next token is sampled from
+  std::optional<JsonConstraint> json;  // the JSON value so far, with a constraint
+  std::vector<float> masked;           // with one: row with the tokens it does not allow at -inf
   int64_t n_generated = 0;
   int64_t n_reused = 0;  // prompt positions loaded from the prompt cache
   double queued_ms = 0.0;
@@ -289,7 +293,17 @@ std::vector<BatchToken> BatchScheduler::sample_all(std::vector<size_t>& rows) {
       continue;
     }
     if (r.n_generated == 0) r.first_sample = Clock::now();
-    const int32_t token = r.sampler.sample(r.row);
+    if (r.json) {
+      // The tokens left after this one: the value must be whole by then.
+      int64_t left = kv.n_ctx() - kv.n_tokens() - 1;
+      if (req.n_predict >= 0) left = std::min<int64_t>(left, req.n_predict - r.n_generated - 1);
+      r.masked = r.row;
+      if (!mask_for_json(*r.json, left, r.masked)) {
+        finish(i, FinishReason::kError, internal_error("no token of the vocabulary continues the JSON value"));
+        continue;
+      }
+    }
+    const int32_t token = r.sampler.sample(r.json ? r.masked : r.row);
     r.sampler.accept(token);
     ++r.n_generated;
     GenerationEvent e;
@@ -302,9 +316,14 @@ std::vector<BatchToken> BatchScheduler::sample_all(std::vector<size_t>& rows) {
                                     ? tokenizer_.detokenize({token}, /*remove_leading_space=*/true)
                                     : tokenizer_.token_to_piece(token);
       e.text = r.stop.push(r.utf8.push(piece));
+      if (r.json && !r.json->feed(tokenizer_.token_to_piece(token))) {
+        r.job->stream->push(std::move(e));
+        finish(i, FinishReason::kError, internal_error("the sampled token does not continue the JSON value"));
+        continue;
+      }
     }
     r.job->stream->push(std::move(e));
-    if (eog || r.stop.stopped()) {
+    if (eog || r.stop.stopped() || (r.json && r.json->complete())) {
       end(FinishReason::kStop);
       continue;
     }
@@ -317,6 +336,27 @@ std::vector<BatchToken> BatchScheduler::sample_all(std::vector<size_t>& rows) {
     ++i;
   }
   return step;
+}
+
+bool BatchScheduler::mask_for_json(const JsonConstraint& json, int64_t chars_left, std::vector<float>& row) {
+  if (pieces_.empty()) {
+    pieces_.resize(static_cast<size_t>(tokenizer_.n_vocab()));
+    for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id) {
+      if (!tokenizer_.is_eog(id)) pieces_[id] = tokenizer_.token_to_piece(id);
+    }
+  }
+  bool any = false;
+  const bool whole = json.complete();
+  for (size_t id = 0; id < row.size() && id < pieces_.size(); ++id) {
+    const bool ok = pieces_[id].empty() ? whole && tokenizer_.is_eog(static_cast<int32_t>(id))
+                                        : json.allows(pieces_[id], chars_left);
+    if (ok) {
+      any = true;
+    } else {
+      row[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  return any;
 }
 
 void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {

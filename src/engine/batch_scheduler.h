@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/json_constraint.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_stats.h"
@@ -66,6 +67,10 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // generation ends before the first of these, which is not returned
   int n_top_logprobs = -1;        // -1: no log-probabilities; else the sampled token's and the n most likely
   bool strip_leading_space = false;  // remove SentencePiece's leading space from the first token's text
+  // The text must be a JSON value of this constraint (json_constraint.h): each token is sampled
+  // among those that keep it one and let it finish within n_predict (or the context), and the
+  // request ends (kStop) once the value is whole. None: free text.
+  std::optional<JsonConstraint> json;
 };
 
 enum class FinishReason : uint8_t {
@@ -177,6 +182,9 @@ class BatchScheduler {
   // Samples each running request's next token, emits it, ends the requests that stop; returns
   // the rows of the next decode step.
   std::vector<BatchToken> sample_all(std::vector<size_t>& rows);
+  // Sets the logits of the tokens that `json` does not allow next, with `chars_left` tokens
+  // after this one, to -inf; false when it allows none.
+  bool mask_for_json(const JsonConstraint& json, int64_t chars_left, std::vector<float>& row);
   void finish(size_t i, FinishReason reason, Status error = Status::ok());
   void finish_all(FinishReason reason, const Status& error);
   void publish_stats();
@@ -196,6 +204,7 @@ class BatchScheduler {
   uint64_t finished_disk_read_ = 0, finished_disk_written_ = 0;  // the freed stores', under mutex_
 
   // The worker's own.
+  std::vector<std::string> pieces_;  // each token's text, for the JSON constraint (filled at its first use)
   std::vector<std::unique_ptr<Running>> running_;
   std::vector<float> logits_;
   std::thread worker_;

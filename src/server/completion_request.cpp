@@ -150,12 +150,6 @@ void refuse_unsupported(const json& body) {
       refuse(std::string("'") + name + "' is not supported by this server", name);
     }
   }
-  if (const json* f = field(body, "response_format"); f != nullptr && !f->is_null()) {
-    const json* type = f->is_object() ? field(*f, "type") : nullptr;
-    if (type == nullptr || *type != "text") {
-      refuse("'response_format' is not supported but for {\"type\": \"text\"}: no JSON mode or schema", "response_format");
-    }
-  }
   if (const json* f = field(body, "logit_bias"); f != nullptr && !f->is_null() && !(f->is_object() && f->empty())) {
     refuse("'logit_bias' is not supported by this server", "logit_bias");
   }
@@ -165,6 +159,26 @@ void refuse_unsupported(const json& body) {
   if (const json* f = field(body, "best_of"); f != nullptr && !f->is_null() && *f != 1) {
     refuse("'best_of' must be 1", "best_of");
   }
+}
+
+// response_format: text (none), json_object (any JSON object), or json_schema (a value of
+// json_schema.schema, in json_constraint.h's subset): the constraint the answer is sampled under.
+std::optional<JsonConstraint> response_format(const json& body) {
+  const json* f = field(body, "response_format");
+  if (f == nullptr || f->is_null()) return std::nullopt;
+  const json* type = f->is_object() ? field(*f, "type") : nullptr;
+  if (type == nullptr || !type->is_string()) refuse("'response_format.type' must be a string", "response_format");
+  if (*type == "text") return std::nullopt;
+  if (*type == "json_object") return JsonConstraint::any_object();
+  if (*type != "json_schema") {
+    refuse("'response_format.type' must be text, json_object or json_schema", "response_format");
+  }
+  const json* spec = field(*f, "json_schema");
+  const json* schema = spec != nullptr && spec->is_object() ? field(*spec, "schema") : nullptr;
+  if (schema == nullptr) refuse("'response_format.json_schema.schema' is missing", "response_format");
+  Result<JsonConstraint> c = JsonConstraint::from_schema(*schema);
+  if (!c.is_ok()) refuse("'response_format': " + c.status().message(), "response_format");
+  return std::move(c).value();
 }
 
 CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestDefaults& defaults) {
@@ -190,6 +204,7 @@ CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestD
   }
   optional_string(body, "user");
   refuse_unsupported(body);
+  r.json = response_format(body);
   const char* max_name = endpoint == Endpoint::kChat && field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   r.max_tokens = static_cast<int>(integer_in(body, max_name, 0, defaults.max_tokens_limit, defaults.max_tokens));
   r.sampler = defaults.sampler;

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/json_constraint.h"
+
 #include "engine/sampler.h"
 #include "server/api_error.h"
 
@@ -43,6 +45,7 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;       // none: the server draws one
   std::vector<std::string> stop;
   std::string model;                  // empty: not given
+  std::optional<JsonConstraint> json; // response_format json_object or json_schema
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int n_logprobs = -1;                // -1: none; else the top alternatives asked for (0: the sampled token only)

@@ -310,6 +310,7 @@ void HttpServer::complete(Endpoint endpoint, const httplib::Request& req, const 
   gen.sampler.seed = request.seed ? *request.seed : random_seed();
   gen.stop = request.stop;
   gen.n_top_logprobs = request.n_logprobs;
+  gen.json = request.json;
   Result<std::shared_ptr<GenerationStream>> events = scheduler_.submit(std::move(gen));
   if (!events.is_ok()) return send_error(res, api_error_from_status(events.status()));
 

@@ -124,6 +124,7 @@ TEST_F(BudgetCliTest, BadBudgetsFailNamingTheirFlag) {
 TEST_F(BudgetCliTest, HelpSaysTheBudgetIsOfTheFarTokens) {
   CliResult r = leoam::testing_cli::run_leoam(dir_, {"run", "--help"});
   ASSERT_EQ(r.status, 0) << r.err;
+  r.out = leoam::testing_cli::unwrapped(r.out);  // descriptions wrap at 100 columns
   EXPECT_NE(r.out.find("far tokens attended per layer and step: the budget B, a fraction of them (B <= 1) or a whole"),
             std::string::npos)
       << r.out;

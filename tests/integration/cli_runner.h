@@ -63,6 +63,20 @@ inline CliResult run_leoam(const std::string& scratch_dir, const std::vector<std
   return r;
 }
 
+// `text` with every run of whitespace (a wrapped --help's line breaks and indents) one space.
+inline std::string unwrapped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool space = c == ' ' || c == '\n' || c == '\t';
+    if (!space) {
+      out += c;
+    } else if (!out.empty() && out.back() != ' ') {
+      out += ' ';
+    }
+  }
+  return out;
+}
+
 // A failure as the CLI reports it: exit `status`, nothing on stdout, one "leoam: error: " line on
 // stderr that mentions `mentions`.
 inline void expect_one_line_error(const CliResult& r, int status, const std::string& mentions) {

@@ -137,6 +137,46 @@ TEST_F(ServeTest, HealthModelsAndMetrics) {
   EXPECT_EQ(metric(metrics->body, "leoam_client_disconnects_total"), 0.0);
 }
 
+// response_format: even stories260K, which knows no JSON, answers with a JSON object, and with a
+// value of a schema: whole, streamed and in chat, within max_tokens.
+TEST_F(ServeTest, StructuredOutputParsesAndMatchesItsSchema) {
+  auto c = server_->client();
+  const json schema = json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+      "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "minItems": 1, "maxItems": 3},
+      "happy": {"type": "boolean"}}, "required": ["name", "age", "pets", "happy"]})");
+  const json as_schema = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}};
+  const auto check_person = [](const std::string& text) {
+    const json j = json::parse(text, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << text;
+    EXPECT_EQ(j.size(), 4u) << text;
+    EXPECT_TRUE(j["name"].is_string() && j["name"].get<std::string>().size() <= 12) << text;
+    EXPECT_TRUE(j["age"].is_number_integer()) << text;
+    EXPECT_TRUE(j["pets"].is_array() && !j["pets"].empty() && j["pets"].size() <= 3) << text;
+    EXPECT_TRUE(j["happy"].is_boolean()) << text;
+  };
+  for (int seed : {1, 2, 3}) {
+    int status = 0;
+    const json object = post_json(*c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 40},
+                                                         {"seed", seed}, {"response_format", {{"type", "json_object"}}}},
+                                  &status);
+    ASSERT_EQ(status, 200) << object.dump();
+    const std::string text = object["choices"][0]["text"];
+    EXPECT_TRUE(json::parse(text, nullptr, false).is_object()) << text;
+    EXPECT_EQ(object["choices"][0]["finish_reason"], "stop") << text;
+    const json person = post_json(*c, "/v1/chat/completions",
+                                  {{"messages", {{{"role", "user"}, {"content", "Who?"}}}}, {"max_tokens", 90},
+                                   {"seed", seed}, {"response_format", as_schema}},
+                                  &status);
+    ASSERT_EQ(status, 200) << person.dump();
+    check_person(person["choices"][0]["message"]["content"]);
+    const Streamed s = post_stream(*c, "/v1/completions", {{"prompt", "Tom"}, {"max_tokens", 90}, {"seed", seed},
+                                                           {"response_format", as_schema}});
+    EXPECT_TRUE(s.done);
+    check_person(s.text);
+  }
+}
+
 // Only this server's Host names (DNS rebinding), only its own page's or --cors-origin's browser
 // origin (a cross-site request), a browser's preflight answered, as a browser sends them.
 TEST_F(ServeTest, HostsAndOriginsAreThisServersOrAllowed) {
@@ -316,8 +356,14 @@ TEST_F(ServeTest, BadRequestsGetOpenAIErrors) {
                "not supported", "tools");
   expect_error("/v1/chat/completions", json{{"messages", hi}, {"tool_choice", "required"}}.dump(), 400, "not supported",
                "tool_choice");
-  expect_error("/v1/chat/completions", json{{"messages", hi}, {"response_format", {{"type", "json_object"}}}}.dump(), 400,
-               "not supported", "response_format");
+  expect_error("/v1/chat/completions",
+               json{{"messages", hi},
+                    {"response_format", {{"type", "json_schema"},
+                                         {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}
+                   .dump(),
+               400, "'pattern' is not supported", "response_format");
+  expect_error("/v1/chat/completions", json{{"messages", hi}, {"response_format", {{"type", "xml"}}}}.dump(), 400,
+               "json_object or json_schema", "response_format");
   expect_error("/v1/completions", json{{"prompt", "x"}, {"logit_bias", {{"5", 10}}}}.dump(), 400, "not supported",
                "logit_bias");
   expect_error("/v1/completions", json{{"prompt", "x"}, {"model", "gpt-4o"}}.dump(), 404, "not served here", "model");
@@ -429,9 +475,9 @@ std::string npm_folder(const std::string& name, const std::vector<std::string>& 
 // (npm_folder), each skipped with a reason where npm cannot reach its registry: the official
 // `openai` package (tests/integration/openai_client.cjs: chat, streamed chat, a completion, the
 // model list, refused requests), and the Vercel AI SDK and LangChain
-// (tests/integration/third_party_clients.mjs: chat, stream and completion, tools and JSON output
-// refused by name). Their answers are the server's own, and LangChain's streamed usage is counted
-// once.
+// (tests/integration/third_party_clients.mjs: chat, stream and completion, an object of a schema,
+// tools refused by name). Their answers are the server's own, their objects match their schemas,
+// and LangChain's streamed usage is counted once.
 TEST(ServeClientsTest, TheOpenAiPackageTheVercelAiSdkAndLangChainTalkToTheServer) {
   if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
   std::string skip_openai, skip_others;
@@ -496,12 +542,13 @@ TEST(ServeClientsTest, TheOpenAiPackageTheVercelAiSdkAndLangChainTalkToTheServer
       EXPECT_EQ(o["chat"]["text"], text);
       EXPECT_EQ(o["stream"]["text"], text);
       EXPECT_EQ(o["completion"], completion["choices"][0]["text"]);
-      for (const std::string refused : {"tools", "json"}) {
-        EXPECT_EQ(o[refused]["status"], 400) << refused << ": " << o.dump();
-        EXPECT_EQ(o[refused]["names_field"], true) << refused << ": " << o.dump();
-      }
+      EXPECT_EQ(o["tools"]["status"], 400) << o.dump();
+      EXPECT_EQ(o["tools"]["names_field"], true) << o.dump();
+      // Their own checks passed (zod's): an object with a string title of at most 20 characters.
+      EXPECT_TRUE(o["json"]["object"]["title"].is_string()) << o.dump();
     }
     EXPECT_EQ(out["vercel"]["chat"]["usage"]["completionTokens"], completion_tokens);
+  EXPECT_EQ(out["vercel"]["stream"]["usage"]["completionTokens"], completion_tokens) << "asked for, sent once";
     EXPECT_EQ(out["langchain"]["chat"]["usage"]["output_tokens"], completion_tokens);
     EXPECT_EQ(out["langchain"]["stream"]["usage"]["output_tokens"], completion_tokens) << "usage counted once";
   }

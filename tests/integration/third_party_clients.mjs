@@ -1,7 +1,8 @@
 // Talks to a running `leoam serve` through two third-party clients, as an application would: the
 // Vercel AI SDK (`ai` with `@ai-sdk/openai-compatible`) and LangChain (`@langchain/openai`). Each
-// does a chat, a streamed chat with its usage, and a completion; each asks for tools and for JSON
-// output, which the server refuses by name. Prints one JSON object on stdout.
+// does a chat, a streamed chat with its usage, a completion, and structured output of a schema
+// (response_format json_schema, which the server samples under); each asks for tools, which the
+// server refuses by name. Prints one JSON object on stdout.
 // Usage: node third_party_clients.mjs NPM_DIR BASE_URL API_KEY MODEL
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -9,7 +10,7 @@ import path from "node:path";
 const [npmDir, baseURL, apiKey, model] = process.argv.slice(2);
 const require = createRequire(path.join(npmDir, "package.json"));
 const ai = require("ai");
-const { createOpenAICompatible } = require("@ai-sdk/openai-compatible");
+const { createOpenAICompatible, OpenAICompatibleChatLanguageModel } = require("@ai-sdk/openai-compatible");
 const { ChatOpenAI, OpenAI } = require("@langchain/openai");
 const { z } = require("zod");
 
@@ -24,10 +25,16 @@ const out = { vercel: {}, langchain: {} };
 
 // The Vercel AI SDK.
 {
-  const provider = createOpenAICompatible({ name: "leoam", baseURL, apiKey, includeUsage: true });
+  const provider = createOpenAICompatible({ name: "leoam", baseURL, apiKey });
+  // The chat model as a custom provider makes it, to say what the server supports: streamed usage,
+  // and structured outputs (generateObject then sends its schema as response_format json_schema).
+  const structured = new OpenAICompatibleChatLanguageModel(model, {}, {
+    provider: "leoam.chat", url: ({ path: p }) => `${baseURL}${p}`, headers: () => ({ Authorization: `Bearer ${apiKey}` }),
+    includeUsage: true, supportsStructuredOutputs: true, defaultObjectGenerationMode: "json",
+  });
   const chat = await ai.generateText({ model: provider.chatModel(model), prompt: question, maxTokens: 24, temperature: 0 });
   out.vercel.chat = { text: chat.text, usage: chat.usage };
-  const stream = ai.streamText({ model: provider.chatModel(model), prompt: question, maxTokens: 24, temperature: 0 });
+  const stream = ai.streamText({ model: structured, prompt: question, maxTokens: 24, temperature: 0 });
   let text = "";
   for await (const part of stream.textStream) text += part;
   out.vercel.stream = { text, usage: await stream.usage };
@@ -45,11 +52,11 @@ const out = { vercel: {}, langchain: {} };
     out.vercel.tools = refusal(e, "tools");
   }
   try {
-    await ai.generateObject({ model: provider.chatModel(model), prompt: question, maxTokens: 8, maxRetries: 0,
-                              schema: z.object({ title: z.string() }), mode: "json" });
-    out.vercel.json = null;
+    const made = await ai.generateObject({ model: structured, prompt: question, maxTokens: 40, maxRetries: 0,
+                                           mode: "json", schema: z.object({ title: z.string().max(20) }) });
+    out.vercel.json = { object: made.object };
   } catch (e) {
-    out.vercel.json = refusal(e, "response_format");
+    out.vercel.json = { error: `${e?.message ?? e}` };
   }
 }
 
@@ -82,10 +89,12 @@ const out = { vercel: {}, langchain: {} };
     out.langchain.tools = refusal(e, "tools");
   }
   try {
-    await chatModel.withStructuredOutput(z.object({ title: z.string() }), { method: "jsonMode" }).invoke(question);
-    out.langchain.json = null;
+    const made = await new ChatOpenAI({ model, apiKey, configuration: { baseURL }, temperature: 0, maxTokens: 40,
+                                        maxRetries: 0 })
+      .withStructuredOutput(z.object({ title: z.string().max(20) }), { method: "jsonSchema" }).invoke(question);
+    out.langchain.json = { object: made };
   } catch (e) {
-    out.langchain.json = refusal(e, "response_format");
+    out.langchain.json = { error: `${e?.message ?? e}` };
   }
 }
 

@@ -93,7 +93,8 @@ void add_threads_option(CLI::App& cmd, int& n_threads) {
   cmd.add_option("-t,--threads", n_threads,
                  "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")
       ->capture_default_str()
-      ->check(detail::number_check<int>([most](int x) { return x >= 0 && x <= most; },
+      ->check(non_negative<int>())
+      ->check(detail::number_check<int>([most](int x) { return x <= most; },
                                         "in [0, " + std::to_string(most) + "]: this machine runs " +
                                             std::to_string(most) + " threads at once, and more only slow it down",
                                         ""));

@@ -1,0 +1,82 @@
+// JsonConstraint: constrained sampling for JSON output (OpenAI's response_format json_object and
+// json_schema). A character-level matcher of the JSON text generated so far, against a schema:
+// a token may be sampled only if its text keeps the text a prefix of a valid value that can still
+// be finished in the tokens left, so that even a model that knows no JSON writes a value that
+// parses and matches its schema within max_tokens.
+//
+// The text is compact (no whitespace outside strings), strings hold no escapes and no control
+// characters, numbers at most kMaxDigits digits a part. Objects of a schema write every property
+// of `properties`, in the schema's order (so `required` holds whatever it says, and no other
+// property is written). The schema subset:
+//
+//   type       object (properties), array (items, minItems, maxItems), string (maxLength,
+//              enum), integer, number, boolean, null
+//   enum, const   of strings, numbers, booleans and null
+//   title, description, $schema, additionalProperties, required, default   accepted, not checked
+//
+// Anything else (anyOf, $ref, pattern, format, a list of types, ...) is refused by name. Without a
+// schema (json_object), the value is any JSON object, nested at most kMaxDepth deep.
+//
+// "Can still be finished": min_chars_to_finish() is the fewest characters that complete the value
+// from here; a token is allowed when, after it, that many fit in the tokens left, counting one
+// character a token (every vocabulary this engine reads has a token for each printable ASCII
+// character: byte-level BPE and SentencePiece with byte fallback).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace leoam {
+
+class JsonConstraint {
+ public:
+  static constexpr int kMaxDigits = 15;
+  static constexpr int kMaxDepth = 8;
+
+  // Any JSON object (response_format json_object).
+  static JsonConstraint any_object();
+  // A value of `schema`; fails on a keyword or shape outside the subset above, naming it.
+  static Result<JsonConstraint> from_schema(const nlohmann::json& schema);
+
+  // Feeds text; false (and the state undefined: feed a copy) when it cannot continue a value.
+  bool feed(std::string_view text);
+  // The text so far is a whole value (nothing may follow it).
+  bool complete() const;
+  // The fewest characters that finish the value from here (0 when complete()).
+  int64_t min_chars_to_finish() const;
+  // feed(text) on a copy would succeed and leave min_chars_to_finish() <= chars_left.
+  bool allows(std::string_view text, int64_t chars_left) const;
+
+ private:
+  struct Node;
+  struct Frame {
+    int node = 0;
+    int phase = 0;
+    int count = 0;     // properties, items, characters or digits so far
+    int pos = 0;       // position in the key or literal being matched
+    uint64_t alive = 0;  // literal nodes: the candidates still matching
+  };
+  enum class Step : uint8_t { kConsumed, kReject, kPopAndRefeed };
+
+  explicit JsonConstraint(std::shared_ptr<const std::vector<Node>> nodes, int root);
+  static Result<int> add_schema(std::vector<Node>& nodes, const nlohmann::json& schema, const std::string& at);
+  bool feed_char(unsigned char c);
+  Step step(Frame& f, unsigned char c);
+  void push(int node);
+  // The parent's phase after its child, now popped, completed.
+  void child_done();
+  int64_t fresh_min(int node) const;
+  int64_t frame_min(const Frame& f) const;
+
+  std::shared_ptr<const std::vector<Node>> nodes_;
+  std::vector<Frame> stack_;
+};
+
+}  // namespace leoam
