@@ -345,18 +345,24 @@ bool BatchScheduler::mask_for_json(const JsonConstraint& json, int64_t chars_lef
       if (!tokenizer_.is_eog(id)) pieces_[id] = tokenizer_.token_to_piece(id);
     }
   }
-  bool any = false;
   const bool whole = json.complete();
-  for (size_t id = 0; id < row.size() && id < pieces_.size(); ++id) {
-    const bool ok = pieces_[id].empty() ? whole && tokenizer_.is_eog(static_cast<int32_t>(id))
-                                        : json.allows(pieces_[id], chars_left);
-    if (ok) {
-      any = true;
-    } else {
-      row[id] = -std::numeric_limits<float>::infinity();
+  const auto allowed = [&](size_t id, int64_t left) {
+    return pieces_[id].empty() ? whole && tokenizer_.is_eog(static_cast<int32_t>(id)) : json.allows(pieces_[id], left);
+  };
+  const size_t n = std::min(row.size(), pieces_.size());
+  // A value that cannot be finished in the tokens left (max_tokens below its shortest text) is
+  // still written as far as it goes: then any token that continues it.
+  for (const int64_t left : {chars_left, std::numeric_limits<int64_t>::max()}) {
+    std::vector<char> ok(n);
+    bool any = false;
+    for (size_t id = 0; id < n; ++id) any |= (ok[id] = allowed(id, left) ? 1 : 0) != 0;
+    if (!any) continue;
+    for (size_t id = 0; id < n; ++id) {
+      if (ok[id] == 0) row[id] = -std::numeric_limits<float>::infinity();
     }
+    return true;
   }
-  return any;
+  return false;
 }
 
 void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {

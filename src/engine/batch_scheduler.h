@@ -183,7 +183,8 @@ class BatchScheduler {
   // the rows of the next decode step.
   std::vector<BatchToken> sample_all(std::vector<size_t>& rows);
   // Sets the logits of the tokens that `json` does not allow next, with `chars_left` tokens
-  // after this one, to -inf; false when it allows none.
+  // after this one, to -inf (where none can finish it in time: of the tokens that do not continue
+  // it); false when none continues it.
   bool mask_for_json(const JsonConstraint& json, int64_t chars_left, std::vector<float>& row);
   void finish(size_t i, FinishReason reason, Status error = Status::ok());
   void finish_all(FinishReason reason, const Status& error);

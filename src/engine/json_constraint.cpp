@@ -1,12 +1,15 @@
 #include "engine/json_constraint.h"
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 
 namespace leoam {
 
 struct JsonConstraint::Node {
-  enum Kind : uint8_t { kAny, kObject, kFreeObject, kArray, kString, kInteger, kNumber, kLiterals };
+  // kSwitch: one of `children`, the one whose index is that of the literal the object's property
+  // before it took (a tool call's arguments, after its name).
+  enum Kind : uint8_t { kAny, kObject, kFreeObject, kArray, kString, kInteger, kNumber, kLiterals, kSwitch };
   Kind kind = kAny;
   std::vector<std::string> keys;  // kObject: the text before each property's value, `"name":` (`,"name":` after the first)
   std::vector<int> children;      // kObject: each property's node; kArray: the items' node
@@ -55,6 +58,39 @@ JsonConstraint JsonConstraint::any_object() {
 Result<JsonConstraint> JsonConstraint::from_schema(const Json& schema) {
   std::vector<Node> nodes = *any_object().nodes_;
   LEOAM_ASSIGN_OR_RETURN(const int root, add_schema(nodes, schema, "schema"));
+  return JsonConstraint(std::make_shared<const std::vector<Node>>(std::move(nodes)), root);
+}
+
+Result<JsonConstraint> JsonConstraint::tool_call(const std::vector<std::pair<std::string, Json>>& functions) {
+  if (functions.empty() || functions.size() > 64) return invalid_argument("tool_call: 1 to 64 functions");
+  std::vector<Node> nodes = *any_object().nodes_;
+  Node names, arguments;
+  names.kind = Node::kLiterals;
+  arguments.kind = Node::kSwitch;
+  arguments.min_chars = INT64_MAX;
+  for (const auto& [name, parameters] : functions) {
+    if (Json(name).dump().find('\\') != std::string::npos) return invalid_argument("tool_call: a function name with escapes");
+    names.literals.push_back(Json(name).dump());
+    LEOAM_ASSIGN_OR_RETURN(const int params, add_schema(nodes, parameters, "tools." + name + ".parameters"));
+    arguments.children.push_back(params);
+    arguments.min_chars = std::min(arguments.min_chars, nodes[params].min_chars);
+  }
+  names.min_chars = INT64_MAX;
+  for (const std::string& l : names.literals) names.min_chars = std::min<int64_t>(names.min_chars, static_cast<int64_t>(l.size()));
+  nodes.push_back(std::move(names));
+  const int names_node = static_cast<int>(nodes.size()) - 1;
+  nodes.push_back(std::move(arguments));
+  const int arguments_node = static_cast<int>(nodes.size()) - 1;
+  Node call;
+  call.kind = Node::kObject;
+  call.keys = {"\"name\":", ",\"arguments\":"};
+  call.children = {names_node, arguments_node};
+  call.rest = {static_cast<int64_t>(call.keys[0].size() + call.keys[1].size()) + nodes[names_node].min_chars +
+                   nodes[arguments_node].min_chars,
+               static_cast<int64_t>(call.keys[1].size()) + nodes[arguments_node].min_chars, 0};
+  call.min_chars = 2 + call.rest[0];
+  nodes.push_back(std::move(call));
+  const int root = static_cast<int>(nodes.size()) - 1;
   return JsonConstraint(std::make_shared<const std::vector<Node>>(std::move(nodes)), root);
 }
 
@@ -154,6 +190,7 @@ Result<int> JsonConstraint::add_schema(std::vector<Node>& nodes, const Json& s, 
       break;
     }
     case Node::kAny: n.min_chars = 1; break;
+    case Node::kSwitch: break;  // tool_call() sets it
   }
   nodes.push_back(std::move(n));
   return static_cast<int>(nodes.size()) - 1;
@@ -167,12 +204,14 @@ void JsonConstraint::push(int node) {
   stack_.push_back(f);
 }
 
-void JsonConstraint::child_done() {
+void JsonConstraint::child_done(const Frame& child) {
   if (stack_.empty()) return;
   Frame& f = stack_.back();
   const Node& n = (*nodes_)[f.node];
   switch (n.kind) {
     case Node::kObject:
+      // A literal's choice, for a kSwitch property after it: the one candidate left.
+      if ((*nodes_)[child.node].kind == Node::kLiterals) f.alive = child.alive;
       ++f.count;
       f.pos = 0;
       f.phase = f.count == static_cast<int>(n.keys.size()) ? 3 : 1;
@@ -192,6 +231,7 @@ void JsonConstraint::child_done() {
 JsonConstraint::Step JsonConstraint::step(Frame& f, unsigned char c) {
   const Node& n = (*nodes_)[f.node];
   switch (n.kind) {
+    case Node::kSwitch: return Step::kReject;  // never a frame: chosen() resolves it before a push
     case Node::kAny: {
       int target = -1;
       if (c == '{') target = kFreeObjectNode;
@@ -220,8 +260,7 @@ JsonConstraint::Step JsonConstraint::step(Frame& f, unsigned char c) {
         if (static_cast<unsigned char>(key[f.pos]) != c) return Step::kReject;
         if (++f.pos == static_cast<int>(key.size())) {
           f.phase = 2;
-          const int child = n.children[f.count];
-          push(child);  // invalidates f
+          push(chosen(n.children[f.count], f.alive));  // invalidates f
         }
         return Step::kConsumed;
       }
@@ -282,9 +321,16 @@ JsonConstraint::Step JsonConstraint::step(Frame& f, unsigned char c) {
         f.phase = 1;
         return Step::kConsumed;
       }
+      // UTF-8, whole: f.pos counts the continuation bytes the last lead byte still wants.
+      if (f.pos > 0) {
+        if ((c & 0xC0) != 0x80) return Step::kReject;
+        --f.pos;
+        return Step::kConsumed;
+      }
       if (c == '"') return Step::kPopAndRefeed;
-      if (c == '\\' || c < 0x20 || c == 0x7f) return Step::kReject;
-      if ((c & 0xC0) != 0x80 && ++f.count > n.max_length) return Step::kReject;
+      if (c == '\\' || c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xC2) || c > 0xF4) return Step::kReject;
+      f.pos = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 ? 1 : 0;
+      if (++f.count > n.max_length) return Step::kReject;
       return Step::kConsumed;
     case Node::kInteger:
     case Node::kNumber: {
@@ -353,8 +399,9 @@ bool JsonConstraint::feed_char(unsigned char c) {
     // consumed with it; a number or literal ended before c, which goes to its parent.
     const bool closes = (kind == Node::kObject || kind == Node::kFreeObject || kind == Node::kArray ||
                          (kind == Node::kString && phase == 1));
+    const Frame child = stack_.back();
     stack_.pop_back();
-    child_done();
+    child_done(child);
     if (closes) return true;
   }
 }
@@ -374,15 +421,22 @@ bool JsonConstraint::complete() const {
 
 int64_t JsonConstraint::fresh_min(int node) const { return (*nodes_)[node].min_chars; }
 
+int JsonConstraint::chosen(int node, uint64_t choice) const {
+  const Node& n = (*nodes_)[node];
+  if (n.kind != Node::kSwitch || choice == 0) return node;
+  return n.children[static_cast<size_t>(std::countr_zero(choice)) % n.children.size()];
+}
+
 int64_t JsonConstraint::frame_min(const Frame& f) const {
   const Node& n = (*nodes_)[f.node];
   switch (n.kind) {
+    case Node::kSwitch: return n.min_chars;
     case Node::kAny: return 1;
     case Node::kObject:
       switch (f.phase) {
         case 0: return n.min_chars;
         case 1:
-          return static_cast<int64_t>(n.keys[f.count].size()) - f.pos + fresh_min(n.children[f.count]) +
+          return static_cast<int64_t>(n.keys[f.count].size()) - f.pos + fresh_min(chosen(n.children[f.count], f.alive)) +
                  n.rest[f.count + 1] + 1;
         case 2: return n.rest[f.count + 1] + 1;
         default: return 1;
@@ -407,7 +461,7 @@ int64_t JsonConstraint::frame_min(const Frame& f) const {
         default: return more(f.count) + 1;
       }
     }
-    case Node::kString: return f.phase == 0 ? 2 : 1;
+    case Node::kString: return f.phase == 0 ? 2 : 1 + f.pos;
     case Node::kInteger:
     case Node::kNumber: return f.phase == 0 || f.phase == 1 || f.phase == 4 ? 1 : 0;
     case Node::kLiterals: {

@@ -4,8 +4,8 @@
 // be finished in the tokens left, so that even a model that knows no JSON writes a value that
 // parses and matches its schema within max_tokens.
 //
-// The text is compact (no whitespace outside strings), strings hold no escapes and no control
-// characters, numbers at most kMaxDigits digits a part. Objects of a schema write every property
+// The text is compact (no whitespace outside strings), strings hold whole UTF-8 characters, no
+// escapes and no control characters, numbers at most kMaxDigits digits a part. Objects of a schema write every property
 // of `properties`, in the schema's order (so `required` holds whatever it says, and no other
 // property is written). The schema subset:
 //
@@ -18,7 +18,8 @@
 // schema (json_object), the value is any JSON object, nested at most kMaxDepth deep.
 //
 // "Can still be finished": min_chars_to_finish() is the fewest characters that complete the value
-// from here; a token is allowed when, after it, that many fit in the tokens left, counting one
+// from here; a token is allowed when, after it, that many fit in the tokens left (where none
+// does, max_tokens being below the value's shortest text, any that continues it), counting one
 // character a token (every vocabulary this engine reads has a token for each printable ASCII
 // character: byte-level BPE and SentencePiece with byte fallback).
 #pragma once
@@ -44,6 +45,9 @@ class JsonConstraint {
   static JsonConstraint any_object();
   // A value of `schema`; fails on a keyword or shape outside the subset above, naming it.
   static Result<JsonConstraint> from_schema(const nlohmann::json& schema);
+  // A call of one of `functions` (name, parameters' schema): {"name":"NAME","arguments":ARGS},
+  // ARGS a value of that function's parameters (a tool call that tool_choice requires).
+  static Result<JsonConstraint> tool_call(const std::vector<std::pair<std::string, nlohmann::json>>& functions);
 
   // Feeds text; false (and the state undefined: feed a copy) when it cannot continue a value.
   bool feed(std::string_view text);
@@ -71,7 +75,9 @@ class JsonConstraint {
   Step step(Frame& f, unsigned char c);
   void push(int node);
   // The parent's phase after its child, now popped, completed.
-  void child_done();
+  void child_done(const Frame& child);
+  // `node`, or for a kSwitch the child that `choice` (a literal's candidates left) picks.
+  int chosen(int node, uint64_t choice) const;
   int64_t fresh_min(int node) const;
   int64_t frame_min(const Frame& f) const;
 

@@ -144,8 +144,7 @@ void parse_messages(const json& body, CompletionRequest& r) {
 // Fields that would change what the answer must be, which this server cannot honour: refused by
 // name rather than ignored (a client would believe its tools or its JSON schema were used).
 void refuse_unsupported(const json& body) {
-  for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
-                           "prediction", "suffix"}) {
+  for (const char* name : {"functions", "function_call", "audio", "prediction", "suffix"}) {
     if (const json* f = field(body, name); f != nullptr && !f->is_null()) {
       refuse(std::string("'") + name + "' is not supported by this server", name);
     }
@@ -181,6 +180,49 @@ std::optional<JsonConstraint> response_format(const json& body) {
   return std::move(c).value();
 }
 
+// tools and tool_choice (chat): "required" or a named function make the answer a call of one of
+// the functions, sampled under its parameters' schema; "none" leaves the tools out. "auto" (the
+// default with tools) would need the model to say when it calls one: refused by name.
+std::optional<JsonConstraint> tool_call(const json& body, Endpoint endpoint) {
+  const json* tools = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  if (tools == nullptr || tools->is_null()) {
+    if (choice != nullptr && !choice->is_null() && *choice != "none") refuse("'tool_choice' needs 'tools'", "tool_choice");
+    return std::nullopt;
+  }
+  if (endpoint != Endpoint::kChat) refuse("'tools' are for /v1/chat/completions", "tools");
+  if (!tools->is_array() || tools->empty()) refuse("'tools' must be a non-empty array", "tools");
+  std::vector<std::pair<std::string, json>> functions;
+  for (const json& t : *tools) {
+    const json* fn = t.is_object() && t.value("type", "") == "function" ? field(t, "function") : nullptr;
+    const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (name == nullptr || !name->is_string()) {
+      refuse("each of 'tools' must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}", "tools");
+    }
+    const json* params = field(*fn, "parameters");
+    functions.emplace_back(name->get<std::string>(),
+                           params != nullptr && !params->is_null() ? *params : json{{"type", "object"}, {"properties", json::object()}});
+  }
+  if (choice == nullptr || choice->is_null() || *choice == "auto") {
+    refuse("'tool_choice' \"auto\" (the default with 'tools') is not supported: this server cannot tell when the model "
+           "means to call a tool; give \"required\", {\"type\": \"function\", \"function\": {\"name\": ...}} or \"none\"",
+           "tool_choice");
+  }
+  if (*choice == "none") return std::nullopt;
+  if (choice->is_object()) {
+    const json* fn = field(*choice, "function");
+    const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (name == nullptr || !name->is_string()) refuse("'tool_choice.function.name' must be a string", "tool_choice");
+    std::erase_if(functions, [&](const auto& f) { return f.first != name->get<std::string>(); });
+    if (functions.empty()) refuse("'tool_choice' names no function of 'tools'", "tool_choice");
+  } else if (*choice != "required") {
+    refuse("'tool_choice' must be \"none\", \"auto\", \"required\" or a function", "tool_choice");
+  }
+  Result<JsonConstraint> c = JsonConstraint::tool_call(functions);
+  if (!c.is_ok()) refuse("'tools': " + c.status().message(), "tools");
+  return std::move(c).value();
+}
+
 CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestDefaults& defaults) {
   const json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) refuse("the request body is not valid JSON", "");
@@ -205,6 +247,11 @@ CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestD
   optional_string(body, "user");
   refuse_unsupported(body);
   r.json = response_format(body);
+  if (std::optional<JsonConstraint> call = tool_call(body, endpoint)) {
+    if (r.json) refuse("'response_format' and a required tool call together are not supported", "response_format");
+    r.json = std::move(call);
+    r.tool_call = true;
+  }
   const char* max_name = endpoint == Endpoint::kChat && field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   r.max_tokens = static_cast<int>(integer_in(body, max_name, 0, defaults.max_tokens_limit, defaults.max_tokens));
   r.sampler = defaults.sampler;

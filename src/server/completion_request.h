@@ -45,7 +45,9 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;       // none: the server draws one
   std::vector<std::string> stop;
   std::string model;                  // empty: not given
-  std::optional<JsonConstraint> json; // response_format json_object or json_schema
+  std::optional<JsonConstraint> json; // response_format json_object or json_schema, or a tool call's
+  bool tool_call = false;             // chat with tools and tool_choice required or a function: the
+                                      // answer is a call, {"name": ..., "arguments": ...} (json)
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int n_logprobs = -1;                // -1: none; else the top alternatives asked for (0: the sampled token only)

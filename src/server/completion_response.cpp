@@ -29,6 +29,7 @@ CompletionResponse::CompletionResponse(const CompletionRequest& request, std::st
                                        const Tokenizer& tokenizer)
     : endpoint_(request.endpoint),
       logprobs_(request.n_logprobs >= 0),
+      tool_call_(request.tool_call),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
@@ -40,6 +41,16 @@ json CompletionResponse::empty_logprobs() const {
   if (endpoint_ == Endpoint::kChat) return {{"content", json::array()}};
   return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
           {"text_offset", json::array()}};
+}
+
+json CompletionResponse::tool_calls(bool delta) const {
+  const json call = json::parse(text_, nullptr, false);
+  if (!call.is_object() || !call.contains("name") || !call.contains("arguments")) return nullptr;
+  json c = {{"id", "call_" + id_.substr(id_.find('-') + 1)},
+            {"type", "function"},
+            {"function", {{"name", call["name"]}, {"arguments", call["arguments"].dump()}}}};
+  if (delta) c["index"] = 0;
+  return json::array({c});
 }
 
 json CompletionResponse::envelope(const char* object) const {
@@ -96,10 +107,13 @@ json CompletionResponse::body(const GenerationEvent& last) const {
   json out;
   if (endpoint_ == Endpoint::kChat) {
     out = envelope("chat.completion");
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text_}}},
-              {"logprobs", logprobs_json_},
-              {"finish_reason", finish}};
+    json message = {{"role", "assistant"}, {"content", text_}};
+    if (const json calls = tool_call_ ? tool_calls(false) : json(); !calls.is_null()) {
+      message["content"] = nullptr;
+      message["tool_calls"] = calls;
+      finish = "tool_calls";
+    }
+    choice = {{"index", 0}, {"message", message}, {"logprobs", logprobs_json_}, {"finish_reason", finish}};
   } else {
     out = envelope("text_completion");
     choice = {{"index", 0}, {"text", text_}, {"logprobs", logprobs_json_}, {"finish_reason", finish}};
@@ -111,6 +125,10 @@ json CompletionResponse::body(const GenerationEvent& last) const {
 }
 
 json CompletionResponse::chunk(const GenerationEvent& event) {
+  if (tool_call_) {  // a call is sent whole, in the last chunk
+    text_ += event.text;
+    return nullptr;
+  }
   json lp = empty_logprobs();
   append_logprobs(event, lp);
   json out;
@@ -137,6 +155,12 @@ json CompletionResponse::final_chunk(const GenerationEvent& last) const {
     out = envelope("chat.completion.chunk");
     json delta = json::object();
     if (!sent_role_) delta["role"] = "assistant";
+    if (const json calls = tool_call_ ? tool_calls(true) : json(); !calls.is_null()) {
+      delta["tool_calls"] = calls;
+      finish = "tool_calls";
+    } else if (tool_call_) {
+      delta["content"] = text_;  // not a whole call: the text it got to
+    }
     choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
   } else {
     out = envelope("text_completion");

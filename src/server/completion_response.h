@@ -44,9 +44,13 @@ class CompletionResponse {
   // The logprobs of `event`'s tokens in the endpoint's shape, appended to `into`.
   void append_logprobs(const GenerationEvent& event, nlohmann::json& into);
   nlohmann::json empty_logprobs() const;
+  // A tool call's answer: the call the text holds, in OpenAI's tool_calls shape (with an index in
+  // a stream's delta); null when the text is not a whole call (it ran out of tokens).
+  nlohmann::json tool_calls(bool delta) const;
 
   Endpoint endpoint_;
   bool logprobs_ = false;
+  bool tool_call_ = false;
   std::string id_;
   std::string model_;
   int64_t created_ = 0;

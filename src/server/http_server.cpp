@@ -380,7 +380,10 @@ void HttpServer::stream(const CompletionRequest& request, std::shared_ptr<Genera
           state->first_ms = now_ms;
           metrics_.record_first_token_ms(now_ms);
         }
-        if ((!e->text.empty() || !e->tokens.empty()) && !write(sse(state->answer.chunk(*e)))) return false;
+        if (!e->text.empty() || !e->tokens.empty()) {
+          const json chunk = state->answer.chunk(*e);
+          if (!chunk.is_null() && !write(sse(chunk))) return false;
+        }
         if (!e->done) return true;
         if (std::optional<ApiError> err = failure(*e)) {
           if (!write(sse(err->body()))) return false;

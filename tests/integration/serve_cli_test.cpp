@@ -177,6 +177,63 @@ TEST_F(ServeTest, StructuredOutputParsesAndMatchesItsSchema) {
   }
 }
 
+// Tools with tool_choice "required" or a named function: the answer is a call, in OpenAI's
+// tool_calls shape, whose arguments match that function's parameters, whole and streamed;
+// "none" answers text.
+TEST_F(ServeTest, ARequiredToolCallMatchesItsFunction) {
+  auto c = server_->client();
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "weather", "description": "the weather in a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                                       "days": {"type": "integer"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "time", "parameters": {"type": "object",
+      "properties": {"zone": {"enum": ["utc", "cet"]}}}}}])");
+  const json messages = {{{"role", "user"}, {"content", "What is the weather in Paris?"}}};
+  const auto check_call = [](const json& call, const std::string& want_name) {
+    EXPECT_EQ(call["type"], "function") << call.dump();
+    EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u) << call.dump();
+    const std::string name = call["function"]["name"];
+    if (!want_name.empty()) {
+      EXPECT_EQ(name, want_name);
+    }
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(args.is_object()) << call.dump();
+    if (name == "weather") {
+      EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 10) << args.dump();
+      EXPECT_TRUE(args["days"].is_number_integer()) << args.dump();
+    } else {
+      ASSERT_EQ(name, "time");
+      EXPECT_TRUE(args["zone"] == "utc" || args["zone"] == "cet") << args.dump();
+    }
+  };
+  for (int seed : {1, 2}) {
+    for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "time"}}}}}) {
+      const std::string want = choice.is_string() ? "" : "time";
+      int status = 0;
+      const json r = post_json(*c, "/v1/chat/completions", {{"messages", messages}, {"tools", tools}, {"tool_choice", choice},
+                                                           {"max_tokens", 60}, {"seed", seed}}, &status);
+      ASSERT_EQ(status, 200) << r.dump();
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+      EXPECT_TRUE(r["choices"][0]["message"]["content"].is_null()) << r.dump();
+      ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+      check_call(r["choices"][0]["message"]["tool_calls"][0], want);
+      const Streamed s = post_stream(*c, "/v1/chat/completions", {{"messages", messages}, {"tools", tools},
+                                                                  {"tool_choice", choice}, {"max_tokens", 60}, {"seed", seed}});
+      ASSERT_TRUE(s.done);
+      EXPECT_EQ(s.last["choices"][0]["finish_reason"], "tool_calls") << s.last.dump();
+      ASSERT_EQ(s.last["choices"][0]["delta"]["tool_calls"].size(), 1u) << s.last.dump();
+      EXPECT_EQ(s.last["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+      check_call(s.last["choices"][0]["delta"]["tool_calls"][0], want);
+    }
+  }
+  int status = 0;
+  const json text = post_json(*c, "/v1/chat/completions", {{"messages", messages}, {"tools", tools}, {"tool_choice", "none"},
+                                                          {"max_tokens", 8}}, &status);
+  ASSERT_EQ(status, 200) << text.dump();
+  EXPECT_TRUE(text["choices"][0]["message"]["content"].is_string());
+  EXPECT_FALSE(text["choices"][0]["message"].contains("tool_calls"));
+}
+
 // Only this server's Host names (DNS rebinding), only its own page's or --cors-origin's browser
 // origin (a cross-site request), a browser's preflight answered, as a browser sends them.
 TEST_F(ServeTest, HostsAndOriginsAreThisServersOrAllowed) {
@@ -353,9 +410,13 @@ TEST_F(ServeTest, BadRequestsGetOpenAIErrors) {
   const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
   const json hi = json::array({{{"role", "user"}, {"content", "hi"}}});
   expect_error("/v1/chat/completions", json{{"messages", hi}, {"tools", json::array({tool})}}.dump(), 400,
-               "not supported", "tools");
-  expect_error("/v1/chat/completions", json{{"messages", hi}, {"tool_choice", "required"}}.dump(), 400, "not supported",
+               "\"auto\" (the default with 'tools') is not supported", "tool_choice");
+  expect_error("/v1/chat/completions", json{{"messages", hi}, {"tool_choice", "required"}}.dump(), 400, "needs 'tools'",
                "tool_choice");
+  expect_error("/v1/chat/completions",
+               json{{"messages", hi}, {"tools", json::array({tool})},
+                    {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}.dump(),
+               400, "names no function", "tool_choice");
   expect_error("/v1/chat/completions",
                json{{"messages", hi},
                     {"response_format", {{"type", "json_schema"},
@@ -476,8 +537,8 @@ std::string npm_folder(const std::string& name, const std::vector<std::string>& 
 // `openai` package (tests/integration/openai_client.cjs: chat, streamed chat, a completion, the
 // model list, refused requests), and the Vercel AI SDK and LangChain
 // (tests/integration/third_party_clients.mjs: chat, stream and completion, an object of a schema,
-// tools refused by name). Their answers are the server's own, their objects match their schemas,
-// and LangChain's streamed usage is counted once.
+// a required tool call, tool_choice auto refused by name). Their answers are the server's own,
+// their objects and calls match their schemas, and LangChain's streamed usage is counted once.
 TEST(ServeClientsTest, TheOpenAiPackageTheVercelAiSdkAndLangChainTalkToTheServer) {
   if (!std::filesystem::exists(kStoriesModel)) GTEST_SKIP() << "fixture absent: " << kStoriesModel;
   std::string skip_openai, skip_others;
@@ -544,8 +605,11 @@ TEST(ServeClientsTest, TheOpenAiPackageTheVercelAiSdkAndLangChainTalkToTheServer
       EXPECT_EQ(o["completion"], completion["choices"][0]["text"]);
       EXPECT_EQ(o["tools"]["status"], 400) << o.dump();
       EXPECT_EQ(o["tools"]["names_field"], true) << o.dump();
-      // Their own checks passed (zod's): an object with a string title of at most 20 characters.
+      // Their own checks passed (zod's): an object with a string title of at most 20 characters,
+      // and a call of the one tool with a city of at most 12.
       EXPECT_TRUE(o["json"]["object"]["title"].is_string()) << o.dump();
+      EXPECT_EQ(o["tool_call"]["name"], "weather") << o.dump();
+      EXPECT_TRUE(o["tool_call"]["args"]["city"].is_string()) << o.dump();
     }
     EXPECT_EQ(out["vercel"]["chat"]["usage"]["completionTokens"], completion_tokens);
   EXPECT_EQ(out["vercel"]["stream"]["usage"]["completionTokens"], completion_tokens) << "asked for, sent once";

@@ -1,8 +1,9 @@
 // Talks to a running `leoam serve` through two third-party clients, as an application would: the
 // Vercel AI SDK (`ai` with `@ai-sdk/openai-compatible`) and LangChain (`@langchain/openai`). Each
-// does a chat, a streamed chat with its usage, a completion, and structured output of a schema
-// (response_format json_schema, which the server samples under); each asks for tools, which the
-// server refuses by name. Prints one JSON object on stdout.
+// does a chat, a streamed chat with its usage, a completion, structured output of a schema
+// (response_format json_schema, which the server samples under) and a required tool call; a tool
+// call the model may or may not make (tool_choice auto) is refused by name. Prints one JSON object
+// on stdout.
 // Usage: node third_party_clients.mjs NPM_DIR BASE_URL API_KEY MODEL
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -41,15 +42,21 @@ const out = { vercel: {}, langchain: {} };
   const completion = await ai.generateText({
     model: provider.completionModel(model), prompt: "Once upon a time", maxTokens: 8, temperature: 0 });
   out.vercel.completion = completion.text;
+  const weather = { weather: ai.tool({ description: "the weather", parameters: z.object({ city: z.string().max(12) }),
+                                       execute: async ({ city }) => `sunny in ${city}` }) };
   try {
-    await ai.generateText({
-      model: provider.chatModel(model), prompt: question, maxTokens: 8, maxRetries: 0,
-      tools: { weather: ai.tool({ description: "the weather", parameters: z.object({ city: z.string() }),
-                                   execute: async () => "sunny" }) },
-    });
+    await ai.generateText({ model: provider.chatModel(model), prompt: question, maxTokens: 8, maxRetries: 0, tools: weather });
     out.vercel.tools = null;
   } catch (e) {
-    out.vercel.tools = refusal(e, "tools");
+    out.vercel.tools = refusal(e, "tool_choice");
+  }
+  try {
+    const called = await ai.generateText({ model: provider.chatModel(model), prompt: question, maxTokens: 60,
+                                           maxRetries: 0, tools: weather, toolChoice: "required" });
+    out.vercel.tool_call = { name: called.toolCalls[0]?.toolName, args: called.toolCalls[0]?.args,
+                             result: called.toolResults[0]?.result };
+  } catch (e) {
+    out.vercel.tool_call = { error: `${e?.message ?? e}` };
   }
   try {
     const made = await ai.generateObject({ model: structured, prompt: question, maxTokens: 40, maxRetries: 0,
@@ -80,13 +87,20 @@ const out = { vercel: {}, langchain: {} };
   out.langchain.stream = { text, usage };
   const llm = new OpenAI({ model, apiKey, configuration: { baseURL }, temperature: 0, maxTokens: 8, maxRetries: 0 });
   out.langchain.completion = await llm.invoke("Once upon a time");
+  const weatherTool = { type: "function", function: { name: "weather", description: "the weather",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"] } } };
   try {
-    await chatModel.bindTools([{ type: "function", function: { name: "weather", description: "the weather",
-                                                                parameters: { type: "object", properties: {} } } }])
-      .invoke(question);
+    await chatModel.bindTools([weatherTool]).invoke(question);
     out.langchain.tools = null;
   } catch (e) {
-    out.langchain.tools = refusal(e, "tools");
+    out.langchain.tools = refusal(e, "tool_choice");
+  }
+  try {
+    const called = await new ChatOpenAI({ model, apiKey, configuration: { baseURL }, temperature: 0, maxTokens: 60,
+                                          maxRetries: 0 }).bindTools([weatherTool], { tool_choice: "required" }).invoke(question);
+    out.langchain.tool_call = { name: called.tool_calls[0]?.name, args: called.tool_calls[0]?.args };
+  } catch (e) {
+    out.langchain.tool_call = { error: `${e?.message ?? e}` };
   }
   try {
     const made = await new ChatOpenAI({ model, apiKey, configuration: { baseURL }, temperature: 0, maxTokens: 40,

@@ -200,6 +200,31 @@ TEST_F(BatchSchedulerTest, ACacheEntrysCheckDoesNotHoldUpOtherRequests) {
   EXPECT_GT(c.last.n_reused_tokens, 16);
 }
 
+// A request under a JSON constraint: its text a JSON object, ended as soon as it is whole; with
+// max_tokens below the shortest object, written as far as it goes.
+TEST_F(BatchSchedulerTest, AJsonConstrainedRequestAnswersAWholeValueOrAsMuchAsFits) {
+  auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8);
+  ASSERT_NE(s, nullptr);
+  for (uint64_t seed : {1, 2, 3}) {
+    GenerationRequest r = request("Once upon a time", 40, 1.0f, seed);
+    r.json = JsonConstraint::any_object();
+    auto stream = s->submit(r);
+    ASSERT_TRUE(stream.is_ok());
+    const Collected c = drain(**stream);
+    ASSERT_TRUE(c.ended);
+    EXPECT_EQ(c.last.finish, FinishReason::kStop) << c.text;
+    EXPECT_TRUE(nlohmann::json::parse(c.text, nullptr, false).is_object()) << c.text;
+  }
+  GenerationRequest short_one = request("Once upon a time", 1, 1.0f, 4);
+  short_one.json = JsonConstraint::any_object();
+  auto stream = s->submit(short_one);
+  ASSERT_TRUE(stream.is_ok());
+  const Collected c = drain(**stream);
+  ASSERT_TRUE(c.ended);
+  EXPECT_EQ(c.last.finish, FinishReason::kLength);
+  EXPECT_EQ(c.text.substr(0, 1), "{");
+}
+
 TEST_F(BatchSchedulerTest, RequestsThatJoinARunningBatchGetWhatEachGetsAlone) {
   auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8);
   ASSERT_NE(s, nullptr);

@@ -21,7 +21,8 @@ TEST(JsonConstraint, AnyObjectTakesCompactJsonObjects) {
   EXPECT_EQ(c.min_chars_to_finish(), 2);
   EXPECT_TRUE(accepts_whole(c, "{}"));
   EXPECT_TRUE(accepts_whole(c, R"({"a":1,"b":[true,null,"x",[]],"c":{"d":-0.5},"e":false})"));
-  for (const char* bad : {"[1]", "{a:1}", R"({"a":})", R"({"a":1,})", " {}", R"({"a" :1})", R"({"a":01})",
+  EXPECT_TRUE(accepts_whole(c, "{\"caf\xc3\xa9\":\"\xe2\x82\xac\"}"));  // UTF-8 in strings
+  for (const char* bad : {"{\"\xc3\":1}", "{\"\xa9\":1}", "{\"\xe2\x82\":1}", "[1]", "{a:1}", R"({"a":})", R"({"a":1,})", " {}", R"({"a" :1})", R"({"a":01})",
                           R"({"a":"x\"y"})", R"({"a":tru})", "{}}"}) {
     EXPECT_FALSE(accepts_whole(c, bad)) << bad;
   }
@@ -80,13 +81,28 @@ TEST(JsonConstraint, UnsupportedKeywordsAreRefusedByName) {
   }
 }
 
+// A tool call: the name first, then the arguments of that function's parameters.
+TEST(JsonConstraint, AToolCallsArgumentsAreThoseOfItsName) {
+  auto c = JsonConstraint::tool_call(
+      {{"weather", Json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}})")},
+       {"time", Json::parse(R"({"type": "object", "properties": {"zone": {"enum": ["utc", "cet"]}}})")}});
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_TRUE(accepts_whole(*c, R"({"name":"weather","arguments":{"city":"Paris"}})"));
+  EXPECT_TRUE(accepts_whole(*c, R"({"name":"time","arguments":{"zone":"cet"}})"));
+  EXPECT_FALSE(accepts_whole(*c, R"({"name":"time","arguments":{"city":"Paris"}})"));
+  EXPECT_FALSE(accepts_whole(*c, R"({"name":"news","arguments":{}})"));
+  JsonConstraint named = *c;
+  ASSERT_TRUE(named.feed(R"({"name":"time",)"));
+  EXPECT_EQ(named.min_chars_to_finish(), static_cast<int64_t>(std::string(R"("arguments":{"zone":"utc"}})").size()));
+}
+
 // A random model: at each step a piece drawn uniformly from a vocabulary of printable characters
 // and some longer pieces, among those allowed with the steps left. It always finishes in budget,
 // and what it writes parses and matches the schema.
 TEST(JsonConstraint, ARandomModelWritesValidJsonWithinItsBudget) {
   std::vector<std::string> vocab;
   for (int c = 32; c < 127; ++c) vocab.emplace_back(1, static_cast<char>(c));
-  for (const char* piece : {"\"age\":", "true", "false", "null", "{\"", "\"}", "12", "Ann", "\",\"", "\":", "],", "[\""}) {
+  for (const char* piece : {"\xc3", "\xa9", "\xe2\x82\xac", "\xe2", "\"age\":", "true", "false", "null", "{\"", "\"}", "12", "Ann", "\",\"", "\":", "],", "[\""}) {
     vocab.emplace_back(piece);
   }
   auto schema = JsonConstraint::from_schema(person_schema());
