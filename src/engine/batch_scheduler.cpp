@@ -87,6 +87,7 @@ struct BatchScheduler::Running {
   StopMatcher stop;
   std::vector<float> row;  // the logits its next token is sampled from
   std::optional<JsonConstraint> json;  // the JSON value so far, with a constraint
+  bool keep = false;                   // the prompt cache keeps its prompt once it ends
   std::vector<float> masked;           // with one: row with the tokens it does not allow at -inf
   int64_t n_generated = 0;
   int64_t n_reused = 0;  // prompt positions loaded from the prompt cache
@@ -117,6 +118,7 @@ Result<std::unique_ptr<BatchScheduler>> BatchScheduler::create(const Model& mode
   forward.n_ctx = forward.n_batch;
   LEOAM_ASSIGN_OR_RETURN(s->ctx_, ForwardContext::create(model, forward));
   s->worker_ = std::thread([self] { self->work(); });
+  if (options.prompt_cache != nullptr) s->saver_ = std::thread([self] { self->save_prompts(); });
   return s;
 }
 
@@ -129,6 +131,30 @@ void BatchScheduler::stop() {
   }
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
+  // The prompts the worker handed over are kept before the saver ends.
+  {
+    std::lock_guard lock(save_mutex_);
+    saver_stopping_ = true;
+  }
+  save_wake_.notify_all();
+  if (saver_.joinable()) saver_.join();
+}
+
+void BatchScheduler::save_prompts() {
+  for (;;) {
+    Save s;
+    {
+      std::unique_lock lock(save_mutex_);
+      save_wake_.wait(lock, [&] { return saver_stopping_ || !saves_.empty(); });
+      if (saves_.empty()) return;
+      s = std::move(saves_.front());
+      saves_.pop_front();
+    }
+    // A prompt that cannot be kept was still answered.
+    if (Status kept = options_.prompt_cache->remember(s.prompt, *s.slot.kv, s.n_reused); !kept.is_ok()) {
+      std::fprintf(stderr, "leoam: %s\n", kept.message().c_str());
+    }
+  }
 }
 
 Result<std::shared_ptr<GenerationStream>> BatchScheduler::submit(GenerationRequest request) {
@@ -253,12 +279,9 @@ void BatchScheduler::start(std::unique_ptr<Job> job) {
   const std::span<const int32_t> rest = std::span(req.prompt_tokens).subspan(static_cast<size_t>(r->n_reused));
   const Status st = ctx_->eval_sequence(r->sequence(), rest, false, r->row);
   prefilling_.store(nullptr);
-  if (st.is_ok() && cache != nullptr) {
-    // A prompt that cannot be kept is still answered.
-    if (Status kept = cache->remember(req.prompt_tokens, *r->slot.kv, r->n_reused); !kept.is_ok()) {
-      std::fprintf(stderr, "leoam: %s\n", kept.message().c_str());
-    }
-  }
+  // Kept by the saver once the request ends (remember: a copy of the prompt's KV, which the
+  // decode of the others need not wait for).
+  r->keep = st.is_ok() && cache != nullptr && cache->worth_keeping(req.prompt_tokens, r->n_reused);
   r->prefill_ms = ms_between(t0, Clock::now());
   if (!st.is_ok()) {
     // A request that fails or is cancelled in its prefill keeps nothing.
@@ -390,7 +413,15 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
     const sparse::LayerSparseStats t = sparse->total();
     if (t.n_visible > 0) e.attended_share = static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible);
   }
-  // The store is freed (its files removed), and the stats say so, before the client hears the end.
+  // The store is freed (its files removed), and the stats say so, before the client hears the end;
+  // one whose prompt the cache keeps goes to the saver, which frees it after the copy.
+  if (r->keep && reason != FinishReason::kError) {
+    {
+      std::lock_guard lock(save_mutex_);
+      saves_.push_back({std::move(r->job->request.prompt_tokens), r->n_reused, std::move(r->slot)});
+    }
+    save_wake_.notify_one();
+  }
   r->slot = {};
   {
     std::lock_guard lock(mutex_);

@@ -178,6 +178,8 @@ class BatchScheduler {
   BatchScheduler(const Tokenizer& tokenizer, SequenceFactory factory, const BatchSchedulerOptions& options);
 
   void work();
+  // The saver's loop: keeps the prompts of finished requests in the prompt cache, one at a time.
+  void save_prompts();
   void start(std::unique_ptr<Job> job);
   // Samples each running request's next token, emits it, ends the requests that stop; returns
   // the rows of the next decode step.
@@ -209,6 +211,18 @@ class BatchScheduler {
   std::vector<std::unique_ptr<Running>> running_;
   std::vector<float> logits_;
   std::thread worker_;
+
+  // The saver: finished requests whose prompt the cache keeps, with their stores.
+  struct Save {
+    std::vector<int32_t> prompt;
+    int64_t n_reused = 0;
+    SequenceSlot slot;
+  };
+  std::mutex save_mutex_;
+  std::condition_variable save_wake_;
+  std::deque<Save> saves_;       // under save_mutex_
+  bool saver_stopping_ = false;  // under save_mutex_
+  std::thread saver_;
 };
 
 }  // namespace leoam

@@ -93,6 +93,7 @@ void PromptCache::prepare(std::span<const int32_t> prompt, const StoreMaker& mak
   std::string dir;
   {
     std::unique_lock lock(entries_mutex_);
+    wait_saved(lock, prompt);
     const std::optional<std::pair<size_t, size_t>> best = best_entry(prompt);
     if (!best || entries_[best->first].tier != nullptr) return;
     Entry& entry = entries_[best->first];
@@ -162,31 +163,64 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
   return static_cast<int64_t>(best_n);
 }
 
-Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused) {
-  std::lock_guard lock(entries_mutex_);
+bool PromptCache::worth_keeping(std::span<const int32_t> prompt, int64_t n_reused) const {
   const auto n = static_cast<int64_t>(prompt.size());
-  if (n < options_.min_tokens || 2 * n_reused >= n || kv.n_tokens() < n - 1) return Status::ok();
+  return n >= options_.min_tokens && 2 * n_reused < n;
+}
+
+Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused) {
+  const auto n = static_cast<int64_t>(prompt.size());
+  if (!worth_keeping(prompt, n_reused) || kv.n_tokens() < n - 1) return Status::ok();
   const std::string dir = options_.dir + "/p-" + [&] {
     char buf[20];
     std::snprintf(buf, sizeof(buf), "%016llx",
                   static_cast<unsigned long long>(checksum64(prompt.data(), prompt.size() * sizeof(int32_t))));
     return std::string(buf);
   }();
-  if (std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.dir == dir; })) return Status::ok();
+  std::vector<int32_t> kept(prompt.begin(), prompt.end() - 1);  // the positions it keeps the KV of
+  {
+    std::lock_guard lock(entries_mutex_);
+    const auto same = [&](const auto& e) { return e.dir == dir; };
+    if (std::any_of(entries_.begin(), entries_.end(), same) || std::any_of(saving_.begin(), saving_.end(), same)) {
+      return Status::ok();
+    }
+    saving_.push_back({dir, kept});
+  }
+  // The long part (a copy of the prompt's KV), without the lock.
   KvSession session;
   session.model_hash = options_.model_hash;
   session.tokens.assign(prompt.begin(), prompt.end());
   session.n_kv = n - 1;  // the last token is evaluated again by whoever reuses it, for its logits
-  if (Status st = save_kv_session(kv, session, dir, options_.layout); !st.is_ok()) {
+  Status st = save_kv_session(kv, session, dir, options_.layout);
+  {
+    std::lock_guard lock(entries_mutex_);
+    std::erase_if(saving_, [&](const Saving& s) { return s.dir == dir; });
+    if (st.is_ok()) {
+      entries_.push_back({dir, std::move(kept), dir_bytes(dir), touch(dir), nullptr, false});
+      ++counts_.saves;
+      evict();
+      publish();
+    }
+  }
+  opened_.notify_all();
+  if (!st.is_ok()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
     return st.with_context("prompt cache");
   }
-  entries_.push_back({dir, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), dir_bytes(dir), touch(dir), nullptr, false});
-  ++counts_.saves;
-  evict();
-  publish();
   return Status::ok();
+}
+
+void PromptCache::wait_saved(std::unique_lock<std::mutex>& lock, std::span<const int32_t> prompt) {
+  // A prompt that shares more with a save under way than with any entry waits for that save.
+  const size_t have = best_entry(prompt) ? best_entry(prompt)->second : 0;
+  const auto longer = [&] {
+    return std::any_of(saving_.begin(), saving_.end(), [&](const Saving& s) {
+      const size_t n = std::min(common_prefix(s.tokens, prompt), prompt.size() - 1);
+      return n >= static_cast<size_t>(kMinReuseTokens) && n > have;
+    });
+  };
+  if (prompt.size() >= 2) opened_.wait(lock, [&] { return !longer(); });
 }
 
 void PromptCache::drop(size_t i, bool corrupt) {

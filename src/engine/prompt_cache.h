@@ -80,8 +80,11 @@ class PromptCache {
   using StoreMaker = std::function<Result<std::unique_ptr<KvCache>>()>;
   void prepare(std::span<const int32_t> prompt, const StoreMaker& make_store);
   // After `prompt` was evaluated into `kv`, n_reused of its positions loaded by restore(): keeps
-  // it as an entry when it is long enough and mostly new, then evicts past max_bytes.
+  // it as an entry when it is long enough and mostly new (worth_keeping), then evicts past
+  // max_bytes. The copy runs without the lock; meanwhile a prepare() for a prompt that shares more
+  // with it than with any entry waits for it. `kv` must not change meanwhile.
   [[nodiscard]] Status remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused);
+  bool worth_keeping(std::span<const int32_t> prompt, int64_t n_reused) const;
 
   PromptCacheStats stats() const;
   const PromptCacheOptions& options() const { return options_; }
@@ -101,14 +104,22 @@ class PromptCache {
   std::optional<std::pair<size_t, size_t>> best_entry(std::span<const int32_t> prompt) const;
   // Waits (releasing `lock`) while a prepare() opens the entry in `dir`.
   void wait_opened(std::unique_lock<std::mutex>& lock, const std::string& dir);
+  // Waits (releasing `lock`) while a remember() saves a prompt that shares more with `prompt`
+  // than any entry does.
+  void wait_saved(std::unique_lock<std::mutex>& lock, std::span<const int32_t> prompt);
+  struct Saving {
+    std::string dir;
+    std::vector<int32_t> tokens;
+  };
   void drop(size_t i, bool corrupt);
   void evict();
   void publish();
 
   PromptCacheOptions options_;
   std::mutex entries_mutex_;
-  std::condition_variable opened_;  // an entry's `opening` ended
+  std::condition_variable opened_;  // an entry's `opening` or a save ended
   std::vector<Entry> entries_;      // under entries_mutex_
+  std::vector<Saving> saving_;      // remember()s under way, under entries_mutex_
   PromptCacheStats counts_;         // under entries_mutex_
   mutable std::mutex mutex_;
   PromptCacheStats published_;  // under mutex_

@@ -105,13 +105,21 @@ class BatchSchedulerTest : public TinyModelTest {
   }
 };
 
-// The real file system, whose reads wait while the gate is shut: a large entry's check, held
-// as long as the test likes.
+// The real file system, whose reads (and with `writes_too` its writes) wait while the gate is
+// shut: a large entry's check or save, held as long as the test likes.
 class GatedFileSystem final : public FileSystem {
  public:
-  void shut() {
+  void shut(bool writes_too = false) {
     std::lock_guard lock(mutex_);
     shut_ = true;
+    writes_too_ = writes_too;
+  }
+  void wait_at_gate_to_write() {
+    {
+      std::lock_guard lock(mutex_);
+      if (!writes_too_) return;
+    }
+    wait_at_gate();
   }
   void open_gate() {
     {
@@ -147,8 +155,14 @@ class GatedFileSystem final : public FileSystem {
       fs_.wait_at_gate();
       return f_->read(r);
     }
-    Status write(uint64_t offset, const void* src, size_t n) override { return f_->write(offset, src, n); }
-    Status write_batch(std::span<const WriteRequest> w) override { return f_->write_batch(w); }
+    Status write(uint64_t offset, const void* src, size_t n) override {
+      fs_.wait_at_gate_to_write();
+      return f_->write(offset, src, n);
+    }
+    Status write_batch(std::span<const WriteRequest> w) override {
+      fs_.wait_at_gate_to_write();
+      return f_->write_batch(w);
+    }
     Status sync() override { return f_->sync(); }
     Result<uint64_t> size() const override { return f_->size(); }
 
@@ -159,6 +173,7 @@ class GatedFileSystem final : public FileSystem {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool shut_ = false;
+  bool writes_too_ = false;
   bool waited_ = false;
 };
 
@@ -179,6 +194,7 @@ TEST_F(BatchSchedulerTest, ACacheEntrysCheckDoesNotHoldUpOtherRequests) {
   auto first = s->submit(request(doc + " and", 2, 0.0f, 1));
   ASSERT_TRUE(first.is_ok());
   ASSERT_TRUE(drain(**first).ended);
+  for (int i = 0; i < 500 && (*cache)->stats().n_entries == 0; ++i) std::this_thread::sleep_for(10ms);  // the saver's
   ASSERT_EQ((*cache)->stats().n_entries, 1);  // kept, not opened
 
   gated.shut();
@@ -223,6 +239,39 @@ TEST_F(BatchSchedulerTest, AJsonConstrainedRequestAnswersAWholeValueOrAsMuchAsFi
   ASSERT_TRUE(c.ended);
   EXPECT_EQ(c.last.finish, FinishReason::kLength);
   EXPECT_EQ(c.text.substr(0, 1), "{");
+}
+
+// A finished request whose prompt the cache keeps is saved by the scheduler's saver, not its
+// worker: while the copy is held at the gate, another request is answered; the next question
+// about the document waits for the save and reuses it.
+TEST_F(BatchSchedulerTest, ADocumentsSaveDoesNotHoldUpOtherRequests) {
+  testing_util::TempDir dir;
+  GatedFileSystem gated;
+  PromptCacheOptions co;
+  co.dir = dir.path() + "/cache";
+  co.min_tokens = 16;
+  co.layout.file_system = &gated;
+  auto cache = PromptCache::open(co);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+  auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8, 128, cache->get());
+  ASSERT_NE(s, nullptr);
+  const std::string doc = "Once upon a time there was a little dog who liked to run in the park with his friends";
+  gated.shut(/*writes_too=*/true);
+  auto first = s->submit(request(doc + " and", 2, 0.0f, 1));
+  ASSERT_TRUE(first.is_ok());
+  ASSERT_TRUE(drain(**first).ended);  // answered before its prompt is kept
+  for (int i = 0; i < 500 && !gated.someone_waited(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(gated.someone_waited());  // the save is under way, held at the gate
+  auto other = s->submit(request("The cat sat", 4, 0.0f, 2));
+  ASSERT_TRUE(other.is_ok());
+  EXPECT_TRUE(drain(**other).ended) << "another request waited for the document's save";
+  gated.open_gate();
+  auto again = s->submit(request(doc + " then", 2, 0.0f, 1));
+  ASSERT_TRUE(again.is_ok());
+  const Collected c = drain(**again);
+  ASSERT_TRUE(c.ended);
+  EXPECT_GT(c.last.n_reused_tokens, 16);
+  EXPECT_EQ((*cache)->stats().saves, 1u);
 }
 
 TEST_F(BatchSchedulerTest, RequestsThatJoinARunningBatchGetWhatEachGetsAlone) {
