@@ -177,17 +177,26 @@ class GatedFileSystem final : public FileSystem {
   bool waited_ = false;
 };
 
+// A prompt cache in a scratch folder whose files are read and written through a gate.
+struct GatedCache {
+  testing_util::TempDir dir;
+  GatedFileSystem gated;
+  Result<std::unique_ptr<PromptCache>> open() {
+    PromptCacheOptions co;
+    co.dir = dir.path() + "/cache";
+    co.min_tokens = 16;
+    co.layout.file_system = &gated;
+    return PromptCache::open(co);
+  }
+};
+
 // A request whose prompt loads an entry of the prompt cache that nobody has opened yet has it
 // read and checked on its own thread, in submit: meanwhile the worker goes on answering others.
 TEST_F(BatchSchedulerTest, ACacheEntrysCheckDoesNotHoldUpOtherRequests) {
-  testing_util::TempDir dir;
-  GatedFileSystem gated;
-  PromptCacheOptions co;
-  co.dir = dir.path() + "/cache";
-  co.min_tokens = 16;
-  co.layout.file_system = &gated;
-  auto cache = PromptCache::open(co);
+  GatedCache g;
+  auto cache = g.open();
   ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+  GatedFileSystem& gated = g.gated;
   auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8, 128, cache->get());
   ASSERT_NE(s, nullptr);
   const std::string doc = "Once upon a time there was a little dog who liked to run in the park with his friends";
@@ -245,14 +254,10 @@ TEST_F(BatchSchedulerTest, AJsonConstrainedRequestAnswersAWholeValueOrAsMuchAsFi
 // worker: while the copy is held at the gate, another request is answered; the next question
 // about the document waits for the save and reuses it.
 TEST_F(BatchSchedulerTest, ADocumentsSaveDoesNotHoldUpOtherRequests) {
-  testing_util::TempDir dir;
-  GatedFileSystem gated;
-  PromptCacheOptions co;
-  co.dir = dir.path() + "/cache";
-  co.min_tokens = 16;
-  co.layout.file_system = &gated;
-  auto cache = PromptCache::open(co);
+  GatedCache g;
+  auto cache = g.open();
   ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+  GatedFileSystem& gated = g.gated;
   auto s = scheduler(/*n_parallel=*/2, /*max_queued=*/8, 128, cache->get());
   ASSERT_NE(s, nullptr);
   const std::string doc = "Once upon a time there was a little dog who liked to run in the park with his friends";
