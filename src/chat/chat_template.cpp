@@ -30,11 +30,12 @@ Result<std::string> ChatTemplate::render_value(const Value& context, const Rende
 }
 
 Result<std::string> render_chat(const ChatTemplate& t, const nlohmann::json& messages, bool add_generation_prompt,
-                                std::string_view bos_token, std::string_view eos_token) {
+                                std::string_view bos_token, std::string_view eos_token, const nlohmann::json& tools) {
   nlohmann::json context = {{"messages", messages},
                             {"add_generation_prompt", add_generation_prompt},
                             {"bos_token", std::string(bos_token)},
                             {"eos_token", std::string(eos_token)}};
+  if (!tools.is_null()) context["tools"] = tools;
   return t.render(context);
 }
 

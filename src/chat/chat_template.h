@@ -44,8 +44,10 @@ class ChatTemplate {
   std::shared_ptr<const std::vector<Stmt>> program_;  // the parsed template
 };
 
-// The usual context of a chat: {"messages", "add_generation_prompt", "bos_token", "eos_token"}.
+// The usual context of a chat: {"messages", "add_generation_prompt", "bos_token", "eos_token"},
+// and "tools" (OpenAI's array of function tools) unless `tools` is null.
 Result<std::string> render_chat(const ChatTemplate& t, const nlohmann::json& messages, bool add_generation_prompt,
-                                std::string_view bos_token, std::string_view eos_token);
+                                std::string_view bos_token, std::string_view eos_token,
+                                const nlohmann::json& tools = nullptr);
 
 }  // namespace leoam::chat

@@ -180,10 +180,11 @@ std::optional<JsonConstraint> response_format(const json& body) {
   return std::move(c).value();
 }
 
-// tools and tool_choice (chat): "required" or a named function make the answer a call of one of
-// the functions, sampled under its parameters' schema; "none" leaves the tools out. "auto" (the
-// default with tools) would need the model to say when it calls one: refused by name.
-std::optional<JsonConstraint> tool_call(const json& body, Endpoint endpoint) {
+// tools and tool_choice (chat): the tools are rendered into the prompt (r.tools); "required" or a
+// named function make the answer a call of one of the functions, sampled under its parameters'
+// schema; "auto" (the default with tools) lets the model answer text or call them in its
+// template's syntax (r.tool_names: tool_call_parser.h); "none" leaves the tools out.
+std::optional<JsonConstraint> tool_call(const json& body, Endpoint endpoint, CompletionRequest& r) {
   const json* tools = field(body, "tools");
   const json* choice = field(body, "tool_choice");
   if (tools == nullptr || tools->is_null()) {
@@ -203,12 +204,12 @@ std::optional<JsonConstraint> tool_call(const json& body, Endpoint endpoint) {
     functions.emplace_back(name->get<std::string>(),
                            params != nullptr && !params->is_null() ? *params : json{{"type", "object"}, {"properties", json::object()}});
   }
+  if (choice != nullptr && *choice == "none") return std::nullopt;
+  r.tools = *tools;
   if (choice == nullptr || choice->is_null() || *choice == "auto") {
-    refuse("'tool_choice' \"auto\" (the default with 'tools') is not supported: this server cannot tell when the model "
-           "means to call a tool; give \"required\", {\"type\": \"function\", \"function\": {\"name\": ...}} or \"none\"",
-           "tool_choice");
+    for (const auto& f : functions) r.tool_names.push_back(f.first);
+    return std::nullopt;
   }
-  if (*choice == "none") return std::nullopt;
   if (choice->is_object()) {
     const json* fn = field(*choice, "function");
     const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
@@ -247,10 +248,13 @@ CompletionRequest parse(std::string_view text, Endpoint endpoint, const RequestD
   optional_string(body, "user");
   refuse_unsupported(body);
   r.json = response_format(body);
-  if (std::optional<JsonConstraint> call = tool_call(body, endpoint)) {
+  if (std::optional<JsonConstraint> call = tool_call(body, endpoint, r)) {
     if (r.json) refuse("'response_format' and a required tool call together are not supported", "response_format");
     r.json = std::move(call);
     r.tool_call = true;
+  }
+  if (r.json && !r.tool_names.empty()) {
+    refuse("'response_format' and tools the model may call (tool_choice auto) together are not supported", "response_format");
   }
   const char* max_name = endpoint == Endpoint::kChat && field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   r.max_tokens = static_cast<int>(integer_in(body, max_name, 0, defaults.max_tokens_limit, defaults.max_tokens));

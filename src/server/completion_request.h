@@ -48,6 +48,8 @@ struct CompletionRequest {
   std::optional<JsonConstraint> json; // response_format json_object or json_schema, or a tool call's
   bool tool_call = false;             // chat with tools and tool_choice required or a function: the
                                       // answer is a call, {"name": ..., "arguments": ...} (json)
+  nlohmann::json tools;               // chat: the request's tools, rendered into the prompt (null: none)
+  std::vector<std::string> tool_names;  // with tool_choice auto: the functions the answer may call
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int n_logprobs = -1;                // -1: none; else the top alternatives asked for (0: the sampled token only)

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kv/tier.h"
+#include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace leoam::server {
@@ -30,6 +31,7 @@ CompletionResponse::CompletionResponse(const CompletionRequest& request, std::st
     : endpoint_(request.endpoint),
       logprobs_(request.n_logprobs >= 0),
       tool_call_(request.tool_call),
+      tool_names_(request.tool_names),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
@@ -44,13 +46,27 @@ json CompletionResponse::empty_logprobs() const {
 }
 
 json CompletionResponse::tool_calls(bool delta) const {
-  const json call = json::parse(text_, nullptr, false);
-  if (!call.is_object() || !call.contains("name") || !call.contains("arguments")) return nullptr;
-  json c = {{"id", "call_" + id_.substr(id_.find('-') + 1)},
-            {"type", "function"},
-            {"function", {{"name", call["name"]}, {"arguments", call["arguments"].dump()}}}};
-  if (delta) c["index"] = 0;
-  return json::array({c});
+  std::vector<ParsedToolCall> calls;
+  if (tool_call_) {  // sampled as one call object
+    const json call = json::parse(text_, nullptr, false);
+    if (!call.is_object() || !call.contains("name") || !call.contains("arguments")) return nullptr;
+    calls.push_back({call["name"], call["arguments"]});
+  } else if (!tool_names_.empty()) {  // tool_choice auto: the calls the text makes, if any
+    std::optional<std::vector<ParsedToolCall>> parsed = parse_tool_calls(text_, tool_names_);
+    if (!parsed) return nullptr;
+    calls = std::move(*parsed);
+  } else {
+    return nullptr;
+  }
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(i)},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments.dump()}}}};
+    if (delta) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 json CompletionResponse::envelope(const char* object) const {
@@ -108,7 +124,7 @@ json CompletionResponse::body(const GenerationEvent& last) const {
   if (endpoint_ == Endpoint::kChat) {
     out = envelope("chat.completion");
     json message = {{"role", "assistant"}, {"content", text_}};
-    if (const json calls = tool_call_ ? tool_calls(false) : json(); !calls.is_null()) {
+    if (const json calls = tool_calls(false); !calls.is_null()) {
       message["content"] = nullptr;
       message["tool_calls"] = calls;
       finish = "tool_calls";
@@ -125,7 +141,7 @@ json CompletionResponse::body(const GenerationEvent& last) const {
 }
 
 json CompletionResponse::chunk(const GenerationEvent& event) {
-  if (tool_call_) {  // a call is sent whole, in the last chunk
+  if (tool_call_ || !tool_names_.empty()) {  // a call is sent whole, in the last chunk (auto: text too)
     text_ += event.text;
     return nullptr;
   }
@@ -155,11 +171,11 @@ json CompletionResponse::final_chunk(const GenerationEvent& last) const {
     out = envelope("chat.completion.chunk");
     json delta = json::object();
     if (!sent_role_) delta["role"] = "assistant";
-    if (const json calls = tool_call_ ? tool_calls(true) : json(); !calls.is_null()) {
+    if (const json calls = tool_calls(true); !calls.is_null()) {
       delta["tool_calls"] = calls;
       finish = "tool_calls";
-    } else if (tool_call_) {
-      delta["content"] = text_;  // not a whole call: the text it got to
+    } else if (tool_call_ || !tool_names_.empty()) {
+      delta["content"] = text_;  // no call: the text, held back until now
     }
     choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
   } else {

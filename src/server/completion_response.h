@@ -51,6 +51,7 @@ class CompletionResponse {
   Endpoint endpoint_;
   bool logprobs_ = false;
   bool tool_call_ = false;
+  std::vector<std::string> tool_names_;  // tool_choice auto: the functions the text may call
   std::string id_;
   std::string model_;
   int64_t created_ = 0;

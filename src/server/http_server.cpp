@@ -276,7 +276,7 @@ void HttpServer::complete(Endpoint endpoint, const httplib::Request& req, const 
       return send_error(res, bad_request("this model has no chat template: start the server with --chat-template NAME|FILE, "
                                          "or use /v1/completions", "messages"));
     }
-    Result<std::string> prompt = options_.chat(request.messages);
+    Result<std::string> prompt = options_.chat(request.messages, request.tools);
     if (!prompt.is_ok()) return send_error(res, bad_request("the chat template failed: " + prompt.status().message(), "messages"));
     if (std::optional<ApiError> e = surely_too_long(*prompt, "messages")) return send_error(res, *e);
     // The template writes the special tokens as text; BOS is added where the vocabulary wants one,

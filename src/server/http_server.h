@@ -45,8 +45,9 @@ class Tokenizer;
 
 namespace leoam::server {
 
-// Renders chat messages (the checked array) into the prompt text; errors are the template's.
-using ChatRenderer = std::function<Result<std::string>(const nlohmann::json& messages)>;
+// Renders chat messages (the checked array) and the request's tools (null: none) into the prompt
+// text; errors are the template's.
+using ChatRenderer = std::function<Result<std::string>(const nlohmann::json& messages, const nlohmann::json& tools)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";

@@ -62,8 +62,8 @@ Result<server::ChatRenderer> chat_renderer(const std::string& flag, const Model&
   const nlohmann::json probe = {{{"role", "user"}, {"content", "Hello"}}, {{"role", "assistant"}, {"content", "Hi."}},
                                 {{"role", "user"}, {"content", "Bye"}}};
   if (Result<std::string> r = chat::render_chat(*t, probe, true, bos, eos); !r.is_ok()) return refuse(r.status());
-  return server::ChatRenderer([t, bos, eos](const nlohmann::json& messages) {
-    return chat::render_chat(*t, messages, /*add_generation_prompt=*/true, bos, eos);
+  return server::ChatRenderer([t, bos, eos](const nlohmann::json& messages, const nlohmann::json& tools) {
+    return chat::render_chat(*t, messages, /*add_generation_prompt=*/true, bos, eos, tools);
   });
 }
 
