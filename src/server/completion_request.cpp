@@ -124,6 +124,9 @@ void parse_messages(const json& body, CompletionRequest& r) {
     const json* content = field(m, "content");
     if (content == nullptr) {
       out["content"] = "";
+    } else if (content->is_null()) {
+      // An assistant turn that only called tools: its tool_calls go to the template as given.
+      if (!m.contains("tool_calls")) out["content"] = "";
     } else if (content->is_array()) {  // content parts: their texts, joined
       std::string text;
       for (const json& part : *content) {

@@ -1,6 +1,7 @@
 // Talks to a running `leoam serve` through the official `openai` npm client: the model list, a
-// chat completion of the model it names, the same streamed, a completion, and two requests the
-// server must refuse (too many tokens, a model it does not serve).
+// chat completion of the model it names, the same streamed, a completion, JSON output of a schema,
+// a tool loop (a required call, its result, an answer), and two requests the server must refuse
+// (too many tokens, a model it does not serve).
 // Prints one JSON object on stdout.
 // Usage: node openai_client.cjs NPM_DIR BASE_URL API_KEY   (NPM_DIR holds node_modules/openai)
 const path = require("path");
@@ -29,6 +30,20 @@ const OpenAI = mod.OpenAI || mod.default || mod;
   } catch (e) {
     out.error = { status: e.status, param: e.param, type: e.type, message: e.message };
   }
+  // JSON output of a schema, and a tool loop: a required call, its result, then an answer.
+  const schema = { type: "object", properties: { title: { type: "string", maxLength: 20 } }, required: ["title"] };
+  const structured = await client.chat.completions.create({
+    ...ask, max_tokens: 40, response_format: { type: "json_schema", json_schema: { name: "story", schema } } });
+  out.json = JSON.parse(structured.choices[0].message.content);
+  const tools = [{ type: "function", function: { name: "weather", parameters: {
+    type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"] } } }];
+  const first = await client.chat.completions.create({ ...ask, max_tokens: 40, tools, tool_choice: "required" });
+  const call = first.choices[0].message.tool_calls[0];
+  out.tool_call = { finish: first.choices[0].finish_reason, name: call.function.name,
+                    args: JSON.parse(call.function.arguments) };
+  const second = await client.chat.completions.create({ ...ask, max_tokens: 8, tools, messages: [
+    ...ask.messages, first.choices[0].message, { role: "tool", tool_call_id: call.id, content: "sunny" }] });
+  out.after_tool = { finish: second.choices[0].finish_reason, text: second.choices[0].message.content };
   try {
     await client.completions.create({ model: "gpt-unknown", prompt: "x", max_tokens: 1 });
     out.unknown_model = null;

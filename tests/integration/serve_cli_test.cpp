@@ -627,6 +627,11 @@ TEST(ServeClientsTest, TheOpenAiPackageTheVercelAiSdkAndLangChainTalkToTheServer
     EXPECT_EQ(out["error"]["type"], "invalid_request_error");
     EXPECT_EQ(out["unknown_model"]["status"], 404) << out.dump();
     EXPECT_EQ(out["unknown_model"]["code"], "model_not_found") << out.dump();
+    EXPECT_TRUE(out["json"]["title"].is_string() && out["json"]["title"].get<std::string>().size() <= 20) << out.dump();
+    EXPECT_EQ(out["tool_call"]["finish"], "tool_calls") << out.dump();
+    EXPECT_EQ(out["tool_call"]["name"], "weather") << out.dump();
+    EXPECT_TRUE(out["tool_call"]["args"]["city"].is_string()) << out.dump();
+    EXPECT_TRUE(out["after_tool"]["text"].is_string()) << out.dump();  // the call and its result in the history
   }
   if (others_dir.empty()) {
     std::fprintf(stderr, "skipped the Vercel AI SDK and LangChain: %s\n", skip_others.c_str());

@@ -78,6 +78,18 @@ TEST(CompletionRequestTest, ChatMessagesAndLogprobs) {
   EXPECT_EQ(r.max_tokens, 9);
   EXPECT_EQ(r.n_logprobs, 3);
   EXPECT_EQ(ok(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", Endpoint::kChat).n_logprobs, 0);
+  // A tool loop's history: an assistant turn that only called a tool (content null, as the
+  // template sees it) and the tool's result.
+  CompletionRequest loop = ok(R"({"messages": [{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                                                             "function": {"name": "w", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+      "tools": [{"type": "function", "function": {"name": "w"}}]})",
+                              Endpoint::kChat);
+  EXPECT_TRUE(loop.messages[1]["content"].is_null());
+  EXPECT_EQ(loop.messages[1]["tool_calls"][0]["function"]["name"], "w");
+  EXPECT_EQ(loop.tool_names, std::vector<std::string>{"w"});  // auto, the default
+  EXPECT_FALSE(loop.tool_call);
 }
 
 TEST(CompletionRequestTest, BadRequestsNameTheirField) {
