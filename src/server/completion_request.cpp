@@ -123,10 +123,8 @@ void parse_messages(const json& body, CompletionRequest& r) {
     json out = m;
     const json* content = field(m, "content");
     if (content == nullptr) {
-      out["content"] = "";
-    } else if (content->is_null()) {
-      // An assistant turn that only called tools: its tool_calls go to the template as given.
-      if (!m.contains("tool_calls")) out["content"] = "";
+      // An assistant turn that only called tools keeps its null content, as templates expect it.
+      if (!(m.contains("tool_calls") && m.contains("content"))) out["content"] = "";
     } else if (content->is_array()) {  // content parts: their texts, joined
       std::string text;
       for (const json& part : *content) {
