@@ -137,12 +137,14 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
       EXPECT_GT(lka_share, 0.15625);
       EXPECT_LT(lka_share, 0.19);
     }
-    // What a step reads over what it attends: each chunk policy reads the chunks it attends
-    // (the last one partly filled), infinigen whole 8-token chunks around the tokens it picks.
+    // What a step reads over what it attends: full reads what it attends, each chunk policy the
+    // chunks it attends (the last one partly filled) and, in a step that `--pipeline auto` ran
+    // pipelined (which depends on the steps' times), what its forecast read ahead and the step did
+    // not pick; infinigen whole 8-token chunks around the tokens it picks.
     const double amplification = row["read_amplification"];
     if (p == "full" || p == "quest" || p == "leoam") {
       EXPECT_GE(amplification, 0.99) << p;
-      EXPECT_LT(amplification, 1.05) << p;
+      EXPECT_LT(amplification, p == "full" ? 1.05 : 1.3) << p;
     }
     if (p == "infinigen") {
       EXPECT_EQ(row["chunk_tokens"], 8);
