@@ -1,5 +1,5 @@
-// The KV store flags shared by the subcommands that run a model (`run`, and later `eval` and
-// `serve`): without --kv-dir the KV lives in RAM (the in-memory cache); with it, in the tiered
+// The KV store flags shared by the subcommands that run a model (run, eval, serve, bench kv):
+// without --kv-dir the KV lives in RAM (the in-memory cache); with it, in the tiered
 // store, whose device and host tiers hold at most --kv-device-mb and --kv-host-mb and whose disk
 // tier is DIR.
 #pragma once

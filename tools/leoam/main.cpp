@@ -1,6 +1,6 @@
-// leoam: the command-line tool. One subcommand per file (run_command.cpp, tokenize_command.cpp,
-// gguf_command.cpp, bench_command.cpp); this file parses the command line and maps every parse
-// error to one line on stderr and exit status 2 (see cli_common.h).
+// leoam: the command-line tool. One subcommand per *_command.cpp file; this file parses the
+// command line (llama.cpp's single-dash spellings rewritten first) and maps every parse error to
+// one line on stderr and exit status 2 (see cli_common.h).
 #include <algorithm>
 #include <iostream>
 #include <memory>
