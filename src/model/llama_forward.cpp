@@ -97,6 +97,17 @@ void for_each_row(ThreadPool& pool, int64_t n_rows, int64_t cost_per_row, const 
   });
 }
 
+// Positions [pos, pos + n)'s keys and values, just appended to `layer`, to a selector that
+// watches them (SelectorNeeds keys, values).
+Status observe_appended(AttentionSelector* selector, int layer, int64_t pos, int64_t n, const float* k,
+                        const float* v) {
+  if (selector == nullptr) return Status::ok();
+  const SelectorNeeds needs = selector->needs();
+  if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(layer, pos, n, k));
+  if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(layer, pos, n, v));
+  return Status::ok();
+}
+
 // The log-n temperature (ModelHparams::query_scale) on one position's query heads.
 void scale_query(float* q, int64_t n, float scale) {
   if (scale == 1.0f) return;
@@ -316,8 +327,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         rope_.fill_tables(pos, nt, cos_.data(), sin_.data());
         project_qkv(L, xn, nt, pos);
         LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos, nt, k_.data(), v_.data()));
-        if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos, nt, k_.data()));
-        if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(il, pos, nt, v_.data()));
+        LEOAM_RETURN_IF_ERROR(observe_appended(selector, il, pos, nt, k_.data(), v_.data()));
         if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos + nt));
         if (t0 + nt == n) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos, nt));
         const size_t row0 = static_cast<size_t>(t0 - s0);
@@ -380,8 +390,8 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
       if (options_.progress) {
         options_.progress(s0 + (s1 - s0) * (il + 1) / hp_.n_layer, n);
       }
-      // A segment may be the whole prompt (a minute of work): a stop is heard between its
-      // layers, and the segment's KV, in some layers only, goes.
+      // A segment may be the whole prompt: a stop is heard between its layers, and the segment's
+      // KV, in some layers only, goes.
       if (!last_layer && options_.should_stop && options_.should_stop()) {
         (void)seq_.kv->truncate(n_past0 + s0);
         if (selector != nullptr) selector->truncate(n_past0 + s0);
@@ -590,12 +600,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       const int64_t pos = positions[i];
       const float* k = k_.data() + i * n_kv;
       LEOAM_RETURN_IF_ERROR(seq.kv->append(il, pos, 1, k, v_.data() + i * n_kv));
-      if (seq.selector != nullptr && seq.selector->needs().keys) {
-        LEOAM_RETURN_IF_ERROR(seq.selector->observe_keys(il, pos, 1, k));
-      }
-      if (seq.selector != nullptr && seq.selector->needs().values) {
-        LEOAM_RETURN_IF_ERROR(seq.selector->observe_values(il, pos, 1, v_.data() + i * n_kv));
-      }
+      LEOAM_RETURN_IF_ERROR(observe_appended(seq.selector, il, pos, 1, k, v_.data() + i * n_kv));
     }
     if (across_rows) {
       LEOAM_RETURN_IF_ERROR(select_and_attend_across_rows(batch, il, positions));
@@ -774,8 +779,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos0, n, k_.data(), v_.data()));
     }
     if (decode && options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, il, q_.data());
-    if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(il, pos0, n, k_.data()));
-    if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(il, pos0, n, v_.data()));
+    LEOAM_RETURN_IF_ERROR(observe_appended(selector, il, pos0, n, k_.data(), v_.data()));
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
     if (read_all_ahead && il + 1 < hp_.n_layer) {

@@ -1,5 +1,5 @@
-// FidelityProbe: how close a selection's attention is to full attention, for `bench kv` (issue 50's
-// fidelity beside speed). It wraps a selector (or none: every position) and passes everything
+// FidelityProbe: how close a selection's attention is to full attention, for `bench kv`'s fidelity
+// beside speed. It wraps a selector (or none: every position) and passes everything
 // through; on a sample of layers and KV heads it keeps its own copy of every key and value the store
 // receives (f16, as the store holds them) and, at each select, the query and the positions picked.
 // measure(), called between decode steps (outside the timed part), computes full attention for

@@ -7,7 +7,7 @@
 // layers; the store's chunks in the fine ones, 32 tokens at budgets of a quarter or more, and
 // without signs), where the catalog keeps the abstracts' key sign sketch
 // (PolicyOptions::key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys
-// the box alone cannot tell the chunks apart (bench/RESULTS.md, issue 6), the signs can. The
+// the box alone cannot tell the chunks apart (bench/RESULTS.md), the signs can. The
 // lower bounds of the desert check stay box bounds.
 //
 // Ranking, GQA-aware: each query head's upper bounds become log bounds on its attention mass

@@ -718,16 +718,8 @@ TEST(ServeBusyTest, AFullQueueAnswers503AndAClientThatLeavesFreesItsKv) {
     hang_up.set_value();
     first.get();
     // The server notices at its next write, cancels the request and frees its store.
-    double cancelled = 0;
-    std::string metrics;
-    for (int i = 0; i < 200 && cancelled < 1; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto m = c->Get("/metrics");
-      ASSERT_TRUE(m);
-      metrics = m->body;
-      cancelled = metric(metrics, "leoam_requests_finished_total{result=\"cancelled\"}");
-    }
-    EXPECT_EQ(cancelled, 1.0) << metrics;
+    const std::string metrics = server.metrics_when("leoam_requests_finished_total{result=\"cancelled\"}", 1.0);
+    EXPECT_EQ(metric(metrics, "leoam_requests_finished_total{result=\"cancelled\"}"), 1.0) << metrics;
     EXPECT_EQ(metric(metrics, "leoam_requests_running"), 0.0);
     EXPECT_EQ(metric(metrics, "leoam_kv_resident_bytes{tier=\"device\"}"), 0.0);
     EXPECT_EQ(metric(metrics, "leoam_kv_resident_bytes{tier=\"disk\"}"), 0.0);
@@ -860,14 +852,7 @@ TEST(ServePromptCacheTest, ReusedPrefixesAnswerAsColdOnesAcrossRestartsAndCorrup
     EXPECT_EQ(ask(server, questions[1], &usage), cold[1]);
     EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
     // Kept again, sound: by the scheduler's saver, once the answer is out.
-    std::string metrics;
-    for (int i = 0; i < 200; ++i) {
-      auto m = server.client()->Get("/metrics");
-      ASSERT_TRUE(m);
-      metrics = m->body;
-      if (metric(metrics, "leoam_prompt_cache_entries") == 1.0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const std::string metrics = server.metrics_when("leoam_prompt_cache_entries", 1.0);
     EXPECT_EQ(metric(metrics, "leoam_prompt_cache_removed_total{reason=\"corrupt\"}"), 1.0);
     EXPECT_EQ(metric(metrics, "leoam_prompt_cache_entries"), 1.0);
     EXPECT_NE(server.stderr_text().find("checksum mismatch"), std::string::npos) << server.stderr_text();

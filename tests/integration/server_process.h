@@ -68,6 +68,18 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   std::string stderr_text() const { return read_file(err_path_); }
 
+  // /metrics' text once `name` reads `value` (what the server does after a request's answer, as
+  // keeping its KV or counting a hang-up, may come a moment later), or after 10 s: the last text.
+  std::string metrics_when(const std::string& name, double value) const {
+    std::string text;
+    for (int i = 0; i < 200; ++i) {
+      if (auto m = client()->Get("/metrics"); m) text = m->body;
+      if (metric(text, name) == value) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return text;
+  }
+
   std::unique_ptr<httplib::Client> client(const std::string& api_key = {}) const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
     c->set_read_timeout(120, 0);

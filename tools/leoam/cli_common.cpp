@@ -88,7 +88,7 @@ Result<uint64_t> hash_model_file(const std::string& path) {
 }
 
 void add_threads_option(CLI::App& cmd, int& n_threads) {
-  // More threads than the machine runs at once only wait on each other (100x slower at -t 1000).
+  // More threads than the machine runs at once only wait on each other, far slower.
   const int most = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   cmd.add_option("-t,--threads", n_threads,
                  "threads (0: the physical cores, " + std::to_string(ThreadPool::default_thread_count()) + " here)")

@@ -1,6 +1,6 @@
 // --help laid out for a terminal: each option's description wrapped at kHelpWidth columns, its
-// continuation lines under the description column (CLI11 2.1 prints a description on one line
-// however long: some ran to 437 characters).
+// continuation lines under the description column (CLI11 2.1 prints a description on one line,
+// however long).
 #pragma once
 
 #include <CLI/CLI.hpp>
