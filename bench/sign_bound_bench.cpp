@@ -1,15 +1,12 @@
 // Microbenchmark of the sign-refined bound kernel (sparse/sign_bound.h) on 4 kv heads of head_dim
-// 64 with 1 query head each (Llama 2's multi-head attention), 2 (the trained model's grouping,
-// models/leoam-byte-4l) or 4 (Llama 3's) over 8192 rows
-// in units of 8 (leoam's smallest chunk) or 64 (its initial one), with a box (1 KiB of f16) a
-// unit or, for units of 8, a box a block of 32 rows (leoam's fine layers: their 8-token leaves
-// against 32-token boxes), as the reference ("ref"), the scalar path ("scalar") and the dispatched path
-// over the rows' sign words ("fast") and over the channel slices the chunk tree keeps
-// ("fast_sliced", AVX-512 or AVX2; "avx2_sliced" capped at AVX2). "items_per_second" counts rows
-// times query heads, the unit of its work: every row of every scored unit is read for every
-// query head. "step_llama3_8b_32k" scores a whole decode step's layers at the Llama-3-8B shape
-// (below).
-//
+// 64 with 1 query head each (Llama 2's multi-head attention), 2 (models/leoam-byte-4l's grouping)
+// or 4 (Llama 3's) over 8192 rows in units of 8 (leoam's smallest chunk) or 64 (its initial one),
+// a box (1 KiB of f16) a unit or, for units of 8, a box a block of 32 rows (leoam's fine layers),
+// as the reference ("ref"), the scalar path ("scalar") and the dispatched path over the rows' sign
+// words ("fast") and over the channel slices the chunk tree keeps ("fast_sliced", AVX-512 or AVX2;
+// "avx2_sliced" capped at AVX2). "items_per_second" counts rows times query heads: every row of
+// every scored unit is read for every query head. "step_llama3_8b_32k" scores a whole decode
+// step's layers at the Llama-3-8B shape (below).
 //   build/release/bench/bench_sign_bound --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 

@@ -1,6 +1,5 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part in the
 // work, so a pool of n threads runs n - 1 workers plus the caller.
-//
 // Latency matters more than throughput here: a decode step of a small model issues dozens of
 // loops of a few microseconds each. So
 //   - a loop whose total cost is small runs inline on the caller (parallel_for with a cost hint);

@@ -1,14 +1,9 @@
 // Trace: a timeline of what the engine did, on which thread, written as Chrome trace events
 // (load the file in Perfetto, ui.perfetto.dev, or chrome://tracing). It is how the decode
-// pipeline's overlap is seen: the compute thread's per-layer spans (projections, selection,
-// speculation, attention, FFN) beside the read-ahead thread's disk reads.
-//
-//   {"traceEvents": [
-//     {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "compute"}},
-//     {"name": "select", "cat": "decode", "ph": "X", "ts": 1520.250, "dur": 310.500,
-//      "pid": 1, "tid": 1, "args": {"layer": 3, "pos": 8101}},
-//     ...]}
-//
+// pipeline's overlap is seen: the compute thread's per-layer spans beside the read-ahead thread's
+// disk reads.
+//   {"traceEvents": [{"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {...}},
+//     {"name": "select", "cat": "decode", "ph": "X", "ts": 1520.250, "dur": 310.500, ...}, ...]}
 // ts and dur are microseconds since the trace began. Threads are numbered in the order they
 // first record, and named by the first name given (name_thread). Recording is thread-safe; code
 // that may run without a trace takes a Trace* and records only when it is not null (Span).

@@ -1,12 +1,10 @@
 // Batched generation: several prompts, each in its own sequence (KV store and selector), decoded
 // together, one pass over the weights a step for all the sequences still generating
 // (ForwardContext::decode_batch).
-//
 //   per sequence: tokenize -> check it fits its store -> prefill (eval_sequence)
 //   repeat { each active sequence samples its next token (its own sampler, seeded from
 //            options.sampler.seed + its index); those that stop (end of generation, n_predict,
-//            a full context) leave the batch; the rest decode one step together }
-//
+//            a full context) leave; the rest decode together }
 // Each sequence gets the tokens it would get from generate() alone, up to the rounding of the
 // batch's matrix products (a near tie in greedy sampling may tip). Its text is collected, not
 // streamed. Stopping early (options.should_stop) ends every sequence with kInterrupted.

@@ -1,20 +1,13 @@
 // BatchScheduler: continuous batching of generation requests over one model, for the server.
-//
 // A worker thread owns the forward context. Requests wait in a bounded queue; between two decode
 // steps the waiting ones join the running batch (up to n_parallel), each in a sequence of its own
-// (a KV store and selector that the SequenceFactory makes), its prompt prefilled there. Then
-// every running request samples its next token, the ones that stop leave the batch (their store
-// freed at once), and the rest decode one step together (ForwardContext::decode_batch).
-//
-// Each request reads its events from its GenerationStream: text as it is generated (complete
-// UTF-8, stop strings held back and cut: StopMatcher), the sampled tokens with their
-// log-probabilities when asked, and a last event with the finish reason and the counts. A
-// request gets the tokens generate() would give it alone with the same seed, up to the rounding
-// of the batch's matrix products. Cancelling a stream (a client gone) ends its request at the
-// next step, or between two prefill segments, and frees its store.
-//
-// A prompt's prefill runs whole before the next decode step: a long prompt delays the running
-// requests' next tokens by its prefill time.
+// (a KV store and selector from the SequenceFactory), its prompt prefilled whole there, which
+// delays the running requests' next tokens by its prefill time. Then every running request
+// samples its next token, the ones that stop leave (their store freed at once), and the rest
+// decode one step together (ForwardContext::decode_batch). A request reads its events from its
+// GenerationStream (text with stop strings held back and cut, tokens with log-probabilities when
+// asked, a last event with the finish reason), and gets the tokens generate() would give it alone
+// up to the batch's rounding. Cancelling a stream ends its request at the next step or segment.
 #pragma once
 
 #include <array>

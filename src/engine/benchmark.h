@@ -1,25 +1,13 @@
-// The benchmark behind `leoam bench` (in the spirit of llama-bench): prompt processing (pp) and
-// text generation (tg) speed of a model, per thread count and context depth, with each figure set
-// against a roofline bound measured on the same machine in the same run.
-//
-// Tests, for each thread count t and depth d (tokens already in the KV cache when timing starts;
-// filled by an untimed prefill of random tokens):
-//   pp<P>  one eval() of P random tokens at positions [d, d + P)      -> P / seconds
-//   tg<N>  N eval()s of one random token at positions [d, d + N)      -> N / seconds
-// Each repetition starts from reset() and refills the depth; one warm-up repetition runs first
-// and is not counted. Reported: median tok/s over the repetitions, with min, max and stdev.
-//
-// The bound. Per token of tg, averaged over its N tokens (token i reads d + i + 1 KV positions):
-//   bytes   = weight_bytes_per_token + kv_bytes_per_position * (d + (N + 1) / 2)
-//   memory  = bytes / DRAM read bandwidth                          (measured with t threads)
-//   compute = quantized_macs / int8 madd peak                      (Q4_0 Q8_0 Q4_K Q6_K matrices:
-//           + 2 * float_macs / f32 FMA peak                         their dot product is int8 madd;
-//           + 2 * attention_macs / f32 FMA peak                     F32 F16 BF16 ones: f32 FMA)
-//   bound   = 1 / max(memory, compute) tok/s; "binding" names the larger term.
-// For pp<P>, the whole eval: flops = 2 * (layer_macs * P + output_macs) + 2 * attention MACs of
-// the P queries over [0, d + i + 1) keys; compute = flops / f32 FMA peak (prefill multiplies in
-// f32); memory = the weights read once per batch chunk of 512 tokens; bound = P / max(...).
-// Peaks and bandwidth are measured with t threads, so a 1-thread row meets a 1-thread bound.
+// The benchmark behind `leoam bench` (in the spirit of llama-bench): prompt processing (pp<P>, one
+// eval of P random tokens) and text generation (tg<N>, N evals of one) per thread count t and
+// depth d (tokens put in the KV cache by an untimed prefill), each repetition from reset() after
+// one uncounted warm-up; reported: the median tok/s, with min, max and stdev. Each figure is set
+// against a roofline bound measured with t threads in the same run: 1 / max(memory, compute) tok/s,
+// memory = a token's bytes / DRAM read bandwidth, compute = quantized MACs / the int8 madd peak +
+// 2 * float and attention MACs / the f32 FMA peak (Q4_0 Q8_0 Q4_K Q6_K dots are int8 madd, F32 F16
+// BF16 ones f32 FMA); "binding" names the larger term. For pp, all flops / the FMA peak (prefill
+// multiplies in f32), the weights read once per 512-token chunk.
+// The terms in full: docs/cpu.md#the-bound-of-leoam-bench
 #pragma once
 
 #include <cstdint>
@@ -87,7 +75,7 @@ Result<MachineBounds> measure_machine_bounds(int n_threads, const MachineBoundsO
 
 enum class BenchTest : uint8_t { kPrompt, kGenerate };
 
-// One term-by-term bound (see the header comment).
+// One term-by-term bound (the header comment; docs/cpu.md#the-bound-of-leoam-bench).
 struct Bound {
   double bytes = 0;           // per token for tg; for the whole eval for pp
   double flops = 0;           // the same, counting a MAC as 2 flops

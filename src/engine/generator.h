@@ -1,38 +1,13 @@
 // The generation loop: prompt text in, streamed text out.
 //
 //   tokenize(prompt) -> check it fits in n_ctx -> prefill (one eval of the prompt tokens the
-//   context does not hold yet; the ForwardContext splits it into n_batch chunks and reports
-//   progress through the ForwardOptions::progress it was created with) -> repeat { sample,
-//   stream its text, eval } until an end-of-generation token, n_predict tokens, or a full context.
+//   context does not hold yet, in n_batch chunks) -> repeat { sample, stream its text, eval }
+//   until an end-of-generation token, n_predict tokens, or a full context.
 //
-// Resuming: generate_from_tokens accepts a context that already holds the KV of a prefix of the
-// prompt tokens (a session reloaded from disk, or the context a previous call left behind) and
-// evaluates only the rest. When a call stops at n_predict or at an end-of-generation token, its
-// context holds the KV of all of stats.tokens but the last (the last sampled token is not
-// evaluated unless on_logits is set). Passing stats.tokens as the prompt tokens and
-// stats.sampler_rng_state in GenerateOptions (same model, same sampler options,
-// strip_leading_space false) then continues where the call stopped: the same tokens and text as
-// one unbroken call, at any temperature.
-//
-// Streamed text: the pieces of the generated tokens, in order, with incomplete UTF-8 sequences
-// held back until complete (see Utf8Stream). When the prompt text is empty (generation from BOS
-// alone), the leading space that SentencePiece puts on a word-initial first token is removed,
-// as Tokenizer::detokenize does. So the concatenation of everything passed to on_text equals
-//   tokenizer.detokenize(generated_ids, /*remove_leading_space=*/prompt.empty()).
-// End-of-generation tokens are counted in n_generated and passed to the sampler's history but
-// their piece (empty for control tokens) is streamed like any other.
-//
-// Stopping early (Ctrl-C): when options.should_stop says true, the call returns its stats so far
-// with StopReason::kInterrupted. It is polled before each token is sampled, and during the prefill
-// between chunks (the context must have been created with the same callback as
-// ForwardOptions::should_stop); a prefill stopped there leaves prefill_complete() false, and the
-// context holds the KV of the chunks done.
-//
-// Logits sink: when on_logits is set, it receives one row of n_vocab logits per evaluated
-// position, in order: every prompt position the prefill evaluates (it runs with all_logits; the
-// n_reused_tokens positions whose KV the context already held get no row), then every generated
-// token, which is then always evaluated (even the last) so its row exists. Total rows:
-// n_prompt_tokens - n_reused_tokens + n_generated.
+// Streamed text: the pieces of the generated tokens, in order, incomplete UTF-8 held back until
+// complete (Utf8Stream); end-of-generation tokens are streamed too (empty for control tokens).
+// So everything passed to on_text equals tokenizer.detokenize(generated_ids, prompt.empty()): an
+// empty prompt drops the SentencePiece leading space. Resuming: generate_from_tokens below.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +33,10 @@ struct GenerateOptions {
   // non-empty: the sampler's random stream continues from this state (a resumed session); see
   // GenerateStats::sampler_rng_state and Sampler::rng_state.
   std::string sampler_rng_state;
-  // Polled before each token is sampled; true stops the call (see the header comment). May be empty.
+  // Polled before each token is sampled, and during the prefill between chunks (the context must
+  // have been created with the same callback as ForwardOptions::should_stop); true returns the
+  // stats so far with StopReason::kInterrupted. A prefill stopped so leaves prefill_complete()
+  // false, and the context holds the KV of the chunks done. May be empty.
   std::function<bool()> should_stop;
 };
 
@@ -96,7 +74,11 @@ struct GenerateCallbacks {
   std::function<void(int32_t token)> on_token;
   // Receives the text of the generated tokens as soon as each is sampled; never called with "".
   std::function<void(std::string_view text)> on_text;
-  // Receives each position's logits (see the header comment); may be empty.
+  // Receives one row of n_vocab logits per evaluated position, in order: every prompt position
+  // the prefill evaluates (it runs with all_logits; the n_reused_tokens positions whose KV the
+  // context already held get no row), then every generated token, which is then always
+  // evaluated (even the last) so its row exists. Total rows: n_prompt_tokens - n_reused_tokens +
+  // n_generated. May be empty.
   std::function<void(std::span<const float> logits)> on_logits;
   // Called once the prompt is evaluated, before the first token is sampled (e.g. to clear a
   // progress bar, or to take the time to first token), with the whole prompt's size (reused
@@ -119,6 +101,11 @@ Result<GenerateStats> generate(ForwardContext& ctx, const Tokenizer& tokenizer, 
 // At least one prompt token must be left to evaluate, since the first token is sampled from its
 // logits: n_past() >= prompt_tokens.size() fails with kInvalidArgument, as does an empty
 // prompt or one longer than the context.
+// Resuming: when a call stops at n_predict or at an end-of-generation token, its context holds
+// the KV of all of stats.tokens but the last (the last sampled token is not evaluated unless
+// on_logits is set). Passing stats.tokens as the prompt tokens and stats.sampler_rng_state in
+// GenerateOptions (same model, same sampler options, strip_leading_space false) continues where
+// the call stopped: the same tokens and text as one unbroken call, at any temperature.
 Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer& tokenizer,
                                            std::span<const int32_t> prompt_tokens, bool strip_leading_space,
                                            const GenerateOptions& options, const GenerateCallbacks& callbacks);

@@ -1,27 +1,13 @@
 // JsonConstraint: constrained sampling for JSON output (OpenAI's response_format json_object and
-// json_schema). A character-level matcher of the JSON text generated so far, against a schema:
-// a token may be sampled only if its text keeps the text a prefix of a valid value that can still
-// be finished in the tokens left, so that even a model that knows no JSON writes a value that
-// parses and matches its schema within max_tokens.
-//
-// The text is compact (no whitespace outside strings), strings hold whole UTF-8 characters, no
-// escapes and no control characters, numbers at most kMaxDigits digits a part. Objects of a schema write every property
-// of `properties`, in the schema's order (so `required` holds whatever it says, and no other
-// property is written). The schema subset:
-//
-//   type       object (properties), array (items, minItems, maxItems), string (maxLength,
-//              enum), integer, number, boolean, null
-//   enum, const   of strings, numbers, booleans and null
-//   title, description, $schema, additionalProperties, required, default   accepted, not checked
-//
-// Anything else (anyOf, $ref, pattern, format, a list of types, ...) is refused by name. Without a
-// schema (json_object), the value is any JSON object, nested at most kMaxDepth deep.
-//
-// "Can still be finished": min_chars_to_finish() is the fewest characters that complete the value
-// from here; a token is allowed when, after it, that many fit in the tokens left (where none
-// does, max_tokens being below the value's shortest text, any that continues it), counting one
-// character a token (every vocabulary this engine reads has a token for each printable ASCII
-// character: byte-level BPE and SentencePiece with byte fallback).
+// json_schema). A character-level matcher of the JSON text so far against a schema: a token may
+// be sampled only if its text keeps the text a prefix of a value that can still be finished in
+// the tokens left (allows()), so even a model that knows no JSON writes one that parses and
+// matches within max_tokens. The text is compact, strings whole UTF-8 with no escapes or control
+// characters, numbers at most kMaxDigits digits a part; an object writes every property of
+// `properties`, in the schema's order. The subset: type object (properties), array (items,
+// minItems, maxItems), string (maxLength, enum), integer, number, boolean, null; enum and const of
+// scalars; title, description, $schema, additionalProperties, required, default accepted, not
+// checked; anything else (anyOf, $ref, pattern, format, a list of types) refused by name.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +27,7 @@ class JsonConstraint {
   static constexpr int kMaxDigits = 15;
   static constexpr int kMaxDepth = 8;
 
-  // Any JSON object (response_format json_object).
+  // Any JSON object (response_format json_object), nested at most kMaxDepth deep.
   static JsonConstraint any_object();
   // A value of `schema`; fails on a keyword or shape outside the subset above, naming it.
   static Result<JsonConstraint> from_schema(const nlohmann::json& schema);
@@ -55,7 +41,11 @@ class JsonConstraint {
   bool complete() const;
   // The fewest characters that finish the value from here (0 when complete()).
   int64_t min_chars_to_finish() const;
-  // feed(text) on a copy would succeed and leave min_chars_to_finish() <= chars_left.
+  // feed(text) on a copy would succeed and leave min_chars_to_finish() <= chars_left: the value
+  // can still be finished, counting one character a token (every vocabulary this engine reads has
+  // a token for each printable ASCII character: byte-level BPE and SentencePiece with byte
+  // fallback). Where no token is allowed so (max_tokens below the value's shortest text), the
+  // caller lets any token that continues the value through (BatchScheduler::mask_for_json).
   bool allows(std::string_view text, int64_t chars_left) const;
 
  private:

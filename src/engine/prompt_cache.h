@@ -1,27 +1,13 @@
 // PromptCache: the KV of earlier prompts, kept on disk, so that a prompt that begins like one of
 // them (the same long document, another question) loads that KV instead of computing it again.
-//
 //   DIR/p-<hash of the tokens>/   one entry: a saved KV session (kv_session.h) of a prompt's
 //                                 tokens, all but its last position's KV; checksummed, tied to
 //                                 the model's hash; its header file's time is its last use
-//
-// restore() gives an empty store the KV of the longest common prefix of the prompt and an entry,
-// leaving at least one prompt token to evaluate, when it holds kMinReuseTokens or more (a shorter
-// one, as the BOS token that every prompt shares, saves nothing and is not a hit). A store that can (a tiered store with a disk
-// tier, of the entry's chunk size: KvCache::share_prefix) reads the entry's whole chunks in
-// place, where its policy selects them as in decode, and holds a copy of the rest only; any
-// other store gets a copy of it all. The first restore from an entry opens and checks all of it
-// (every chunk's checksum, one sequential read); later ones, by any number of requests at once,
-// share that opened entry, and what a store holds a copy of is copied from it. An entry that
-// fails its checks is removed and the prompt is computed as if it had none; stores reading a
-// removed entry keep reading its open files. remember() saves a prompt that reused less than
-// half of itself, when it has min_tokens or more, then removes the least recently used entries
-// past max_bytes. Entries survive restarts: open() finds them again.
-//
-// prepare() does that first open and check for a caller other than the one that restores (the
-// scheduler calls it on the request's own thread, before queueing it), so that a large entry's
-// check does not hold up the requests being decoded. Thread-safe: one lock over the entries,
-// which the long reads and checks of prepare() do not hold.
+// A store that can (KvCache::share_prefix) reads an entry's whole chunks in place and holds a copy
+// of the rest only. An entry's first open checks all of it; later restores share that open entry.
+// An entry that fails its checks is removed (stores reading it keep its open files) and the
+// prompt is computed as if it had none. Entries survive restarts. Thread-safe: one lock over the
+// entries, which prepare()'s reads and checks do not hold. Design: docs/server.md
 #pragma once
 
 #include <cstdint>
@@ -64,6 +50,8 @@ struct PromptCacheStats {
 
 class PromptCache {
  public:
+  // The shortest prefix worth restoring: a shorter one (the BOS token every prompt shares) saves
+  // nothing and is not a hit.
   static constexpr int64_t kMinReuseTokens = 16;
 
   // Creates `dir` if missing and indexes the entries in it (one that cannot be read is removed).
@@ -78,12 +66,15 @@ class PromptCache {
   // that restores (its shape is what is read; it is made only when an entry must be opened, and
   // freed after). A failed check drops the entry, as restore would.
   using StoreMaker = std::function<Result<std::unique_ptr<KvCache>>()>;
+  // The scheduler calls it on the request's own thread, before queueing it, so that a large
+  // entry's check does not hold up the requests being decoded.
   void prepare(std::span<const int32_t> prompt, const StoreMaker& make_store);
   // After `prompt` was evaluated into `kv`, n_reused of its positions loaded by restore(): keeps
   // it as an entry when it is long enough and mostly new (worth_keeping), then evicts past
   // max_bytes. The copy runs without the lock; meanwhile a prepare() for a prompt that shares more
   // with it than with any entry waits for it. `kv` must not change meanwhile.
   [[nodiscard]] Status remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused);
+  // A prompt of min_tokens or more that reused less than half of itself.
   bool worth_keeping(std::span<const int32_t> prompt, int64_t n_reused) const;
 
   PromptCacheStats stats() const;

@@ -1,21 +1,13 @@
-// Sampler: picks the next token from a row of logits.
-//
-// The chain, in order (llama.cpp semantics where llama.cpp has the step):
+// Sampler: picks the next token from a row of logits. The chain, in order (llama.cpp semantics
+// where llama.cpp has the step), each step keeping at least one candidate:
 //   1. repetition penalty over the last repeat_last_n accepted tokens: each distinct token's
 //      logit is divided by the penalty when > 0, else multiplied by it (1 = off);
-//   2. temperature <= 0: greedy argmax, ties going to the lowest id; stop here;
-//   3. top-k: keep the k largest logits (ties: lower id first; k <= 0 keeps all);
-//   4. softmax of logit / temperature over the kept candidates;
-//   5. top-p: keep the smallest prefix (by descending probability) whose mass is >= top_p;
-//   6. min-p: keep candidates whose probability is >= min_p * the largest probability;
-//   7. draw from the renormalized distribution with a std::mt19937_64 seeded by `seed`.
-// Each step keeps at least one candidate. The steps are exposed as free functions in
-// leoam::sampling so tests can pin their exact kept sets.
-//
-// The draw uses only the raw 64-bit output of std::mt19937_64 (whose sequence the standard
-// fixes), not std::*_distribution, so a seed gives the same tokens with every standard library.
-// The generator's state can be saved as text and restored, so a session stopped after some
-// tokens and resumed later draws what an unbroken one would have drawn.
+//   2. temperature <= 0: greedy argmax, ties to the lowest id; stop here;  3. top-k (ties: lower
+//      id first; k <= 0 keeps all);  4. softmax of logit / temperature;  5. top-p: the smallest
+//      prefix by probability whose mass is >= top_p;  6. min-p: p >= min_p * the largest p;
+//   7. a draw from the renormalized distribution with std::mt19937_64 seeded by `seed`.
+// The steps are free functions in leoam::sampling, so tests can pin their kept sets. The draw uses
+// only mt19937_64's raw output, so a seed gives the same tokens with every standard library.
 #pragma once
 
 #include <cstdint>
@@ -91,7 +83,8 @@ class Sampler {
   // The random generator's state as text (std::mt19937_64's operator<<: decimal numbers
   // separated by spaces, the same with every locale). Greedy sampling never changes it.
   std::string rng_state() const;
-  // Continues the random stream from a state that rng_state() returned. Fails with
+  // Continues the random stream from a state that rng_state() returned, so that a session stopped
+  // after some tokens and resumed later draws what an unbroken one would have drawn. Fails with
   // kInvalidArgument, changing nothing, when `state` does not parse as a whole.
   [[nodiscard]] Status restore_rng_state(std::string_view state);
 

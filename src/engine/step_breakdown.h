@@ -1,18 +1,6 @@
 // StepBreakdown: what the decode steps' time went to, read from a trace of them (core/trace.h:
-// the spans the forward pass and the tiered store record on the compute thread).
-//
-//   weights     the projections and the FFN ("qkv", "attn_output", "ffn"): reading the weights
-//   selection   the policy's selection and the pipeline's speculation ("select", "speculate
-//               next layer")
-//   io_wait     disk reads the compute thread waited for: a gather's own reads ("disk read") and
-//               its waits for the read-ahead thread ("wait for read-ahead"), wherever they fall
-//               (a layer's append waits for its read-ahead inside "qkv")
-//   decode      decoding compressed (int8/int4) chunks as they are gathered ("decode chunks")
-//   attention   the rest of attention ("attention" less the reads, waits and decoding inside it)
-//   other       the rest of the step ("decode step" less all of the above)
-//
-// Weights and selection, like attention, are less the reads, waits and decoding inside them.
-//
+// the spans the forward pass and the tiered store record on the compute thread). Each phase is
+// its spans less the reads, waits and decoding inside them, which count apart (io_wait, decode).
 // The read-ahead thread's own reads overlap the compute thread and are not part of a step's time;
 // read_ahead_ms says how long they took, for comparison. A batch whose rows select and attend side
 // by side (LlamaForward::select_and_attend_across_rows) records each phase as one span on the
@@ -31,12 +19,16 @@ struct StepBreakdown {
   int64_t n_steps = 0;
   // Means over the steps summarized, in milliseconds.
   double step_ms = 0.0;
-  double weights_ms = 0.0;
+  double weights_ms = 0.0;    // the projections and the FFN ("qkv", "attn_output", "ffn")
+  // The policy's selection and the pipeline's speculation ("select", "speculate next layer").
   double selection_ms = 0.0;
+  // Disk reads the compute thread waited for: a gather's own reads ("disk read") and its waits
+  // for the read-ahead thread ("wait for read-ahead"), wherever they fall (a layer's append waits
+  // for its read-ahead inside "qkv").
   double io_wait_ms = 0.0;
-  double decode_ms = 0.0;
-  double attention_ms = 0.0;
-  double other_ms = 0.0;
+  double decode_ms = 0.0;     // decoding compressed (int8/int4) chunks ("decode chunks")
+  double attention_ms = 0.0;  // the rest of "attention"
+  double other_ms = 0.0;      // the rest of the step ("decode step" less all of the above)
   double read_ahead_ms = 0.0;  // the read-ahead thread's reads (overlapped)
 
   // "decode step 12.3 ms (mean of 15): weights 5.1, selection 2.0, I/O wait 3.3, decode 0.0,

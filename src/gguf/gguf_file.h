@@ -1,21 +1,13 @@
 // GGUF reader: parses a GGUF file (versions 1, 2 and 3) that it memory-maps read-only.
 //
-// File layout (little-endian; v1 uses u32 where v2/v3 use u64 for counts, string lengths,
-// array lengths and tensor dimensions):
+//   | "GGUF" u32 | version u32 | n_tensors u64 | n_kv u64 | n_kv x (key, type, value) |
+//   | n_tensors x (name, n_dims, ne[n_dims], type u32, offset u64) | pad | data |
 //
-//   +--------+---------+-----------+--------+----------------------+---------------------+-----+------+
-//   | "GGUF" | version | n_tensors | n_kv   | n_kv x (key, type,   | n_tensors x (name,  | pad | data |
-//   | u32    | u32     | u64       | u64    |         value)       |  n_dims, ne[n_dims],|     |      |
-//   |        |         |           |        |                      |  type u32, off u64) |     |      |
-//   +--------+---------+-----------+--------+----------------------+---------------------+-----+------+
-//   string = u64 length + bytes (no NUL); array = u32 elem type + u64 count + elements.
-//   The data section starts at the next multiple of `general.alignment` (default 32);
-//   each tensor's offset is relative to it and a multiple of the alignment.
-//
-// Every count, length, offset, alignment and tensor extent is checked against the file size
-// before use: a truncated or corrupt file gives an error naming the file and the problem.
-// Tensors of types this engine cannot compute with are still listed (for `gguf info`); the model
-// loader rejects them by name.
+// Little-endian; v1 uses u32 where v2/v3 use u64 (counts, lengths, dimensions). The data starts at
+// the next multiple of `general.alignment` (default 32); tensor offsets are relative to it. Every
+// count, length, offset and extent is checked against the file size before use: a truncated or
+// corrupt file gives an error naming the file and the problem. Tensors of types this engine
+// cannot compute with are listed (for `gguf info`); the model loader rejects them by name.
 #pragma once
 
 #include <cstdint>

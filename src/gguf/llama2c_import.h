@@ -1,25 +1,12 @@
 // Converts a llama2.c legacy checkpoint (model.bin) and its tokenizer (tokenizer.bin) into a
-// llama-architecture GGUF, with llama.cpp's tensor names and metadata keys.
-//
-// Checkpoint layout (little-endian):
-//   int32 dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len   (28 bytes)
-//   f32 token_embedding_table [vocab][dim]
-//   f32 rms_att   [n_layers][dim]           f32 wq [n_layers][n_heads*head_dim][dim]
-//   f32 wk [n_layers][n_kv_heads*head_dim][dim]   f32 wv (same as wk)
-//   f32 wo [n_layers][dim][n_heads*head_dim]      f32 rms_ffn [n_layers][dim]
-//   f32 w1 [n_layers][hidden][dim]   f32 w2 [n_layers][dim][hidden]   f32 w3 [n_layers][hidden][dim]
-//   f32 rms_final [dim]   f32 freq_cis_real [seq_len][head_dim/2]   f32 freq_cis_imag (same)
-//   f32 wcls [vocab][dim]   only when vocab_size < 0 (a positive vocab_size means the
-//                           classifier shares token_embedding_table)
-// Every matrix is row-major [out][in], which is exactly GGUF's ne = {in, out}, so the bytes are
-// copied unchanged. Q and K need no permutation: llama2.c rotates interleaved pairs (x0, x1) like
-// Meta's original code and llama.cpp's LLAMA_ROPE_TYPE_NORM (the permutation in llama.cpp's
-// HF converter exists only to undo Hugging Face's half-split layout). The freq_cis tables are
-// not copied: the engine computes RoPE itself (theta 10000).
-//
-// Tokenizer layout: int32 max_token_length, then per token: f32 score, int32 n_bytes, bytes.
-// Token text is stored as llama2.c's exporter wrote it (' ' for SentencePiece's U+2581 and
-// "\n<s>\n" / "\n</s>\n" for BOS/EOS); the importer restores SentencePiece's spelling.
+// llama-architecture GGUF, with llama.cpp's tensor names and metadata keys. Every llama2.c matrix
+// is row-major [out][in], which is exactly GGUF's ne = {in, out}, so the bytes are copied
+// unchanged. Q and K need no permutation: llama2.c rotates interleaved pairs like Meta's original
+// code and llama.cpp's LLAMA_ROPE_TYPE_NORM (llama.cpp's HF converter permutes only to undo Hugging
+// Face's half-split layout). The freq_cis tables are not copied: the engine computes RoPE itself
+// (theta 10000). Token text comes as llama2.c's exporter wrote it (' ' for SentencePiece's U+2581,
+// "\n<s>\n" and "\n</s>\n" for BOS and EOS); the importer restores SentencePiece's spelling.
+// Both files' layouts: docs/model.md#llama2c-checkpoints
 #pragma once
 
 #include <cstddef>

@@ -1,20 +1,11 @@
 // A FileSystem that wraps another one and injects faults on command, for tests of everything
 // that does disk I/O (RocksDB's FaultInjectionTestFS is the model). Faults are armed per path
-// suffix ("" matches every file) and fire on the n-th matching operation after arming:
-//
-//   kShortRead   a read request returns fewer bytes than asked: read() fails "short read"
-//   kReadEio     read() fails with EIO
-//   kWriteEio    write() fails with EIO
-//   kNoSpace     write() fails with ENOSPC
-//   kFlipBit     read() succeeds but one bit of the data read is flipped: the bit at byte
-//                `byte_offset` (file offset) of the first request covering it, bit `bit`
-//
-// The matching operations are read() calls for the read faults (for kFlipBit, only the reads
-// that cover `byte_offset`) and write() calls for the write faults; each fault counts its own.
-// A fault fires once (then disarms) unless `sticky`. When several would fire on one operation,
-// the one armed first does, and the others wait for the next. A failed operation touches
-// nothing: the base file is not called. The messages read like the real ones, with
-// " (injected)" appended.
+// suffix ("" matches every file) and fire on the n-th matching operation after arming: read()
+// calls for the read faults (for kFlipBit, only the reads that cover `byte_offset`), write()
+// calls for the write faults, each fault counting its own. A fault fires once (then disarms)
+// unless `sticky`; when several would fire on one operation, the one armed first does, and the
+// others wait for the next. A failed operation does not call the base file. The messages read
+// like the real ones, with " (injected)" appended.
 // Thread-safe (one mutex); wraps the files it opens, which keep a pointer to this object, so it
 // must outlive them.
 #pragma once
@@ -30,6 +21,10 @@
 
 namespace leoam {
 
+// kShortRead: a read request returns fewer bytes than asked (read() fails "short read");
+// kReadEio: read() fails with EIO; kWriteEio: write() fails with EIO; kNoSpace: write() fails with
+// ENOSPC; kFlipBit: read() succeeds but the bit `bit` at file offset `byte_offset` of the first
+// request covering it is flipped.
 enum class FaultKind : uint8_t { kShortRead, kReadEio, kWriteEio, kNoSpace, kFlipBit };
 
 struct Fault {

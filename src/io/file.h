@@ -1,29 +1,13 @@
 // The one file interface all KV disk I/O goes through, so that tests can inject faults (short
 // reads, EIO, ENOSPC, flipped bits) without touching the store. The POSIX implementation opens
 // files O_DIRECT and batches reads and writes through io_uring, falling back where the system
-// refuses:
+// refuses, and says which in io_info(), so the caller can report it:
 //
 //   O_DIRECT refused (tmpfs, some FUSE): buffered I/O, posix_fadvise(DONTNEED) after each write
 //   io_uring unavailable (old kernel, seccomp): one pread (pwrite) per request
 //
-// and says which in io_info(), so the caller can report it. LEOAM_NO_IO_URING=1 in the
-// environment forces the pread path (read at open), so tests and benchmarks can measure both.
-//
-// Contract:
-//   - Alignment: in direct mode, every offset, length and buffer address must be a multiple of
-//     kDirectIoAlignment. Callers align always (they cannot know the mode in advance); buffered
-//     mode accepts anything.
-//   - read() reads every request in full: when the OS answers part of a request, the rest is
-//     asked for again. A request reaching past the end of the file is an error (kIoError,
-//     "short read"), as is any errno; the message names the path, offset and length. The
-//     bytes of a failed batch are unspecified, but no read of it is still in flight.
-//   - write() writes all n_bytes or fails: ENOSPC and EIO come back as kIoError naming the path,
-//     the offset and the errno text; write_batch() does so for each of its requests. In direct
-//     mode a misaligned read or write is a caller bug, rejected with kInvalidArgument before any
-//     I/O.
-//   - Thread safety: a RandomAccessFile is used by one thread at a time (the io_uring ring is
-//     per file and not shared). Different files may be used from different threads.
-//   - Files are created with mode 0600, directories with 0700.
+// LEOAM_NO_IO_URING=1 in the environment forces the pread path (read at open), so tests and
+// benchmarks can measure both. Files are created with mode 0600, directories with 0700.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +21,9 @@
 
 namespace leoam {
 
-// O_DIRECT granularity: the logical block size of every disk we target (4Kn and 512e alike).
+// O_DIRECT granularity: the logical block size of every disk we target (4Kn and 512e alike). In
+// direct mode every offset, length and buffer address must be a multiple of it. Callers align
+// always (they cannot know the mode in advance); buffered mode accepts anything.
 inline constexpr size_t kDirectIoAlignment = 4096;
 
 constexpr uint64_t align_up(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
@@ -61,6 +47,8 @@ struct FileIoInfo {
   std::string fallback_note;  // empty, or why direct/uring is off ("O_DIRECT refused by the file system ...")
 };
 
+// Used by one thread at a time (the io_uring ring is per file and not shared); different files
+// may be used from different threads.
 class RandomAccessFile {
  public:
   virtual ~RandomAccessFile() = default;
@@ -68,7 +56,12 @@ class RandomAccessFile {
   virtual const std::string& path() const = 0;
   virtual FileIoInfo io_info() const = 0;
 
-  // Reads every request (see the contract above); up to the queue depth are in flight at once.
+  // Reads every request in full, up to the queue depth in flight at once: when the OS answers
+  // part of a request, the rest is asked for again. A request reaching past the end of the file
+  // is an error (kIoError, "short read"), as is any errno; the message names the path, offset and
+  // length. The bytes of a failed batch are unspecified, but no read of it is still in flight.
+  // In direct mode a misaligned request is a caller bug, rejected with kInvalidArgument before
+  // any I/O.
   [[nodiscard]] virtual Status read(std::span<const ReadRequest> requests) = 0;
   // read() in two halves, so that the caller can compute while the reads are in flight:
   // start_reads() queues the requests and returns without waiting for them where the file batches
@@ -82,7 +75,9 @@ class RandomAccessFile {
     return Status::ok();
   }
   [[nodiscard]] virtual Status finish_reads() { return read(std::exchange(started_, {})); }
-  // Writes [src, src + n_bytes) at `offset`, extending the file as needed.
+  // Writes [src, src + n_bytes) at `offset`, extending the file as needed: all of it, or fails
+  // (ENOSPC and EIO come back as kIoError naming the path, the offset and the errno text; a
+  // misaligned write in direct mode as kInvalidArgument, before any I/O).
   [[nodiscard]] virtual Status write(uint64_t offset, const void* src, size_t n_bytes) = 0;
   // Writes every request as write() would; where reads are batched (io_uring), up to the queue
   // depth are in flight at once. On an error, the requests other than the one it names may or

@@ -1,32 +1,13 @@
 // The byte layout of a KV chunk and of its abstract: C consecutive positions of one layer of one
 // sequence, K and V for every KV head.
 //
-// A chunk, as attention reads it (the device tier; dtype f16 by default):
+//   | K: row 0 | row 1 | ... | row C-1 | V: row 0 | row 1 | ... | row C-1 |   row_bytes() a row
+//   row t = position index*C + t: [n_kv_heads][head_dim] dtype; rows past the fill are zero
 //
-//   offset 0                                 k_bytes()                               chunk_bytes()
-//   +----------------------------------------+----------------------------------------+
-//   | K: row 0 | row 1 | ... | row C-1       | V: row 0 | row 1 | ... | row C-1       |
-//   +----------------------------------------+----------------------------------------+
-//     row t = position index*C + t: [n_kv_heads][head_dim] dtype, row_bytes() long
-//
-// Rows past the chunk's fill (a chunk still being appended) are zero. A chunk's rows are a
-// KvSegment with k = data, v = data + k_bytes(), row_stride_bytes = row_bytes().
-//
-// The abstract of a chunk (LeoAM's LKA): a box, the per-channel minimum and maximum of the
-// stored (already rounded to dtype) post-RoPE keys of the filled rows, as f32, then the key sign
-// sketch, one bit per key channel of every row, in the 32-bit slots that follow the box:
-//
-//   float    box[2][n_kv_heads][head_dim]                 [0] = min, [1] = max   (box_floats())
-//   uint32_t signs[C][n_kv_heads][sign_words_per_head]    bit c % 32 of word c / 32: the sign
-//                                                         bit of channel c of that row's key
-//
-// The sign words are bit patterns, not floats: they are read and written with memcpy
-// (abstract_signs). An empty chunk's abstract is min = +inf, max = -inf, every sign 0 (so are the
-// signs of rows past the fill). Because the extremes are taken over the stored keys,
-// sum_c max(q_c * min_c, q_c * max_c) bounds q.k for every stored key of the chunk. The signs
-// halve each channel's interval for each row (k_c <= 0 when the bit is set, k_c >= 0 when not),
-// so that a row's bound against the box cut to its signs is far tighter on dense keys
-// (sparse/sign_bound.h), for one bit a channel: 1/16 of the row's f16 K.
+// The abstract (LeoAM's LKA): the f32 box (per-channel min and max of the stored keys of the
+// filled rows), then the key sign sketch, one bit per key channel of every row (set where
+// k_c <= 0), in uint32 words read and written with memcpy. The box bounds q.k; the signs tighten
+// it (sign_bound.h). Layouts and the bound: docs/kv-store.md#chunk-and-abstract-layout
 #pragma once
 
 #include <cstddef>

@@ -76,7 +76,7 @@ RecordSlot load_slot(const uint8_t* at) {
   return s;
 }
 
-// Where the parts of a record of `group_chunks` chunks lie (the header comment of disk_tier.h).
+// Where the parts of a record of `group_chunks` chunks lie (docs/kv-store.md#disk-tier-files).
 struct RecordLayout {
   size_t slots = kRecordHeaderBytes;
   size_t box = 0;    // f16 [box_floats]

@@ -1,54 +1,12 @@
-// DiskTier: the KV chunks and abstracts of one session that live on disk. Two files per layer
-// in the session's directory, and a third with a transfer codec:
-//
-//   <dir>/<session>-L003.kv    chunk slots, opened O_DIRECT, read in batches through io_uring
-//   +-----------------+-----------------+-----------------+--
-//   | slot 0          | slot 1          | slot 2          |     slot i = chunk i of the layer:
-//   | stored chunk    | stored chunk    | (never written) |     its stored form (kv_codec.h),
-//   | + zero padding  | + zero padding  |                 |     padded to slot_bytes(), a
-//   +-----------------+-----------------+-----------------+--   multiple of 4096
-//
-//   <dir>/<session>-L003.lka   abstract records, packed for bulk reading; written buffered
-//   +----------+----------+--  (records are small and not block-aligned), read O_DIRECT through
-//   | record 0 | record 1 |     io_uring by whole blocks (the file is zero-padded to a block), so
-//   +----------+----------+--  abstract reads are disk reads, never page-cache hits
-//   record g = the abstracts of chunks [g G, (g + 1) G) of the layer, G its group (the policy's
-//   choice, DiskTierOptions::abstract_group_chunks: a box per block of what it keeps in memory):
-//   a 32-byte header, a 10-byte slot per chunk (its fill and checksum), one box for the group in
-//   f16 (the union of its chunks' boxes, each minimum rounded down and each maximum up:
-//   box_f16.h), then each chunk's key sign sketch (chunk_layout.h). A chunk's abstract is the
-//   group's box and its own signs: a box that still bounds its keys, G times fewer box bytes.
-//
-//   <dir>/<session>-L003.kvc   with a transfer codec (--kv-compress): every chunk again, in the
-//                              codec's form (kv_codec.h), slot i = chunk i as in the .kv; a read
-//                              may ask for it instead of the stored form (fewer bytes to move)
-//
-//   record (little-endian):
-//     u32 magic "LKA5" | u32 layer | u32 codec | u32 G | u64 group index
-//     u64 record checksum (XXH3 of the whole record, with this field zero)
-//     G x { u16 n_tokens (filled rows; 0: not written) | u64 chunk checksum (XXH3 of the slot's
-//           stored bytes, encoded_chunk_bytes long), packed: 10 bytes }
-//     f16 box[2][n_kv_heads][head_dim] | u32 signs[G][chunk_tokens][n_kv_heads][words per head]
-//
-// A group's record is rewritten as its chunks are written (write-through seals them in order: the
-// tier keeps each layer's last record in memory, so nothing is read back), and when a truncation
-// cuts a group, from the abstracts of the chunks kept in it (forget_from).
-//
-// Integrity: every chunk read (either form) is checked against the checksum the tier recorded
-// when it wrote the chunk, and every abstract record against its own checksum and the one recorded. A
-// mismatch is a kCorrupt error naming the session, the layer, the chunk and the file; so are a
-// short read or an I/O error (kIoError). A failed read or write changes no recorded state: the
-// chunk is exactly as readable (or not yet written) as before.
-//
-// A shared prefix (share_prefix): a tier may read the first chunks of each layer in place from a
-// kept session's tier (the prompt cache's entry of a long document), which many tiers share
-// read-only; they count as this tier's written chunks, are read and checked as such (errors name
-// the kept session's files), and are never written. The tier's own chunks follow them; a record
-// group that straddles the boundary holds only the own chunks' abstracts.
-//
-// Files are created 0600. Unless the tier keeps them (persistence, open_existing) they are
-// unlinked as soon as they are open, so that no file outlives the process however it ends (a
-// crash, Ctrl-C); with visible_files they stay in the directory until the destructor removes them.
+// DiskTier: the KV chunks and abstracts of one session that live on disk, in per-layer files:
+// <session>-LNNN.kv (a slot per chunk, its stored form padded to a multiple of 4096, O_DIRECT and
+// io_uring), <session>-LNNN.lka (abstract records, one per group of chunks) and, with a transfer
+// codec, <session>-LNNN.kvc (each chunk again in the codec's form). Every chunk and record read is
+// checked against the checksum written with it: a mismatch is kCorrupt, a short read or I/O error
+// kIoError, each naming the session, layer, chunk and file; a failed read or write changes no
+// recorded state. Files are created 0600 and, unless kept, unlinked once open, so none outlives
+// the process. A tier may read its first chunks in place from a kept session's tier (share_prefix).
+// The file formats, byte by byte: docs/kv-store.md#disk-tier-files
 #pragma once
 
 #include <chrono>

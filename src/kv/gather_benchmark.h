@@ -1,23 +1,10 @@
-// The disk tier's chunk-gather benchmark: how fast TieredKvCache::for_each_view reads a sparse
-// set of chunks from disk, set against what the device gives for the same reads, measured in the
-// same run (`leoam bench-gather`).
-//
-// Per configuration (KV shape x chunk size): a one-layer store with the least device budget and
-// no host tier is filled with file_bytes of random f16 KV, so that all but a few chunks are on
-// disk. Then, n_reps times, alternating:
-//
-//   gather  a fresh random sorted select_fraction of the disk chunks, read through
-//           for_each_view (io_uring batches of gather_batch_bytes, checksums checked, fn called);
-//           bytes = the disk bytes the store's stats count for the call
-//   raw     the same slots of the same file, read with the file interface alone (O_DIRECT +
-//           io_uring, the same queue depth), one read() per gather-batch-sized group, into one
-//           reused aligned buffer of a gather batch's size
-//
-// Each figure is the median over the reps, in MB/s (1e6 bytes); the fraction is the median of the
-// reps' gather / raw ratios. The store and its files are
-// deleted before the next configuration, so the directory holds one configuration at a time.
-// Memory: one gather batch of scratch in the store, one raw buffer of the same size, one batch
-// of random rows for the fill, and the store's few device chunks.
+// The disk tier's chunk-gather benchmark behind `leoam bench-gather`: how fast
+// TieredKvCache::for_each_view reads a sparse set of chunks from disk, set against what the device
+// gives for the same slots read with the file interface alone, alternating, in the same run.
+// Figures are medians over the reps, in MB/s (1e6 bytes); the fraction is the median of the reps'
+// gather / raw ratios. One configuration's store and files exist at a time; memory is a gather
+// batch of scratch, a raw buffer of the same size, a batch of fill rows and a few device chunks.
+// The procedure: docs/kv-store.md#the-gather-benchmark
 #pragma once
 
 #include <cstddef>

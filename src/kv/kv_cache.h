@@ -1,45 +1,11 @@
-// KvCache: where the forward pass keeps the keys and values of past positions, per layer, and
-// how attention reads them back. This is the seam between the model and the KV store: the model
-// only appends post-RoPE K/V rows and asks for a view; an implementation may keep the rows in one
-// contiguous buffer (MemoryKvCache) or in chunks spread over device, host and disk tiers. Model
-// code must not depend on which.
-//
-// What the model hands in (append), per layer, for a batch of n_tokens consecutive positions:
-//
-//   k, v: float [n_tokens][n_kv_heads][head_dim]   (post-RoPE, f32; the cache converts)
-//
-// What attention gets back (view): a KvView, an ordered list of segments that together cover the
-// visible positions [0, n_visible) of one layer. Each segment is a run of consecutive positions
-// stored contiguously in one dtype, with a fixed stride between token rows:
-//
-//   KvView (layer L, n_visible = 11)
-//   +--------------------------+   +--------------------------+   +------------------+
-//   | segment 0: pos [0, 4)    |   | segment 1: pos [4, 8)    |   | seg 2: pos [8,11)|
-//   | k --> row 0 | row 1 | .. |   | k --> row 0 | row 1 | .. |   | k --> row 0 | .. |
-//   | v --> row 0 | row 1 | .. |   | v --> ...                |   | v --> ...        |
-//   +--------------------------+   +--------------------------+   +------------------+
-//
-//   a row = one position: [n_kv_heads][head_dim] elements of `dtype`, contiguous;
-//   row t of a segment starts at (const char*)k + t * row_stride_bytes (same for v).
-//
-// Attention must visit every segment, and must not assume there is only one, nor that segments
-// are adjacent in memory. Segments are in increasing position order and do not overlap.
-//
-// Contract:
-//   - Appends are append-only and in order per layer: append(layer, pos0, n, ...) requires
-//     pos0 == n_tokens(layer) and pos0 + n <= n_ctx().
-//   - n_tokens() is the number of positions complete in every layer (the minimum over layers).
-//     The forward pass appends layer 0, 1, ... for each batch, so between batches all layers
-//     hold the same count.
-//   - view(layer, n_visible) needs n_visible <= n_tokens(layer). The pointers in a view stay
-//     valid until the view is destroyed or the next append/truncate/clear of the cache, whichever
-//     comes first; a view may hold pins on the storage (released by its destructor). A view may
-//     need I/O (a tiered store reads what is on disk), hence non-const and fallible.
-//   - for_each_view(layer, ranges, fn) is how attention reads a large or sparse set of positions
-//     with bounded memory: fn is called with views that, in order, cover exactly the positions
-//     of `ranges` (sorted, disjoint, inside [0, n_tokens(layer))); each view is valid only
-//     during its call. An error from fn stops the walk and is returned.
-//   - Not thread-safe: one thread drives a cache; attention may read one view from many threads.
+// KvCache: where the forward pass keeps the keys and values of past positions, per layer, and how
+// attention reads them back; the seam between the model and the KV store. The model appends
+// post-RoPE K/V rows and reads them as a KvView: segments of consecutive positions, in increasing
+// order and not overlapping, each contiguous in one dtype with a fixed row stride. Attention visits
+// every segment and assumes neither a single one nor adjacency in memory, so a store may keep one
+// buffer (MemoryKvCache) or chunks over device, host and disk tiers (TieredKvCache); model code
+// does not depend on which. Not thread-safe: one thread drives a cache; attention may read one
+// view from many threads. A view drawn: docs/kv-store.md#the-kvcache-seam
 #pragma once
 
 #include <cstddef>
@@ -132,7 +98,8 @@ class KvCache {
   virtual KvDtype dtype() const = 0;
   int64_t n_ctx() const { return shape().n_ctx; }
 
-  // Positions complete in every layer.
+  // Positions complete in every layer (the minimum over layers). The forward pass appends layer
+  // 0, 1, ... for each batch, so between batches all layers hold the same count.
   virtual int64_t n_tokens() const = 0;
   // Positions stored in `layer`.
   virtual int64_t n_tokens(int layer) const = 0;
@@ -140,15 +107,21 @@ class KvCache {
   // True when n_tokens more positions fit.
   bool can_append(int64_t n_tokens_more) const { return n_tokens_more >= 0 && n_tokens() + n_tokens_more <= n_ctx(); }
 
-  // Stores positions [pos0, pos0 + n_tokens) of `layer`.
+  // Stores positions [pos0, pos0 + n_tokens) of `layer`: append-only, in order per layer.
   // k, v: [n_tokens][n_kv_heads][head_dim] f32, post-RoPE. Fails, changing nothing, on a bad
   // layer, a pos0 other than n_tokens(layer), or a batch that does not fit.
   [[nodiscard]] virtual Status append(int layer, int64_t pos0, int64_t n_tokens, const float* k, const float* v) = 0;
 
-  // The first n_tokens_visible positions of `layer`.
+  // The first n_tokens_visible positions of `layer` (n_tokens_visible <= n_tokens(layer)). Its
+  // pointers stay valid until the view is destroyed or the next append, truncate or clear,
+  // whichever comes first. May need I/O (a tiered store reads what is on disk), hence non-const
+  // and fallible.
   virtual Result<KvView> view(int layer, int64_t n_tokens_visible) = 0;
 
-  // Calls fn with views covering the positions of `ranges` of `layer` (see the contract above).
+  // How attention reads a large or sparse set of positions with bounded memory: calls fn with
+  // views that, in order, cover exactly the positions of `ranges` of `layer` (sorted, disjoint,
+  // inside [0, n_tokens(layer))); each view is valid only during its call. An error from fn
+  // stops the walk and is returned.
   // Empty ranges (begin == end) are allowed and skipped; ranges holding no position call fn
   // not at all, so a caller must handle zero calls.
   // The default takes one view of the whole layer and cuts its segments to the ranges; a store

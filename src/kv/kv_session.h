@@ -1,17 +1,13 @@
 // A saved session: the tokens of a sequence and the KV of its first n_kv positions, in a
-// directory, so that a later run continues without recomputing the prompt (--kv-save,
-// --kv-load). Works with any KvCache: the KV is read through for_each_view in chunk-sized pieces
-// and written back through append, so memory stays bounded whatever the context.
-//
-//   DIR/session.json       header: format, version, model hash, KV geometry, tokens, sampler
-//                          state, per-layer chunk counts, and a checksum of all of it
-//   DIR/session-L000.kv    the KV chunks of layer 0, in the disk tier's layout (disk_tier.h),
-//   DIR/session-L000.lka   with their abstracts; every chunk checksummed
-//   ...
-//
-// Loading checks, and rejects with a message saying which and what to do: a header that does not
-// parse or fails its checksum, a format version newer than this build reads, a model hash or KV
-// geometry other than the running model's, and any chunk or abstract that fails its checksum.
+// directory, so that a later run continues without recomputing the prompt (--kv-save, --kv-load).
+// Works with any KvCache: the KV is read through for_each_view in chunk-sized pieces and written
+// back through append, so memory stays bounded whatever the context.
+//   DIR/session.json      header: format, version, model hash, KV geometry, tokens, sampler state,
+//                         per-layer chunk counts, and a checksum of all of it
+//   DIR/session-L000.kv   layer 0's KV chunks and (.lka) abstracts, as the disk tier lays them out
+// Loading rejects, saying which and what to do: a header that does not parse or fails its
+// checksum, a newer format version, another model hash or KV geometry than the running model's,
+// and any chunk or abstract that fails its checksum.
 #pragma once
 
 #include <cstdint>

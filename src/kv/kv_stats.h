@@ -1,18 +1,5 @@
 // Telemetry of the tiered KV store: per tier, what moved and how the gathers were served, and a
 // histogram of disk I/O latency. Plain counters, owned by one store (not thread-safe).
-//
-// Per tier T:
-//   bytes_read     bytes read out of T (disk: from the file; host: decoded or copied to scratch
-//                  or to the device; device: bytes gathered straight from it)
-//   bytes_written  bytes written into T (inserts, demotions and promotions that landed in T)
-//   hits           chunks a gather found in T
-//   misses         chunks a gather needed that were not in T or any faster tier
-//   evictions      chunks demoted out of T
-//
-// Latency: one sample per disk operation (a batch of reads submitted together, or one write),
-// in power-of-two microsecond buckets: bucket b counts samples in [2^b, 2^(b+1)) us, bucket 0
-// also takes samples under 1 us (and negative or NaN ones, recorded as 0), and the last bucket
-// takes everything from 2^31 us up.
 #pragma once
 
 #include <array>
@@ -26,14 +13,21 @@ namespace leoam {
 // "512 B", "12.3 MiB": a byte count in binary units, as the stats print them.
 std::string human_bytes(uint64_t bytes);
 
+// What one tier T moved and served.
 struct TierStats {
+  // Bytes read out of T (disk: from the file; host: decoded or copied to scratch or to the
+  // device; device: bytes gathered straight from it).
   uint64_t bytes_read = 0;
-  uint64_t bytes_written = 0;
-  uint64_t hits = 0;
-  uint64_t misses = 0;
-  uint64_t evictions = 0;
+  uint64_t bytes_written = 0;  // into T (inserts, demotions and promotions that landed in T)
+  uint64_t hits = 0;           // chunks a gather found in T
+  uint64_t misses = 0;         // chunks a gather needed that were not in T or any faster tier
+  uint64_t evictions = 0;      // chunks demoted out of T
 };
 
+// One sample per disk operation (a batch of reads submitted together, or one write), in
+// power-of-two microsecond buckets: bucket b counts samples in [2^b, 2^(b+1)) us, bucket 0 also
+// takes samples under 1 us (and negative or NaN ones, recorded as 0), and the last bucket takes
+// everything from 2^31 us up.
 class LatencyHistogram {
  public:
   static constexpr int kBuckets = 32;

@@ -1,22 +1,12 @@
-// ReadAhead: the disk reads of the dynamic three-tier pipeline (LeoAM's DTP), on a dedicated I/O
-// thread. While the forward pass computes layer l of a decode step, the chunks that the
-// speculated selection of layer l + 1 picks are read from the disk tier into staging buffers;
-// when layer l + 1 gathers them, the store takes them from there instead of reading them then.
-//
-//   compute thread:  [ layer l: spec. l+1 | select l | gather l | attention, FFN ][ layer l+1 ...
-//   I/O thread:                          [ read the disk chunks of l+1 ........ ]
-//                                                            gather l+1 waits here, if at all ^
-//
-// Jobs are per layer, at most two at once (the one being consumed and the next), each in its own
-// staging buffer of half the budget; chunks past it are not staged (the gather reads them when
-// it needs them). The I/O thread blocks in the kernel (io_uring's submit-and-wait) and on a
-// condition variable; nothing spins.
-//
-// Thread safety: start() and everything else are called from the thread that drives the store.
-// While a job of layer L is in flight, that thread must not use layer L's chunk file: the store
-// calls settle(L) before any read or write of it (DiskTier's per-layer files each have their own
-// io_uring ring, and read_chunks of one layer shares no state with the other layers'). A job
-// counts its disk bytes and latency apart; settle() adds them to the store's stats.
+// ReadAhead: the disk reads of the dynamic three-tier pipeline (LeoAM's DTP), on an I/O thread of
+// its own. While layer l computes, the disk chunks of layer l + 1's speculated selection are read
+// into staging buffers, and layer l + 1's gather takes them from there instead of reading them.
+// At most two jobs, one layer each, each in its own half of the staging; the I/O thread blocks in
+// io_uring or on a condition variable, never spins.
+// Thread safety: every call comes from the thread that drives the store, and that thread calls
+// settle(L) before any read or write of layer L's chunk file while a job of L may be in flight. A
+// job counts its disk bytes and latency apart; settle() adds them to the store's stats.
+// The schedule drawn: docs/kv-store.md#read-ahead
 #pragma once
 
 #include <condition_variable>

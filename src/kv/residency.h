@@ -1,31 +1,12 @@
 // Residency: which tier each KV chunk lives in, and the placement and eviction decisions, as
-// metadata only. No bytes and no I/O pass through here, so every decision can be unit-tested
-// exactly; the tiered store (tiered_kv_cache.h) carries out the moves a plan lists.
-//
-// Check, then mutate: plan_*() return a Plan (an ordered list of moves) and change nothing;
-// apply() records one move once the store has carried it out. A store that fails halfway
-// through a plan has applied exactly the moves it completed, so metadata and bytes never
-// disagree.
-//
-// Rules:
-//   - Every chunk has exactly one home tier. The device and host tiers hold at most their byte
-//     budgets (a chunk costs device_chunk_bytes on the device, host_chunk_bytes on the host);
-//     the disk is unbounded.
-//   - New chunks are inserted on the device. When it is full, victims are demoted: device ->
-//     host, and host -> disk when the host is full too (a demotion into a full host first
-//     demotes a host victim to disk). With a zero host budget, a host smaller than one chunk, or
-//     a host full of pinned chunks, device victims go to disk.
-//   - Victim order within a tier, among unpinned chunks: lowest importance first, then least
-//     recently used (smallest last_use), then lowest (layer, index). Pinned chunks never move:
-//     they are never victims, and plan_promote leaves them where they are.
-//   - Promotion (plan_promote) only fills free space or displaces chunks of strictly lower
-//     importance; it never displaces an equal one, so a scan of equally important chunks (the
-//     full policy) does not thrash. Its victims cascade down as on insertion, and every chunk
-//     it displaces, in any tier, is less important than the promoted one.
-//   - Every plan keeps the device and host within their budgets after each of its moves, and
-//     moves each chunk at most once; the placed chunk's own move comes last.
-//   - A chunk sealed and written to disk once keeps its disk copy (chunks are immutable once
-//     full): demoting it to disk again needs no write (Move::needs_write is false).
+// metadata only: no bytes and no I/O, so every decision is unit-tested exactly. Check, then
+// mutate: plan_*() return a Plan (ordered moves) and change nothing; apply() records one move once
+// the store (tiered_kv_cache.h) has carried it out, so a store that fails halfway through a plan
+// has applied exactly the moves it completed. Every chunk has one home tier; device and host stay
+// within their byte budgets after each move; new chunks land on the device and victims cascade
+// down (lowest importance, then least recently used, then lowest (layer, index)); pinned chunks
+// never move; promotion displaces only strictly less important chunks, so a scan of equals does
+// not thrash. The rules in full: docs/kv-store.md#residency-rules
 #pragma once
 
 #include <cstdint>

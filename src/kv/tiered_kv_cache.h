@@ -1,64 +1,13 @@
-// TieredKvCache: the KvCache whose KV may be far larger than memory. Each layer's positions are
-// cut into chunks of C tokens (chunk_layout.h); each chunk lives in exactly one tier:
-//
-//   device  compute-ready chunks that attention reads in place (RAM on the CPU)
-//   host    RAM, in the host codec's stored form (kv_codec.h: as-is, int8 or int4)
-//   disk    slots in per-layer files under --kv-dir (disk_tier.h), O_DIRECT + io_uring
-//
-// Placement (residency.h) keeps the device and host under their byte budgets: new chunks land on
-// the device, as recent as the last gather; when it is full the least important, least recently
-// used unpinned chunks move down a tier. Pinned to the device: the chunks holding the first
-// n_sink_tokens positions, those overlapping the last n_recent_tokens, and each layer's open
-// (partly filled) chunk.
-//
-// Write-through: by the end of each append, every chunk it sealed has a copy on disk, written in
-// batches of consecutive slots (one write each where the slots follow on). A sealed chunk is
-// immutable, so demoting it later writes nothing: a decode step that promotes the chunks it
-// selected pays no writes for the ones it pushes down. Only a chunk demoted before its append
-// ends (a device smaller than one append's chunks) is written alone, as it leaves.
-//
-// Reads: for_each_view() gathers the chunks of the asked ranges in batches of at most
-// gather_batch_bytes of scratch: device chunks are used in place, host chunks in place or
-// decoded, and disk chunks read in one io_uring batch per gather batch and checked (for
-// attention, which takes views in any order, the batch's chunks in memory are visited while its
-// reads are in flight: for_each_view_unordered). After a
-// batch is used, chunks read from the disk are promoted when free space (or less important
-// residents) allow; with a lossy host codec only to the host, so the device holds only keys as
-// they were appended. Host chunks stay where they are: stored as-is they are read in place (both
-// tiers are RAM on the CPU), and a lossy codec's are not decoded onto the device. Every gather
-// counts in stats().
-//
-// Compressed transfers (--kv-compress, transfer_compression.h): with the host codec none, the disk
-// also keeps each chunk in a transfer codec's form, and a gather batch reads its disk chunks in
-// that form where asked (int4, int8) or where the cost model expects it to be faster (auto), then
-// decodes them; the compressed reads of a batch lie packed in its scratch, so that neighbours in
-// the file are one request. A chunk so read is promoted as decoded, lossy like the codec. The disk abstract
-// record bounds the keys in both forms.
-//
-// Read-ahead (the decode pipeline): read_ahead() hands the disk chunks of a layer's speculated
-// selection to an I/O thread (read_ahead.h) and returns; the layer's next gather takes the
-// staged bytes for the chunks it finds there and reads the others itself (counted as missed).
-// Every use of a layer's chunk file first waits for that layer's job.
-//
-// Abstracts: a sealed chunk's abstract bounds every form of its keys that is ever served: as
-// appended, and decoded from its stored form (the box covers both; the codec keeps key signs).
-// So an abstract a policy read once stays sound wherever the chunk moves. Without a lossy codec a
-// device or host chunk's keys are the only form there is, and its abstract is computed from them
-// when asked (nothing is kept in memory); with one, each resident chunk keeps its abstract. A
-// disk chunk's abstract is its record in the disk tier's abstract file: the box of its group
-// (abstract_tokens), its own signs.
-//
-// A shared prefix (share_prefix): an empty store may take the first chunks of every layer from a
-// kept session's disk tier (the prompt cache's entry of a long document), read in place like its
-// own disk chunks and selected by the policy as in decode; many stores share one such tier. They
-// are never copied or written; a shared chunk read up to the device or host is a copy there, and
-// dropped when it leaves. stats() counts them apart from the store's own disk KV.
-//
-// Memory: a device or host chunk costs its tier's budget its KV and, with a lossy codec, its
-// abstract (box and key sign sketch; chunk_budget_bytes), so each tier holds at most its budget,
-// abstracts included. Besides the tiers the store keeps one gather batch of scratch and a
-// write-through buffer (the disk queue depth of slots, at most 8 MiB, and their abstract
-// records), which stats() reports as buffer_bytes.
+// TieredKvCache: the KvCache whose KV may be far larger than memory. Each layer's positions are cut
+// into chunks of C tokens (chunk_layout.h), each in exactly one tier: device (compute-ready, read
+// in place; RAM on the CPU), host (RAM, in the host codec's form: kv_codec.h) or disk (per-layer
+// files: disk_tier.h). Placement (residency.h) keeps device and host within their byte budgets,
+// abstracts included; the sink, the recent window and each layer's open chunk are pinned to the
+// device. Every chunk an append seals is on disk by the end of the append, so a later demotion
+// writes nothing. for_each_view gathers in batches of bounded scratch and promotes what it read
+// from disk. One thread drives it, as any KvCache; read-ahead reads on a thread of its own
+// (read_ahead.h). Reads, read-ahead, compressed transfers, shared prefixes:
+// docs/kv-store.md#the-tiered-store
 #pragma once
 
 #include <array>

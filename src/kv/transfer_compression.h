@@ -1,18 +1,11 @@
 // Compressed transfers from the disk tier (--kv-compress; LeoAM's dynamic compression): the disk
 // keeps a second copy of every chunk in a transfer codec's form (disk_tier.h, the .kvc files),
-// and each gather reads either the chunks as they are or that copy, then decodes it.
-//
-//   off          read chunks as they are (exact)
-//   int8, int4   always read the compressed copy (lossy: kv_codec.h bounds the error)
-//   auto         int4 when TransferCostModel expects it to be faster, per gather batch: a chunk's
-//                read as it is, against its compressed read plus its decode
-//
-// Each form's read time is measured per chunk, from the gather batches that read only that form:
-// what a chunk costs depends on the disk (a disk that serves a request per latency charges a
-// small read as much as a large one), not only on its bytes. The times are decayed sums, so that
-// the model follows a disk that slows down. Each form is tried first, and the one not chosen is
-// tried again one batch in kExploreEvery, to notice when it has become the faster. The decode
-// rate starts from a calibration (TieredKvCache).
+// and each gather reads either the chunks as they are or that copy, then decodes it: off reads
+// them as they are (exact); int8 and int4 always read the copy (lossy: kv_codec.h bounds the
+// error); auto reads int4 where TransferCostModel expects it to be faster, per gather batch.
+// The cost model times each form per chunk (a disk's cost is not only its bytes), as decayed
+// sums, and retries the form not chosen one batch in kExploreEvery.
+// Why so: docs/kv-store.md#the-three-tiers
 #pragma once
 
 #include <cstddef>

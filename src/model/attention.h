@@ -1,21 +1,11 @@
 // Causal multi-head attention of a batch of queries over the KV of one layer, read through a
-// KvView segment by segment. The work is done by kernels::flash_attention: tiles of keys with an
-// online softmax (running maximum, sum and accumulator per query row), so no [n_tokens][n_kv]
-// score matrix is ever materialized and the storage may be split into any number of segments.
-// Prompts are split over (query block, kv head); a single query over a long KV is split over
-// ranges of positions whose partial results are merged (flash-decoding).
-//
-// The KV may also be read by position ranges through KvCache::for_each_view_unordered, in as many
-// batches (views) as the store hands over, in the order it picks (a tiered store hands over what
-// it holds in memory while its disk reads are in flight): each batch is attended with its
-// log-sum-exp per query row, and the batches are merged exactly,
-//
-//   out = sum_b out_b e^(lse_b - lse),   lse = ln sum_b e^(lse_b),
-//
-// so a store can stream a long or sparse context through bounded memory.
-//
-// Query head h reads KV head h / (n_head / n_head_kv) (grouped-query attention); a query at
-// position p sees the keys at positions <= p.
+// KvView segment by segment, by kernels::flash_attention (tiles of keys, an online softmax: no
+// [n_tokens][n_kv] score matrix, any number of segments). The KV may also be read by position
+// ranges through KvCache::for_each_view_unordered, in as many batches as the store hands over, in
+// the order it picks: each batch is attended with its log-sum-exp per query row, and the batches
+// merge exactly, out = sum_b out_b e^(lse_b - lse) with lse = ln sum_b e^(lse_b), so a store can
+// stream a long or sparse context through bounded memory. Query head h reads KV head
+// h / (n_head / n_head_kv) (grouped-query attention); a query at position p sees keys <= p.
 #pragma once
 
 #include <cstdint>

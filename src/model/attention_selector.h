@@ -1,18 +1,7 @@
 // AttentionSelector: the seam through which sparse attention policies choose, per layer and decode
 // step, which positions a query attends to. The forward pass asks it once per layer when it
 // decodes one token; without a selector (or in prefill) attention covers every position.
-//
-// A selector may also watch the forward pass, for the policies that learn from it (needs()):
-//   keys             every batch of keys the store receives, prefill included (InfiniGen's
-//                    partial key cache)
-//   values           the same for the values (a fidelity probe's reference attention)
-//   layer inputs     the residual stream entering each layer of a decode step, before the layer's
-//                    selection (InfiniGen speculates the next layer's query from it)
-//   attention mass   after each decode attention, how much softmax mass each attended position
-//                    got, summed over the query heads (H2O's accumulated attention)
-//   stored           after each prompt batch is appended to a layer, how many positions the store
-//                    holds: leoam builds its chunk trees from the abstracts as the KV is written,
-//                    while they are still in memory, not by reading them back at the first step
+// A selector may also watch the forward pass, for the policies that learn from it (needs()).
 #pragma once
 
 #include <cstdint>
@@ -26,11 +15,21 @@ namespace leoam {
 
 class ThreadPool;
 
+// What a selector watches of the forward pass.
 struct SelectorNeeds {
+  // Every batch of keys the store receives, prefill included (InfiniGen's partial key cache).
   bool keys = false;
+  // The same for the values (a fidelity probe's reference attention).
   bool values = false;
+  // The residual stream entering each layer of a decode step, before the layer's selection
+  // (InfiniGen speculates the next layer's query from it).
   bool layer_inputs = false;
+  // After each decode attention, how much softmax mass each attended position got, summed over
+  // the query heads (H2O's accumulated attention).
   bool attention_mass = false;
+  // After each prompt batch is appended to a layer, how many positions the store holds: leoam
+  // builds its chunk trees from the abstracts as the KV is written, while they are still in
+  // memory, not by reading them back at the first step.
   bool stored = false;
 };
 

@@ -1,50 +1,13 @@
 // The CPU forward pass of the llama family (llama, qwen2): pre-norm decoder blocks with RMSNorm,
-// RoPE'd grouped-query attention (qwen2: NeoX pairing and QKV biases) and a SwiGLU FFN.
-//
-// Per batch of n tokens at positions [pos0, pos0 + n):
-//   x = token_embd[tokens]                                         [n][n_embd]
-//   per layer:  h = rmsnorm(x) * attn_norm
-//               q = h Wq^T (+bq), k = h Wk^T (+bk), v = h Wv^T (+bv)  RoPE on q, k
-//               kv_cache.append(layer, pos0, n, k, v)
-//               x += attention(q, kv_cache positions [0, pos0 + n)) Wo^T   (read in batches)
-//               h = rmsnorm(x) * ffn_norm
-//               x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
-//   logits = (rmsnorm(x) * output_norm) Wout^T                     (last row, or all rows)
-// With ForwardOptions::selector, a batch of one token (a decode step) attends to the positions the
-// selector picks per layer, and the selector watches what it asks for (SelectorNeeds): the keys
-// of every batch, each layer's input, the attention mass per attended position.
-// A prompt longer than n_batch runs in chunks of n_batch, the last two rebalanced when the last
-// would hold one token, which would run as a decode step (with n_batch 2 it still does; n_batch 1
-// decodes every token alone); every scratch buffer is sized for n_batch tokens once, at create().
-//
-// Layered prefill (ForwardOptions::prefill_working_set_bytes): the batch order above attends each
-// batch to every earlier batch's KV of each layer, which a store that keeps its KV on disk reads
-// back, batch after batch. With a working set, a prompt of several batches runs layer by layer
-// instead, over segments of whole batches:
-//
-//   for each segment (as many batches as the working set holds):
-//     x[segment rows] = token_embd[...]                      the working set: x, and one layer's
-//     for each layer, for each batch of the segment:          K and V of the segment's rows
-//       q, k, v of the batch; append k, v to the store and to the working set
-//       attention: [0, segment start) from the store, the segment's rows from the working set
-//       x += attention and FFN, as above
-//
-// A segment that starts at position 0 attends batch by batch and reads nothing from the store:
-// its logits are those of an in-memory cache bit for bit. A later one (or a prompt that continues
-// a context) reads [0, segment start) of each layer from the store once for all of its rows: each
-// batch's q, k and v first, then one attention over the segment's queries (which the working set
-// then also holds, with their outputs and attention's merge scratch: about three times the row
-// cost at MHA shapes), then each batch's output projection and FFN. So every KV byte before a
-// segment is read at most once per later segment and layer: with two segments, at most once.
-// (A working set that holds fewer than two batches of such rows goes batch by batch, each batch
-// reading what is before its segment.) Fewer reads would need the queries (or the residual
-// stream) of every later row at once, which no working set bounded apart from the prompt holds
-// (docs/kv-store.md). Its buffers live for the eval only.
-//
-// Decoding one token issues few parallel regions, since each costs a wake-up of the workers:
-// per layer Q, K and V share one region, gate and up (with the SwiGLU) another, attention,
-// attn_output and ffn_down one each, and regions too small to pay for the hand-off run inline
-// (ThreadPool's cost hint). RMSNorm is fused with the residual add before it (kernels/cpu/ops.h).
+// RoPE'd grouped-query attention (qwen2: NeoX pairing and QKV biases) and a SwiGLU FFN. Per batch:
+// embed; per layer append K and V to the store and attend [0, pos0 + n) through it, then the FFN;
+// logits of the last row, or of all. With ForwardOptions::selector a decode step attends what the
+// selector picks per layer. A prompt longer than n_batch runs in chunks of n_batch (the last two
+// rebalanced where the last would be a lone token); scratch is sized for n_batch, at create().
+// With ForwardOptions::prefill_working_set_bytes a prompt of several batches runs layer by layer
+// over segments of batches, so each KV byte before a segment is read back at most once per later
+// segment and layer. A decode step keeps its parallel regions few: each wakes the workers.
+// The pass in formulas, and the layered prefill's order: docs/model.md#the-forward-pass
 #pragma once
 
 #include <atomic>
@@ -137,7 +100,7 @@ class LlamaForward final : public ForwardContext {
   // The prompt's last row (the last of the n in q_, at positions [pos0, pos0 + n)): the store
   // prefetches what the selector forecasts the first decode step will read at `layer`.
   Status prefetch_last_row(int layer, int64_t pos0, int64_t n);
-  // A prompt layer by layer (options_.prefill_working_set_bytes, the header comment); `chunks`
+  // A prompt layer by layer (options_.prefill_working_set_bytes, docs/model.md); `chunks`
   // are the batches eval cut it into, as (first token, tokens).
   Status eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,
                       bool all_logits, std::vector<float>& logits);

@@ -1,10 +1,8 @@
 // PipelineChoice: whether a decode step runs the decode pipeline (ForwardOptions::pipeline), for
 // `--pipeline auto`. The pipeline pays only where a step waits on the disk for longer than the
-// speculated selection and the read-ahead thread cost it; on two cores and a fast disk it was
-// slower in every configuration measured (bench/RESULTS.md). So each step takes the mode whose
-// recent steps were faster, from the step times it is told, and one step in kTryEvery tries the
-// other mode, to follow a change (a longer context, a slower disk).
-//
+// speculated selection and the read-ahead thread cost it, which a fast disk and few cores do not
+// (docs/kv-store.md#the-decode-pipeline). So each step takes the mode whose recent steps were
+// faster, and one step in kTryEvery tries the other mode, to follow a change:
 //   first step        off, not counted (a cold step: its reads fill the tiers)
 //   until both known  off, then on
 //   then              the faster mode by the mean of each mode's last kWindow steps; every

@@ -1,21 +1,11 @@
 // Rotary position embedding (RoPE) with the variants of ggml's rope_yarn: plain, linear scaling,
-// YaRN, and per-dimension frequency factors (Llama-3.1's rope_freqs.weight).
-//
-// For pair index i in [0, n_rot/2) at position p:
-//   theta_extrap = p * freq_base^(-2i/n_rot) / freq_factor[i]
-//   theta_interp = freq_scale * theta_extrap
-//   theta        = theta_interp                                        (ext_factor == 0)
-//                = theta_interp * (1 - mix) + theta_extrap * mix      (YaRN, ext_factor != 0)
-//                  mix = ext_factor * (1 - clamp((i - low) / max(0.001, high - low), 0, 1))
-//   mscale       = attn_factor * (ext_factor != 0 ? 1 + 0.1 ln(1/freq_scale) : 1)
-//   cos_i = cos(theta) * mscale, sin_i = sin(theta) * mscale
-// with [low, high] ggml's correction dims: corr(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base),
-// low = max(0, floor(corr(beta_fast))), high = min(n_rot - 1, ceil(corr(beta_slow))).
-//
-// The pair (x0, x1) becomes (x0 cos - x1 sin, x0 sin + x1 cos), where
-//   normal pairing (llama):  x0 = x[2i],  x1 = x[2i + 1]
-//   NeoX pairing (qwen2):    x0 = x[i],   x1 = x[i + n_rot/2]
-// Dimensions [n_rot, head_dim) pass through unchanged.
+// YaRN, and per-dimension frequency factors (Llama-3.1's rope_freqs.weight). For pair index i in
+// [0, n_rot/2) at position p, theta = p * freq_base^(-2i/n_rot) / freq_factor[i], scaled by
+// freq_scale and, with YaRN (ext_factor != 0), mixed back toward the unscaled angle below ggml's
+// correction dims; cos and sin are multiplied by mscale. The pair (x0, x1) becomes
+// (x0 cos - x1 sin, x0 sin + x1 cos), where normal pairing (llama) is x0 = x[2i], x1 = x[2i + 1]
+// and NeoX pairing (qwen2) x0 = x[i], x1 = x[i + n_rot/2]. Dimensions [n_rot, head_dim) pass
+// through unchanged. The formulas in full: docs/model.md#rope
 #pragma once
 
 #include <cstdint>

@@ -1,26 +1,11 @@
-// Synthetic KV: keys and values for a model's KV shape, skewed the way real ones are, made
-// position by position from a seed, so a benchmark can fill a store at 7B scale and 64K tokens
-// without hours of prefill (FlexGen's dummy mode, but not i.i.d.). Lives in model/ because the
-// keys are rotated with the model's RoPE.
-//
-// Per layer l, KV head h, position p (channel c of head_dim; w(c) in [0, 1] is how slowly c's RoPE
-// pair turns: 0 for the fastest pair, 1 for the slowest and for unrotated channels):
-//   topic(p)   runs of positions share a topic (a paragraph): run lengths uniform in
-//              [1, 2 * mean_run_tokens), each run's topic drawn from n_topics, so topics recur
-//   k_pre[c]   = centre[l][h][topic(p)][c] * centre_scale * w(c)       cluster centre, slow channels
-//              + n(p, c)                                                noise, unit variance
-//              + outlier[l][h][c]                                       n_outlier_channels channels
-//              + gain(p) * hitter[l][h][c] * w(c)                       the sink and heavy hitters
-//   k          = RoPE(k_pre, p)                                         the model's own rotation
-//   v[c]       = n'(p, c)                                               unit variance, i.i.d.
-// gain(p) is sink_gain at p = 0, heavy_hitter_gain at the heavy-hitter positions (a fraction
-// heavy_hitter_fraction of them: the same in every layer and head, or with hitters_per_head each
-// layer and KV head its own), else 0. The outlier channels are the
-// first channel of the slowest pairs, each offset by +-outlier_magnitude (a sign per layer and
-// head). centre and hitter entries are unit-variance draws; the noise is the sum of four 16-bit
-// uniforms scaled to unit variance (near gaussian, cheap). Centres sit in the slow channels, as
-// real keys' semantic mass does, so clusters survive RoPE over a run. Every draw comes from a
-// stream keyed by (seed, layer, position), so any block split gives the same numbers.
+// Synthetic KV: keys and values for a model's KV shape, skewed the way real ones are, made position
+// by position from a seed, so a benchmark can fill a store at 7B scale and 64K tokens without
+// hours of prefill (FlexGen's dummy mode, but not i.i.d.). Lives in model/ because the keys are
+// rotated with the model's RoPE. A key is a topic's cluster centre in the slowly turning channels
+// (runs of positions share a topic, as a paragraph does), plus unit noise, a few outlier channels,
+// and a gain at the sink and the heavy-hitter positions; values are i.i.d. unit noise. Every draw
+// comes from a stream keyed by (seed, layer, position), so any block split gives the same numbers.
+// The generator term by term: docs/model.md#synthetic-kv
 #pragma once
 
 #include <cstdint>

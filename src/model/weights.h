@@ -1,26 +1,10 @@
 // The weight tensors of a llama/qwen2 model, as views into the GGUF file's read-only mapping.
 // Matrices keep their stored type (the matmul kernels read them as they are); the Q4_0 and Q8_0
 // projection matrices are copied once at load into the row-group layout (kernels/cpu/
-// row_groups.h, storage owned here; the mapped pages are released), whose decode dots run 1.5-2.5x
-// faster in cache (Q4_0 decode from DRAM 1.2x, bench/RESULTS.md); LEOAM_ROW_GROUPS=0 in the
-// environment keeps them as stored. 1-D vectors (norms, biases, RoPE frequency factors) are
-// handed out as f32: F32 ones point into the mapping, others are converted once at load into
-// storage owned here.
-//
-// GGUF names and shapes (ne[0] innermost; MatrixView n_cols = ne[0], n_rows = ne[1]):
-//   token_embd.weight          [n_embd, n_vocab]
-//   blk.N.attn_norm.weight     [n_embd]
-//   blk.N.attn_q.weight        [n_embd, n_head * head_dim]      blk.N.attn_q.bias [n_head * head_dim]
-//   blk.N.attn_k.weight        [n_embd, n_head_kv * head_dim]   blk.N.attn_k.bias (optional)
-//   blk.N.attn_v.weight        [n_embd, n_head_kv * head_dim]   blk.N.attn_v.bias (optional)
-//   blk.N.attn_output.weight   [n_head * head_dim, n_embd]
-//   blk.N.ffn_norm.weight      [n_embd]
-//   blk.N.ffn_gate.weight      [n_embd, n_ff]
-//   blk.N.ffn_up.weight        [n_embd, n_ff]
-//   blk.N.ffn_down.weight      [n_ff, n_embd]
-//   output_norm.weight         [n_embd]
-//   output.weight              [n_embd, n_vocab]   (absent: tied to token_embd.weight)
-//   rope_freqs.weight          [n_rot / 2]         (optional: Llama-3.1 frequency factors)
+// row_groups.h, storage owned here; the mapped pages are released), whose decode dots run faster;
+// LEOAM_ROW_GROUPS=0 in the environment keeps them as stored. 1-D vectors (norms, biases, RoPE
+// frequency factors) are handed out as f32: F32 ones point into the mapping, others are converted
+// once at load into storage owned here. GGUF tensor names and shapes: docs/model.md#weights
 #pragma once
 
 #include <memory>

@@ -1,15 +1,13 @@
-// The body of POST /v1/completions and /v1/chat/completions, parsed and checked.
-//
-// Fields (OpenAI's names; missing ones take the server's defaults, from its flags):
+// The body of POST /v1/completions and /v1/chat/completions, parsed and checked. Fields (OpenAI's
+// names; missing ones take the server's defaults, from its flags):
 //   completions: prompt (a string, a one-string array, or an array of token ids), logprobs (0-20)
 //   chat:        messages ([{role, content}], content a string or [{type: "text", text}]),
-//                logprobs (bool) with top_logprobs (0-20)
+//                logprobs (bool) with top_logprobs (0-20), tools and tool_choice
 //   both:        max_tokens (chat also max_completion_tokens), temperature (0-2), top_p (0-1],
 //                top_k, min_p [0-1], repeat_penalty, seed, stop (a string or up to 16), stream,
-//                stream_options.include_usage, n (1 only), model and user (not used)
-// A field of the wrong type or out of range, a missing prompt or messages, an unsupported value
-// (n > 1, echo, presence or frequency penalties) is a 400 naming the field; unknown fields are
-// ignored, as OpenAI clients send extra ones.
+//                stream_options.include_usage, response_format, n (1 only), model, user (not used)
+// A field of the wrong type or out of range, a missing prompt or messages, or one this server
+// cannot honour (n > 1, echo, penalties, logit_bias, ...) is a 400 naming it; others are ignored.
 #pragma once
 
 #include <cstdint>

@@ -1,16 +1,13 @@
 // HttpServer: the OpenAI-compatible HTTP API of `leoam serve`, over a BatchScheduler.
-//
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or with "stream": true SSE chunks
 //                                                 ending in "data: [DONE]"
 //   GET  /v1/models, /health, /metrics (Prometheus text), and / (a page to ask about a document)
-//
 // Errors are OpenAI's JSON shape (api_error.h): 400 for a bad request (malformed JSON, a field of
 // the wrong type, max_tokens over the limit, a prompt longer than the context), 401 without the
-// API key (every endpoint but /health and the page), 403 for a Host that is not this server's or
-// a browser origin that is not allowed (request_guard.h), 404, 413 for a body over the limit (as
-// its bytes arrive, whatever the transfer encoding), 503 with Retry-After when the queue is full,
-// 500 when the engine fails. A client that hangs up cancels its request, streamed or not, which
-// frees its KV (/metrics counts the hang-ups).
+// API key (every endpoint but /health and the page), 403 for a Host or browser origin that is not
+// allowed (request_guard.h), 404, 413 for a body over the limit (as its bytes arrive), 503 with
+// Retry-After when the queue is full, 500 when the engine fails. A client that hangs up cancels
+// its request, streamed or not, which frees its KV (/metrics counts the hang-ups).
 #pragma once
 
 #include <chrono>

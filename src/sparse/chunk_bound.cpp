@@ -1,12 +1,9 @@
 // The chunk bound kernel (chunk_bound.h): a double-precision reference, a float scalar path and
-// an AVX2+FMA path, picked at run time (core/cpu_features.h).
-//
-// Both fast paths split each query row into its positive and negative parts, q = q+ + q-
-// (split_query), so that a channel's term is two multiply-adds without a compare:
-//
+// an AVX2+FMA path, picked at run time (core/cpu_features.h). Both fast paths split each query row
+// into its positive and negative parts, q = q+ + q- (split_query), so that a channel's term is
+// two multiply-adds without a compare:
 //   max(q_c * min_c, q_c * max_c) = q+_c * max_c + q-_c * min_c     (upper)
 //   min(q_c * min_c, q_c * max_c) = q+_c * min_c + q-_c * max_c     (lower)
-//
 // One of q+_c, q-_c is zero, so each identity is exact for finite abstracts and the sum rounds
 // as a plain dot product would.
 #include "sparse/chunk_bound.h"

@@ -1,24 +1,13 @@
-// ChunkTree: IAKM's adaptive chunks for one layer, a buddy tree over positions [0, n_tokens)
-// whose leaves are the chunks a policy scores and selects.
-//
-//   sizes: min_tokens * 2^k, each node aligned to its size; the last leaf may be cut short by n
-//
-//   [0 ............................ 128) [128 ............ 192) [192 ... n)
-//   [0 ........ 64) [64 ........... 128)                           ^ the growing edge
-//   [0..32) [32..64)    <- split: a hot leaf becomes its two halves (down to min_tokens)
-//                       <- merge: two cold buddies become their parent (up to max_tokens)
-//
-// What the tree knows of the keys is kept per block, not per leaf: the box of every aligned block
-// of block_tokens positions ([2][n_kv_heads][head_dim] f16, per-channel min and max of the keys,
-// rounded outward: box_f16.h), the union of the abstracts of the store chunks it covers (LKA: from
-// the disk tier's abstract file for disk chunks, without their KV), and with
-// ChunkTreeOptions::key_signs the key sign sketch of every position (kv/chunk_layout.h). A leaf is
-// bounded through the blocks it meets: each piece (the leaf's rows in one block) by the block's
-// box, cut row by row to the rows' signs (sign_bound.h; kept sliced by channel, 64 rows a word,
-// so that the bound kernels add a channel's term to 16 rows at once). So neither a split nor a merge reads or
-// computes a box, and the tree holds one f16 box per block (1/64 of the f16 KV at 64-token
-// blocks) and one bit per key channel of each row (1/32), however fine its leaves:
-// docs/kv-store.md, Memory.
+// ChunkTree: IAKM's adaptive chunks for one layer, a buddy tree over positions [0, n_tokens) whose
+// leaves are the chunks a policy scores and selects. Sizes min_tokens * 2^k, each node aligned to
+// its size; the last leaf may be cut short by n.
+//   [0 ........ 64) [64 ........... 128) [128 ... 192) [192 ... n)   the growing edge at n
+//   [0..32) [32..64)   <- split: a hot leaf becomes its two halves (down to min_tokens)
+//                      <- merge: two cold buddies become their parent (up to max_tokens)
+// What the tree knows of the keys is kept per aligned block of block_tokens, not per leaf: an f16
+// box (box_f16.h) and, with key_signs, every row's key signs, sliced by channel. A leaf is bounded
+// through the blocks it meets (sign_bound.h), so neither a split nor a merge reads or computes a
+// box. What it holds and why: docs/selection.md#chunk-trees
 #pragma once
 
 #include <cstdint>

@@ -1,19 +1,9 @@
 // FidelityProbe: how close a selection's attention is to full attention, for `bench kv`'s fidelity
-// beside speed. It wraps a selector (or none: every position) and passes everything
-// through; on a sample of layers and KV heads it keeps its own copy of every key and value the store
-// receives (f16, as the store holds them) and, at each select, the query and the positions picked.
+// beside speed. It wraps a selector (or none: every position) and passes everything through; on a
+// sample of layers and KV heads it keeps its own copy of every key and value the store receives
+// (f16, as the store holds them) and, at each select, the query and the positions picked.
 // measure(), called between decode steps (outside the timed part), computes full attention for
-// those queries over every visible position and compares the selection with it:
-//
-//   mass covered   the share of full attention's softmax mass on the positions the selection
-//                  attended
-//   output error   ||o_sel - o_full|| / ||o_full||, o_sel the softmax over the picks alone (what
-//                  sparse attention computes), both from the probe's keys and values: the
-//                  selection's error, apart from the store's codecs
-//   top-10% mass   the share of the full mass in the top tenth of kProfileChunkTokens-token chunks:
-//                  how skewed the step's attention is, under the engine's own queries
-//
-// Each is the mean over the sampled (layer, query head) pairs of the queries since the last call.
+// those queries over every visible position and compares the selection with it (StepFidelity).
 // Memory: 4 bytes per sampled layer, KV head, position and channel (keys and values), apart from
 // what the wrapped policy holds.
 #pragma once
@@ -35,10 +25,17 @@ struct FidelityProbeOptions {
   std::vector<int> kv_heads;     // the sampled KV heads, each with every query head of its group
 };
 
+// Each a mean over the sampled (layer, query head) pairs of the queries since the last call.
 struct StepFidelity {
   int n_samples = 0;             // (layer, query head, query) triples measured
+  // The share of full attention's softmax mass on the positions the selection attended.
   double mass_covered = 0.0;
+  // ||o_sel - o_full|| / ||o_full||, o_sel the softmax over the picks alone (what sparse
+  // attention computes), both from the probe's keys and values: the selection's error, apart
+  // from the store's codecs.
   double output_error = 0.0;
+  // The share of the full mass in the top tenth of kProfileChunkTokens-token chunks: how skewed
+  // the step's attention is, under the engine's own queries.
   double top10_chunk_mass = 0.0;
 };
 

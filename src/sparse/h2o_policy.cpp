@@ -1,29 +1,12 @@
-// h2o, h2o-chunked: H2O (Heavy-Hitter Oracle). Each layer accumulates, over the decode steps,
-// the softmax mass every position receives (observe_attention: summed over the query heads), and
-// keeps the far positions with the most accumulated mass, the heavy hitters, within the budget.
-// A far position that is not kept is evicted for good: it is never selected again in this
-// sequence, whatever mass it would rank with later, as H2O drops it from its KV cache.
-//
-//   step 0 (this layer has observed no mass yet)   every far position: H2O scores the prompt with
-//                                                 its full attention, so the first step of each
-//                                                 layer attends everything once, over the budget
-//   step s > 0                                    candidates = far positions not evicted; the top
-//                                                 budget_tokens by accumulated mass (ties to the
-//                                                 lower position) are kept, the others evicted
-//
-// Positions that enter far from the recent window carry the mass they gathered while recent
-// (attended at every step), and mass keeps accumulating at steps where the budget covers every
-// far token (SparseAttention then attends all of far without asking the policy).
-//
-// h2o-chunked works at the grain of the store's chunks (catalog.chunk_tokens()): a chunk scores
-// the accumulated mass of its positions inside far; the best chunks are kept while their far
-// tokens fit the budget (the ranking stops at the first chunk that does not fit, as Quest's
-// pick_top_chunks), and the other candidate chunks are evicted for good, whole. So a chunk partly
-// in far that is evicted also loses its positions still in the recent window, once they leave it:
-// the store evicts whole chunks too.
-//
-// Memory: per layer, one float of mass per position and one byte per evicted unit (position or
-// chunk), sized to the largest position seen.
+// h2o, h2o-chunked: H2O (Heavy-Hitter Oracle). Each layer accumulates, over the decode steps, the
+// softmax mass every position receives (observe_attention: summed over the query heads), and keeps
+// the far positions with the most, the heavy hitters, within the budget (ties to the lower
+// position). A far position not kept is evicted for good, as H2O drops it from its KV cache. A
+// layer's first step (no mass observed yet) attends every far position, as H2O scores the prompt
+// with full attention. h2o-chunked does the same with the store's chunks: a chunk scores its
+// positions' mass inside far, and an evicted chunk goes whole, its recent positions too once they
+// leave the window. Memory: a float of mass per position and a byte per evicted unit, per layer.
+// The steps in full: docs/selection.md#h2o
 #include <algorithm>
 #include <cstdint>
 #include <memory>

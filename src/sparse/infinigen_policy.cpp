@@ -1,39 +1,12 @@
 // infinigen: the InfiniGen baseline (Lee et al., OSDI'24), budget-based so that it compares with
-// the other policies. While layer i runs, InfiniGen speculates which tokens layer i+1 will attend
-// to: it applies a partial query projection of layer i+1 (a few columns of each head) to layer i's
-// input and scores it against a partial key cache (the same columns of every stored key).
-//
-//   observe_keys(L, p0, n, k)      the partial keys of positions [p0, p0 + n) of layer L are
-//                                  (re)written: the cache is indexed by position, so a new sequence
-//                                  overwrites it and reset() need not clear it
-//   observe_layer_input(L, pos, x) speculates the partial query of layer L + 1 from x (layer 0's
-//                                  input also speculates layer 0: nothing runs before it)
-//   select(L)                      scores the far tokens with the speculation made for L at this
-//                                  position; without one (no layer inputs observed) it falls back
-//                                  to the true query restricted to the columns
-//
-// Scores: for query head h and far token t, s_h(t) = scale * q_partial_h . k_partial_t; each head
-// is normalized by its own max over the far tokens, and a token scores its best head (a token one
-// head needs is kept even when the others look elsewhere, as in quest). The budget_tokens best far
-// tokens are kept (ties to the lower position), as sorted, merged ranges. InfiniGen itself keeps the
-// tokens above a threshold below each head's max; a fixed budget makes it comparable here.
-//
-// Columns and partial weights: sparse/partial_projection.h. Static columns from the weights stand
-// in for InfiniGen's offline SVD skewing, so at a small ratio the speculation is weaker than the
-// paper's.
-//
-// Partial key cache memory: per layer and position, the union of the columns of each kv head's
-// query heads, in f32:
-//     bytes = sum over layers of n_positions * n_kv_sel(layer) * 4
-//     n_kv_sel = sum over kv heads of |union of its group's columns|,
-//                between 2*ceil(ratio * head_dim / 2) * n_head_kv (no GQA, or a group that agrees)
-//                and min(n_gqa * that, head_dim) * n_head_kv
-// As a fraction of an f16 KV (2 * n_head_kv * head_dim * 2 bytes a position and layer): about
-// `ratio` without GQA, up to min(n_gqa * ratio, 1) with it. Storing the union per kv head, not the
-// columns per query head, never costs more.
-//
-// Prefetching: the engine has no asynchronous layer-ahead pipeline yet, so nothing is prefetched
-// while the previous layer runs; the speculated set is simply what the store gathers at layer L.
+// the other policies. While layer i runs, it speculates which tokens layer i+1 will attend to: a
+// partial query projection of layer i+1 (a few columns of each head: partial_projection.h)
+// applied to layer i's input, scored against a partial key cache (the same columns of every key).
+// A far token scores its best query head's score, less that head's max; the budget_tokens best
+// are kept (ties to the lower position), as merged ranges. InfiniGen keeps the tokens within a
+// threshold of each head's max instead; a fixed budget makes it comparable here. It forecasts
+// nothing for the decode pipeline (no predict()): the speculated set is read when layer i+1
+// gathers it. Partial key cache memory: docs/selection.md#infinigen
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -68,6 +41,8 @@ class InfinigenPolicy final : public SelectionPolicy {
     return {kept, std::max(peak_bytes_, kept)};
   }
 
+  // (Re)writes the partial keys of positions [pos0, pos0 + n) of `layer`: the cache is indexed
+  // by position, so a new sequence overwrites it and reset() need not clear it.
   Status observe_keys(int layer, int64_t pos0, int64_t n, const float* k) override {
     if (layer < 0 || layer >= proj_.n_layer() || pos0 < 0 || n < 0) {
       return invalid_argument("infinigen: keys for layer " + std::to_string(layer) + " at position " +
@@ -81,6 +56,8 @@ class InfinigenPolicy final : public SelectionPolicy {
     return Status::ok();
   }
 
+  // Speculates the partial query of layer + 1 from x (layer 0's input also speculates layer 0:
+  // nothing runs before it).
   Status observe_layer_input(int layer, int64_t pos, const float* x) override {
     if (layer < 0 || layer >= proj_.n_layer() || pos < 0) {
       return invalid_argument("infinigen: layer input for layer " + std::to_string(layer) + ": the model has " +
@@ -91,6 +68,8 @@ class InfinigenPolicy final : public SelectionPolicy {
     return Status::ok();
   }
 
+  // Scores the far tokens with the speculation made for this layer at this position; without one
+  // (no layer inputs observed) it falls back to the true query restricted to the columns.
   Result<Selection> select(const SelectionQuery& query, KvCatalog& /*catalog*/) override {
     LEOAM_RETURN_IF_ERROR(check_query(query));
     Selection s;

@@ -1,24 +1,11 @@
 // oracle: the best a selection of whole chunks can do at a budget, as a reference for the other
-// policies, not a policy to deploy. It knows every key, so it ranks by the exact attention mass,
-// which no policy knows before it reads the keys: a policy that falls short of full attention
-// where the oracle does not is losing to its ranking; where the oracle falls short too, the budget
-// itself loses it.
-//
-// Keys: observe_keys keeps every post-RoPE key of every layer in f32, indexed by position (4 bytes
-// a channel: twice an f16 K, all in RAM), so a new sequence overwrites them and reset() need not
-// clear them.
-//
-// Selection: leoam's rule with exact scores. For query head h, p_h(t) = softmax over every
-// position t of [0, n_tokens) of scale * q_h . k_t (near positions included, as attention
-// normalizes). Per KV head, its query heads' masses sum over each store chunk's part in far (the
-// mass the shared KV head serves there); a chunk scores its best KV head's mass per far token,
-// and the best chunks fill the budget (chunk_ranking.h: ties to the lower index, the ranking
-// stops at the first chunk that does not fit). The grain is the store's chunk (--kv-chunk; by
-// default leoam's finest leaves, 8 tokens or fewer for small budgets). One set per layer, shared
-// by every head, as leoam selects.
-//
-// Cost per layer and step: one q.k per position and query head, as full attention's scores,
-// whatever the budget. It reads no abstract and no KV.
+// policies, not a policy to deploy. It keeps every post-RoPE key in f32, indexed by position (so a
+// new sequence overwrites them and reset() need not clear them), and ranks by the exact attention
+// mass: leoam's rule with exact scores. A chunk scores its best KV head's mass per far token (each
+// KV head summing its query heads' softmax masses over the chunk's part in far), and the best
+// chunks fill the budget (chunk_ranking.h). One set per layer, at the store's chunk grain. Each
+// step costs one q.k per position and query head, whatever the budget; it reads no abstract and
+// no KV. The rule and what it tells apart: docs/selection.md#oracle
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,34 +1,13 @@
 // PartialProjection: InfiniGen's partial query projection and the partial keys it is scored
 // against. Per layer and query head it keeps a few dimensions ("columns") of the head, chosen once
 // from the weights, and computes the query restricted to them from a layer input, rotated by RoPE
-// exactly as the full query is (so the partial scores are the full q.k restricted to the columns).
+// exactly as the full query is, so the partial scores are the full q.k restricted to the columns.
+// Static columns stand in for InfiniGen's offline SVD skewing: units of a RoPE pair (or an
+// unrotated dim), ranked by ||Wq' rows|| * ||Wk' rows||, best first while they fit in
+// 2 * ceil(ratio * head_dim / 2) columns. Wq's selected rows are read in place in their stored
+// type (row groups copied out once), not as f32 copies.
 //
-// Column choice. InfiniGen skews Wq/Wk offline with an SVD so that a few columns carry most of
-// q.k; we choose static columns of the weights as they are. RoPE mixes the two dimensions of a
-// pair, so the unit of choice is a rotation pair (normal llama pairing: dims (2i, 2i+1); NeoX:
-// (i, i + n_rot/2)), plus each unrotated dim [n_rot, head_dim) on its own. A unit of query head h
-// (kv head g = h / n_gqa) scores
-//     ||Wq' rows of the unit in head h||_F * ||Wk' rows of the unit in kv head g||_F
-// where W' = W diag(attn_norm) is the weight as the layer applies it to rmsnorm(x) (the biases
-// are left out of the ranking). That product bounds the unit's share of q.k for an input of unit
-// norm. Units are taken best first (ties: lower unit, pairs before unrotated dims) while they fit
-// in 2 * ceil(ratio * head_dim / 2) columns; a pair that no longer fits is skipped for a later
-// single dim. With n_rot == head_dim (every llama/qwen2 model) that is ceil(ratio * head_dim / 2)
-// pairs per head.
-//
-// Layout per layer (n_sel = the columns of all query heads, n_kv_sel = those of all kv heads):
-//
-//   query columns   [head 0: c c c c][head 1: c c c c] ...       q_begin[h] .. q_begin[h + 1]
-//   partial query   [n_sel] f32, the same order (post-RoPE)
-//   kv columns      [kv head 0: union of its group's columns] ... kv_begin[g] .. kv_begin[g + 1]
-//   partial key     [n_kv_sel] f32 per position, the same order; key_slot[i] is where query
-//                   column i finds its key value in it
-//
-// The partial query weights are the selected rows of Wq read in place from the model's weights in
-// their stored type (kernels::dot_row), not f32 copies: a copy would cost
-// n_layer * n_sel * n_embd * 4 bytes (0.67 GB for a llama-7b at ratio 0.3). Where Wq is stored in
-// row groups (Q4_0, Q8_0), the selected rows are copied out once in their stored type (90 MB for
-// a Q4_0 llama-7b at ratio 0.3).
+// Why these columns, the layout, and the memory: docs/selection.md#partial-projection
 #pragma once
 
 #include <cstdint>

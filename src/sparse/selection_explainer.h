@@ -3,17 +3,9 @@
 // (exact attention mass, oracle_policy.cpp) on the same query, and records for a target range of
 // positions (a needle): how much of it each picked, where its best unit ranked under each one's
 // scores, and its exact attention mass. A miss (a target holding 1% of the layer's attention or
-// more that the policy did not pick whole) then reads as one of:
-//
-//   budget   the oracle misses it too: at this budget no ranking of whole chunks reaches it
-//   coarse   the oracle picks it, and the policy's unit holding it is larger than a store chunk:
-//            its score is spread over tokens the needle does not hold (the tree is too coarse)
-//   bound    the oracle picks it, and the policy's own unit is a store chunk: its upper bound
-//            ranked it below the units that filled the budget (the box or signs were loose)
-//   desert   the policy judged that no far token mattered
-//
-// With no target (an empty range) only the mass each one leaves out is recorded (eval's ppl).
-// The oracle's keys and work are the diagnostic's, not the policy's: memory() is the policy's.
+// more that the policy did not pick whole) gets a cause (LayerExplanation::cause). With no target
+// (an empty range) only the mass each one leaves out is recorded (eval's ppl). The oracle's keys
+// and work are the diagnostic's, not the policy's: memory() is the policy's.
 #pragma once
 
 #include <memory>
@@ -44,7 +36,14 @@ struct LayerExplanation {
   // The layer's far attention mass (exact, a mean over the query heads) outside each one's picks:
   // what the selection costs the layer, target or not.
   double policy_lost = 0.0, oracle_lost = 0.0;
-  std::string cause;          // "" (picked, or not needed), "budget", "coarse", "bound" or "desert"
+  // "" (picked, or not needed), or why a miss was missed:
+  //   budget   the oracle misses it too: at this budget no ranking of whole chunks reaches it
+  //   coarse   the oracle picks it, and the policy's unit holding it is larger than a store
+  //            chunk: its score is spread over tokens the needle does not hold (too coarse a tree)
+  //   bound    the oracle picks it, and the policy's own unit is a store chunk: its upper bound
+  //            ranked it below the units that filled the budget (the box or signs were loose)
+  //   desert   the policy judged that no far token mattered
+  std::string cause;
 };
 
 // Wraps `policy`; `oracle` is a fresh oracle policy of the same model (make_selection_policy).

@@ -1,41 +1,13 @@
 // The sign-refined bound kernel (sign_bound.h): a double reference, a float scalar path and an
 // AVX2+FMA path over rows' sign words; over the chunk tree's channel slices, an AVX2 and an
 // AVX-512 path; picked at run time (core/cpu_features.h).
-//
-// The rows path puts a row's channels in the lanes: per 8 channels the sign bits, tested lane by
-// lane, pick the lanes of d to add, and each row ends in a horizontal sum. The slices paths put
-// rows in the lanes (with AVX-512 32 int16 lanes: a channel's 32 bits are the mask of one masked
-// add; 16 float lanes before), so no row needs a horizontal sum: 1.62x the rows path's rate in
-// units of 64 rows (433 against 267 M rows x heads a second), but 0.77x in units of 8 (137
-// against 179: AVX2's 8 lanes serve those, a lane mask a channel for 8 rows) (2026-12-04, idle
-// 2-core EPYC, bench/sign_bound_bench.cpp).
-// The AVX-512 slices path now adds whole steps in int16 (sign_bound.h: 32 rows a masked add, and
-// integer adds wait one cycle on each other where float adds wait more), its terms made for the
-// whole group from one conversion of the box: on the Zen 5 VM, 4 query heads a kv head of
-// head_dim 64, 1.33-1.41 G rows x heads a second in units of 64 rows against 0.77 G in float
-// (16 rows a masked add), 0.83-0.88 against 0.60 in 8-row units of 32-row boxes (2026-12-05,
-// bench/sign_bound_bench.cpp). In a standalone loop of the adds alone at head_dim 128 (32768
-// rows, 8 kv heads of 4 query heads): float with one sum a head 2.0 ms, two sums a head 1.6,
-// int16 in partials of 8 channels 0.95, of 16 0.90.
-// Since 2026-12-06 the AVX-512 path sums 64 rows a pass where a run covers them (one broadcast of
-// a term serves two masked adds; the broadcast a dword load, where a word broadcast was a load and
-// a shuffle), widens each partial by vpmaddwd into its even and odd rows, and makes the box's terms
-// with no mask in whole blocks of 16 channels: on the Zen 5 VM, a whole Llama-3-8B step at 32K on
-// one thread (bench/sign_bound_bench.cpp, step_llama3_8b_32k, medians of 6 alternated runs)
-// 77.0 -> 59.3 ms cache-resident and 83.4 -> 63.0 from memory in a slow stretch (an earlier build
-// that took 64 rows for every run: 50.7 -> 41.5 and 56.7 -> 47.6 in a quiet one, but a fine
-// layer's 8-row units in 32-row boxes 15-20% slower); those units as before, with the 32 rows a
-// pass they need.
-// Earlier, on the rows layout, tried and dropped:
-// - (2026-12-01, 2-core Xeon VM with AVX-512, bench/sign_bound_bench.cpp) an AVX-512 path with 16
-//   rows in the lanes, per channel a vptestmd and a masked add, or per nibble a lookup in a
-//   16-entry table with one vpermps. Both ran at the AVX2 path's rate: the rows' words of one kv
-//   head are strided, and the gather that collects them for 16 rows stalls each block (gathers
-//   are slow on this CPU).
-// - (2026-12-02, 2-core EPYC with AVX-512) an AVX-512 path with a row's channels in the lanes,
-//   16 sign bits the mask of one masked add, in the AVX2 path's summation order (bit for bit its
-//   bounds): 164 / 266 M rows x heads a second in units of 8 / 64 rows, against AVX2's 161 / 272.
-//   Each row's horizontal sum, and its max into the unit's bound, bound both paths alike.
+// The rows path puts a row's channels in the lanes: the sign bits pick the lanes of d to add, and
+// each row ends in a horizontal sum. The slices paths put rows in the lanes (AVX-512: 32 int16
+// lanes, a channel's 32 bits the mask of one masked add), so no row needs a horizontal sum. The
+// AVX-512 path adds whole steps in int16 (an integer add waits one cycle on the one before it, a
+// float add more), 64 rows a pass where a run covers them (one broadcast term serves two masked
+// adds), widening each partial by vpmaddwd.
+// Why these layouts, and the ones measured and not kept: docs/selection.md#sign-bound-kernels
 #include "sparse/sign_bound.h"
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as uninitialized

@@ -1,23 +1,12 @@
 // The sign-refined chunk bound: the upper bound of chunk_bound.h, tightened with the key sign
-// sketch of the abstracts (kv/chunk_layout.h: one bit a channel of every row, set where the
-// stored key is <= 0). Within a box [min_c, max_c] that holds a row's key, the row's sign bit
-// cuts channel c's interval to
-//
-//   bit set:    [min_c, min(0, max_c)]          bit clear:  [max(0, min_c), max_c]
-//
-// and a unit (a run of rows inside the box) is bounded by its largest row bound:
-//
+// sketch (kv/chunk_layout.h: one bit a channel of every row, set where the stored key is <= 0).
+// Within a box [min_c, max_c] that holds a row's key, the row's sign bit cuts channel c to
+// [min_c, min(0, max_c)] (bit set) or [max(0, min_c), max_c] (bit clear), and a unit (a run of
+// rows inside the box) is bounded by its largest row bound:
 //   bound(q, unit) = max over rows t of  sum_c max(q_c * lo_tc, q_c * hi_tc)  >=  q.k_t
-//
-// Each row's sum bounds its own q.k, so the maximum bounds every key of the unit, and it never
-// exceeds the box bound (each cut interval lies inside the box). On dense keys, whose channels
-// spread over the whole box in every chunk, min/max boxes of different chunks look alike; the
-// rows' signs still tell them apart (bench/RESULTS.md, issue 6: the needle's 8-token page goes
-// from a rank of 59-176 of 512 by box to first).
-//
-// Per channel a row's term is one of two values fixed by the box and q: P_c (bit clear) and
-// N_c (bit set), so the row's bound is sum_c P_c + sum over set bits of (N_c - P_c): a masked
-// sum over the row's bits, hd values a row.
+// It never exceeds the box bound, and tells apart the chunks of dense keys, whose boxes look
+// alike. A row's term is P_c (bit clear) or N_c (bit set), so its bound is sum_c P_c plus a
+// masked sum of (N_c - P_c) over its bits. Derivation: docs/selection.md#the-sign-refined-bound
 #pragma once
 
 #include <cstdint>

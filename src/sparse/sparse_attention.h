@@ -1,22 +1,13 @@
-// SparseAttention: the AttentionSelector (model/attention_selector.h) that runs a selection
-// policy per layer and decode step. For the query at position pos (it sees n = pos + 1 tokens):
+// SparseAttention: the AttentionSelector (model/attention_selector.h) that runs a selection policy
+// per layer and decode step. For the query at position pos (it sees n = pos + 1 tokens):
 //
 //   sink   = [0, min(n_sink, n))                  always attended
 //   recent = [max(sink end, n - n_recent), n)      always attended (the query's own token last)
 //   far    = between them                          the policy picks up to the far budget
 //
-// Budget: always of the far tokens, which the sink and the recent window join: a fraction (a
-// value in (0, 1]) of them, so at long contexts about that fraction of the context is attended
-// and at short ones the policy still has a share of far to choose; or a whole count (> 1) of
-// them. Either leaves at least one far token when there is one. Layers may have their own budget
-// (the default schedule: budget_schedule.h). A far budget that covers every far token selects
-// them all without asking the policy.
-//
-// It counts, per layer: queries, tokens attended, tokens visible, deserts and chunks scored. And it
-// tells the store which chunks matter: each time a policy picks a far chunk, the store raises the
-// chunk's importance (the eviction hint of KvCatalog::raise_importance) by one: the number of
-// times it has been picked, kept in the store's own entry for the chunk, so chunks that keep being chosen stay closer to compute (H2O's heavy hitters, at
-// chunk grain).
+// The budget is of the far tokens (a fraction in (0, 1] or a whole count > 1; per layer:
+// budget_schedule.h), at least one when there is one; a budget that covers them all selects all
+// without asking the policy. Each far chunk picked raises its importance in the store by one.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +53,7 @@ struct AttentionShape {
   float scale = 0.0f;  // applied to q.k
 };
 
+// Per layer: what the queries attended and saw, and what the policy scored.
 struct LayerSparseStats {
   int64_t n_queries = 0;
   int64_t n_attended = 0;  // tokens attended, summed over queries
@@ -135,6 +127,9 @@ class SparseAttention final : public AttentionSelector {
                                            ThreadPool& pool);
   // The far tokens the policy may pick, of n_far.
   int64_t far_budget(int layer, int64_t n_far) const;
+  // Raises each picked far chunk's importance in the store by one (KvCatalog::raise_importance):
+  // the times it has been picked, kept in the store's entry for the chunk, so chunks that keep
+  // being chosen stay closer to compute (H2O's heavy hitters, at chunk grain).
   void hint_importance(int layer, std::span<const TokenRange> ranges, KvCatalog& catalog);
   // Notes the decode position; a position that goes back starts a new sequence (policy reset).
   void begin_position(int64_t pos);

@@ -1,13 +1,9 @@
 // Pre-tokenization for byte-level BPE: splits text into the words that BPE merges within.
-//
 // A pre-tokenizer is a list of regexes, chosen by the GGUF key `tokenizer.ggml.pre`. As in
 // llama.cpp's unicode_regex_split, each regex splits every piece that the previous one produced:
 // its matches and the non-matching gaps between them all become pieces, and a regex only ever
 // sees one piece (so `$` and lookaheads stop at the piece's end). Pieces concatenate back to the
-// input exactly.
-//
-//   "Hello world!"  --regex 1-->  ["Hello", " world", "!"]  --regex 2--> ...
-//
+// input exactly:  "Hello world!"  --regex 1-->  ["Hello", " world", "!"]  --regex 2--> ...
 // Regexes run under PCRE2 in UTF + UCP mode (\p{L}, \s follow Unicode), JIT-compiled when the
 // library supports it. Thread safety: split() is const and may run concurrently.
 #pragma once

@@ -1,11 +1,9 @@
 // SentencePiece tokenizer (tokenizer.ggml.model = "llama"), as llama.cpp's llm_tokenizer_spm.
-//
 // A raw-text fragment gets a leading space when it starts the input or follows a special token
 // (add_space_prefix), every ' ' becomes U+2581 "▁", and the text is cut into UTF-8 characters.
 // Then, repeatedly, the adjacent pair whose concatenation is a vocabulary token with the highest
 // score is merged (ties: leftmost first), until no adjacent pair forms a token. A final symbol
 // that is not a token is emitted as byte tokens <0xXX> (byte fallback).
-//
 // The pairs live in a priority queue; a merged-away or grown symbol makes its old pairs stale,
 // and they are dropped when popped. O(n log n) in the fragment's length; long texts are first cut
 // at characters that no multi-byte token contains (exact, see isolated_).

@@ -1,29 +1,13 @@
 // `leoam bench kv`: decode speed of each attention policy with the KV mostly on disk, each figure
-// beside its bound, measured in the same run (issue 27's experiments, batch 1).
-//
-// Per --ctx and policy: a fresh tiered store, filled with positions [0, ctx) either from synthetic
-// KV (--synthetic-kv: model/synthetic_kv.h, appended through the store's normal path, so its
-// disk tier, abstracts, residency and write-through are real) or by prefilling -f's text, then
-// -n tokens decoded by the real engine (LlamaForward + SparseAttention, as `leoam run`). Every
-// policy starts from the same state (same seed, same fill). The synthetic fill ends as a prompt
-// does: its last kPromptEndTokens positions are a prompt of random ids, prefilled by the engine
-// (dense attention over the synthetic KV), so that the first decode step follows a prompt's end
-// (LlamaForward's forecast of that step's picks from the prompt's last row) as in `leoam run`.
-// With --pipeline on or auto, full reads each next layer's whole past ahead (FlexGen's schedule),
-// its staging sized to two layers of it whatever --read-ahead-mb says.
-// The policies run one after the other, or with --interleave all at once, a decode step of each
-// in turn (in a rotating order): the machines are shared VMs whose bandwidth moves by 2x within
-// minutes, and steps taken side by side meet the same stretch.
-//
-// Bound of a step = the larger of its DRAM time, (weights + KV read from RAM (device, host)) / DRAM
-// bandwidth, and its disk time, the step's disk bytes (KV and abstracts) / the disk's raw read
-// throughput: a schedule that overlaps every read with compute (the pipeline, a batch's
-// read-ahead) can reach it, and none can beat it. The bandwidth and throughput are probed before
-// and after the runs (the disk with kv/gather_benchmark.h's raw reads: O_DIRECT, the store's
-// chunk size and the first policy's budget), the faster of each.
-//
-// Output: a markdown table on stdout (and --markdown FILE), everything as JSON in --json FILE.
-// Progress on stderr, when stderr is a terminal.
+// beside its bound, measured in the same run. Per --ctx and policy: a fresh tiered store, filled
+// from synthetic KV (model/synthetic_kv.h, through the store's own append path, its last positions
+// a prefilled prompt of random ids) or by prefilling -f's text, then -n tokens decoded by the real
+// engine, as `leoam run`; every policy starts from the same state. The policies run one after the
+// other, or with --interleave a step of each in turn, so that on a shared machine, whose bandwidth
+// moves within minutes, steps side by side meet the same stretch. Bound of a step = the larger of
+// its DRAM time and its disk time (its disk bytes / the disk's raw read rate), the rates probed
+// before and after the runs, the faster of each. Output: markdown on stdout (and --markdown FILE),
+// JSON in --json FILE. The fill, the bound and what full reads ahead: docs/kv-store.md#bench-kv
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -656,7 +640,7 @@ class BenchKvCommand : public Command {
     const double disk = static_cast<double>(s.kv_bytes_read[2] + s.abstract_bytes_read);
     return 1e3 * disk / (this->disk().raw_mb_per_s * 1e6);
   }
-  // The bound: the larger term (the header comment).
+  // The bound: the larger term (docs/kv-store.md#bench-kv).
   double bound_ms(const Step& s) const { return std::max(dram_ms(s), disk_ms(s)); }
 
   // The KV bytes of the positions a step attended (its selection).

@@ -1,55 +1,13 @@
 // `leoam eval`: score a model on long-context retrieval tasks (src/eval/task.h) across a sweep of
-// context lengths, needle depths, seeds and sparse attention policies at several budgets.
-//
-// The sweep: for each (ctx, depth, seed) the sample is built once; then for each (policy, budget)
-// (full once, its budget recorded as 1) greedy generation runs from the sample's tokens through a
-// fresh context with a fresh KV store, and the output is scored. Each result is one JSON line
-// appended to --out and flushed as soon as it exists:
-//   {"task","ctx","depth","seed","policy","budget","needle_pos","answers","output","score",
-//    "tokens_attended_pct","bytes_read","kv_bytes_per_token","policy_memory_peak_bytes","n_generated",
-//    "decode_ms","first_step_ms"}
-// (policy_memory_peak_bytes: the most the policy held about the KV, SparseAttention::memory, 0
-// for full; first_step_ms: the first decode eval, part of decode_ms; with --straddle-chunk N, also
-// "straddle_chunk": N), so an interrupted sweep resumes: the runs --out already holds are skipped
-// (a run is its task, ctx, depth, seed, policy, budget and straddle_chunk), and a torn last line
-// (an interrupted write) is cut off and run again. The closing table covers the lines of the
-// task at this --straddle-chunk. Ctrl-C stops the run in progress, which writes no line, prints
-// the table of the runs done and exits 130; a second Ctrl-C exits at once (SigintScope).
-//
-// bytes_read is {"device": N, "host": N, "disk": N}: the bytes the run (prefill and decode) read
-// out of each tier of the tiered store, the counters `leoam run --kv-stats` reports (kv_stats.h);
-// kv_bytes_per_token is the same per tier for the decode alone, per decode step (the prefill is
-// full attention, the same for every policy). Every policy, full included, runs through the
-// tiered store, so the counts compare: with --kv-dir its tiers are --kv-device-mb, --kv-host-mb
-// and the disk; without it the whole KV is on the device tier (RAM) and nothing goes to disk.
-//
-// Every flag is checked and every sample built before --out is touched, so a bad flag appends
-// nothing. stdout carries the closing markdown table (one row per policy and budget, over every
-// line of --out for the task, each with its measured share of tokens attended and KV bytes read
-// per token and tier next to its score; the budget rule line above it, and a warning under it
-// when policies at one budget attend shares more than 1 point apart), with --show a block per run before it (show_block), and with
-// --show-prompt each sample's prompt before its first run (prompt_block); progress and errors go
-// to stderr.
-//
-// `--task ppl` is perplexity rather than retrieval: --text is cut into consecutive windows of
-// --ctx tokens (BOS first where the vocab has one). For each --depth D (default 0), the first
-// P = floor(D * (ctx - 1)) tokens of a window are evaluated as a prompt (batched, full
-// attention, as `run` prefills one), and the rest is decoded one token at a time under each
-// (policy, budget), every position through the selector, summing the negative log-likelihood of
-// the window's next token. D = 0 decodes and scores every position; D > 0 scores the decode
-// after a long prompt, the path of the retrieval tasks. Its lines, keyed with depth D and the
-// window index as seed:
-//   {"task":"ppl","ctx","depth","seed","policy","budget","prefill_tokens","nll_sum","n_tokens",
-//    "n_bytes","ppl","bits_per_byte","tokens_attended_pct","bytes_read","kv_bytes_per_token",
-//    "policy_memory_peak_bytes","decode_ms"}
-// where n_tokens = ctx - 1 - P predictions are scored and decode_ms covers their single-token
-// evals.
-//
-// --explain runs the exact-mass oracle beside each sparse policy (sparse/selection_explainer.h).
-// A retrieval line gets "explain": per decode step that writes the first answer and per layer,
-// where the answer's tokens in the needle ranked under the policy and the oracle, how much of them
-// each picked, their exact mass, the far mass each one's picks left out, and a miss's cause. A
-// ppl line gets "explain_layers": per layer, the mean far mass left out by each.
+// context lengths, needle depths, seeds and sparse attention policies at several budgets; with
+// `--task ppl`, perplexity of --text windows decoded token by token after a prefill of depth D.
+// For each (ctx, depth, seed) the sample is built once; each (policy, budget) then generates
+// greedily through a fresh context and KV store (the tiered store for every policy, full
+// included, so the bytes compare), and its result is one JSON line appended to --out and flushed
+// at once, so an interrupted sweep resumes (runs --out holds are skipped; a torn last line is cut
+// off). Every flag is checked and every sample built before --out is touched. stdout: the closing
+// markdown table (with --show, a block per run before it); stderr: progress and errors. Ctrl-C
+// stops the run in progress and prints the table of those done (exit 130); a second exits at once.
 #include <unistd.h>
 
 #include <algorithm>
@@ -828,7 +786,7 @@ class EvalCommand : public Command {
     return j;
   }
 
-  // --task ppl: the tokens of a window of `ctx` prefilled at `depth` (the header comment).
+  // --task ppl: the tokens of a window of `ctx` prefilled at `depth`, floor(D * (ctx - 1)).
   static int64_t prefill_tokens(int64_t ctx, double depth) {
     return static_cast<int64_t>(std::floor(depth * static_cast<double>(ctx - 1)));
   }

@@ -1,11 +1,8 @@
 // `leoam run`: generate text from a prompt.
-//
-// Output: the prompt text, echoed as given (like llama.cpp), then the generated text streamed
-// as it is sampled (flushed per token), then a newline. stdout carries nothing else, so
-// `leoam run ... > out.txt` captures exactly prompt + completion + "\n". Diagnostics, the
-// prefill progress bar (terminal only, long prompts only) and the closing speed summary go to
-// stderr.
-//
+// Output: the prompt text, echoed as given (like llama.cpp), then the generated text streamed as
+// it is sampled (flushed per token), then a newline. stdout carries nothing else, so
+// `leoam run ... > out.txt` captures exactly prompt + completion + "\n". Diagnostics, the prefill
+// progress bar (terminal only, long prompts only) and the closing speed summary go to stderr.
 // Ctrl-C (SigintScope): the first stops the prefill at its next batch, or the generation before its
 // next token; the run then prints its summary and --kv-stats, saves --kv-save if generation had
 // begun (a prefill cut short leaves nothing to save, and no file), and exits with status 130. A

@@ -1,30 +1,13 @@
 // Tiled causal attention with an online softmax (see flash_attention.h for the two work splits).
-//
 // One step = one tile of up to kKeyTile keys x the query rows of one kv head:
-//
 //   K tile -> f32 (F16C)   s[i][j] = q_i . k_j        (q pre-scaled; 2 rows x 4 keys blocks)
 //   mask s[i][j] for key position > query position
-//   m_new = max(m, max_j s)   p = exp(s - m_new)   l = l e^(m - m_new) + sum p   acc *= e^(m - m_new)
+//   m_new = max(m, max_j s)  p = exp(s - m_new)  l = l e^(m - m_new) + sum p  acc *= e^(m - m_new)
 //   V tile -> f32          acc[i] += sum_j p[i][j] v_j (4 rows x 16 dims blocks)
-//
-// Heads with at most kWalkRows query rows (MHA decode) take the same steps, but every head's
-// slice of 8 keys before the next 8 (walk_tile), so that the reads come in address order.
-//
-// Scratch per thread: the query rows' q, acc, m, l plus one K and one V tile and the scores,
-// at most n_head_kv * kQueryRows rows (decode) or kQueryRows rows (prefill): ~300 KiB for 8 kv
-// heads of 128 whatever the number of keys.
-//
-// Speed (bench/attention_bench.cpp, 2-core Zen 3 VM, 32/8 heads of 128, F16 KV): decode streams
-// 6-7 GB/s per thread, about a third of one core's DRAM read rate; it is bound by arithmetic, not
-// memory: 1024 FMAs per key and kv head (4 query heads x 128 x 2) against 512 bytes, i.e. at 2
-// FMA vectors per cycle at best 64 cycles per 512 B, ~20 GB/s per core at 100% FMA use. Measured
-// ~27% of that; the rest goes to f16 conversion, broadcasts, horizontal sums and the softmax.
-// Prefill attention: ~80-90 GFLOP/s on 2 threads.
-// 2026-12-01, 2-core Xeon (Sapphire Rapids class) VM, AVX2 path: with the KV in cache one thread
-// ran ~13 GB/s with 64-key tiles (3.3 G FMA vectors/s of a measured 4.4 G peak: ~75%; the
-// softmax fold ~9% of the time), 20-30% above the scalar-max version (32-key tiles: about 7%
-// below that); streamed from DRAM the rate is set by how little the DRAM reads overlap the
-// arithmetic (see bench/RESULTS.md, issue 3).
+// Heads with at most kWalkRows query rows (MHA decode) take the same steps, but every head's slice
+// of 8 keys before the next 8 (walk_tile), so that the reads come in address order. Scratch per
+// thread is bounded by the tiles (~300 KiB for 8 kv heads of 128), whatever the number of keys.
+// Why decode is bound by arithmetic, and the tiles and prefetch measured: docs/cpu.md#attention
 #include "kernels/cpu/flash_attention.h"
 
 #include <algorithm>

@@ -1,23 +1,13 @@
 // Causal attention of a batch of queries over keys/values stored as runs of rows, in tiles, with
 // an online softmax: no [n_tokens][n_kv] score matrix exists, and the scratch is bounded by the
-// tile sizes whatever the context length (a 32K prompt needs about the same as a 1K one).
-//
-// Two ways of splitting the work, picked per call:
-//
-//   prefill (several query blocks): items (query block, kv head); an item loads each K/V tile of
-//     its head once for all the queries of the block and all the query heads of the GQA group:
-//
-//       queries of the block x group heads        keys, in tiles of kKeyTile
-//       [t0, t0 + Tq) x [g0, g0 + G)     .   | tile 0 | tile 1 | ... | masked past the diagonal
-//
-//   decode (one query block, long KV): flash-decoding. The positions [0, n_kv) are cut into one
-//     range per thread; a thread streams its range ONCE, every kv head of each tile (the tiles
-//     taken from the range's two halves in turn, two streams of reads in flight), and keeps per
-//     query row a partial (max m, sum l, acc[head_dim]); the partials are merged at the end:
-//       m = max_s m_s,  l = sum_s l_s e^(m_s - m),  out = sum_s acc_s e^(m_s - m) / l
-//
-// Query head h reads kv head h / (n_head / n_head_kv); a query at position p sees keys <= p.
-// The K/V elements are f32 or f16 (converted per tile, with F16C on the AVX2 and AVX-512 paths).
+// tile sizes whatever the context length. Two ways of splitting the work, picked per call:
+// prefill (several query blocks) takes items (query block, kv head), each loading a K/V tile once
+// for all its queries and the query heads of its GQA group; decode (one query block, long KV) is
+// flash-decoding: each thread streams its range of positions once and keeps a partial (m, l, acc)
+// per query row, merged at the end:  m = max_s m_s,  l = sum_s l_s e^(m_s - m),
+// out = sum_s acc_s e^(m_s - m) / l. Query head h reads kv head h / (n_head / n_head_kv); a query
+// at position p sees keys <= p. K/V are f32 or f16 (converted per tile, F16C on AVX2 and AVX-512).
+// The splits drawn: docs/cpu.md#attention
 #pragma once
 
 #include <cstddef>

@@ -1,29 +1,13 @@
 // The AVX-512 tile kernels of flash attention (attention_tiles.h): the AVX2 set's steps on 16
 // lanes, blocked for 32 zmm registers. head_dim is a multiple of 16 (pick_kernels checks).
-//
-// scores: an R x K block of dot products keeps R*K <= 16 accumulators over d (each K vector,
-//   converted from f16 once, feeds R FMAs), then one transposing add tree turns the 16
-//   accumulators into one vector of their 16 sums (45 shuffles and adds for 16 scores, against
-//   8 x 16 FMAs at head_dim 128), stored a row at a time with a mask:
-//     8 rows x 2 keys   f16 K, 8+ query rows (decode, GQA group 8): 2 conversions per 16 FMAs
-//     4 x 4             the rest of 4+ rows; 3 x 5, 2 x 8, 1 x 8 for the last 1-3 rows
-//   The last key block of a row is padded with the last key (its sums are not stored).
-// accumulate: R rows x D vectors of acc stay in registers over the tile's keys, R*D <= 24 (8 x 3,
-//   4 x 6, ...): each V vector, converted once, feeds R FMAs, the weights are broadcast from
-//   memory (a load, not a shuffle). head_dim is cut into as few such column passes as fit, of
-//   equal width (8 x 128 dims: 3 + 3 + 2 vectors; 4 x 128: 4 + 4).
-// fold: the AVX2 fold on 16 lanes with the same exp (exp16 = exp8's operations), tails masked.
-//
-// Speed (bench/attention_bench.cpp, 32/8 heads of 128, f16 KV, 2026-12-01, 2-core Xeon (Sapphire
-// Rapids class) VM, medians of 6 alternating rounds x 3): decode in cache 10.6 GB/s on 1 thread
-// (AVX2 8.2), 18.1 on 2 (14.9); from DRAM, 2 threads, 32K keys 10.8 (9.6), 128K 10.7 (9.4);
-// prefill attention 105-107 GFLOP/s (75-76). Less than the lane count promises because this CPU
-// issues one 512-bit FMA a cycle against two 256-bit ones (measured 2.0 G zmm FMAs/s, 4.8 G ymm):
-// the FMA peak in lanes is no higher. What is gained is half the conversions, loads and loop
-// work; 4 vcvtph2ps and 4 shuffles beside 12 zmm FMAs measured free (another port).
-//
+//   scores      an R x K block keeps R*K <= 16 accumulators over d (each K vector, converted
+//               once, feeds R FMAs), then one transposing add tree makes their 16 sums
+//   accumulate  R rows x D vectors of acc stay in registers over the tile's keys, R*D <= 24
+//   fold        the AVX2 fold on 16 lanes with the same exp (exp16 = exp8's operations)
+// What is gained over AVX2 is half the conversions, loads and loop work, not FMA rate: a CPU that
+// issues one 512-bit FMA a cycle against two 256-bit ones has no more FMA lanes.
 // Like q8_avx512.cpp, compiled on every x86 build with a target attribute and reached only through
-// cpu_path() >= kAvx512 (flash_attention_test.cpp says when its tests are skipped).
+// cpu_path() >= kAvx512. The block shapes, and what they ran at: docs/cpu.md#attention
 #include "kernels/cpu/attention_tiles.h"
 
 #if defined(__x86_64__) || defined(__i386__)

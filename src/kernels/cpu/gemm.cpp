@@ -1,38 +1,13 @@
 // y = W x for a batch of tokens (prefill). Rows of W are split evenly across the pool.
-//
 // kQ8 (the default for Q4_0, Q8_0, Q4_K and Q6_K where the CPU has AVX-512 VNNI): the tokens are
 // quantized to 8 bits once and gemm_groups_q8 / gemm_rows_q8 (dot_q8.h) multiply each block of 16
-// weight rows with several tokens at a time in integer vpdpbusd. Measured 2026-12-04 (bench_gemm, 2-core
-// AMD EPYC VM with AVX-512 VNNI, 2 threads, other work on the machine): 288-317 GFLOP/s over the
-// three shapes below at 32-512 tokens, against 42-90 for kBlas in the same run (3.3-7x); Q8_0 the
-// same. `leoam bench` on llama-1b Q4_0, pp512: 274 tok/s against 88 with kBlas.
-//
-// kBlas (the default above 2^20 multiply-adds otherwise): each pool thread decodes panels of its rows of W
-// to f32 (4 MiB each) and multiplies them with a single-threaded OpenBLAS sgemm. kTiled: each
-// thread decodes 16 rows at a time and a 4 rows x 2 tokens register-blocked micro-kernel computes
-// dot products. W is decoded once per call whatever n_tokens is, in both.
-//
-// Measured 2026-11-29 (bench/gemm_bench.cpp, one run each, 2-core EPYC Zen 3 VM, AVX2, OpenBLAS
-// 0.3.21 pthreads, 2 threads), GFLOP/s; sgemm = plain OpenBLAS f32 sgemm, its own 2 threads:
-//
-//   W rows x cols  tokens | sgemm | F32: tiled  blas | Q4_0: tiled  blas  blas_threaded
-//   2048 x 2048      32   |  111  |       41     94  |        36    102     97
-//   2048 x 2048     128   |  148  |       53    136  |        43    145    146
-//   2048 x 2048     512   |  165  |       46    146  |        46    159    164
-//   8192 x 2048      32   |  101  |       41     84  |        44     98    102
-//   8192 x 2048     128   |  129  |       43    133  |        51    127    147
-//   8192 x 2048     512   |  153  |       38    138  |        48    133    160
-//   2048 x 8192      32   |  104  |       30    106  |        44    103     82
-//   2048 x 8192     128   |  137  |       39    158  |        50    121    127
-//   2048 x 8192     512   |  176  |       42    169  |        48    157    148
-//
-//   kAuto (= blas) at 2048 x 2048 x 512 tokens: Q8_0 158, F16 161, Q4_K 162. sgemm on 1 thread: 88.
-//
-// So the tiled kernel reaches ~30% of sgemm; blas reaches 80-100% of it for every weight type
-// (the decode of W to f32 costs little beside 2 * n_tokens flops per weight). Letting OpenBLAS
-// thread one sgemm per panel (blas_threaded) is no faster at 128-512 tokens and slower at 32,
-// and its threads spin after each call, taking the cores our pool needs next; so blas it is.
-// Not tried: an own packed 6x16 AVX2 kernel; OpenBLAS already runs at ~90% of the FMA peak.
+// weight rows with several tokens at a time in integer vpdpbusd.
+// kBlas (the default above 2^20 multiply-adds otherwise): each pool thread decodes panels of its
+// rows of W to f32 (4 MiB each) and multiplies them with a single-threaded OpenBLAS sgemm;
+// OpenBLAS's own threads are no faster and spin after each call, taking the pool's cores.
+// kTiled: each thread decodes 16 rows at a time, and a 4 rows x 2 tokens register-blocked
+// micro-kernel computes dot products. W is decoded once per call whatever n_tokens is.
+// Why these methods, and what each ran at: docs/cpu.md#gemm
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>

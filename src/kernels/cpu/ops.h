@@ -1,22 +1,12 @@
 // Elementwise and row-wise kernels of the forward pass, fused where that saves a pass over
 // memory: RMSNorm with its weight (and with the residual add before it), RoPE over all heads of
 // a token from precomputed tables, SwiGLU, softmax, and a vectorized exp.
-//
 // Each function works on one row (one token) and is single-threaded; callers split rows or
 // tokens across threads. The functions in namespace ref are the plain scalar references the fast
-// paths are tested against; the dispatched functions use AVX2+FMA when the CPU has it and the
-// reference otherwise.
-//
-// Error bounds of the AVX2 paths against the references, as tested (tests/unit/kernels/ops_test.cpp)
-// and measured (random rows of 1-8192 elements, 20 seeds each):
-//   exp:                  relative <= 1.5e-7 for x in [-87.3, 88.3] (measured 7.2e-8, ~1 ulp);
-//                         0 below, +inf above
-//   rmsnorm, add_rmsnorm: relative <= 4e-7 per element (sums of squares in double, as the
-//                         reference; measured bit-identical)
-//   rope:                 relative L2 <= 1e-7 (FMA rounding; measured max 4.8e-7 absolute at |x| ~ 1)
-//   swiglu, softmax:      relative <= 1e-6 per element (measured 2.6e-7: the exp bound plus
-//                         one division or normalization)
-//   add:                  exact
+// paths are tested against (tests/unit/kernels/ops_test.cpp); the dispatched functions use
+// AVX2+FMA when the CPU has it and the reference otherwise. Bounds against the references, as
+// tested: exp relative <= 1.5e-7 in [-87.3, 88.3] (0 below, +inf above); rmsnorm, add_rmsnorm
+// relative <= 4e-7 per element; rope relative L2 <= 1e-7; swiglu, softmax <= 1e-6; add exact.
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,10 @@
 // Peak rates of the dot-product instructions, measured by tight loops: the compute term of the
 // roofline that `leoam bench` compares against (arithmetic per token / peak = the fastest a token
 // can be on these instructions).
-//
-//   f32 FMA   _mm256_fmadd_ps on 12 independent accumulators (more chains than FMA latency x ports
-//             on current x86 cores: 4 cycles x 2 ports), counted as 16 flops (8 lanes x mul+add).
-//   int8 madd _mm256_maddubs_epi16 (u8 x s8 -> s16 pair sums) then _mm256_madd_epi16 with ones
-//             (-> s32) and _mm256_add_epi32 into 6 independent accumulators: the AVX2 int8 dot
-//             product of the quantized matvec kernels (ggml's mul_sum_us8_pairs), counted as 32
-//             MACs per maddubs. Its inputs are laundered each iteration (an empty asm), so the
-//             compiler cannot hoist the loop-invariant products out of the loop; no loads.
-//
+//   f32 FMA    _mm256_fmadd_ps on 12 independent accumulators, 16 flops each (8 lanes x mul+add)
+//   int8 madd  _mm256_maddubs_epi16, _mm256_madd_epi16 with ones, _mm256_add_epi32 into 6
+//              accumulators: the quantized matvec's AVX2 int8 dot (ggml's mul_sum_us8_pairs),
+//              32 MACs per maddubs; inputs laundered each iteration (an empty asm), no loads.
 // The loops use no memory, so the rates are what the execution ports allow, with n_threads
 // threads running the same loop at once (per-core rates times cores, minus any frequency drop).
 // Nothing else of the kernels is counted (nibble unpacking, scales): a real kernel stays below.

@@ -1,13 +1,9 @@
 // 8-bit activation blocks for decode: matvec quantizes the activation x once per matrix into the
 // format that matches the weight type's block, then every row is an integer dot product
-// (dot_q8.h). Quantizing x to 8 bits with a scale per 32 (or 256) elements costs a relative L2
-// error of about 0.5% on one dot product (see q8_test.cpp for the measured bounds).
-//
-//   weight type    activation format    block
-//   Q4_0, Q8_0     BlockQ8A32           32 elements: f32 scale d, f32 d*sum(qs), int8 qs[32]
-//   Q4_K, Q6_K     BlockQ8K             256 elements: f32 scale d, int16 sums of 16, int8 qs[256]
-//   F32/F16/BF16   none                 x stays f32 (dot_row)
-//
+// (dot_q8.h), at a relative L2 error of about 0.5% on one dot product (q8_test.cpp bounds it).
+//   Q4_0, Q8_0     BlockQ8A32   32 elements: f32 scale d, f32 d*sum(qs), int8 qs[32]
+//   Q4_K, Q6_K     BlockQ8K     256 elements: f32 scale d, int16 sums of 16, int8 qs[256]
+//   F32/F16/BF16   none         x stays f32 (dot_row)
 // Within a block: x[i] ~= d * qs[i], d = max|x| / 127, qs[i] = round-to-nearest-even(x[i] / d) in
 // [-127, 127] (127, not 128: the AVX2 sign trick needs |qs| <= 127). Every path writes the same
 // bits as ref::quantize_activation.

@@ -1,15 +1,12 @@
 // AVX2 (+FMA, F16C) activation quantizers and integer dots (see q8_activation.h, dot_q8.h).
-//
-// The products are vpmaddubsw (unsigned bytes x signed bytes -> pairs summed into int16) then
-// vpmaddwd (int16 x int16 -> pairs summed into int32). vpmaddubsw saturates, so each pairing keeps
-// its pair sums below 2^15: Q4_0/Q4_K nibbles 0..15 x |x| <= 127 -> 3810; Q6_K 0..63 -> 16002;
-// Q8_0 as |w| <= 128 times sign(x, w) (|x| <= 127) -> 32512. The second step multiplies by the
-// sub-block scale (K-quants) or by 1, so each block's integer sum is exact; only the f32
-// accumulation of scaled block sums differs from ref::dot_row_q8.
-//
+// The products are vpmaddubsw (unsigned x signed bytes -> pairs summed into int16) then vpmaddwd
+// (int16 x int16 -> pairs summed into int32). vpmaddubsw saturates, so each pairing keeps its pair
+// sums below 2^15: Q4_0/Q4_K nibbles 0..15 x |x| <= 127 -> 3810; Q6_K 0..63 -> 16002; Q8_0 as
+// |w| <= 128 times sign(x, w) (|x| <= 127) -> 32512. The second step multiplies by the sub-block
+// scale (K-quants) or by 1, so each block's integer sum is exact; only the f32 accumulation of
+// scaled block sums differs from ref::dot_row_q8.
 // Rows: the Q4_0 and Q8_0 kernels take up to 4 rows per pass, so each activation block (and its
-// scale) is loaded once per 4 rows. Both also prefetch the next group of rows (prefetch_bytes,
-// avx2_util.h).
+// scale) is loaded once per 4 rows, and prefetch the next group of rows (avx2_util.h).
 #include <cstring>
 
 #include "kernels/cpu/q8_activation.h"

@@ -2,22 +2,12 @@
 // vector, up to 4 rows per pass, prefetching the next group of rows as the AVX2 kernels do
 // (avx2_util.h); and Q4_0 / Q8_0 row groups (row_groups.h) with 256-bit vpdpbusd. Everything else
 // on the AVX-512 path (the activation quantizers, Q4_0 rows, the K-quant dots, and all of these
-// on a CPU with AVX-512 but no VNNI) is the AVX2 table: those kernels run unchanged there.
-// Compiled everywhere, tested only where the CPU has it (q8_test.cpp says when it is skipped).
-//
-// Measured 2026-12-01 on the first AVX-512 machine this project had (2-core Xeon VM, Sapphire
-// Rapids class, one 512-bit FMA a cycle against two 256-bit ones): this Q8_0 kernel runs at the
-// AVX2 one's rate, 14 GB/s in cache (bench_kernels BM_dot_q8) and the same decode tok/s. A Q4_0
-// kernel of the same design (nibbles of two blocks unpacked into one vector, the activation
-// permuted to match) ran at 10 GB/s against the AVX2 kernel's 16.9, and decode of a 1.1 B Q4_0
-// model at 7.5 against 13.0 tok/s on 1 thread: its extra shuffles sit on the one port that
-// does 512-bit work. It was dropped; Q4_0 takes the AVX2 kernel on this path.
-//
-// Two blocks A, B in one vector, 16 int32 lanes of 4 bytes each: bytes [A 0..31 | B 0..31],
-// lanes of B: 8-15. vpdpbusd takes unsigned x signed bytes, so w is biased to w + 128
-// (unsigned) and 128 * sum(x) is subtracted in int32 (the activation's sums come from one
-// vpdpbusd with ones, shared by all rows): exact, with no saturation anywhere (vpdpbusd sums in
-// 32 bits).
+// on a CPU with AVX-512 but no VNNI) is the AVX2 table: those run unchanged there. Q4_0 rows stay
+// on AVX2: a 512-bit kernel's extra shuffles sit on the one port that does 512-bit work
+// (docs/cpu.md#8-bit-dot-products). Compiled everywhere, tested only where the CPU has it.
+// Two blocks A, B in one vector: bytes [A 0..31 | B 0..31], lanes of B 8-15. vpdpbusd takes
+// unsigned x signed bytes, so w is biased to w + 128 and 128 * sum(x) subtracted in int32 (one
+// vpdpbusd with ones, shared by all rows): exact, no saturation (vpdpbusd sums in 32 bits).
 #include <algorithm>
 #include <cstring>
 #include <vector>

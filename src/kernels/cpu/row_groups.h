@@ -1,8 +1,6 @@
 // Q4_0 and Q8_0 weight matrices stored in row groups: rows [0, 8 floor(n_rows / 8)) in groups of
 // 8 whose blocks are interleaved, the last n_rows % 8 rows as GGUF stores them. A group takes the
-// bytes of its 8 rows (8 row_bytes), so rows r0 = 8k onward start at r0 * row_bytes as before.
-//
-// Block b of a group (8 x the block's bytes):
+// bytes of its 8 rows, so rows r0 = 8k onward start at r0 * row_bytes as before. Block b:
 //   [8 f16 scales d, row 0..7] then the rows' quant bytes in 4-byte chunks, chunk-major:
 //   chunk j of rows 0..7 (32 bytes), chunk j + 1 of rows 0..7, ... (4 chunks for Q4_0, 8 for Q8_0)
 // So one 256-bit load holds the same 4 quant bytes of all 8 rows and one vcvtph2ps their 8
