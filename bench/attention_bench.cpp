@@ -1,32 +1,11 @@
 // Attention kernels: decode (one query over a long F16 KV, flash-decoding) against the DRAM read
 // bandwidth measured in the same binary, and tiled prefill attention in GFLOP/s.
-//
 // Geometry of a 7B-8B GQA model: 32 query heads, 8 kv heads of 128 dims, F16 KV: 4 KiB of K+V
 // per position per layer, 512 MiB per layer at 128K positions. "bytes_per_second" of the decode
 // benchmarks counts those KV bytes, so it compares directly with BM_dram_read. So that short
-// contexts do not run from the L3 (32 MiB on the EPYC VM, 300 MiB on the Xeon VM of the later
-// figures), each iteration reads the KV of another "layer" from a ring of layers that together
-// span 512 MiB or more: each layer comes back after at least 512 MiB of other reads.
-//
-// Measured 2026-11-29, 2-core EPYC Zen 3 VM, medians of 3 (shared machine, noisy):
-//   DRAM read: 18.2 GB/s on 1 thread, 27.7 GB/s on 2 (35.8 in a quieter run)
-//   decode, 2 threads:  4K 12.1 GB/s   32K 11.4 GB/s   128K 9.5 GB/s   (34-44% of 27.7)
-//   decode, 1 thread:   4K  6.6 GB/s   32K  6.8 GB/s   128K 6.1 GB/s   (scalar path, 4K: 0.3)
-//   prefill attention, 2 threads: 1K prompt 78-91 GFLOP/s, 512 tokens after 3.5K: 85-87
-// Decode is bound by arithmetic, not memory (see flash_attention.cpp).
-// 2026-12-01, 2-core Xeon VM shared with other work: decode in cache (1 thread) 10.7 -> 13.0 GB/s
-// with the vector softmax fold and 64-key tiles (32: ~7% less); from DRAM within noise of
-// before.
-// 2026-12-01, same VM, 32-key tiles, AVX2 (isa 1) against AVX-512 (isa 2), medians of 6
-// alternating rounds x 3, GB/s of 1e9 bytes: in cache 8.2 -> 10.6 (1 thread), 14.9 -> 18.1 (2);
-// DRAM, 2 threads: 32K 9.6 -> 10.8, 128K 9.4 -> 10.7 (DRAM read 17.7); prefill 1K 76 -> 105
-// GFLOP/s, 512 after 3.5K 75 -> 107.
-// The next session, same VM, AVX-512, medians of 3 rounds, 2 threads: DRAM read 18.2; 32 kv
-// heads (MHA) 12.5 at 32K and 128K (69%), in cache 32.6; 8 kv heads 11.2 and 10.4, in cache 20.5
-// (bench/RESULTS.md, issue 3). Then each thread's tiles in two interleaved read streams,
-// alternated with the one-stream build in 4 rounds (the one-stream figures of that run were
-// MHA 11.1 and 11.4, GQA 10.4 and 10.8): MHA 12.2 at 32K and 12.4 at 128K, GQA 11.4 and 11.7.
-//
+// contexts do not run from the L3 (up to hundreds of MiB on a server CPU), each iteration reads
+// the KV of another "layer" from a ring of layers that together span 512 MiB or more: each layer
+// comes back after at least 512 MiB of other reads. What it measured: docs/cpu.md#attention
 //   build/b/bench/bench_attention --benchmark_min_time=0.5
 //   (medians: add --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
 #include <benchmark/benchmark.h>

@@ -233,7 +233,7 @@ LEOAM_BENCH_TYPE(BM_matvec, Q4_K)->Apply(matvec_args);
 LEOAM_BENCH_TYPE(BM_matvec, Q6_K)->Apply(matvec_args);
 
 // 32768 x 4096 (72 MB of Q4_0, 136 MB of Q8_0): larger than the L3 of most machines, so the rows
-// stream from DRAM as in decode; not on a VM with a 300 MB L3 (bench/RESULTS.md, issue 3), where
+// stream from DRAM as in decode; not on a CPU with a 300 MB L3, where
 // `leoam bench`'s decode of a 1.1 B model is the DRAM-bound figure.
 void matvec_dram_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"threads", "rows", "cols"})

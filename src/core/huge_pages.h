@@ -1,8 +1,8 @@
 // Memory that transparent huge pages can back: a block of 1 MiB or more is rounded up to whole
 // 2 MiB huge pages, starts on one and is madvised MADV_HUGEPAGE (the kernel's "madvise" mode
 // grants them only so). Touching it then faults once per 2 MiB instead of once per 4 KiB page,
-// and streaming through it takes a few TLB entries. Both matter most in a VM, where a page fault costs microseconds (bench/RESULTS.md,
-// issue 6: 10-14 us a 4 KiB fault on the 2-core VM). Smaller blocks are plain heap memory.
+// and streaming through it takes a few TLB entries. Both matter most in a virtual machine, where
+// a page fault costs microseconds (docs/cpu.md#memory). Smaller blocks are plain heap memory.
 #pragma once
 
 #include <cstddef>

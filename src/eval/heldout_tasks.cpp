@@ -7,7 +7,7 @@
 // never occur in the filler. The answer follows "is:" as in niah: leoam-byte-4l's trained layers
 // outvote its copy after most other words ("set at", "=", "number"), even with full attention,
 // and in number-dense filler its own guess of the first digit sometimes outvotes the copy too
-// (full attention's scores are in bench/RESULTS.md): a policy is judged against full's answers.
+// (docs/evaluation.md#held-out-sets): a policy is judged against full's answers.
 #include "eval/heldout_tasks.h"
 
 #include <array>

@@ -17,7 +17,7 @@ Result<AlignedBuffer> AlignedBuffer::allocate(size_t n_bytes) {
   const size_t n_alloc = align_up(n_bytes, kDirectIoAlignment);
   // Huge pages where it spans one (core/huge_pages.h): a gather scratch of tens of MiB that
   // O_DIRECT fills and attention streams through then takes a few TLB entries instead of
-  // thousands. On the 2-core VM, full offload's decode over a 32 MiB scratch ran 2.3x faster.
+  // thousands, which a decode under full offload reads far faster (docs/cpu.md#memory).
   auto* p = static_cast<uint8_t*>(allocate_huge_aware(n_alloc, kDirectIoAlignment));
   if (p == nullptr) return io_error("out of memory allocating " + std::to_string(n_alloc) + " bytes");
   std::memset(p, 0, n_alloc);

@@ -23,10 +23,9 @@ namespace leoam {
 
 class DiskTier;
 
-// 5: abstract records with 10-byte chunk slots ("LKA5"); 4: the chunks per abstract record of
-// each layer in the header (a session saved from a store keeps its policy's blocks); 3: abstract
-// records per group of chunks ("LKA4"), one chunk a group. 4 and 3 (16-byte chunk slots), 2 (a
-// record per chunk, "LKA3") and 1 (f32 boxes) are no longer read.
+// The format this build writes and reads: abstract records with 10-byte chunk slots ("LKA5"),
+// and each layer's chunks per abstract record in the header (a session saved from a store keeps
+// its policy's blocks). Other versions are refused.
 inline constexpr int kKvSessionVersion = 5;
 
 struct KvSession {

@@ -140,16 +140,15 @@ class Residency {
   ResidencyOptions options_;
   // [layer][index]: chunk (layer, index)'s entry, where it has one. A lookup is an index, not a
   // tree walk: a decode step looks up every chunk it reads (with 8-token chunks, tens of
-  // thousands a step at 32K tokens), and the ordered map's walks were 5% of the Llama-3-8B
-  // shape's step (bench/RESULTS.md).
+  // thousands a step at 32K tokens), where an ordered map's walks cost a visible share of the
+  // step (docs/kv-store.md#residency-rules).
   std::vector<std::vector<std::optional<Slot>>> chunks_;
   int64_t n_total_ = 0;
   // [device, host]: the evictable chunks in binary min-heaps of victim order. A change of a
   // chunk's order pushes a new entry and leaves the old one stale (its stamp no longer the
   // slot's), dropped when it reaches the top or when stale entries outnumber live ones. A decode
   // step reorders every chunk it picks and reads, tens of thousands at 32K tokens: in ordered
-  // sets each reorder walked trees of scattered nodes (4.5% of a profile's samples at the
-  // Llama-3-8B shape; the heaps took its selection term from 77-90 to 74-82 ms, bench/RESULTS.md);
+  // sets each reorder walked trees of scattered nodes (docs/kv-store.md#residency-rules), while
   // a push onto the heap's array mostly stops at once, since a chunk just read or picked sorts
   // late. Victim searches pop from the top, and put back what they passed over: mutable, though
   // a search changes nothing anyone can see.

@@ -28,9 +28,9 @@ Status check_params(const AttentionParams& params) {
 
 // The kernel's runs for a view. A run of the flash kernel never shares a key tile with another,
 // so a store of small chunks (leoam's 8 tokens) would cut a prefill's key tiles to 8 keys, and
-// each tile folds into the running softmax: at 8 keys that fold cost as much as the scores
-// (bench/RESULTS.md, issue 6: full attention prefilled 8K tokens 1.6x slower in chunks of 8
-// than of 64). For a batch of at least kPackMinQueries queries, each chain of two or more
+// each tile folds into the running softmax: at 8 keys that fold costs as much as the scores, and
+// a prefill over chunks of 8 runs far slower than over chunks of 64 (docs/cpu.md#attention). For a
+// batch of at least kPackMinQueries queries, each chain of two or more
 // position-adjacent segments shorter than kPackBelowRows is copied into one run (K rows, then V
 // rows, contiguous), chains in order until kMaxPackBytes are packed (a view's device chunks are
 // not bounded by the store's gather batch, so neither would the copy be); the copy is a small

@@ -569,7 +569,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   selected_.resize(static_cast<size_t>(n));
   // With two rows or more a thread, the rows' selections and attention run side by side, a row
   // per pool thread at a time (select_and_attend_across_rows): within one row they keep 2 threads
-  // poorly busy (bench/RESULTS.md, rows side by side in a batch).
+  // poorly busy (docs/kv-store.md#batches).
   const bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
   for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {

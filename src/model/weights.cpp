@@ -24,11 +24,10 @@ bool row_groups_enabled() {
 
 // Copies of the matrices in the row-group layout, owned by `weights`, for those whose type has
 // one; the file's pages they came from are released, so the weights are not resident twice. The
-// copies are split over up to 8 threads (memory-bound: 0.7 s for 590 MB on one 2-core VM thread).
+// copies are split over up to 8 threads (the copy is memory-bound).
 // They lie in one block on huge pages: a decode step streams through all of them, and on 4 KiB
-// pages the Llama-3-8B shape's 4.2 GB took 1M TLB entries a step, and its first step after a
-// long fill ran the matrix products at a third of the speed of the next ones (bench/RESULTS.md,
-// the first decode step at the 8B shape).
+// pages the Llama-3-8B shape's 4.2 GB take 1M TLB entries a step, which slowed the first step
+// after a long fill far below the next ones (docs/cpu.md#memory).
 Status group_matrices(const GgufFile& gguf, const std::vector<kernels::MatrixView*>& matrices, ModelWeights& weights) {
   std::vector<kernels::MatrixView*> todo;
   for (kernels::MatrixView* m : matrices) {

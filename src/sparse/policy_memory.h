@@ -22,7 +22,7 @@ uint64_t capacity_bytes(const V& v) {
 // then holds at most that much slack, and growing stays amortized O(1). The slack is touched when
 // it is allocated, so that the steps that grow into it later fault no page: on huge pages a
 // fault zeroes 2 MiB, and the chunk trees' first decode step after a long prompt faulted two a
-// layer (60 ms of a 500 ms step at the Llama-3-8B shape, bench/RESULTS.md).
+// layer, inside the step.
 template <class V>
 void grow_to(V& v, size_t n, size_t slack_div = 8) {
   if (n > v.capacity()) {

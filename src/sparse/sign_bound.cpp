@@ -69,17 +69,15 @@ float channel_terms_scalar(const float* qp, const float* qn, const uint16_t* mn1
 }
 
 // The most query heads scored together against one kv head's rows. The vector kernels' loops over
-// a group's heads carry `#pragma GCC unroll 4` (kMaxGroup): GCC at -O2 left the loop of 4 heads
-// rolled, their accumulators on the stack, and a group of 4 ran at 0.41x the rate of a group of 2
-// per head (2026-12-05, Zen 5 VM, bench/sign_bound_bench.cpp).
+// a group's heads carry `#pragma GCC unroll 4` (kMaxGroup): without it GCC at -O2 left the loop
+// of 4 heads rolled, their accumulators on the stack, and far slower per head than a group of 2.
 constexpr int kMaxGroup = 4;
 
 // Independent float sums the AVX2 sliced kernel keeps per query head: a masked add waits for the
 // one before it in its sum, so a group of 1 or 2 heads sums even and odd channels apart and adds
-// the two at the end. Measured on the Zen 5 VM with the float AVX-512 kernel this replaced (units
-// of 64 rows): 1.3-1.6x the rate of one sum a head for one head (Llama 2's multi-head attention),
-// about 1.2x for two (bench/sign_bound_bench.cpp); 3 or 4 heads are enough sums as they are. The
-// int16 AVX-512 kernel's integer adds wait one cycle and need no such split.
+// the two at the end (faster for one head, Llama 2's multi-head attention, and for two); 3 or 4
+// heads are enough sums as they are. The int16 AVX-512 kernel's integer adds wait one cycle and
+// need no such split.
 constexpr int chains_for(int g) { return g <= 2 ? 2 : 1; }
 
 // Calls kernel(std::integral_constant<int, G>{}) for the group of 1 <= g <= kMaxGroup heads: each
@@ -499,9 +497,9 @@ LEOAM_AVX512 void slices_bounds_avx512(const GroupTerms& terms, int g, const Sig
 #endif
 
 // Asks for the cache lines of [p0, p1). noipa: GCC 12's modref found this loop of prefetches
-// free of side effects and at -O1 and up dropped every call of it, so that from a5e387f on no
-// prefetch reached the bounds (they come back with -fno-ipa-modref; a call per range costs
-// nothing beside a run's work).
+// free of side effects and at -O1 and up dropped every call of it, so that no prefetch reached
+// the bounds (they come back with -fno-ipa-modref; a call per range costs nothing beside a run's
+// work).
 [[gnu::noipa]] void prefetch_bytes(const void* p0, const void* p1) {
   for (const char* p = static_cast<const char*>(p0); p < p1; p += 64) __builtin_prefetch(p);
 }
@@ -541,9 +539,8 @@ int64_t run_end(std::span<const SignUnit> units, int64_t i, int64_t i1) {
 // group kernels' comment), kv head by kv head, the query heads of its group in pieces of up to
 // kMaxGroup: the run's box and sign words are fetched from memory once a step (their kv heads
 // share cache lines; the next run's are prefetched) and stay in L1 for the other heads, and a
-// row's sign masks serve a piece's heads. Head by head, the whole sketch and every box were read
-// once a head, from L3 or memory each time (bench/RESULTS.md, issue 6: the kernel 1.4x faster
-// this way).
+// row's sign masks serve a piece's heads: faster than head by head, which read the whole sketch
+// and every box once a head, from L3 or memory each time.
 template <typename Sketch, typename Terms, typename GroupBound>
 void bounds_of_units(const float* q, int n_head, HeadSpan kv, std::span<const SignUnit> units, int64_t i0,
                      int64_t i1, const BoundLayout& layout, const Sketch& signs, float* bounds, RowScore score,

@@ -1,4 +1,4 @@
-// The regression gate of every policy change (bench/RESULTS.md, held-out sets): on 36 samples of
+// The regression gate of every policy change (docs/evaluation.md#held-out-sets): on 36 samples of
 // the held-out tasks, which no policy was tuned on, leoam at 10% with the KV mostly on disk
 // falls no further short of full attention than kGap answers, the gap where the gate was set.
 // The target is 1; lower kGap as the policy earns it, never raise it. And `eval --explain` says,
@@ -23,7 +23,7 @@ using leoam::testing_cli::CliResult;
 using leoam::testing_cli::read_file;
 
 const std::string kGateModel = std::string(LEOAM_SOURCE_DIR) + "/models/leoam-byte-4l/leoam-byte-4l.gguf";
-constexpr double kGap = 4;  // answers leoam@0.1 may fall short of full by (issue 49's target: 1)
+constexpr double kGap = 4;  // answers leoam@0.1 may fall short of full by (the target: 1)
 
 class HeldoutGateTest : public ::testing::Test {
  protected:

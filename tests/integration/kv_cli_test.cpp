@@ -364,8 +364,7 @@ TEST_F(KvCliTest, SparsePoliciesRunOnTheStoreJustBelowAFullBudgetAndAtATenth) {
 }
 
 // From BOS alone, at half of the far tokens, leoam keeps full attention's greedy text for at least
-// the first 100 tokens, with the far KV on disk (bench/RESULTS.md reports where each policy
-// first diverges).
+// the first 100 tokens, with the far KV on disk.
 TEST_F(KvCliTest, LeoamAtHalfTheFarTokensKeepsTheGreedyTextFromBos) {
   auto greedy_tokens = [](const std::vector<std::vector<double>>& rows) {
     std::vector<size_t> tokens;

@@ -1,7 +1,7 @@
 // The project's own long-context model (models/leoam-byte-4l) retrieves: `leoam eval` passkey at
 // a moderate context with full attention, and with leoam at a 10% budget, the KV mostly on disk.
-// The model is in the repository, so this runs without ../shared. (Every policy's scores on it
-// are in bench/RESULTS.md.)
+// The model is in the repository, so this runs without ../shared. (Every policy's scores on it:
+// docs/evaluation.md.)
 #include <gtest/gtest.h>
 
 #include <unistd.h>

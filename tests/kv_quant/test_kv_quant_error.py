@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/kv_quant_error.py on stories260K: it prints every layout, f16 against itself is exact,
-and the KL divergences order as measured in bench/RESULTS.md (keys by channel far below keys by
+and the KL divergences order as docs/kv-store.md says (keys by channel far below keys by
 token at int4). Exit 77 (skipped) without the fixtures. Usage: test_kv_quant_error.py LEOAM_BINARY"""
 import os
 import re

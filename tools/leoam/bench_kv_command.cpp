@@ -202,8 +202,8 @@ class BenchKvCommand : public Command {
       status_.clear();
       if (!st.is_ok()) return fail(st);
     }
-    // The VM's bandwidth moves by 2x within minutes: measured again, the faster of the two sets the
-    // bounds (the tighter bound, so a step is never compared with a slow moment's).
+    // A shared machine's bandwidth moves within minutes: measured again, the faster of the two
+    // sets the bounds (the tighter bound, so a step is never compared with a slow moment's).
     if (Status st = measure_machine(model, "after the runs"); !st.is_ok()) return fail(st);
     status_.clear();
     const std::string table = markdown();

@@ -20,10 +20,8 @@ namespace leoam::kernels {
 // with p in the group of rows after their own: a group of 4 rows is 4 short streams (2304 bytes
 // each for Q4_0 at 4096 columns, 4352 for Q8_0) that end before the hardware prefetchers ramp
 // up, while the rows of a matrix are contiguous, so the next group is where the next loads go. A
-// hint past the matrix end is harmless. Measured from DRAM, 1.1 B model decode or a 32768 x 4096
-// matrix: Q4_0 on Zen 3, 1 thread, 7 -> 13 GB/s; Q8_0 on Zen 3 no gain, on a Sapphire Rapids
-// class Xeon VM (2026-12-01) 1.1 B Q8_0 decode on 2 threads 8.4-9.3 -> 12.9-16.8 tok/s (AVX2
-// and AVX-512 Q8_0 kernels).
+// hint past the matrix end is harmless. Decode from DRAM reads faster so, on some CPUs much
+// faster (docs/cpu.md#8-bit-dot-products).
 template <size_t kBytes>
 inline void prefetch_bytes(const void* p) {
   for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
@@ -54,7 +52,7 @@ LEOAM_AVX2 inline float hmax(__m256 v) {
 // exact in float (so k * kLn2Hi is exact for |k| <= 128) and a correction; then
 // exp(r) = the degree-7 Taylor polynomial, whose truncation error r^8/8! <= 5.3e-9 relative is
 // below float rounding, and 2^k is built in the exponent bits. The result is within a few ulp
-// (measured 7.2e-8 relative, tests bound it at 1.5e-7). Below -87.33 (exp < FLT_MIN) it returns 0; above 88.376,
+// (tests bound it at 1.5e-7 relative). Below -87.33 (exp < FLT_MIN) it returns 0; above 88.376,
 // where 2^k would need k = 128, +inf (the true value is then >= 2.4e38, within 30% of
 // overflow); NaN returns 0 or +inf.
 LEOAM_AVX2 inline __m256 exp8(__m256 x) {

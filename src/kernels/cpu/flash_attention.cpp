@@ -37,9 +37,9 @@ constexpr int kQueryRows = 64;
 // (decode of 9+ query rows per kv head); the tile converts whole KV rows in address order.
 constexpr size_t kDecodeTileBytes = size_t{128} << 10;
 // Up to 8 query rows per kv head (decode: one token, GQA group <= 8), f16 K/V are read in place,
-// converted in registers as the dot products use them, in tiles of 64 keys (7% faster than 32
-// with the KV hot in L2). Measured, 32K keys, 32/8 heads of 128, 1 thread: converted tiles
-// 5.0 GB/s, in place 6.6 GB/s. Runs shorter than a tile are packed into one (PackWalk).
+// converted in registers as the dot products use them (faster than converted tiles), in tiles of
+// 64 keys (faster than 32 with the KV hot in L2). Runs shorter than a tile are packed into one
+// (PackWalk).
 constexpr int kDirectF16Rows = 8;
 constexpr int64_t kDirectKeyTile = 64;
 static_assert(kKeyTile <= kDirectKeyTile, "a KeyPack holds any tile");
@@ -48,21 +48,16 @@ static_assert(kKeyTile <= kDirectKeyTile, "a KeyPack holds any tile");
 // the reads come in address order: a tile is walked in blocks of 8 keys, every head's slice of
 // a block before the next block (scores, then the softmax fold per 64-key tile, then V the same
 // way), which the L2 streamer follows, and the software prefetch, whose bursts stall the
-// arithmetic, is left out. From DRAM on 2 threads (bench/RESULTS.md, issue 3): MHA 11.3 -> 15.4
-// GB/s with AVX-512, 11.1 -> 16.0 with AVX2, 87-89% of the DRAM read; blocks of 8 beat 16, and
-// beat 8-key tiles taken head by head in cache (24.3 against 19.1 GB/s). Groups of 4 lose
-// (10.4 -> 8.5; on the Zen 5 VM 7-10 against 10-13.5 GB/s): there software prefetch stays.
+// arithmetic, is left out: MHA decode from DRAM then reads near the machine's DRAM rate. Blocks
+// of 8 beat 16, and beat 8-key tiles taken head by head. Groups of 4 lose this way: there
+// software prefetch stays (docs/cpu.md#attention).
 constexpr int kWalkRows = 2;
 constexpr int kWalkKeys = 8;
 // Software prefetch (KvPrefetch) runs this many cache lines of K, each with the same line of V,
 // ahead of the rows being attended: 64 KiB of K and 64 of V, 32 rows of 8 kv heads of 128. It
-// advances before each kPrefetchKeys keys of a head's scores and accumulation. 2026-12-06, Zen 5
-// VM, 32/8 heads of 128, f16 KV from DRAM (bench_attention, 4 alternated rounds): the prefetch of
-// the next tile a slice per head it replaces gave 10.2-10.5 GB/s over shuffled chunks of 8
-// positions on 2 threads, 11.3-12.6 over chunks of 64, 6.7-8.2 over one run on 1 thread; this one
-// 14.2-17.3, 15.1-16.6 and 8.7-10.5 (8 rows ahead: ~14 over chunks of 64; steps of 64 keys:
-// 13.2-14.4; every other line: 8-11; prefetcht1 to L2 in front of it, 64 or 128 rows ahead: no
-// gain). bench/RESULTS.md, issue 27, 2026-12-06.
+// advances before each kPrefetchKeys keys of a head's scores and accumulation: faster than
+// prefetching the next tile a slice per head, than fewer rows ahead, steps of 64 keys or every
+// other line (docs/cpu.md#attention).
 constexpr int64_t kPrefetchLines = 1024;
 constexpr int kPrefetchKeys = 16;
 // 512: fewest keys per thread before decode splits the KV; below it the merge and the wake-up
@@ -436,8 +431,8 @@ void walk_tile(const Work& w, const KvRun& run, size_t row0, int64_t j0, int nk,
 // The tiles attend() takes, in order: each run with keys in [key_lo, key_hi), in the order of
 // the runs, cut into tiles of key_tile keys taken in two interleaved streams, from the first and
 // the second half of the run's range (0, m, 1, m + 1, ...), so that a thread's DRAM reads run in
-// two places at once: decode from DRAM 8-9% faster on 2 threads (bench/RESULTS.md, issue 3; four
-// streams were no better). The online softmax takes tiles in any order.
+// two places at once, which decode from DRAM reads faster (four streams are no better). The
+// online softmax takes tiles in any order.
 class TileWalk {
  public:
   TileWalk(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile)
@@ -484,10 +479,8 @@ struct KeyPack {
 // The tiles of a TileWalk as KeyPacks. With `pack`, consecutive tiles join one pack while it
 // has room for them whole, keeps one element type and its positions increase: a sparse step's
 // runs are the store's chunks (leoam's 8 positions), and a tile each would fold the softmax and
-// reload the accumulators every 8 keys. Without, a pack is one tile. 2026-12-06, Zen 5 VM, as
-// KvPrefetch's figures, packs prefetched by head against a tile a run in whole rows: chunks of 8
-// 16.8-17.4 against 14.6-15.8 GB/s, chunks of 64 20.3-21.3 against 17.7-18.6, one run 21.0-22.1
-// against 19.0-20.5 (a slower stretch than KvPrefetch's).
+// reload the accumulators every 8 keys. Without, a pack is one tile. Packs prefetched by head
+// read faster than a tile a run in whole rows, over chunks of 8 or 64 and over one run alike.
 class PackWalk {
  public:
   PackWalk(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile, bool pack)
@@ -527,11 +520,9 @@ class PackWalk {
 // of 8 to 64 positions from wherever the store holds them), spread over it in small steps.
 // Within a tile, the lines come in the order attend() reads them: whole rows, all heads at once
 // (tiles converted to f32), or with `in_place` (K and V read in place, attend_packs), one head's
-// slice of every row of a pack (PackWalk) before the next head's. 2026-12-06, Zen 5 VM, 32/8
-// heads of 128, f16 KV from DRAM (bench_attention, 3 alternated rounds): by head against whole
-// rows, one run 25.3-29.4 against 24.4-24.8 GB/s, chunks of 64 25.3-26.8 against 20.4-21.1; in
-// whole rows, the first heads of a tile read the rows past the prefetch's reach (kPrefetchLines
-// is half a tile) from DRAM. 2048 lines ahead or 512 were no faster, nor whole rows 2048 ahead.
+// slice of every row of a pack (PackWalk) before the next head's: faster than whole rows, in
+// which the first heads of a tile read the rows past the prefetch's reach (kPrefetchLines is half
+// a tile) from DRAM. 2048 lines ahead or 512 are no faster, nor whole rows 2048 ahead.
 class KvPrefetch {
  public:
   KvPrefetch(std::span<const KvRun> runs, int64_t key_lo, int64_t key_hi, int64_t key_tile, int h0, int n_heads,

@@ -29,7 +29,7 @@
 namespace leoam::kernels {
 namespace {
 
-// 16: rows per decoded tile; 16 x 4096 f32 = 256 KiB, half an EPYC core's L2.
+// 16: rows per decoded tile; 16 x 4096 f32 = 256 KiB, half a 512 KiB L2.
 constexpr int64_t kTileRows = 16;
 // Micro-kernel shape: rows x tokens of dots computed together (8 ymm accumulators).
 constexpr int kMicroRows = 4;
@@ -207,8 +207,7 @@ void blas_rows(const MatrixView& w, const float* x, int64_t n_tokens, float* y, 
 
 // 16: up to this many tokens (a batched decode's rows) kAuto takes the 8-bit dots even without a
 // multi-token kernel: W streams once through gemm_q8's tiles, where kBlas decodes all of W to f32
-// for a few tokens. Measured (bench_gemm Q4_0_few, AVX2 VM, 2 threads, 8192 x 2048): 8 tokens
-// 7.6 ms against 37.8, 16 tokens 15.0 against 84.7.
+// for a few tokens, several times slower (docs/cpu.md#gemm).
 constexpr int64_t kFewTokens = 16;
 
 // 256 KiB: without a multi-token kernel (gemm_q8_is_fast) every token is a pass of dot products

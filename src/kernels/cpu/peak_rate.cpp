@@ -12,7 +12,7 @@
 namespace leoam::kernels {
 namespace {
 
-// 12 FMA chains: more than latency x ports (4 cycles x 2 ports on Zen 3 and Skylake). 6 madd
+// 12 FMA chains: more than latency x ports (4 cycles x 2 ports on current x86 cores). 6 madd
 // chains: only the 1-cycle add is loop-carried, so a few suffice; GCC 12 spilled accumulators to
 // the stack with 8 or 10 (seen in objdump), which put store-forwarding latency in the loop.
 constexpr int kFmaChains = 12;

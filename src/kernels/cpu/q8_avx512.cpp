@@ -191,10 +191,9 @@ constexpr int64_t kGemmPanelPairs = 4;
 // The first token pass over a panel reads its weights from DRAM (a batched decode's few rows: the
 // only pass), two streams a pair that the hardware prefetchers kept too short: it asks for each
 // stream's block kGemmAheadBlocks ahead (2.3 KiB for Q4_0), a group's end running into the next.
-// Later passes find the panel in L2 and ask for nothing. On the Zen 5 VM, Llama-3-8B Q4_0 at
-// batch 8 (`leoam bench kv --batch 8`, 1K a sequence, three alternated pairs): the step's weights
-// 229 -> 175 ms (medians; 32 blocks ahead no better); the same rows from L2 (bench_gemm's
-// Q4_0_few, 8 tokens) 4% slower, prefill's 128 and 512 tokens unchanged.
+// Later passes find the panel in L2 and ask for nothing. A batched decode's weights read faster
+// so (32 blocks ahead no better), at a small cost where the rows are in L2 already
+// (docs/cpu.md#8-bit-dot-products).
 constexpr int64_t kGemmAheadBlocks = 16;
 
 // The 8 f16 scales at a and the 8 at b, as 16 f32 lanes.
@@ -214,9 +213,8 @@ struct GroupBlock<GgmlType::kQ4_0> {
   static constexpr float kOffset = 8.0f;
   // w[j] pairs with activation bytes 4j .. 4j + 3: chunk j's low nibbles are elements 4j.., its
   // high nibbles 16 + 4j.. (w[4 + j]). The loops here are unrolled so that w stays in registers:
-  // GCC left them rolled, stored w to the stack and reloaded it each block. On the Zen 5 VM,
-  // unrolled, Llama-3-8B Q4_0's weights at batch 8 went 164-256 -> 137-186 ms a step (three
-  // alternated pairs, 1K a sequence) and bench_gemm's Q4_0 8-bit prefill 19-22% faster.
+  // GCC left them rolled, stored w to the stack and reloaded it each block, a batched decode's
+  // weights and the 8-bit prefill both slower for it.
   LEOAM_AVX512 static void unpack(const uint8_t* a, const uint8_t* b, __m512i* w) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
