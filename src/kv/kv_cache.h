@@ -54,13 +54,14 @@ struct KvSegment {
   const void* v_row(int64_t t) const { return static_cast<const char*>(v) + t * row_stride_bytes; }
 };
 
-// Whatever keeps a view's storage alive (pins, a device-to-host copy); released with the view.
+// Whatever keeps a view's storage alive (a tiered store's copy of what it gathered); released
+// with the view.
 class KvViewResources {
  public:
   virtual ~KvViewResources() = default;
 };
 
-// The visible KV of one layer, as segments. Move-only: it may own pins.
+// The visible KV of one layer, as segments. Move-only: it may own its storage.
 class KvView {
  public:
   KvView() = default;

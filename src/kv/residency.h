@@ -36,7 +36,7 @@ struct ResidencyOptions {
 
 struct ChunkResidency {
   Tier tier = Tier::kDevice;
-  int pins = 0;            // > 0: must stay where it is (sink, recent window, open tail, a live view)
+  int pins = 0;            // > 0: must stay where it is (sink, recent window, open tail)
   float importance = 0.0f; // set by the selection policies; higher stays closer to compute
   uint64_t last_use = 0;   // tick of the last gather that read it
   bool on_disk = false;    // a valid copy exists on disk (written once sealed: demoted, or written through)

@@ -1,6 +1,7 @@
-// leoam: the command-line tool. One subcommand per *_command.cpp file; this file parses the
-// command line (llama.cpp's single-dash spellings rewritten first) and maps every parse error to
-// one line on stderr and exit status 2 (see cli_common.h).
+// leoam: the command-line tool. Its subcommands, a *_command.cpp file each: run, tokenize, gguf,
+// bench (with bench kv in bench_kv_command.cpp), bench-gather, eval and serve. This file parses
+// the command line (llama.cpp's single-dash spellings rewritten first) and maps every parse error
+// to one line on stderr and exit status 2 (see cli_common.h).
 #include <algorithm>
 #include <iostream>
 #include <memory>
