@@ -8,7 +8,9 @@
 // without signs), where the catalog keeps the abstracts' key sign sketch
 // (PolicyOptions::key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys
 // the box alone cannot tell the chunks apart (bench/RESULTS.md), the signs can. The
-// lower bounds of the desert check stay box bounds.
+// lower bounds of the desert check stay box bounds. With PolicyOptions::row_mass, a fine layer's
+// unit against its chunk's box takes its rows' log-mean-exp instead of their largest: the sum of
+// their bounded masses (row_mass_values; docs/policies.md).
 //
 // Ranking, GQA-aware: each query head's upper bounds become log bounds on its attention mass
 // share per token: with m = the head's largest bound over every unit of [0, n_tokens), near ones
@@ -99,6 +101,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
 #include "kv/box_f16.h"
 #include "sparse/chunk_ranking.h"
 #include "sparse/chunk_tree.h"
@@ -453,6 +456,89 @@ class LeoamPolicy final : public SelectionPolicy {
     return bounds;
   }
 
+  // Per owner of a BoundUnits (whose units come owner by owner, in order): its rows, and whether
+  // they lie on both sides of far's edge.
+  struct OwnerRows {
+    std::vector<int64_t> n_rows;
+    std::vector<uint8_t> straddles;
+    uint64_t bytes() const { return capacity_bytes(n_rows) + capacity_bytes(straddles); }
+  };
+
+  static OwnerRows owner_rows(const SelectionQuery& query, int64_t n, const BoundUnits& units) {
+    OwnerRows r{std::vector<int64_t>(static_cast<size_t>(n), 0), std::vector<uint8_t>(static_cast<size_t>(n), 0)};
+    std::vector<int64_t> n_far(static_cast<size_t>(n), 0);
+    for (size_t u = 0; u < units.units.size(); ++u) {
+      const TokenRange rows = units.units[u].rows;
+      r.n_rows[units.owner[u]] += rows.size();
+      n_far[units.owner[u]] += intersect(rows, query.far).size();
+    }
+    for (int64_t o = 0; o < n; ++o) r.straddles[o] = n_far[o] > 0 && n_far[o] < r.n_rows[o];
+    return r;
+  }
+
+  // Rows a row_mass_values pass bounds at once: its working arrays stay small beside the trees.
+  static constexpr int64_t kRowBatch = 2048;
+
+  // Per owner and query head of `heads`, the log-mean-exp of its rows' upper bounds b_t:
+  //
+  //   v = (1 / scale) ln(mean over the owner's rows of e^(scale * b_t))
+  //
+  // so that size * e^(scale * v) is the sum of the rows' bounded masses: a bound on the owner's
+  // attention mass, like size * e^(scale * max b_t), and tighter wherever its rows' bounds differ.
+  // An owner with rows on both sides of far's edge keeps its best row's bound, so that its far
+  // tokens' share of it still bounds theirs (the desert check). Units with signs only; their
+  // rows are bounded as units of one row each, whole owners at a time.
+  static HeadBounds row_mass_values(const SelectionQuery& query, int64_t n, const BoundUnits& units,
+                                    const OwnerRows& owners, KvHeadGroups heads, ThreadPool* pool) {
+    const auto [h0, h1] = heads.query_heads(query.n_head, query.n_head_kv);
+    HeadBounds b{n, std::vector<float>(static_cast<size_t>((h1 - h0) * n))};
+    std::vector<SignUnit> rows;
+    std::vector<float> bounds;
+    std::vector<float> e;
+    uint64_t peak = 0;
+    size_t u = 0;
+    while (u < units.units.size()) {
+      // Whole owners from unit u on, up to about kRowBatch rows.
+      const int64_t o0 = units.owner[u];
+      rows.clear();
+      for (; u < units.units.size(); ++u) {
+        if (units.owner[u] != units.owner[u == 0 ? 0 : u - 1] && static_cast<int64_t>(rows.size()) >= kRowBatch) break;
+        for (int64_t t = units.units[u].rows.begin; t < units.units[u].rows.end; ++t) {
+          rows.push_back({{t, t + 1}, units.units[u].box});
+        }
+      }
+      const int64_t o1 = u < units.units.size() ? units.owner[u] : n;
+      const size_t n_rows = rows.size();
+      bounds.resize(static_cast<size_t>(h1 - h0) * n_rows);
+      e.resize(n_rows);
+      if (units.slices.words != nullptr) {
+        sign_bounds(query.q, query.n_head, rows, units.layout, units.slices, bounds.data(), pool, heads);
+      } else {
+        sign_bounds(query.q, query.n_head, rows, units.layout, units.signs, bounds.data(), pool, heads);
+      }
+      for (int h = 0; h < h1 - h0; ++h) {
+        const float* in = bounds.data() + h * n_rows;
+        float* out = b.data.data() + h * n;
+        for (int64_t o = o0, r0 = 0; o < o1; r0 += owners.n_rows[o], ++o) {
+          const int64_t k = owners.n_rows[o];
+          const float top = k > 0 ? *std::max_element(in + r0, in + r0 + k) : -std::numeric_limits<float>::infinity();
+          if (k == 0 || owners.straddles[o]) {
+            out[o] = top;
+            continue;
+          }
+          for (int64_t r = 0; r < k; ++r) e[r0 + r] = query.scale * (in[r0 + r] - top);
+          kernels::exp(e.data() + r0, k, e.data() + r0);
+          double sum = 0.0;
+          for (int64_t r = 0; r < k; ++r) sum += e[r0 + r];
+          out[o] = static_cast<float>(top + std::log(sum / static_cast<double>(k)) / query.scale);
+        }
+      }
+      peak = std::max(peak, capacity_bytes(rows) + capacity_bytes(bounds) + capacity_bytes(e));
+    }
+    b.peak_bytes = peak + capacity_bytes(b.data);
+    return b;
+  }
+
   // The upper bounds (or, with RowScore::kMidpoint, the midpoint estimates: units with signs only)
   // of the query heads of `heads` over n owners (HeadBounds::head(j): the j-th), the units split
   // among `pool`'s threads when given.
@@ -518,7 +604,21 @@ class LeoamPolicy final : public SelectionPolicy {
   // its box; in the coarse layers' 64-token boxes more still (bench/RESULTS.md, issue 49). So
   // they are not the default.
   bool ranks_by_midpoint(const SelectionQuery& query, const BoundUnits& units) const {
-    return options_.fine_midpoint && query.layer < kIakmFineLayers && units.chunk_boxes &&
+    return options_.fine_midpoint && tight_fine_rows(query, units);
+  }
+
+  // Whether the bounds sum the rows' masses (PolicyOptions::row_mass, row_mass_values) where
+  // the midpoints would apply. There each row's bound lies near its q.k, and the sum tells a
+  // leaf whose rows all match from one with a single matching row, which the best row's bound
+  // ranks alike. In a coarse layer's 64-token box the rows' bounds share the box's slack, and
+  // their sum ranks by the box's width (docs/policies.md).
+  bool sums_row_mass(const SelectionQuery& query, const BoundUnits& units) const {
+    return options_.row_mass && query.scale > 0.0f && tight_fine_rows(query, units);
+  }
+
+  // A fine layer whose boxes are a store chunk's, with the rows' signs.
+  static bool tight_fine_rows(const SelectionQuery& query, const BoundUnits& units) {
+    return query.layer < kIakmFineLayers && units.chunk_boxes &&
            (units.slices.words != nullptr || units.signs.words != nullptr);
   }
 
@@ -535,15 +635,21 @@ class LeoamPolicy final : public SelectionPolicy {
     const int64_t cost_per_group = query.n_tokens * group * query.head_dim;
     const bool by_groups = query.pool != nullptr && query.n_head_kv >= query.pool->n_threads();
     const int n_parts = by_groups ? query.pool->n_ranges_for(query.n_head_kv, cost_per_group) : 1;
+    // Each owner's rows, once for every group, where the bounds sum their masses.
+    const std::optional<OwnerRows> owners =
+        sums_row_mass(query, bound_units) ? std::optional<OwnerRows>(owner_rows(query, ranges.size(), bound_units))
+                                          : std::nullopt;
+    const OwnerRows* owners_ptr = owners ? &*owners : nullptr;
     if (n_parts <= 1) {
-      SharesPart part = shares_of_groups(query, bound_units, ranges, f0, f1, 0, query.n_head_kv, query.pool, r);
+      SharesPart part =
+          shares_of_groups(query, bound_units, owners_ptr, ranges, f0, f1, 0, query.n_head_kv, query.pool, r);
       r.scores = std::move(part.scores);
       r.far_weights = std::move(part.far_weights);
       r.working_bytes = part.working_bytes;
     } else {
       std::vector<SharesPart> parts(static_cast<size_t>(n_parts));
       query.pool->parallel_for(query.n_head_kv, cost_per_group, [&](int64_t g0, int64_t g1, int range) {
-        parts[range] = shares_of_groups(query, bound_units, ranges, f0, f1, static_cast<int>(g0),
+        parts[range] = shares_of_groups(query, bound_units, owners_ptr, ranges, f0, f1, static_cast<int>(g0),
                                         static_cast<int>(g1), nullptr, r);
       });
       r.scores = std::move(parts[0].scores);
@@ -556,13 +662,14 @@ class LeoamPolicy final : public SelectionPolicy {
         }
       }
     }
-    r.working_bytes += capacity_bytes(r.m) + capacity_bytes(r.far_upper);
+    r.working_bytes += capacity_bytes(r.m) + capacity_bytes(r.far_upper) + (owners ? owners->bytes() : 0);
     return r;
   }
 
   // The part of kv heads [g0, g1): their heads' m and far_upper into `r`, the rest returned. The
-  // bounds' kernel splits the units among `pool`'s threads, when given.
-  SharesPart shares_of_groups(const SelectionQuery& query, const BoundUnits& bound_units,
+  // bounds' kernel splits the units among `pool`'s threads, when given. `owners`: each owner's rows
+  // where the bounds sum their masses (sums_row_mass), else null.
+  SharesPart shares_of_groups(const SelectionQuery& query, const BoundUnits& bound_units, const OwnerRows* owners,
                               std::span<const TokenRange> ranges, int64_t f0, int64_t f1, int g0, int g1,
                               ThreadPool* pool, Shares& r) const {
     const int group = query.n_head / query.n_head_kv;
@@ -583,7 +690,9 @@ class LeoamPolicy final : public SelectionPolicy {
     float* scores = part.scores.data();
     uint64_t bounds_bytes = 0;
     for (int g = g0; g < g1; ++g) {
-      const HeadBounds upper = unit_values(query, n, bound_units, KvHeadGroups::of(g), pool);
+      const HeadBounds upper = owners != nullptr
+                                   ? row_mass_values(query, n, bound_units, *owners, KvHeadGroups::of(g), pool)
+                                   : unit_values(query, n, bound_units, KvHeadGroups::of(g), pool);
       const HeadBounds ranked =
           midpoint ? unit_values(query, n, bound_units, KvHeadGroups::of(g), pool, RowScore::kMidpoint) : HeadBounds{};
       bounds_bytes = std::max(bounds_bytes, upper.peak_bytes + ranked.peak_bytes);

@@ -109,6 +109,10 @@ struct PolicyOptions {
   // their boxes are a store chunk's, with signs; their upper bounds still decide deserts and
   // skew. Without it (the default), by the bounds.
   bool fine_midpoint = false;
+  // leoam: in the fine layers, where their boxes are a store chunk's, with signs, a leaf's value
+  // is its rows' summed bounded mass (the log-mean-exp of their bounds) instead of its best
+  // row's bound (leoam_policy.cpp).
+  bool row_mass = true;
   // infinigen: the model whose query projections it speculates with (required for infinigen);
   // oracle: the model whose keys it keeps (required).
   const Model* model = nullptr;

@@ -76,6 +76,10 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   cmd.add_flag("--no-key-signs", o.no_key_signs,
                "leoam: rank chunks by their min/max box alone, without the key sign sketch of the abstracts")
       ->group(group);
+  cmd.add_flag("--no-row-mass", o.no_row_mass,
+               "leoam: score the first two layers' chunks by their best row's bound instead of their rows' summed "
+               "mass bound (docs/policies.md)")
+      ->group(group);
   cmd.add_flag("--fine-midpoint", o.fine_midpoint,
                "leoam: rank the first two layers' chunks by their keys' midpoint estimates instead of their upper "
                "bounds: lower perplexity, fewer needles found (docs/policies.md)")
@@ -172,6 +176,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
   s.policy_options.lka = !o.no_lka;
   s.policy_options.key_signs = !o.no_key_signs;
   s.policy_options.fine_midpoint = o.fine_midpoint;
+  s.policy_options.row_mass = !o.no_row_mass;
   s.policy_options.model = &model;
   s.policy_options.partial_ratio = o.partial_ratio;
   s.explain = explain;

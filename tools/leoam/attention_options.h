@@ -30,6 +30,7 @@ struct AttentionCliOptions {
   bool no_adaptive = false;
   bool no_lka = false;
   bool no_key_signs = false;
+  bool no_row_mass = false;
   bool fine_midpoint = false;
   double partial_ratio = 0.3;
 };

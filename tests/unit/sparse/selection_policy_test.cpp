@@ -373,6 +373,21 @@ TEST(LeoamPolicy, NormalizesPerKvHead) {
   EXPECT_EQ(s.ranges, (Ranges{{4, 8}, {20, 24}}));
 }
 
+// leoam on the store's fixed chunks, without the desert check.
+PolicyOptions fixed_chunks() {
+  PolicyOptions options;
+  options.adaptive = false;
+  options.desert = false;
+  return options;
+}
+
+// make_query's query of one head and a budget of 4 tokens, in layer 0: a fine layer.
+SelectionQuery fine_query(const std::vector<float>& q) {
+  SelectionQuery query = make_query(q, 1, 1, 2, 4);
+  query.layer = 0;
+  return query;
+}
+
 // With fine_midpoint, the fine layers rank by the rows' midpoint estimates, the others by their
 // bounds. q = (1, 1);
 // chunk 2's keys are (1, 1): q.k = 2, its box a point, bound and midpoint 2. Chunk 4's rows
@@ -389,15 +404,38 @@ TEST(LeoamPolicy, FineMidpointRanksTheFineLayersByTheRowsMidpoints) {
     catalog.set_keys(p + 1, p + 2, {-2, 3});
   }
   const std::vector<float> q = {1, 1};
-  PolicyOptions options;
-  options.adaptive = false;  // the store's fixed chunks
-  options.desert = false;
-  SelectionQuery fine = make_query(q, 1, 1, 2, 4);
-  fine.layer = 0;
+  PolicyOptions options = fixed_chunks();
+  const SelectionQuery fine = fine_query(q);
   EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{16, 20}}));  // the default
   options.fine_midpoint = true;
   EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{8, 12}}));
   EXPECT_EQ(select_ok(*policy("leoam", options), make_query(q, 1, 1, 2, 4), catalog).ranges, (Ranges{{16, 20}}));
+}
+
+// In the fine layers the rows' bounded masses add up (PolicyOptions::row_mass). q = (1, 0),
+// scale 1. Chunk 2 holds one key (4, 0) and three (-4, 0): its box [-4, 4] cut by the rows'
+// signs bounds them by 4 and 0, a mass of e^4 + 3 = 57.6 (true: e^4 + 3 e^-4 = 54.6). Chunk 4
+// holds four keys (3, 0), bounded by 3: a mass of 4 e^3 = 80.3, the larger. Chunk 2's best row
+// bounds more (4 > 3); with row_mass the budget of one chunk takes chunk 4, which holds more of
+// the attention, and without it, or in a coarse layer, chunk 2.
+TEST(LeoamPolicy, RowMassSumsTheFineLayersRows) {
+  testing_util::KeysCatalog catalog(4, 1, 2);
+  catalog.with_key_signs();
+  catalog.set_keys(0, 32, {0, 0});
+  catalog.set_keys(8, 9, {4, 0});
+  catalog.set_keys(9, 12, {-4, 0});
+  catalog.set_keys(16, 20, {3, 0});
+  const std::vector<float> q = {1, 0};
+  PolicyOptions options = fixed_chunks();
+  const SelectionQuery fine = fine_query(q);
+  EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{16, 20}}));  // the default
+  EXPECT_EQ(select_ok(*policy("leoam", options), make_query(q, 1, 1, 2, 4), catalog).ranges, (Ranges{{8, 12}}));
+  options.adaptive = true;  // the same on the tree's 4-token leaves
+  EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{16, 20}}));
+  options.row_mass = false;
+  EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{8, 12}}));
+  options.adaptive = false;
+  EXPECT_EQ(select_ok(*policy("leoam", options), fine, catalog).ranges, (Ranges{{8, 12}}));
 }
 
 // Desert fixture: q0 = (10, 0), q1 = (0, 10); sink and recent keys (1, 1), bound 10 for both

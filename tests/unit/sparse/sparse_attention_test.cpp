@@ -514,20 +514,27 @@ TEST_F(LeoamStoreTest, ThePromptsLastQueryPrefetchesWhatTheFirstStepReads) {
     ASSERT_EQ(blind.rows.size(), 6u);
     for (size_t step = 0; step < 6; ++step) expect_logits_near(forecast.rows[step], blind.rows[step]);
     EXPECT_EQ(forecast.attended, blind.attended);
-    EXPECT_GT(forecast.prefetched, 0u);
+    // The layered prefill can hold the forecast's chunks before they reach the disk: then none
+    // is read ahead, and the first step still reads less.
+    if (working_set == 0) {
+      EXPECT_GT(forecast.prefetched, 0u);
+    }
     EXPECT_EQ(blind.prefetched, 0u);
     EXPECT_LT(forecast.first_step_disk_bytes, blind.first_step_disk_bytes);
   }
 }
 
 // The decode pipeline reads the next layer's speculated chunks ahead, and the layer still selects
-// with its own query: the logits and the tokens attended are those of the unpipelined decode.
+// with its own query: the tokens attended are those of the unpipelined decode, and the logits too
+// up to float rounding (chunks read ahead sit in other tiers, so attention merges its batches in
+// another order).
 TEST_F(LeoamStoreTest, APipelinedDecodeComputesAsAnUnpipelinedOne) {
   const Run plain = run("plain", 0, 4, 0.2, 240, 10, nullptr);
   pipeline_ = true;
   const Run piped = run("piped", 0, 4, 0.2, 240, 10, nullptr);
   ASSERT_EQ(piped.rows.size(), 10u);
-  EXPECT_EQ(piped.rows, plain.rows);
+  ASSERT_EQ(plain.rows.size(), 10u);
+  for (size_t step = 0; step < 10; ++step) expect_logits_near(piped.rows[step], plain.rows[step]);
   EXPECT_EQ(piped.attended, plain.attended);
   EXPECT_EQ(plain.read_ahead.jobs, 0u);
   EXPECT_GT(piped.read_ahead.jobs, 0u);
