@@ -1,96 +1,11 @@
 // leoam: LeoAM's GQA-aware chunk selection over an adaptive chunk tree (IAKM), with
-// attention-desert detection.
-//
-// Bounds: a unit's (leaf's or chunk's) upper bound on q.k for each query head is sign-refined
-// (sign_bound.h): the largest over its rows of the box bound cut to the row's key signs, each row
-// against the f16 box of the block that holds it (chunk_tree.h: 64-token blocks in the coarse
-// layers; the store's chunks in the fine ones, 32 tokens at budgets of a quarter or more, and
-// without signs), where the catalog keeps the abstracts' key sign sketch
-// (PolicyOptions::key_signs); else the box bound (chunk_bound.h), as Quest scores. On dense keys
-// the box alone cannot tell the chunks apart (bench/RESULTS.md), the signs can. The
-// lower bounds of the desert check stay box bounds. With PolicyOptions::row_mass, a fine layer's
-// unit against its chunk's box takes its rows' log-mean-exp instead of their largest: the sum of
-// their bounded masses (row_mass_values; docs/policies.md).
-//
-// Ranking, GQA-aware: each query head's upper bounds become log bounds on its attention mass
-// share per token: with m = the head's largest bound over every unit of [0, n_tokens), near ones
-// included, and total = sum over those units of size * exp(scale * (bound - m)) (the head's whole
-// bounded mass, in units of its best token),
-//
-//   share(unit) = scale * (bound - m) - ln(total)
-//
-// A head whose mass could lie anywhere (a flat head, or one that reads its near window) spreads
-// its share thin; one that points at a few far tokens (a retrieval head) gives them nearly all of
-// it, so they outrank the flat heads' best, which a normalization to each head's best alone
-// would tie with them. With PolicyOptions::fine_midpoint, the fine layers take the same shares
-// from the rows' midpoint estimates instead of their bounds (sign_bound.h); the bounds still
-// decide deserts and skew. Per KV head, its query heads' shares combine by
-// PolicyOptions::group_combine: max (the head that wants the chunk most) or sum (log of the
-// summed shares: the group's attention mass on the chunk, which is what a shared KV head serves).
-// A chunk scores its best KV head, and the best chunks fill the budget (chunk_ranking.h): a
-// ranking by share per token, so that the budget buys the most mass. Sum is the default: on
-// stories260K (bench/RESULTS.md) it keeps perplexity closer to full attention than max. The
-// chunks are the leaves of the layer's ChunkTree (chunk_tree.h) overlapping far; with
-// PolicyOptions::adaptive off, the store's fixed chunks. Every unit is scored, near ones too
-// (their abstracts are in memory: the sink and the recent window stay on the device), and
-// n_chunks_scored counts them all.
-//
-// Desert detection, from abstracts alone: for query head h, with m = its largest upper bound over
-// every chunk of [0, n_tokens),
-//
-//   near_lower = sum over chunks of (tokens in the near window) * exp(scale * (lower - m))
-//   far_upper  = sum over chunks of (tokens in far)             * exp(scale * (upper - m))
-//
-// (near = [0, n_tokens) outside far: the sink and the recent window). far_upper bounds the far
-// softmax mass from above and near_lower the near mass from below, both times exp(-scale * m) /
-// the denominator, so far_upper < desert_mass * near_lower proves that far keys hold less than
-// desert_mass of the near keys' mass. When that holds for every query head, the step reads no
-// far KV.
-//
-// IAKM, the adaptive chunks (LeoAM: "chunks start at 64 tokens, or at 8 in the first two layers
-// and the first decode steps; a chunk whose upper bound stays high is split, down to 8, so less
-// unneeded KV is read; neighbouring chunks that stay cold are merged so fewer abstracts are
-// scored"). One ChunkTree per layer, grown as the prompt is written (SelectorNeeds::stored: after
-// each prompt batch, from the abstracts still in memory, so the first step reads none back) and to
-// n_tokens at each select (only the edge is read), rebuilt when n_tokens goes back; reset()
-// forgets them all. With C the store's chunk:
-//
-//   min_tokens      C (LeoAM's 8 by default, finer for small budgets: the CLI's default_chunk_tokens)
-//   max_tokens      the largest min * 2^k <= max(512, min)           (kIakmMaxTokens = 512)
-//   initial_tokens  layers [0, 2): min; others the smallest min * 2^k >= 64, at most max
-//                                                   (kIakmFineLayers = 2, kIakmInitialTokens = 64)
-//                   and at most the budget cap below, for the budget of the step the tree is built
-//                   (a tree built from the prompt coarsens to the first step's, exactly: the same
-//                   tree as one built at that step)
-//   budget cap      the largest min * 2^k with kIakmLeavesPerBudget = 4 such leaves within the far
-//                   budget (at least min): a leaf larger than the budget could never be selected
-//
-// After each selection (a desert selects nothing), per far leaf (one overlapping far): selected
-// -> hot_steps + 1, cold_steps = 0; else cold_steps + 1, hot_steps = 0. Leaves outside far (sink,
-// recent window) keep their history. Then, applied from the last leaf back:
-//
-//   split  a selected leaf that can split, during the first kIakmEarlySteps = 2 decode steps
-//          (query.step < 2: "8 in the first decode steps"), or once hot_steps >= kIakmHotSteps = 2
-//          when the layer is skewed; at most kIakmMaxSplits = 32 a layer a step, best scores first
-//          (a split reads nothing: the blocks' boxes stay); none when the selection holds all of
-//          far (every far token is read anyway). When the budget took no leaf (the best one is
-//          larger than it; not in a desert), the best leaf splits, so that some leaf fits at last
-//   merge  two buddy far leaves both with cold_steps >= kIakmColdSteps = 4, when their parent is
-//          within the budget cap of this step (no I/O), and the layer is skewed or in a desert
-//
-// Skew: per query head h, with m_h its largest upper bound over the far leaves, the share that the
-// selected leaves hold of sum over far leaves of far_tokens * exp(scale * (upper - m_h)), the
-// far mass bound of the desert check; the layer's skew is the mean over the query heads. A layer
-// is skewed when skew >= kIakmSkew = 0.5: few leaves hold most of the far attention, so cutting
-// the selected ones finer saves reading their cold halves, and the leaves left out hold little
-// of it. In a flat layer the tree stays as it is: its leaves left out hold most of the far mass,
-// so "cold" says little there, and a merged leaf ranks as its better half but costs the budget
-// both halves. Cold leaves therefore merge only in skewed layers (and in deserts, which read no
-// far KV). On the trained model's text at 8192 tokens, merging in every layer put leoam@0.1 at
-// +4.22% over full attention's perplexity, against +3.51% now; splitting in every layer as well
-// gave +2.80%, but a long decode then split and merged 4x as often (leaves merged in skewed
-// steps split again when hot) and ran 25% slower (bench/RESULTS.md, issue 6). Selection counts
-// the splits and merges (--kv-stats reports them).
+// attention-desert detection. Each unit (leaf or chunk) is bounded from its box and its rows' key
+// signs (sign_bound.h; the box alone without signs); per query head the bounds become log shares
+// of its bounded attention mass, a GQA group's shares combine (PolicyOptions::group_combine), and
+// the best units fill the budget (chunk_ranking.h). In the fine layers a unit sums its rows'
+// masses (PolicyOptions::row_mass). A step reads no far KV where the bounds prove the far mass
+// negligible beside the near window's. Each layer's ChunkTree splits hot leaves and merges cold
+// ones. The rules and constants: docs/policies.md#leoam-in-detail.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -146,7 +61,7 @@ ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t bu
   o.key_signs = key_signs;
   // With the rows' signs, which tell a block's rows apart, a box per block: in the coarse layers
   // of the size their leaves start at. The fine layers' 8-token leaves against 32-token boxes
-  // lost needles on a held-out set that full attention finds (bench/RESULTS.md, held-out sets),
+  // lost needles on a held-out set that full attention finds (docs/policies.md),
   // so they keep a box per store chunk, as every layer without signs does, unless their budget
   // reads a large share of their tokens anyway (LeoAM's 50% in the first layers of a 32-layer
   // model): there a looser bound costs less, and 32-token boxes keep the state under 5% of the KV.
@@ -263,7 +178,7 @@ class LeoamPolicy final : public SelectionPolicy {
     return s;
   }
 
-  // The leaves of the layer's chunk tree, which then adapts (the header comment) when `learn`.
+  // The leaves of the layer's chunk tree, which then adapts (docs/policies.md) when `learn`.
   Result<Selection> select_adaptive(const SelectionQuery& query, KvCatalog& catalog, bool learn) {
     LEOAM_ASSIGN_OR_RETURN(ChunkTree * tree, tree_for(query.layer, query.n_head_kv, query.head_dim, query.n_tokens,
                                                       query.budget_tokens, catalog));
@@ -336,7 +251,7 @@ class LeoamPolicy final : public SelectionPolicy {
     return &*tree;
   }
 
-  // The IAKM rule (the header comment) after the selection of far leaves [l0, l1): pick.picked are
+  // The IAKM rule (docs/policies.md) after the selection of far leaves [l0, l1): pick.picked are
   // indices into them, `scores` their scores (empty in a desert), `far_weights` their
   // Shares::far_weights. Counts the changes in `s`.
   Status adapt(const SelectionQuery& query, KvCatalog& catalog, ChunkTree& tree, int64_t l0, int64_t l1,
@@ -398,7 +313,7 @@ class LeoamPolicy final : public SelectionPolicy {
     return Status::ok();
   }
 
-  // The layer's skew (the header comment): the mean over query heads of the selected far leaves'
+  // The layer's skew (docs/policies.md): the mean over query heads of the selected far leaves'
   // share of the far leaves' bounded mass, which is linear in the selection: the selected leaves'
   // summed far weights (Shares::far_weights) over the heads.
   static double skew(const SelectionQuery& query, const std::vector<bool>& selected,
@@ -577,7 +492,7 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   // What the ranking, the desert check and the skew need of every query head's upper bounds over
-  // the units of [0, n_tokens) (the header comment), made a kv head's group at a time (a group's
+  // the units of [0, n_tokens) (docs/policies.md), made a kv head's group at a time (a group's
   // bounds are held, not every head's) and in one pass a head: each unit's bounded mass
   // e^(scale * (bound - m)) is computed once and serves the head's total, its far mass bound, its
   // shares and its far weights.
@@ -601,7 +516,7 @@ class LeoamPolicy final : public SelectionPolicy {
   // are narrow and their midpoints near the keys, while the bounds' slack, which grows with each
   // channel's interval, ranks by the boxes' widths. The midpoints bring leoam's perplexity near
   // the oracle's, but they miss more needles than the bounds, which never rank a key's peak below
-  // its box; in the coarse layers' 64-token boxes more still (bench/RESULTS.md, issue 49). So
+  // its box; in the coarse layers' 64-token boxes more still (docs/policies.md). So
   // they are not the default.
   bool ranks_by_midpoint(const SelectionQuery& query, const BoundUnits& units) const {
     return options_.fine_midpoint && tight_fine_rows(query, units);
@@ -780,7 +695,7 @@ class LeoamPolicy final : public SelectionPolicy {
   }
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
-  // near window's (the header comment). `chunks` are the positions of every chunk (leaf) of
+  // near window's (docs/policies.md). `chunks` are the positions of every chunk (leaf) of
   // [0, n_tokens), in order, `units` their units and `shared` their shares. Lower bounds are
   // needed only where near tokens are, the chunks at both ends: a chunk's is the least of its
   // units' box lower bounds.
