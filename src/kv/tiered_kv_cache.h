@@ -47,7 +47,7 @@ struct TieredKvCacheOptions {
   bool keep_abstracts = false;
   // Per layer, the positions one disk abstract record covers (disk_tier.h: one box for them, each
   // chunk's own key signs), a multiple of chunk_tokens: the policy's blocks
-  // (sparse::selection_policy_abstract_tokens). Empty, or a layer past the end: chunk_tokens.
+  // (sparse::PolicyInfo::abstract_tokens). Empty, or a layer past the end: chunk_tokens.
   std::vector<int> abstract_tokens;
   // Disk tier directory (created if missing). Empty: no disk tier, no file is ever opened, and
   // every chunk stays on the device, whose budget must hold the whole context.

@@ -11,6 +11,11 @@ std::string budget_error(double budget) {
   return "";
 }
 
+int64_t far_budget_tokens(double budget, int64_t n_far) {
+  const double tokens = budget <= 1.0 ? std::ceil(budget * static_cast<double>(n_far)) : budget;
+  return static_cast<int64_t>(std::min(tokens, static_cast<double>(n_far)));  // min first: no overflow
+}
+
 int n_dense_layers(int n_layer) { return static_cast<int>(std::lround(n_layer / 16.0)); }
 
 std::map<int, double> default_layer_budgets(double budget, int n_layer) {

@@ -6,6 +6,7 @@
 // A token-count budget (b > 1) is the same in every layer.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -14,6 +15,10 @@ namespace leoam::sparse {
 // Empty when `budget` is a finite fraction in (0, 1] or a whole count > 1; else why not, as the
 // end of a sentence that names it ("must be a positive finite number").
 std::string budget_error(double budget);
+
+// The far tokens a budget reads of n_far: a fraction's share rounded up, or the whole count, at
+// most n_far. The one rule for the selection, the store's grain and the CLI's chunk.
+int64_t far_budget_tokens(double budget, int64_t n_far);
 
 // The first layers that keep at least half of the far tokens under a fractional budget.
 int n_dense_layers(int n_layer);

@@ -738,10 +738,11 @@ class LeoamPolicy final : public SelectionPolicy {
 
 }  // namespace
 
-// The blocks of the trees at a far budget: the disk records' grain (selection_policy_abstract_tokens).
+// The blocks of the trees over n_tokens at a far budget: the disk records' grain
+// (PolicyInfo::abstract_tokens).
 int leoam_block_tokens(const PolicyOptions& options, int layer, int store_chunk_tokens, int64_t budget_tokens,
-                       int64_t far_tokens) {
-  return iakm_tree_options(layer, store_chunk_tokens, budget_tokens, far_tokens, options.key_signs).block_tokens;
+                       int64_t n_tokens) {
+  return iakm_tree_options(layer, store_chunk_tokens, budget_tokens, n_tokens, options.key_signs).block_tokens;
 }
 
 std::unique_ptr<SelectionPolicy> make_leoam_policy(const PolicyOptions& options) {

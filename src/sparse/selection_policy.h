@@ -1,36 +1,13 @@
-// Selection policies: at each decode step, for each layer, which far-away KV the query attends to.
-// A policy sees the query of every query head and the chunk catalog of the layer (chunk ranges,
+// Selection policies: at each decode step, for each layer, which far-away KV the query attends
+// to. A policy sees the query of every query head and the layer's chunk catalog (chunk ranges,
 // tiers, abstracts; kv/kv_catalog.h), never file descriptors, and returns token ranges within a
 // budget. SparseAttention (sparse_attention.h) adds the sink and the recent window, which are
-// always attended, and the store gathers the result; attention is then exact over that set.
+// always attended, and the store gathers the result; attention is then exact over that set:
 //
-//   positions  [0 ........ n_sink) [ .......... far ............ ) [n - n_recent ..... n)
-//              sink: always          the policy picks up to          recent: always
-//                                    budget_tokens of these
+//   [0 .. n_sink) [ ...... far: the policy picks up to budget_tokens ...... ) [n - n_recent .. n)
 //
-// Policies (make_selection_policy):
-//   full       every far token (on a mostly-disk store: the FlexGen-like full-offload baseline)
-//   streaming  none (StreamingLLM: sink + recent window only)
-//   quest      Quest: chunks ranked by the bound of chunk_bound.h, per query head; a chunk's
-//              score is its best rank-normalized bound over all query heads; top chunks until the
-//              budget is filled (the ranking stops at the first chunk that does not fit, and an
-//              edge chunk partly outside far counts only its far tokens; chunk_ranking.h)
-//   h2o        H2O: token-level heavy hitters by attention mass accumulated over the steps; the far
-//              tokens outside the budget are evicted for good (h2o_policy.cpp)
-//   h2o-chunked the same at the grain of the store's chunks
-//   infinigen  InfiniGen: the next layer's important tokens, speculated from this layer's input
-//              with a partial query/key projection over the top columns (infinigen_policy.cpp)
-//   leoam      GQA-aware (per KV head, the bounds of its query heads combined by max or sum)
-//              ranking, by sign-refined bounds (sign_bound.h; the box alone where the catalog has
-//              no key signs), of the nodes of an adaptive chunk tree (IAKM, chunk_tree.h) that splits hot
-//              chunks and merges cold ones, with attention-desert detection (no far KV when the
-//              far chunks' bounded mass is negligible next to the near window's)
-//   oracle     a reference, not a policy to deploy: leoam's selection (one set of the store's
-//              chunks per layer) ranked by the exact attention mass, from every key kept in RAM;
-//              the best a chunk selection can do at the budget (oracle_policy.cpp)
-//
-// Policies that learn from the forward pass say so in needs() and get its observations
-// (model/attention_selector.h) through SparseAttention.
+// The policies are listed in policy_registry.h and described in docs/policies.md. Policies that
+// learn from the forward pass say so in needs() (model/attention_selector.h).
 #pragma once
 
 #include <cstdint>
@@ -160,29 +137,11 @@ class SelectionPolicy {
   virtual PolicyMemory memory() const { return {}; }
 };
 
-// "full streaming h2o h2o-chunked quest infinigen leoam oracle"
-const char* selection_policy_names();
 // The catalog of a store without chunks (the in-memory cache): none, and no abstracts to load;
 // enough for the policies that read none (full, streaming, h2o, infinigen).
 KvCatalog& no_chunk_catalog();
 
-// Whether the policy works on the store's chunks (their abstracts or their grain): quest, leoam,
-// h2o-chunked, oracle need the tiered store's KvCatalog; the others run on any store.
-bool selection_policy_needs_catalog(std::string_view name);
-// Whether the policy scores every far chunk's abstract at every step from the store (leoam without
-// its adaptive trees), rather than once into state of its own (leoam's trees, quest's boxes): its
-// store should keep the device and host chunks' abstracts (TieredKvCacheOptions::keep_abstracts).
-bool selection_policy_scores_every_abstract(std::string_view name, bool adaptive);
-// The positions one disk abstract record of `layer` should cover (TieredKvCacheOptions::
-// abstract_tokens), for a store of chunk_tokens chunks whose context gives the layer a far
-// budget of budget_tokens out of far_tokens: leoam's trees keep a box per block (64 tokens in
-// its coarse layers with the key signs; in its fine layers a store chunk, or 32 tokens where the
-// budget is a quarter of the far tokens or more; smaller where the budget caps them) and read
-// their store chunks' abstracts only to union them into those blocks, so a record per block
-// loses them nothing; every other policy scores the store's chunks themselves: one a record.
-int selection_policy_abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,
-                                     int64_t budget_tokens, int64_t far_tokens);
-// Fails, naming the known policies, for an unknown name.
+// The policy called `name` (policy_registry.h); fails, naming the known policies, for an unknown one.
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(std::string_view name, const PolicyOptions& options);
 
 }  // namespace leoam::sparse

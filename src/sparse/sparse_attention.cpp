@@ -1,12 +1,12 @@
 #include "sparse/sparse_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "kv/kv_stats.h"  // human_bytes
 #include "sparse/budget_schedule.h"
+#include "sparse/policy_registry.h"
 
 namespace leoam::sparse {
 namespace {
@@ -33,8 +33,8 @@ SparseAttention::SparseAttention(const SparseAttentionOptions& options, KvCatalo
 
 Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAttentionOptions& options,
                                                                  KvCatalog* catalog, const AttentionShape& shape) {
-  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> policy,
-                         make_selection_policy(options.policy, options.policy_options));
+  LEOAM_ASSIGN_OR_RETURN(const PolicyInfo* info, find_policy(options.policy));
+  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> policy, info->make(options.policy_options));
   if (options.explain.out != nullptr) {
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<SelectionPolicy> oracle,
                            make_selection_policy("oracle", options.policy_options));
@@ -56,7 +56,7 @@ Result<std::unique_ptr<SparseAttention>> SparseAttention::create(const SparseAtt
   if (options.n_sink < 0 || options.n_recent < 1) {
     return invalid_argument("the sink must not be negative and the recent window must hold at least the query");
   }
-  if (catalog == nullptr && selection_policy_needs_catalog(options.policy)) {
+  if (catalog == nullptr && info->needs_catalog) {
     return invalid_argument("policy '" + options.policy + "' scores chunk abstracts: it needs the tiered KV store");
   }
   return std::unique_ptr<SparseAttention>(new SparseAttention(options, catalog, shape, std::move(policy)));
@@ -83,9 +83,7 @@ SparseAttention::Window SparseAttention::window(int64_t n) const {
 
 int64_t SparseAttention::far_budget(int layer, int64_t n_far) const {
   const auto it = options_.layer_budgets.find(layer);
-  const double b = it != options_.layer_budgets.end() ? it->second : options_.budget;
-  const double tokens = b <= 1.0 ? std::ceil(b * static_cast<double>(n_far)) : b;
-  return static_cast<int64_t>(std::min(tokens, static_cast<double>(n_far)));  // min first: no overflow
+  return far_budget_tokens(it != options_.layer_budgets.end() ? it->second : options_.budget, n_far);
 }
 
 void SparseAttention::begin_position(int64_t pos) {

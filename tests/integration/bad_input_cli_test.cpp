@@ -113,12 +113,14 @@ TEST_F(BadInputCliTest, KvDirReadOnlyNamesTheFlag) {
 
 // Chunks need not be powers of two (--help says so): leoam's adaptive chunks are C times a power
 // of two. Through tiers so small that chunks go to disk and back, a chunk of 12 gives the same
-// text as with the KV in RAM.
+// text as with the KV in RAM. The budget is a count, so that the disk records' grain, set for the
+// whole context, is the trees' blocks at every step (a fraction's budget grows with the context,
+// and a shorter context's trees may take finer blocks, which they fill from coarser records).
 TEST_F(BadInputCliTest, KvChunkNotAPowerOfTwoWorksThroughTheDiskTier) {
   const CliResult help = leoam::testing_cli::run_leoam(dir_, {"run", "--help"});
   EXPECT_NE(help.out.find("not only powers of two"), std::string::npos);
-  const std::vector<std::string> common = {"-n", "24", "--temp", "0", "--policy", "leoam", "--kv-chunk", "12",
-                                           "--kv-stats"};
+  const std::vector<std::string> common = {"-n", "24", "--temp", "0", "--policy", "leoam", "--budget", "96",
+                                           "--kv-chunk", "12", "--kv-stats"};
   std::vector<std::string> ram = common;
   CliResult in_ram = run(ram);
   ASSERT_EQ(in_ram.status, 0) << in_ram.err;

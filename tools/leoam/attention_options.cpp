@@ -7,6 +7,7 @@
 #include "cli_common.h"
 #include "model/model.h"
 #include "sparse/budget_schedule.h"
+#include "sparse/policy_registry.h"
 
 namespace leoam::cli {
 namespace {
@@ -50,7 +51,7 @@ Result<std::map<int, double>> parse_layer_budgets(const std::string& text, int n
 
 void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
   const std::string group = "Sparse attention";
-  cmd.add_option("--policy", o.policy, std::string("which KV each decoded token attends to: ") + sparse::selection_policy_names())
+  cmd.add_option("--policy", o.policy, std::string("which KV each decoded token attends to: ") + sparse::policy_names())
       ->capture_default_str()
       ->check(CLI::IsMember(policy_names()))
       ->group(group);
@@ -94,30 +95,52 @@ void add_attention_options(CLI::App& cmd, AttentionCliOptions& o) {
       ->group(group);
 }
 
-KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
-  KvStoreNeeds needs;
-  needs.chunks = sparse::selection_policy_needs_catalog(o.policy);
-  needs.resident_abstracts = sparse::selection_policy_scores_every_abstract(o.policy, !o.no_adaptive);
+namespace {
+
+// The policy's options as the flags set them (PolicyOptions::model apart).
+sparse::PolicyOptions policy_options(const AttentionCliOptions& o) {
   sparse::PolicyOptions p;
+  p.group_combine = o.group_combine == "sum" ? sparse::GroupCombine::kSum : sparse::GroupCombine::kMax;
+  p.desert = !o.no_desert;
   p.adaptive = !o.no_adaptive;
+  p.lka = !o.no_lka;
   p.key_signs = !o.no_key_signs;
+  p.fine_midpoint = o.fine_midpoint;
+  p.row_mass = !o.no_row_mass;
+  p.partial_ratio = o.partial_ratio;
+  return p;
+}
+
+// The policy --policy names: known, since the option checks it against policy_names().
+const sparse::PolicyInfo& policy_info(const AttentionCliOptions& o) {
+  const Result<const sparse::PolicyInfo*> info = sparse::find_policy(o.policy);
+  return info.is_ok() ? **info : sparse::policies().front();
+}
+
+}  // namespace
+
+KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
+  const sparse::PolicyInfo& info = policy_info(o);
+  const sparse::PolicyOptions p = policy_options(o);
+  KvStoreNeeds needs;
+  needs.chunks = info.needs_catalog;
+  needs.resident_abstracts = info.scores_every_abstract(p);
   // The grain of the trees at the whole context's budget (as default_chunk_tokens sizes the
   // chunks): a shorter context's trees may use finer blocks, which a tree grown from the disk
   // then fills with its records' boxes (sound, looser).
-  needs.abstract_tokens = [o, p](int layer, int n_layer, int chunk_tokens, int64_t far_tokens) {
+  needs.abstract_tokens = [o, p, grain = info.abstract_tokens](int layer, int n_layer, int chunk_tokens,
+                                                               int64_t n_tokens, int64_t far_tokens) {
     const Result<std::map<int, double>> overrides = layer_budgets(o, n_layer);
     double b = o.budget;
     if (overrides.is_ok() && overrides->count(layer) != 0) b = overrides->at(layer);
-    const auto budget_tokens = static_cast<int64_t>(b <= 1.0 ? b * static_cast<double>(far_tokens) : b);
-    return sparse::selection_policy_abstract_tokens(o.policy, p, layer, chunk_tokens, budget_tokens, far_tokens);
+    return grain(p, layer, chunk_tokens, sparse::far_budget_tokens(b, far_tokens), n_tokens);
   };
   return needs;
 }
 
 std::vector<std::string> policy_names() {
   std::vector<std::string> names;
-  std::istringstream in(sparse::selection_policy_names());
-  for (std::string name; in >> name;) names.push_back(name);
+  for (const sparse::PolicyInfo& p : sparse::policies()) names.emplace_back(p.name);
   return names;
 }
 
@@ -139,19 +162,8 @@ std::string budget_rule_text(const AttentionCliOptions& o, const KvCliOptions& k
 }
 
 int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
-  // oracle ranks the chunks leoam's adaptive tree could split down to: what leoam could pick at best.
-  const bool leoam_grain = o.policy == "oracle" || (o.policy == "leoam" && !o.no_adaptive);
-  constexpr int kLeoamChunk = 8;       // LeoAM: chunks split down to 8 tokens
-  if (o.policy == "quest") return 16;  // Quest's pages are 16 tokens
-  if (o.policy == "infinigen") return kLeoamChunk;
-  if (!leoam_grain) return 64;
-  constexpr int kChunksPerBudget = 16;
-  constexpr int kFinestChunk = 2;
   const int64_t far = std::max<int64_t>(0, n_ctx - kv_options.n_sink - kv_options.n_recent);
-  const double budget_tokens = o.budget <= 1.0 ? o.budget * static_cast<double>(far) : o.budget;
-  int chunk = kLeoamChunk;
-  while (chunk > kFinestChunk && chunk * kChunksPerBudget > budget_tokens) chunk /= 2;
-  return chunk;
+  return policy_info(o).chunk_tokens(policy_options(o), sparse::far_budget_tokens(o.budget, far));
 }
 
 Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
@@ -164,21 +176,14 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
   }
   sparse::SparseAttentionOptions s;
   LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, layer_budgets(o, model.hparams().n_layer));
-  if (o.policy == "full") return std::unique_ptr<sparse::SparseAttention>();
+  if (policy_info(o).dense) return std::unique_ptr<sparse::SparseAttention>();
   s.policy = o.policy;
   s.budget = o.budget;
   s.n_sink = kv_options.n_sink;
   s.n_recent = kv_options.n_recent;
   s.memory_budget_bytes = mib_to_bytes(kv_options.meta_mb);
-  s.policy_options.group_combine = o.group_combine == "sum" ? sparse::GroupCombine::kSum : sparse::GroupCombine::kMax;
-  s.policy_options.desert = !o.no_desert;
-  s.policy_options.adaptive = !o.no_adaptive;
-  s.policy_options.lka = !o.no_lka;
-  s.policy_options.key_signs = !o.no_key_signs;
-  s.policy_options.fine_midpoint = o.fine_midpoint;
-  s.policy_options.row_mass = !o.no_row_mass;
+  s.policy_options = policy_options(o);
   s.policy_options.model = &model;
-  s.policy_options.partial_ratio = o.partial_ratio;
   s.explain = explain;
   const ModelHparams& hp = model.hparams();
   sparse::AttentionShape shape;

@@ -37,11 +37,11 @@ struct AttentionCliOptions {
 
 void add_attention_options(CLI::App& cmd, AttentionCliOptions& options);
 
-// What the policy needs of the KV store: chunks, when it scores chunk abstracts (the tiered
-// store); resident abstracts kept, when it scores every far chunk at every step
-// (sparse::selection_policy_scores_every_abstract).
+// What the policy needs of the KV store (sparse/policy_registry.h): chunks, when it scores chunk
+// abstracts (the tiered store); resident abstracts kept, when it scores every far chunk at every
+// step; the grain of the disk abstract records.
 KvStoreNeeds kv_store_needs(const AttentionCliOptions& options);
-// The known policy names (sparse::selection_policy_names(), split), for --policy's check.
+// The known policy names (sparse::policies()), for --policy's check.
 std::vector<std::string> policy_names();
 
 // The per-layer budgets (SparseAttentionOptions::layer_budgets) of every sparse policy alike:

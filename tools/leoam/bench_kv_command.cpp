@@ -42,6 +42,7 @@
 #include "model/synthetic_kv.h"
 #include "progress_bar.h"
 #include "sparse/fidelity_probe.h"
+#include "sparse/policy_registry.h"
 #include "sparse/sparse_attention.h"
 #include "tokenizer/tokenizer.h"
 
@@ -373,7 +374,7 @@ class BenchKvCommand : public Command {
     KvCliOptions kv_options = kv_options_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + n_gen_;
-    if (policy == "full" && decode_pipeline(kv_options)) {
+    if (sparse::is_dense_policy(policy) && decode_pipeline(kv_options)) {
       // FlexGen's schedule at its strongest: staging for two layers' whole past, so that all of the
       // next layer's reads overlap this layer's compute (the other policies' selections fit theirs).
       const double layer_mib = static_cast<double>(n_store) * static_cast<double>(cost_.kv_bytes_per_position) /
@@ -711,7 +712,7 @@ class BenchKvCommand : public Command {
 
   const PolicyRun* full_run(int64_t n_ctx) const {
     for (const PolicyRun& r : runs_) {
-      if (r.n_ctx == n_ctx && r.policy == "full") return &r;
+      if (r.n_ctx == n_ctx && sparse::is_dense_policy(r.policy)) return &r;
     }
     return nullptr;
   }

@@ -41,6 +41,7 @@
 #include "progress_bar.h"
 #include "sigint_scope.h"
 #include "sparse/budget_schedule.h"
+#include "sparse/policy_registry.h"
 #include "sparse/selection_policy.h"
 #include "sparse/sparse_attention.h"
 #include "tokenizer/tokenizer.h"
@@ -76,9 +77,9 @@ std::string format_number(double x) {
   return buf;
 }
 
-// "full", or "leoam@0.1".
+// "full" (a dense policy has no budget), or "leoam@0.1".
 std::string policy_label(const std::string& policy, double budget) {
-  return policy == "full" ? policy : policy + "@" + format_number(budget);
+  return sparse::is_dense_policy(policy) ? policy : policy + "@" + format_number(budget);
 }
 
 // What identifies a run in --out: doubles print with 17 digits, which JSON reads back exactly.
@@ -289,7 +290,7 @@ std::string unmatched_share_warnings(const std::vector<const CostColumns*>& rows
   constexpr double kMaxGapPct = 1.0;
   std::vector<double> budgets;
   for (const CostColumns* r : rows) {
-    if (r->policy != "full" && std::find(budgets.begin(), budgets.end(), r->budget) == budgets.end()) {
+    if (!sparse::is_dense_policy(r->policy) && std::find(budgets.begin(), budgets.end(), r->budget) == budgets.end()) {
       budgets.push_back(r->budget);
     }
   }
@@ -298,7 +299,7 @@ std::string unmatched_share_warnings(const std::vector<const CostColumns*>& rows
     const CostColumns* lo = nullptr;
     const CostColumns* hi = nullptr;
     for (const CostColumns* r : rows) {
-      if (r->policy == "full" || r->budget != budget) continue;
+      if (sparse::is_dense_policy(r->policy) || r->budget != budget) continue;
       if (lo == nullptr || r->attended_pct() < lo->attended_pct()) lo = r;
       if (hi == nullptr || r->attended_pct() > hi->attended_pct()) hi = r;
     }
@@ -398,7 +399,7 @@ class EvalCommand : public Command {
     cmd->remove_option(cmd->get_option("--policy"));
     cmd->remove_option(cmd->get_option("--budget"));
     cmd->add_option("--policy", policies_,
-                    std::string("policies to sweep, comma-separated: ") + sparse::selection_policy_names())
+                    std::string("policies to sweep, comma-separated: ") + sparse::policy_names())
         ->capture_default_str()
         ->delimiter(',')
         ->check(CLI::IsMember(policy_names()))
@@ -535,7 +536,7 @@ class EvalCommand : public Command {
     }
     std::vector<EvalRun> runs;
     for (const std::string& policy : policies_) {
-      if (policy == "full") {
+      if (sparse::is_dense_policy(policy)) {
         runs.push_back({policy, 1.0});
         continue;
       }
@@ -894,7 +895,7 @@ class EvalCommand : public Command {
         r.n_bytes += j.value("n_bytes", 0.0);
         r.cost.add(j);
       });
-      const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.label == "full"; });
+      const auto full = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return sparse::is_dense_policy(r.label); });
       std::vector<const CostColumns*> costs;
       for (const Row& r : rows) {
         const double bpb = r.n_bytes > 0 ? r.nll_sum / std::log(2.0) / r.n_bytes : 0.0;

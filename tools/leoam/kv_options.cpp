@@ -138,7 +138,7 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Mode
   if (!o.dir.empty() && needs.abstract_tokens) {
     const int64_t far = std::max<int64_t>(0, n_ctx - o.n_sink - o.n_recent);
     for (int il = 0; il < hp.n_layer; ++il) {
-      t.abstract_tokens.push_back(needs.abstract_tokens(il, static_cast<int>(hp.n_layer), o.chunk_tokens, far));
+      t.abstract_tokens.push_back(needs.abstract_tokens(il, static_cast<int>(hp.n_layer), o.chunk_tokens, n_ctx, far));
     }
   }
   t.device_budget_bytes = mib_to_bytes(o.device_mb);

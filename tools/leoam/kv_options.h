@@ -70,9 +70,9 @@ struct KvStoreNeeds {
   bool resident_abstracts = false;  // it scores every far chunk at every step: device and host chunks
                                     // keep their abstracts (TieredKvCacheOptions::keep_abstracts)
   // The positions a disk abstract record of `layer` covers, for chunks of chunk_tokens and a
-  // context of far_tokens between the sink and the recent window; null: a chunk
-  // (TieredKvCacheOptions::abstract_tokens).
-  std::function<int(int layer, int n_layer, int chunk_tokens, int64_t far_tokens)> abstract_tokens;
+  // context of n_tokens, far_tokens of them between the sink and the recent window; null: a
+  // chunk (TieredKvCacheOptions::abstract_tokens).
+  std::function<int(int layer, int n_layer, int chunk_tokens, int64_t n_tokens, int64_t far_tokens)> abstract_tokens;
   // The store decodes in a batch with others (LlamaForward::decode_batch): its disk tier reads a
   // layer's selected chunks ahead (--read-ahead-mb) while the other sequences select and attend,
   // whatever --pipeline says (those reads are the selection's own: none is speculated).

@@ -20,6 +20,18 @@ TEST(BudgetSchedule, AFractionKeepsHalfInTheFirstSixteenthOfTheLayers) {
   EXPECT_TRUE(default_layer_budgets(512, 32).empty()) << "a count of far tokens is the same in every layer";
 }
 
+// A fraction's share rounds up, a count is taken whole, and neither passes the far tokens.
+TEST(BudgetSchedule, FarBudgetTokens) {
+  EXPECT_EQ(far_budget_tokens(0.1, 1000), 100);
+  EXPECT_EQ(far_budget_tokens(0.1, 1005), 101);
+  EXPECT_EQ(far_budget_tokens(0.1, 5), 1) << "at least one far token when there is one";
+  EXPECT_EQ(far_budget_tokens(0.1, 0), 0);
+  EXPECT_EQ(far_budget_tokens(1.0, 7), 7);
+  EXPECT_EQ(far_budget_tokens(4096, 100000), 4096);
+  EXPECT_EQ(far_budget_tokens(4096, 1000), 1000);
+  EXPECT_EQ(far_budget_tokens(1e300, 1000), 1000) << "no overflow";
+}
+
 TEST(BudgetSchedule, BudgetErrorAcceptsFractionsAndWholeCounts) {
   for (const double ok : {0.001, 0.1, 1.0, 2.0, 512.0}) EXPECT_EQ(budget_error(ok), "") << ok;
   for (const double bad : {0.0, -0.1, std::nan(""), HUGE_VAL, -HUGE_VAL}) {

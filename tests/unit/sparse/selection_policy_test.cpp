@@ -14,6 +14,7 @@
 
 #include "keys_catalog.h"
 #include "kv/kv_catalog.h"
+#include "sparse/policy_registry.h"
 #include "select_ok.h"
 
 namespace leoam::sparse {
@@ -107,11 +108,43 @@ std::unique_ptr<SelectionPolicy> policy(std::string_view name, const PolicyOptio
 using Ranges = std::vector<TokenRange>;
 
 TEST(SelectionPolicyFactory, MakesEachKnownPolicy) {
-  EXPECT_STREQ(selection_policy_names(), "full streaming h2o h2o-chunked quest infinigen leoam oracle");
+  EXPECT_EQ(policy_names(), "full streaming h2o h2o-chunked quest infinigen leoam oracle");
   // infinigen and oracle need a model (infinigen_policy_test.cpp, oracle_policy_test.cpp).
   for (std::string_view name : {"full", "streaming", "h2o", "h2o-chunked", "quest", "leoam"}) {
     EXPECT_EQ(policy(name)->name(), name);
   }
+}
+
+// What the registry says of each policy: full alone is dense; the chunk-scoring ones need the
+// tiered store; the store's chunk each reads best (Quest's 16-token pages, leoam's 8 finer where
+// fewer than 16 leaves fit the budget, 64 where a policy reads no finer); leoam without its trees
+// scores every abstract at every step.
+TEST(SelectionPolicyFactory, TheRegistryDescribesEachPolicy) {
+  const auto info = [](std::string_view name) {
+    const Result<const PolicyInfo*> p = find_policy(name);
+    EXPECT_TRUE(p.is_ok()) << name;
+    return *p.value();
+  };
+  PolicyOptions flat;
+  flat.adaptive = false;
+  for (const PolicyInfo& p : policies()) {
+    EXPECT_EQ(p.dense, p.name == "full") << p.name;
+    EXPECT_EQ(is_dense_policy(p.name), p.dense) << p.name;
+    const bool chunks = p.name == "quest" || p.name == "leoam" || p.name == "h2o-chunked" || p.name == "oracle";
+    EXPECT_EQ(p.needs_catalog, chunks) << p.name;
+    EXPECT_EQ(p.scores_every_abstract(flat), p.name == "leoam") << p.name;
+    EXPECT_FALSE(p.scores_every_abstract({})) << p.name;
+  }
+  EXPECT_FALSE(is_dense_policy("h3o"));
+  EXPECT_EQ(info("quest").chunk_tokens({}, 1000), 16);
+  EXPECT_EQ(info("infinigen").chunk_tokens({}, 1000), 8);
+  EXPECT_EQ(info("full").chunk_tokens({}, 1000), 64);
+  EXPECT_EQ(info("h2o-chunked").chunk_tokens({}, 1000), 64);
+  EXPECT_EQ(info("leoam").chunk_tokens({}, 128), 8);
+  EXPECT_EQ(info("leoam").chunk_tokens({}, 127), 4);
+  EXPECT_EQ(info("leoam").chunk_tokens({}, 20), 2);
+  EXPECT_EQ(info("leoam").chunk_tokens(flat, 20), 64);
+  EXPECT_EQ(info("oracle").chunk_tokens({}, 100), 4);
 }
 
 TEST(SelectionPolicyFactory, UnknownNameListsTheKnownOnes) {
@@ -127,25 +160,32 @@ TEST(SelectionPolicyFactory, UnknownNameListsTheKnownOnes) {
 // or 32 tokens where their budget is a quarter of the far tokens or more; 64 in the others, over
 // 8-token chunks), capped by a small budget as its trees' blocks are; a chunk for every other
 // policy, and for leoam without its trees or its key signs (a box a chunk then).
+int abstract_tokens(std::string_view name, const PolicyOptions& options, int layer, int chunk_tokens,
+                    int64_t budget_tokens, int64_t far_tokens) {
+  const Result<const PolicyInfo*> info = find_policy(name);
+  EXPECT_TRUE(info.is_ok()) << name;
+  return info.is_ok() ? (*info)->abstract_tokens(options, layer, chunk_tokens, budget_tokens, far_tokens) : -1;
+}
+
 TEST(SelectionPolicyFactory, DiskAbstractsFollowThePolicysBlocks) {
   const PolicyOptions leoam;
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 0, 8, 4000, 40000), 8);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 4000, 40000), 8);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 20000, 40000), 32) << "a budget of half";
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 10000, 40000), 32) << "a budget of a quarter";
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 1, 8, 9999, 40000), 8);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 2, 8, 4000, 40000), 64);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 31, 16, 4000, 40000), 64);
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 5, 8, 100, 1000), 16) << "four 16-token leaves fit 100";
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", leoam, 5, 8, 40, 400), 8);
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 0, 8, 4000, 40000), 8);
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 1, 8, 4000, 40000), 8);
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 1, 8, 20000, 40000), 32) << "a budget of half";
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 1, 8, 10000, 40000), 32) << "a budget of a quarter";
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 1, 8, 9999, 40000), 8);
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 2, 8, 4000, 40000), 64);
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 31, 16, 4000, 40000), 64);
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 5, 8, 100, 1000), 16) << "four 16-token leaves fit 100";
+  EXPECT_EQ(abstract_tokens("leoam", leoam, 5, 8, 40, 400), 8);
   PolicyOptions flat;
   flat.adaptive = false;
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", flat, 5, 8, 4000, 40000), 8);
+  EXPECT_EQ(abstract_tokens("leoam", flat, 5, 8, 4000, 40000), 8);
   PolicyOptions no_signs;
   no_signs.key_signs = false;
-  EXPECT_EQ(selection_policy_abstract_tokens("leoam", no_signs, 5, 8, 4000, 40000), 8);
+  EXPECT_EQ(abstract_tokens("leoam", no_signs, 5, 8, 4000, 40000), 8);
   for (const char* name : {"full", "streaming", "h2o", "h2o-chunked", "quest", "infinigen", "oracle"}) {
-    EXPECT_EQ(selection_policy_abstract_tokens(name, leoam, 5, 16, 4000, 40000), 16) << name;
+    EXPECT_EQ(abstract_tokens(name, leoam, 5, 16, 4000, 40000), 16) << name;
   }
 }
 
