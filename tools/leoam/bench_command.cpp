@@ -1,5 +1,5 @@
 // `leoam bench`: prompt processing and text generation speed, in the spirit of llama-bench, with
-// each figure set against the machine's bound measured in the same run (src/engine/benchmark.h
+// each figure set against the machine's bound measured in the same run (benchmark.h
 // defines the tests and the bound). `leoam bench kv` (bench_kv_command.cpp) is its subcommand.
 //
 // Output on stdout: a few lines with the measured DRAM bandwidth and peak rates, then a markdown
@@ -17,11 +17,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "benchmark.h"
 #include "cli_common.h"
 #include "progress_bar.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
-#include "engine/benchmark.h"
 #include "kernels/cpu/blas_core.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"

@@ -1,5 +1,5 @@
 // `leoam bench-gather`: chunk-gather read throughput of the KV store's disk tier, set against the
-// device's raw throughput for the same reads, measured in the same run (src/kv/gather_benchmark.h
+// device's raw throughput for the same reads, measured in the same run (gather_benchmark.h
 // defines both).
 //
 // Output on stdout: a markdown table, one row per (shape, chunk size), then the disk I/O mode; or,
@@ -18,7 +18,7 @@
 #include "cli_common.h"
 #include "progress_bar.h"
 #include "kv/chunk_layout.h"
-#include "kv/gather_benchmark.h"
+#include "gather_benchmark.h"
 
 namespace leoam::cli {
 namespace {

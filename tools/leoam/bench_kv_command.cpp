@@ -26,13 +26,13 @@
 #include <nlohmann/json.hpp>
 
 #include "attention_options.h"
+#include "benchmark.h"
 #include "cli_common.h"
 #include "core/memory_bandwidth.h"
 #include "core/trace.h"
-#include "engine/benchmark.h"
 #include "engine/sampler.h"
 #include "engine/step_breakdown.h"
-#include "kv/gather_benchmark.h"
+#include "gather_benchmark.h"
 #include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
 #include "model/forward_context.h"

@@ -1,4 +1,4 @@
-#include "engine/benchmark.h"
+#include "benchmark.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "kv/gather_benchmark.h"
+#include "gather_benchmark.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "io/file.h"
-#include "kv_test_util.h"
+#include "../kv/kv_test_util.h"
 
 namespace leoam {
 namespace {

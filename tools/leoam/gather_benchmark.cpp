@@ -1,4 +1,4 @@
-#include "kv/gather_benchmark.h"
+#include "gather_benchmark.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "engine/benchmark.h"
+#include "benchmark.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
