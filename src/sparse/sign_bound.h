@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/sign_bound_kernels.h"  // kSignTermSteps, SignSliceWords
 #include "kv/chunk_layout.h"  // sign_words_per_head
 #include "kv/kv_cache.h"  // TokenRange
 #include "sparse/chunk_bound.h"
@@ -42,15 +43,9 @@ struct SignSketch {
 // row 64 g + r (rows from 0). A row's bits are spread over head_dim words, but 64 rows' bits of
 // one channel sit together: the vector paths add a channel's term to 32 rows (AVX-512: one masked
 // add in int16 lanes) or 8 (AVX2) at once, with no horizontal sum a row.
-struct SignSlices {
-  const uint64_t* words = nullptr;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-
-  // The head_dim words of kv head h for rows [64 g, 64 g + 64).
-  const uint64_t* slice(int64_t g, int kv_head) const {
-    return words + (g * n_kv_heads + kv_head) * static_cast<int64_t>(head_dim);
-  }
+// Its words, n_kv_heads and head_dim, and slice(g, h) (the head_dim words of kv head h for rows
+// [64 g, 64 g + 64)), are the kernels' view (kernels/cpu/sign_bound_kernels.h).
+struct SignSlices : kernels::SignSliceWords {
   bool bit(int64_t row, int kv_head, int c) const { return (slice(row / 64, kv_head)[c] >> (row % 64)) & 1u; }
 };
 
@@ -124,7 +119,7 @@ void sign_bounds(const float* q, int n_head, std::span<const SignUnit> units, co
 // sound, and lie at most head_dim such steps (a kSignTermSteps-th of head_dim times the largest
 // term) above the exact ones: about 3% of the largest channel's term at head_dim 128. A box whose
 // terms overflow float is summed in float instead.
-inline constexpr float kSignTermSteps = 4094.0f;
+inline constexpr float kSignTermSteps = kernels::kSignTermSteps;
 
 // The same over sliced signs (the units' rows inside what the slices cover): AVX-512 where the
 // CPU has it (in steps, as above), AVX2+FMA (head_dim % 8 == 0), else scalar; these two the same
