@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/sampler.h"
+#include "engine/stop_rules.h"
 #include "engine/utf8_stream.h"
 #include "kv/kv_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -67,6 +68,7 @@ Result<std::vector<BatchSequenceResult>> generate_batch(ForwardContext& ctx, con
   std::vector<BatchToken> step;
   std::vector<size_t> rows;  // step row -> sequence
   std::vector<float> logits;
+  const StopRules rules{options.n_predict};
   for (;;) {
     step.clear();
     rows.clear();
@@ -85,12 +87,8 @@ Result<std::vector<BatchSequenceResult>> generate_batch(ForwardContext& ctx, con
         finish(StopReason::kInterrupted);
         continue;
       }
-      if (options.n_predict >= 0 && s.n_generated >= options.n_predict) {
-        finish(StopReason::kMaxTokens);
-        continue;
-      }
-      if (kv.n_tokens() >= kv.n_ctx()) {
-        finish(StopReason::kContextFull);
+      if (const std::optional<StopReason> why = rules.before_sample(s.n_generated, kv.n_tokens(), kv.n_ctx())) {
+        finish(*why);
         continue;
       }
       const int32_t token = r.sampler.sample(r.row);
@@ -99,12 +97,8 @@ Result<std::vector<BatchSequenceResult>> generate_batch(ForwardContext& ctx, con
       ++s.n_generated;
       ++batch.n_generated;
       results[i].text += r.stream.push(tokenizer.token_to_piece(token));
-      if (tokenizer.is_eog(token)) {
-        finish(StopReason::kEndOfGeneration);
-        continue;
-      }
-      if (options.n_predict >= 0 && s.n_generated >= options.n_predict) {  // the last token needs no step
-        finish(StopReason::kMaxTokens);
+      if (const std::optional<StopReason> end = rules.after_token(tokenizer.is_eog(token), s.n_generated)) {
+        finish(*end);  // the last token needs no step
         continue;
       }
       step.push_back({token, sequences[i]});

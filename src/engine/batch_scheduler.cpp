@@ -9,6 +9,7 @@
 
 #include "engine/prompt_cache.h"
 #include "engine/stop_matcher.h"
+#include "engine/stop_rules.h"
 #include "engine/utf8_stream.h"
 #include "kv/kv_dtype.h"
 #include "kv/tiered_kv_cache.h"
@@ -311,15 +312,15 @@ std::vector<BatchToken> BatchScheduler::sample_all(std::vector<size_t>& rows) {
       end(FinishReason::kCancelled);
       continue;
     }
-    if ((req.n_predict >= 0 && r.n_generated >= req.n_predict) || kv.n_tokens() >= kv.n_ctx()) {
+    const StopRules rules{req.n_predict};
+    if (rules.before_sample(r.n_generated, kv.n_tokens(), kv.n_ctx())) {
       end(FinishReason::kLength);
       continue;
     }
     if (r.n_generated == 0) r.first_sample = Clock::now();
     if (r.json) {
       // The tokens left after this one: the value must be whole by then.
-      int64_t left = kv.n_ctx() - kv.n_tokens() - 1;
-      if (req.n_predict >= 0) left = std::min<int64_t>(left, req.n_predict - r.n_generated - 1);
+      const int64_t left = rules.tokens_left(r.n_generated, kv.n_tokens(), kv.n_ctx());
       r.masked = r.row;
       if (!mask_for_json(*r.json, left, r.masked)) {
         finish(i, FinishReason::kError, internal_error("no token of the vocabulary continues the JSON value"));
@@ -346,11 +347,12 @@ std::vector<BatchToken> BatchScheduler::sample_all(std::vector<size_t>& rows) {
       }
     }
     r.job->stream->push(std::move(e));
-    if (eog || r.stop.stopped() || (r.json && r.json->complete())) {
+    const std::optional<StopReason> after = rules.after_token(eog, r.n_generated);
+    if (after == StopReason::kEndOfGeneration || r.stop.stopped() || (r.json && r.json->complete())) {
       end(FinishReason::kStop);
       continue;
     }
-    if (req.n_predict >= 0 && r.n_generated >= req.n_predict) {
+    if (after) {
       end(FinishReason::kLength);  // the last token needs no step
       continue;
     }

@@ -84,14 +84,10 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
 
   Utf8Stream stream;
   const auto t_decode = std::chrono::steady_clock::now();
-  auto reached_max = [&] { return options.n_predict >= 0 && stats.n_generated >= options.n_predict; };
+  const StopRules rules{options.n_predict};
   for (;;) {
-    if (reached_max()) {
-      stats.stop_reason = StopReason::kMaxTokens;
-      break;
-    }
-    if (ctx.n_past() >= ctx.n_ctx()) {
-      stats.stop_reason = StopReason::kContextFull;
+    if (const std::optional<StopReason> why = rules.before_sample(stats.n_generated, ctx.n_past(), ctx.n_ctx())) {
+      stats.stop_reason = *why;
       break;
     }
     if (options.should_stop && options.should_stop()) {
@@ -107,9 +103,9 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
     emit(stream.push(first && strip_leading_space ? tokenizer.detokenize({token}, /*remove_leading_space=*/true)
                                                   : tokenizer.token_to_piece(token)));
 
-    const bool eog = tokenizer.is_eog(token);
+    const std::optional<StopReason> end = rules.after_token(tokenizer.is_eog(token), stats.n_generated);
     // The last token needs no eval unless its logits row was asked for.
-    if (want_logits || !(eog || reached_max())) {
+    if (want_logits || !end) {
       const int32_t one[1] = {token};
       const auto t_step = std::chrono::steady_clock::now();
       LEOAM_RETURN_IF_ERROR(ctx.eval(one, /*all_logits=*/false, logits));
@@ -117,8 +113,8 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
       row = logits;
       if (want_logits) callbacks.on_logits(row);
     }
-    if (eog) {
-      stats.stop_reason = StopReason::kEndOfGeneration;
+    if (end) {
+      stats.stop_reason = *end;
       break;
     }
   }

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "engine/stop_rules.h"  // StopReason
 
 namespace leoam {
 
@@ -38,13 +39,6 @@ struct GenerateOptions {
   // stats so far with StopReason::kInterrupted. A prefill stopped so leaves prefill_complete()
   // false, and the context holds the KV of the chunks done. May be empty.
   std::function<bool()> should_stop;
-};
-
-enum class StopReason : uint8_t {
-  kEndOfGeneration,  // sampled an EOG token
-  kMaxTokens,        // generated n_predict tokens
-  kContextFull,      // no room left in the context for another token
-  kInterrupted,      // should_stop said so
 };
 
 struct GenerateStats {
