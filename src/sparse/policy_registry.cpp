@@ -29,8 +29,10 @@ constexpr int kFinestChunk = 2;
 int store_chunk(const PolicyOptions&, int64_t) { return kStoreChunk; }
 
 // The chunks leoam's adaptive tree splits down to: 8 tokens, finer where fewer than
-// kChunksPerBudget would fit the budget. The oracle ranks the same chunks: what leoam could pick
-// at best.
+// kChunksPerBudget would fit the budget (10% of 512 tokens would otherwise be 5 chunks of 8, too
+// coarse to choose well: docs/policies.md#budgets). The oracle ranks the same chunks: what leoam
+// could pick at best. infinigen picks tokens, so the store's fine grain keeps what it reads near
+// what it attends.
 int leoam_grain(int64_t budget_tokens) {
   int chunk = kLeoamChunk;
   while (chunk > kFinestChunk && int64_t{chunk} * kChunksPerBudget > budget_tokens) chunk /= 2;

@@ -55,15 +55,9 @@ Result<std::map<int, double>> layer_budgets(const AttentionCliOptions& options, 
 // of 32 here)".
 std::string budget_rule_text(const AttentionCliOptions& options, const KvCliOptions& kv_options, int n_layer);
 
-// The store's chunk size when --kv-chunk is not given, for a context of n_ctx tokens: 16 for
-// quest (its page size), 8 for infinigen (it picks tokens: the store's fine grain keeps what it
-// reads near what it attends), 64 for the other fixed-chunk policies; for leoam's adaptive chunk tree,
-// whose leaves split down to one store chunk, LeoAM's 8, or finer when the far budget (the
-// budget's share of n_ctx outside the sink and the recent window) holds fewer than 16 such
-// chunks: the largest of 8, 4, 2 that fits 16 times (2 at the least). A budget of 44 tokens (10%
-// of a 512-token context) would otherwise be 5 chunks of 8, too coarse to choose well:
-// stories260K's perplexity at 10% is +1.22% over full with chunks of 8, +0.64% with 4 and +0.16%
-// with 2 (bench/RESULTS.md).
+// The store's chunk size when --kv-chunk is not given, for a context of n_ctx tokens: the
+// policy's (sparse::PolicyInfo::chunk_tokens) at its far budget over n_ctx outside the sink and
+// the recent window.
 int default_chunk_tokens(const AttentionCliOptions& options, const KvCliOptions& kv_options, int64_t n_ctx);
 
 // The selector for `kv`, or nullptr for --policy full (attention over every position, no
