@@ -1,7 +1,7 @@
-// The chunk bound kernel (chunk_bound.h): a double-precision reference, a float scalar path and
-// an AVX2+FMA path, picked at run time (core/cpu_features.h). Both fast paths split each query row
-// into its positive and negative parts, q = q+ + q- (split_query), so that a channel's term is
-// two multiply-adds without a compare:
+// The chunk bound (chunk_bound.h): a double-precision reference, and the float kernel of
+// kernels/cpu/box_bound.h (scalar or AVX2+FMA, picked at run time). That kernel takes each query
+// row split into its positive and negative parts, q = q+ + q- (split_query), so that a channel's
+// term is two multiply-adds without a compare:
 //   max(q_c * min_c, q_c * max_c) = q+_c * max_c + q-_c * min_c     (upper)
 //   min(q_c * min_c, q_c * max_c) = q+_c * min_c + q-_c * max_c     (lower)
 // One of q+_c, q-_c is zero, so each identity is exact for finite abstracts and the sum rounds
@@ -13,8 +13,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/cpu_features.h"
-#include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/box_bound.h"
 
 namespace leoam::sparse {
 
@@ -41,45 +40,11 @@ void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n
 
 namespace {
 
-// a.max + b.min over hd channels: one head's bound against one chunk (a, b: the query's parts
-// that meet the maxima and the minima).
-float head_bound_scalar(const float* a, const float* b, const float* mx, const float* mn, int hd) {
-  float sum = 0.0f;
-  for (int c = 0; c < hd; ++c) sum += a[c] * mx[c] + b[c] * mn[c];
-  return sum;
-}
-
-#ifdef LEOAM_HAVE_X86
-// 16 channels a step into four accumulators (the max and the min terms of two 8-channel blocks),
-// so that four FMA chains run side by side rather than waiting on one another's latency; then an
-// 8-channel step and a scalar tail for head_dim % 8.
-LEOAM_AVX2 float head_bound_avx2(const float* a, const float* b, const float* mx, const float* mn, int hd) {
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  __m256 acc2 = _mm256_setzero_ps();
-  __m256 acc3 = _mm256_setzero_ps();
-  int c = 0;
-  for (; c + 16 <= hd; c += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(mx + c), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(b + c), _mm256_loadu_ps(mn + c), acc1);
-    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c + 8), _mm256_loadu_ps(mx + c + 8), acc2);
-    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(b + c + 8), _mm256_loadu_ps(mn + c + 8), acc3);
-  }
-  for (; c + 8 <= hd; c += 8) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(mx + c), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(b + c), _mm256_loadu_ps(mn + c), acc1);
-  }
-  float sum = kernels::hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-  for (; c < hd; ++c) sum += a[c] * mx[c] + b[c] * mn[c];
-  return sum;
-}
-#endif
-
-// bounds[i] = the row's bound against chunk i; head_bound is one of the above, on_max and on_min
-// the query's parts that meet the maxima and the minima.
-template <typename HeadBound>
+// bounds[i] = the row's bound against chunk i; on_max and on_min the query's parts that meet the
+// maxima and the minima.
 void bounds_of_chunks(const float* on_max, const float* on_min, int kv_head, const float* abstracts,
-                      int64_t n_chunks, const BoundLayout& layout, float* bounds, HeadBound head_bound) {
+                      int64_t n_chunks, const BoundLayout& layout, float* bounds) {
+  const kernels::BoxBoundFn head_bound = kernels::box_bound_kernel();
   const int hd = layout.head_dim;
   const int64_t max_offset = static_cast<int64_t>(layout.n_kv_heads) * hd;
   for (int64_t i = 0; i < n_chunks; ++i) {
@@ -106,13 +71,7 @@ void chunk_bounds(const float* q, int kv_head, const float* abstracts, int64_t n
   const QueryParts parts = split_query(q, layout.head_dim);
   const float* on_max = side == BoundSide::kUpper ? parts.pos.data() : parts.neg.data();
   const float* on_min = side == BoundSide::kUpper ? parts.neg.data() : parts.pos.data();
-#ifdef LEOAM_HAVE_X86
-  if (cpu_path() >= CpuPath::kAvx2) {
-    bounds_of_chunks(on_max, on_min, kv_head, abstracts, n_chunks, layout, bounds, head_bound_avx2);
-    return;
-  }
-#endif
-  bounds_of_chunks(on_max, on_min, kv_head, abstracts, n_chunks, layout, bounds, head_bound_scalar);
+  bounds_of_chunks(on_max, on_min, kv_head, abstracts, n_chunks, layout, bounds);
 }
 
 }  // namespace leoam::sparse
