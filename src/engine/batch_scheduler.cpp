@@ -152,7 +152,7 @@ void BatchScheduler::save_prompts() {
       saves_.pop_front();
     }
     // A prompt that cannot be kept was still answered.
-    if (Status kept = options_.prompt_cache->remember(s.prompt, *s.slot.kv, s.n_reused); !kept.is_ok()) {
+    if (Status kept = options_.prompt_cache->save(s.dir, s.prompt, *s.slot.kv); !kept.is_ok()) {
       std::fprintf(stderr, "leoam: %s\n", kept.message().c_str());
     }
   }
@@ -416,13 +416,18 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
     if (t.n_visible > 0) e.attended_share = static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible);
   }
   // The store is freed (its files removed), and the stats say so, before the client hears the end;
-  // one whose prompt the cache keeps goes to the saver, which frees it after the copy.
+  // one whose prompt the cache keeps goes to the saver, which frees it after the copy. The cache
+  // claims the prompt first, so that a request sent once this one's answer is heard waits for the
+  // copy rather than missing it.
   if (r->keep && reason != FinishReason::kError) {
-    {
-      std::lock_guard lock(save_mutex_);
-      saves_.push_back({std::move(r->job->request.prompt_tokens), r->n_reused, std::move(r->slot)});
+    if (std::optional<std::string> dir =
+            options_.prompt_cache->claim(r->job->request.prompt_tokens, *r->slot.kv, r->n_reused)) {
+      {
+        std::lock_guard lock(save_mutex_);
+        saves_.push_back({std::move(*dir), std::move(r->job->request.prompt_tokens), std::move(r->slot)});
+      }
+      save_wake_.notify_one();
     }
-    save_wake_.notify_one();
   }
   r->slot = {};
   {

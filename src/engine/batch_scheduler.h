@@ -207,8 +207,8 @@ class BatchScheduler {
 
   // The saver: finished requests whose prompt the cache keeps, with their stores.
   struct Save {
+    std::string dir;  // PromptCache::claim's
     std::vector<int32_t> prompt;
-    int64_t n_reused = 0;
     SequenceSlot slot;
   };
   std::mutex save_mutex_;

@@ -169,8 +169,13 @@ bool PromptCache::worth_keeping(std::span<const int32_t> prompt, int64_t n_reuse
 }
 
 Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused) {
+  const std::optional<std::string> dir = claim(prompt, kv, n_reused);
+  return dir ? save(*dir, prompt, kv) : Status::ok();
+}
+
+std::optional<std::string> PromptCache::claim(std::span<const int32_t> prompt, const KvCache& kv, int64_t n_reused) {
   const auto n = static_cast<int64_t>(prompt.size());
-  if (!worth_keeping(prompt, n_reused) || kv.n_tokens() < n - 1) return Status::ok();
+  if (!worth_keeping(prompt, n_reused) || kv.n_tokens() < n - 1) return std::nullopt;
   const std::string dir = options_.dir + "/p-" + [&] {
     char buf[20];
     std::snprintf(buf, sizeof(buf), "%016llx",
@@ -182,10 +187,16 @@ Status PromptCache::remember(std::span<const int32_t> prompt, KvCache& kv, int64
     std::lock_guard lock(entries_mutex_);
     const auto same = [&](const auto& e) { return e.dir == dir; };
     if (std::any_of(entries_.begin(), entries_.end(), same) || std::any_of(saving_.begin(), saving_.end(), same)) {
-      return Status::ok();
+      return std::nullopt;
     }
-    saving_.push_back({dir, kept});
+    saving_.push_back({dir, std::move(kept)});
   }
+  return dir;
+}
+
+Status PromptCache::save(const std::string& dir, std::span<const int32_t> prompt, KvCache& kv) {
+  const auto n = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> kept(prompt.begin(), prompt.end() - 1);  // the positions it keeps the KV of
   // The long part (a copy of the prompt's KV), without the lock.
   KvSession session;
   session.model_hash = options_.model_hash;

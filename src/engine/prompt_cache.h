@@ -74,6 +74,12 @@ class PromptCache {
   // max_bytes. The copy runs without the lock; meanwhile a prepare() for a prompt that shares more
   // with it than with any entry waits for it. `kv` must not change meanwhile.
   [[nodiscard]] Status remember(std::span<const int32_t> prompt, KvCache& kv, int64_t n_reused);
+  // remember() in two halves, for a caller that hands the copy to another thread. claim() marks
+  // the prompt as being saved, so that a prepare() from then on waits for it rather than missing
+  // it; it returns the save's place, or nothing when the prompt is not kept (not worth keeping,
+  // kept already, or not in `kv`). save() makes the copy into a claimed place.
+  std::optional<std::string> claim(std::span<const int32_t> prompt, const KvCache& kv, int64_t n_reused);
+  [[nodiscard]] Status save(const std::string& dir, std::span<const int32_t> prompt, KvCache& kv);
   // A prompt of min_tokens or more that reused less than half of itself.
   bool worth_keeping(std::span<const int32_t> prompt, int64_t n_reused) const;
 

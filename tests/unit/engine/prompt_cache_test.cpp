@@ -74,6 +74,23 @@ class PromptCacheTest : public ::testing::Test {
   const std::string& dir_ = temp_.path();
 };
 
+// remember() in two halves: a claimed prompt is under way (claimed once), and kept once saved.
+TEST_F(PromptCacheTest, AClaimedPromptIsSavedOnce) {
+  auto cache = open();
+  const std::vector<int32_t> doc = [] { auto t = tokens(100, 1000); t.push_back(1); return t; }();
+  auto kv = filled(doc);
+  const std::optional<std::string> dir = cache->claim(doc, *kv, 0);
+  ASSERT_TRUE(dir.has_value());
+  EXPECT_FALSE(cache->claim(doc, *kv, 0).has_value()) << "under way";
+  EXPECT_EQ(cache->stats().n_entries, 0);
+  ASSERT_TRUE(cache->save(*dir, doc, *kv).is_ok());
+  EXPECT_EQ(cache->stats().n_entries, 1);
+  EXPECT_FALSE(cache->claim(doc, *kv, 0).has_value()) << "kept";
+  EXPECT_FALSE(cache->claim(tokens(10, 5), *filled(tokens(10, 5)), 0).has_value()) << "too short to keep";
+  auto back = empty_cache();
+  EXPECT_EQ(cache->restore(doc, *back), static_cast<int64_t>(doc.size()) - 1);
+}
+
 TEST_F(PromptCacheTest, ALaterPromptLoadsTheLongestCommonPrefix) {
   auto cache = open();
   const std::vector<int32_t> doc_q1 = [] { auto t = tokens(100, 1000); t.push_back(1); t.push_back(2); return t; }();
