@@ -3,8 +3,9 @@
 // ggml's Q4_1/Q8_1): keys by channel, values by token (KIVI: keys have outlier channels). Lossy:
 // |decoded - x| <= scale / 2, but a key code is moved (by one scale at most) to keep the key's
 // sign, so an abstract's sign bits (chunk_layout.h) hold for decoded keys. Inputs are finite and
-// within f16 range, as f16 KV is. Encoding and decoding have AVX2 paths, bitwise equal to the
-// scalar references in namespace ref. The layout and the bound: docs/kv-store.md#chunk-codecs
+// within f16 range, as f16 KV is. The codes are kernels/cpu/kv_group_codes.h's on the CPU's
+// fastest path, bitwise equal to the scalar references in namespace ref.
+// The layout and the bound: docs/kv-store.md#chunk-codecs
 #pragma once
 
 #include <cstddef>
