@@ -196,7 +196,6 @@ std::optional<std::string> PromptCache::claim(std::span<const int32_t> prompt, c
 
 Status PromptCache::save(const std::string& dir, std::span<const int32_t> prompt, KvCache& kv) {
   const auto n = static_cast<int64_t>(prompt.size());
-  std::vector<int32_t> kept(prompt.begin(), prompt.end() - 1);  // the positions it keeps the KV of
   // The long part (a copy of the prompt's KV), without the lock.
   KvSession session;
   session.model_hash = options_.model_hash;
@@ -205,7 +204,9 @@ Status PromptCache::save(const std::string& dir, std::span<const int32_t> prompt
   Status st = save_kv_session(kv, session, dir, options_.layout);
   {
     std::lock_guard lock(entries_mutex_);
-    std::erase_if(saving_, [&](const Saving& s) { return s.dir == dir; });
+    const auto claimed = std::find_if(saving_.begin(), saving_.end(), [&](const Saving& s) { return s.dir == dir; });
+    std::vector<int32_t> kept = claimed != saving_.end() ? std::move(claimed->tokens) : std::vector<int32_t>{};
+    if (claimed != saving_.end()) saving_.erase(claimed);
     if (st.is_ok()) {
       entries_.push_back({dir, std::move(kept), dir_bytes(dir), touch(dir), nullptr, false});
       ++counts_.saves;

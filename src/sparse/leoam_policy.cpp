@@ -413,11 +413,11 @@ class LeoamPolicy final : public SelectionPolicy {
     uint64_t peak = 0;
     size_t u = 0;
     while (u < units.units.size()) {
-      // Whole owners from unit u on, up to about kRowBatch rows.
+      // Whole owners from unit u on, until kRowBatch rows or more.
       const int64_t o0 = units.owner[u];
       rows.clear();
-      for (; u < units.units.size(); ++u) {
-        if (units.owner[u] != units.owner[u == 0 ? 0 : u - 1] && static_cast<int64_t>(rows.size()) >= kRowBatch) break;
+      const auto batch_full = [&] { return static_cast<int64_t>(rows.size()) >= kRowBatch; };
+      for (; u < units.units.size() && (!batch_full() || units.owner[u] == units.owner[u - 1]); ++u) {
         for (int64_t t = units.units[u].rows.begin; t < units.units[u].rows.end; ++t) {
           rows.push_back({{t, t + 1}, units.units[u].box});
         }
