@@ -12,7 +12,6 @@
 #include "engine/stop_rules.h"
 #include "engine/utf8_stream.h"
 #include "kv/kv_dtype.h"
-#include "kv/tiered_kv_cache.h"
 #include "sparse/sparse_attention.h"
 #include "tokenizer/tokenizer.h"
 
@@ -405,13 +404,12 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
   e.prefill_ms = r->prefill_ms;
   if (r->n_generated > 0) e.decode_ms = ms_between(r->first_sample, Clock::now());
   uint64_t read = 0, written = 0;
-  if (const auto* tiered = dynamic_cast<const TieredKvCache*>(r->slot.kv.get()); tiered != nullptr) {
-    const KvStats s = tiered->stats();
+  if (const KvStats s = r->slot.kv->stats(); s.tiered) {
     for (int t = 0; t < kNumTiers; ++t) e.bytes_read[t] = s.tiers[t].bytes_read;
     read = s.tiers[static_cast<int>(Tier::kDisk)].bytes_read;
     written = s.tiers[static_cast<int>(Tier::kDisk)].bytes_written;
   }
-  if (const auto* sparse = dynamic_cast<const sparse::SparseAttention*>(r->slot.selector.get()); sparse != nullptr) {
+  if (const sparse::SparseAttention* sparse = r->slot.selector.get(); sparse != nullptr) {
     const sparse::LayerSparseStats t = sparse->total();
     if (t.n_visible > 0) e.attended_share = static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible);
   }
@@ -452,8 +450,7 @@ void BatchScheduler::publish_stats() {
   uint64_t read = 0, written = 0;
   for (const std::unique_ptr<Running>& r : running_) {
     const KvCache& kv = *r->slot.kv;
-    if (const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv); tiered != nullptr) {
-      const KvStats s = tiered->stats();
+    if (const KvStats s = kv.stats(); s.tiered) {
       for (int t = 0; t < kNumTiers; ++t) resident[t] += s.resident_bytes[t];
       read += s.tiers[static_cast<int>(Tier::kDisk)].bytes_read;
       written += s.tiers[static_cast<int>(Tier::kDisk)].bytes_written;

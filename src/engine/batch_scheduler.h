@@ -29,8 +29,8 @@
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_stats.h"
-#include "model/attention_selector.h"
 #include "model/forward_context.h"
+#include "sparse/sparse_attention.h"
 
 namespace leoam {
 
@@ -41,7 +41,7 @@ class Tokenizer;
 // A request's sequence: its own KV store and selector (null: every position attended).
 struct SequenceSlot {
   std::unique_ptr<KvCache> kv;
-  std::unique_ptr<AttentionSelector> selector;
+  std::unique_ptr<sparse::SparseAttention> selector;  // null: attention over every position
 };
 using SequenceFactory = std::function<Result<SequenceSlot>()>;
 

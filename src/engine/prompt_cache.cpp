@@ -95,14 +95,14 @@ void PromptCache::prepare(std::span<const int32_t> prompt, const StoreMaker& mak
     std::unique_lock lock(entries_mutex_);
     wait_saved(lock, prompt);
     const std::optional<std::pair<size_t, size_t>> best = best_entry(prompt);
-    if (!best || entries_[best->first].tier != nullptr) return;
+    if (!best || entries_[best->first].files != nullptr) return;
     Entry& entry = entries_[best->first];
     dir = entry.dir;
     if (entry.opening) return wait_opened(lock, dir);
     entry.opening = true;
   }
   // The long part (every chunk read and checked), without the lock.
-  Result<std::shared_ptr<DiskTier>> tier = [&]() -> Result<std::shared_ptr<DiskTier>> {
+  Result<std::shared_ptr<const KeptKvFiles>> files = [&]() -> Result<std::shared_ptr<const KeptKvFiles>> {
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> geometry, make_store());
     return open_kv_session_tier(dir, options_.model_hash, *geometry, options_.layout);
   }();
@@ -111,10 +111,10 @@ void PromptCache::prepare(std::span<const int32_t> prompt, const StoreMaker& mak
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.dir == dir; });
     if (it != entries_.end()) {  // not evicted meanwhile
       it->opening = false;
-      if (tier.is_ok()) {
-        it->tier = std::move(*tier);
+      if (files.is_ok()) {
+        it->files = std::move(*files);
       } else {
-        std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", dir.c_str(), tier.status().message().c_str());
+        std::fprintf(stderr, "leoam: prompt cache: dropping %s: %s\n", dir.c_str(), files.status().message().c_str());
         drop(static_cast<size_t>(it - entries_.begin()), /*corrupt=*/true);
         publish();
       }
@@ -140,11 +140,11 @@ int64_t PromptCache::restore(std::span<const int32_t> prompt, KvCache& kv) {
   const size_t best_n = best->second;
   int64_t in_place = 0;
   const Status loaded = [&]() -> Status {
-    if (entry.tier == nullptr) {
-      LEOAM_ASSIGN_OR_RETURN(entry.tier, open_kv_session_tier(entry.dir, options_.model_hash, kv, options_.layout));
+    if (entry.files == nullptr) {
+      LEOAM_ASSIGN_OR_RETURN(entry.files, open_kv_session_tier(entry.dir, options_.model_hash, kv, options_.layout));
     }
-    LEOAM_ASSIGN_OR_RETURN(in_place, kv.share_prefix(entry.tier, n));
-    return load_kv_session_tier(*entry.tier, in_place, n, kv);  // the rest, copied
+    LEOAM_ASSIGN_OR_RETURN(in_place, kv.share_prefix(entry.files, n));
+    return load_kv_session_tier(*entry.files->tier(), in_place, n, kv);  // the rest, copied
   }();
   if (!loaded.is_ok()) {
     // A corrupt or unreadable entry: gone, and the prompt is computed whole.

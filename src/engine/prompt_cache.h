@@ -92,8 +92,8 @@ class PromptCache {
     std::vector<int32_t> tokens;  // the positions whose KV it holds
     uint64_t bytes = 0;
     int64_t last_used = 0;        // the header file's time, in ns
-    std::shared_ptr<DiskTier> tier;  // its files, opened and checked by the first restore or prepare
-    bool opening = false;            // prepare() is opening it, without the lock
+    std::shared_ptr<const KeptKvFiles> files;  // opened and checked by the first restore or prepare
+    bool opening = false;                      // prepare() is opening it, without the lock
   };
   explicit PromptCache(const PromptCacheOptions& options) : options_(options) {}
   // The entry sharing the longest prefix with `prompt` (at least kMinReuseTokens, leaving a

@@ -18,10 +18,12 @@
 
 #include "core/status.h"
 #include "kv/kv_dtype.h"
+#include "kv/kv_stats.h"
 
 namespace leoam {
 
-class DiskTier;
+class KeptKvFiles;
+class KvCatalog;
 
 // Positions [begin, end) of one layer.
 struct TokenRange {
@@ -150,13 +152,20 @@ class KvCache {
     return Status::ok();
   }
 
-  // Takes the first positions of every layer, in place, from a kept session's disk tier that
-  // many stores share (kv_session.h: open_kv_session_tier), instead of a copy: an empty store
-  // that reads its disk chunks so (TieredKvCache) returns the positions it took, a whole number
-  // of chunks, and the caller appends the rest; any other returns 0, unchanged (the default).
-  virtual Result<int64_t> share_prefix(std::shared_ptr<DiskTier> /*base*/, int64_t /*n_positions*/) {
+  // Takes the first positions of every layer, in place, from a kept session's files that many
+  // stores share (kv_session.h: open_kv_session_tier), instead of a copy: an empty store that
+  // reads its disk chunks so (TieredKvCache) returns the positions it took, a whole number of
+  // chunks, and the caller appends the rest; any other returns 0, unchanged (the default).
+  virtual Result<int64_t> share_prefix(std::shared_ptr<const KeptKvFiles> /*files*/, int64_t /*n_positions*/) {
     return int64_t{0};
   }
+
+  // The tiers' traffic and residency (KvStats::tiered); a store without tiers reports that alone
+  // (the default: MemoryKvCache, whose one buffer holds the whole context from the start).
+  virtual KvStats stats() const { return {}; }
+  // The chunk abstracts the selection policies score (kv_catalog.h); null for a store that keeps
+  // none (the default).
+  virtual KvCatalog* catalog() { return nullptr; }
 
   // Forgets every position of every layer.
   virtual void clear() = 0;

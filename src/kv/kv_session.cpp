@@ -306,8 +306,8 @@ Result<KvSession> load_kv_session(const std::string& dir, uint64_t model_hash, K
   return std::move(session);
 }
 
-Result<std::shared_ptr<DiskTier>> open_kv_session_tier(const std::string& dir, uint64_t model_hash, const KvCache& kv,
-                                                       const KvSessionIoOptions& options) {
+Result<std::shared_ptr<const KeptKvFiles>> open_kv_session_tier(const std::string& dir, uint64_t model_hash,
+                                                                const KvCache& kv, const KvSessionIoOptions& options) {
   FileSystem& fs = options.file_system != nullptr ? *options.file_system : posix_file_system();
   LEOAM_ASSIGN_OR_RETURN(OpenedSession opened, open_session(fs, dir, model_hash, kv));
   DiskTier& tier = *opened.tier;
@@ -323,7 +323,7 @@ Result<std::shared_ptr<DiskTier>> open_kv_session_tier(const std::string& dir, u
       LEOAM_RETURN_IF_ERROR(tier.read_chunks(il, reads));  // checks each against its checksum
     }
   }
-  return std::shared_ptr<DiskTier>(std::move(opened.tier));
+  return std::make_shared<const KeptKvFiles>(std::shared_ptr<DiskTier>(std::move(opened.tier)));
 }
 
 }  // namespace leoam

@@ -23,6 +23,17 @@ namespace leoam {
 
 class DiskTier;
 
+// A kept session's KV files, opened read-only (open_kv_session_tier) for many stores to read in
+// place (KvCache::share_prefix): its disk tier, which those stores share.
+class KeptKvFiles {
+ public:
+  explicit KeptKvFiles(std::shared_ptr<DiskTier> tier) : tier_(std::move(tier)) {}
+  const std::shared_ptr<DiskTier>& tier() const { return tier_; }
+
+ private:
+  std::shared_ptr<DiskTier> tier_;
+};
+
 // The format this build writes and reads: abstract records with 10-byte chunk slots ("LKA5"),
 // and each layer's chunks per abstract record in the header (a session saved from a store keeps
 // its policy's blocks). Other versions are refused.
@@ -63,8 +74,9 @@ Result<KvSession> read_kv_session(const std::string& dir, uint64_t model_hash, c
 // read in place (KvCache::share_prefix), many at once. Checked as load_kv_session checks them,
 // every chunk against its checksum included: one sequential read of the files, so that later
 // reads fail only where the files change under them.
-Result<std::shared_ptr<DiskTier>> open_kv_session_tier(const std::string& dir, uint64_t model_hash, const KvCache& kv,
-                                                       const KvSessionIoOptions& options = {});
+Result<std::shared_ptr<const KeptKvFiles>> open_kv_session_tier(const std::string& dir, uint64_t model_hash,
+                                                                const KvCache& kv,
+                                                                const KvSessionIoOptions& options = {});
 
 // Appends positions [first, n) of every layer of a session's opened files (`tier`: from
 // open_kv_session_tier, or load_kv_session's own) to `kv`, which must hold exactly `first`

@@ -113,6 +113,9 @@ struct TransferStats {
 };
 
 struct KvStats {
+  // False: a store without tiers (MemoryKvCache), and nothing below is filled in.
+  bool tiered = false;
+  bool disk_tier = false;  // the store has a disk tier (else its KV stays in memory)
   std::array<TierStats, kNumTiers> tiers{};  // indexed by Tier
   // One sample per read batch (chunks or abstracts), from its start to its check: for a batch
   // started while attention ran over chunks in memory (DiskTier::start_read_chunks), that

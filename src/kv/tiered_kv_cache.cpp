@@ -13,6 +13,7 @@
 
 #include "core/huge_pages.h"
 #include "core/trace.h"
+#include "kv/kv_session.h"
 
 namespace leoam {
 namespace {
@@ -903,7 +904,8 @@ void TieredKvCache::clear() {
   }
 }
 
-Result<int64_t> TieredKvCache::share_prefix(std::shared_ptr<DiskTier> base, int64_t n_positions) {
+Result<int64_t> TieredKvCache::share_prefix(std::shared_ptr<const KeptKvFiles> files, int64_t n_positions) {
+  std::shared_ptr<DiskTier> base = files->tier();
   for (const LayerState& L : layers_) {
     if (L.n_tokens != 0) return invalid_argument("KV store: a prefix is shared into an empty store only");
   }
@@ -1102,6 +1104,8 @@ void TieredKvCache::raise_importance(ChunkKey key, float amount) {
 
 KvStats TieredKvCache::stats() const {
   KvStats s = stats_;
+  s.tiered = true;
+  s.disk_tier = disk_ != nullptr;
   for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
     s.resident_chunks[static_cast<int>(t)] = residency_.n_chunks(t);
   }

@@ -115,7 +115,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // with a disk tier, host codec none and no compressed transfers. Returns the positions shared, a
   // multiple of the chunk size (0: none, the store unchanged): the caller appends the rest. On an
   // error the store is left empty.
-  Result<int64_t> share_prefix(std::shared_ptr<DiskTier> base, int64_t n_positions) override;
+  Result<int64_t> share_prefix(std::shared_ptr<const KeptKvFiles> files, int64_t n_positions) override;
 
   // KvCatalog: what the selection policies see.
   int chunk_tokens() const override { return options_.chunk_tokens; }
@@ -136,7 +136,8 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   const std::vector<int>& abstract_tokens() const { return options_.abstract_tokens; }
   const Residency& residency() const { return residency_; }
   // Statistics so far, with the resident bytes, chunks and abstracts as they stand now.
-  KvStats stats() const;
+  KvStats stats() const override;
+  KvCatalog* catalog() override { return this; }
   bool has_disk_tier() const { return disk_ != nullptr; }
   const DiskTier& disk() const { return *disk_; }  // only when has_disk_tier()
   // Reads the abstracts of chunks [i0, i1) of `layer`, all on disk, in one bulk read of the disk

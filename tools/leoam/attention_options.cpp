@@ -1,11 +1,9 @@
 #include "attention_options.h"
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "cli_common.h"
-#include "model/model.h"
 #include "sparse/budget_schedule.h"
 #include "sparse/policy_registry.h"
 
@@ -111,32 +109,7 @@ sparse::PolicyOptions policy_options(const AttentionCliOptions& o) {
   return p;
 }
 
-// The policy --policy names: known, since the option checks it against policy_names().
-const sparse::PolicyInfo& policy_info(const AttentionCliOptions& o) {
-  const Result<const sparse::PolicyInfo*> info = sparse::find_policy(o.policy);
-  return info.is_ok() ? **info : sparse::policies().front();
-}
-
 }  // namespace
-
-KvStoreNeeds kv_store_needs(const AttentionCliOptions& o) {
-  const sparse::PolicyInfo& info = policy_info(o);
-  const sparse::PolicyOptions p = policy_options(o);
-  KvStoreNeeds needs;
-  needs.chunks = info.needs_catalog;
-  needs.resident_abstracts = info.scores_every_abstract(p);
-  // The grain of the trees at the whole context's budget (as default_chunk_tokens sizes the
-  // chunks): a shorter context's trees may use finer blocks, which a tree grown from the disk
-  // then fills with its records' boxes (sound, looser).
-  needs.abstract_tokens = [o, p, grain = info.abstract_tokens](int layer, int n_layer, int chunk_tokens,
-                                                               int64_t n_tokens, int64_t far_tokens) {
-    const Result<std::map<int, double>> overrides = layer_budgets(o, n_layer);
-    double b = o.budget;
-    if (overrides.is_ok() && overrides->count(layer) != 0) b = overrides->at(layer);
-    return grain(p, layer, chunk_tokens, sparse::far_budget_tokens(b, far_tokens), n_tokens);
-  };
-  return needs;
-}
 
 std::vector<std::string> policy_names() {
   std::vector<std::string> names;
@@ -144,9 +117,20 @@ std::vector<std::string> policy_names() {
   return names;
 }
 
-Result<std::map<int, double>> layer_budgets(const AttentionCliOptions& o, int n_layer) {
-  if (!o.layer_budgets.empty()) return parse_layer_budgets(o.layer_budgets, n_layer);
-  return sparse::default_layer_budgets(o.budget, n_layer);
+Result<AttentionOptions> attention_options(const AttentionCliOptions& o, int n_layer) {
+  if (const std::string why = sparse::budget_error(o.budget); !why.empty()) {
+    std::ostringstream flag;
+    flag << "--budget " << o.budget << ": ";  // %g: "--budget inf: "
+    return invalid_argument(flag.str() + why);
+  }
+  AttentionOptions a;
+  a.policy = o.policy;
+  a.budget = o.budget;
+  if (!o.layer_budgets.empty()) {
+    LEOAM_ASSIGN_OR_RETURN(a.layer_budgets, parse_layer_budgets(o.layer_budgets, n_layer));
+  }
+  a.policy_options = policy_options(o);
+  return a;
 }
 
 std::string budget_rule_text(const AttentionCliOptions& o, const KvCliOptions& kv_options, int n_layer) {
@@ -159,40 +143,6 @@ std::string budget_rule_text(const AttentionCliOptions& o, const KvCliOptions& k
                             : n_dense == 1 ? std::string("layer 0")
                                            : "layers 0-" + std::to_string(n_dense - 1);
   return out + "a fraction B is " + kDenseRule + " (" + dense + " of " + std::to_string(n_layer) + " here)";
-}
-
-int default_chunk_tokens(const AttentionCliOptions& o, const KvCliOptions& kv_options, int64_t n_ctx) {
-  const int64_t far = std::max<int64_t>(0, n_ctx - kv_options.n_sink - kv_options.n_recent);
-  return policy_info(o).chunk_tokens(policy_options(o), sparse::far_budget_tokens(o.budget, far));
-}
-
-Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
-    const AttentionCliOptions& o, const KvCliOptions& kv_options, const Model& model, KvCache& kv,
-    const sparse::SparseAttentionOptions::Explain& explain) {
-  if (const std::string why = sparse::budget_error(o.budget); !why.empty()) {
-    std::ostringstream flag;
-    flag << "--budget " << o.budget << ": ";  // %g: "--budget inf: "
-    return invalid_argument(flag.str() + why);
-  }
-  sparse::SparseAttentionOptions s;
-  LEOAM_ASSIGN_OR_RETURN(s.layer_budgets, layer_budgets(o, model.hparams().n_layer));
-  if (policy_info(o).dense) return std::unique_ptr<sparse::SparseAttention>();
-  s.policy = o.policy;
-  s.budget = o.budget;
-  s.n_sink = kv_options.n_sink;
-  s.n_recent = kv_options.n_recent;
-  s.memory_budget_bytes = mib_to_bytes(kv_options.meta_mb);
-  s.policy_options = policy_options(o);
-  s.policy_options.model = &model;
-  s.explain = explain;
-  const ModelHparams& hp = model.hparams();
-  sparse::AttentionShape shape;
-  shape.n_layer = hp.n_layer;
-  shape.n_head = hp.n_head;
-  shape.n_head_kv = hp.n_head_kv;
-  shape.head_dim = hp.head_dim;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-  return sparse::SparseAttention::create(s, dynamic_cast<KvCatalog*>(&kv), shape);
 }
 
 }  // namespace leoam::cli

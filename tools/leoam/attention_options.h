@@ -11,13 +11,8 @@
 #include <CLI/CLI.hpp>
 
 #include "core/status.h"
-#include "kv/kv_cache.h"
 #include "kv_options.h"
-#include "sparse/sparse_attention.h"
-
-namespace leoam {
-class Model;
-}
+#include "leoam/session.h"
 
 namespace leoam::cli {
 
@@ -37,34 +32,17 @@ struct AttentionCliOptions {
 
 void add_attention_options(CLI::App& cmd, AttentionCliOptions& options);
 
-// What the policy needs of the KV store (sparse/policy_registry.h): chunks, when it scores chunk
-// abstracts (the tiered store); resident abstracts kept, when it scores every far chunk at every
-// step; the grain of the disk abstract records.
-KvStoreNeeds kv_store_needs(const AttentionCliOptions& options);
 // The known policy names (sparse::policies()), for --policy's check.
 std::vector<std::string> policy_names();
 
-// The per-layer budgets (SparseAttentionOptions::layer_budgets) of every sparse policy alike:
-// --layer-budget as given, else the default schedule of --budget (sparse/budget_schedule.h).
-// Fails on a --layer-budget that does not parse, names a layer the model lacks, or holds a bad
-// budget.
-Result<std::map<int, double>> layer_budgets(const AttentionCliOptions& options, int n_layer);
+// The attention the flags describe for a model of n_layer layers (leoam/session.h). Fails, naming
+// the flag, on a bad --budget, or a --layer-budget that does not parse, names a layer the model
+// lacks, or holds a bad budget.
+Result<AttentionOptions> attention_options(const AttentionCliOptions& options, int n_layer);
 // The one line that tables print to say how every policy's budget applies, e.g. "budget rule:
 // every sparse policy attends the sink (4 tokens), the recent window (64) and, of the far tokens
 // between them, the budget B, ...; a fraction B is max(B, 0.5) in the first round(n_layer/16) layers (layers 0-1
 // of 32 here)".
 std::string budget_rule_text(const AttentionCliOptions& options, const KvCliOptions& kv_options, int n_layer);
-
-// The store's chunk size when --kv-chunk is not given, for a context of n_ctx tokens: the
-// policy's (sparse::PolicyInfo::chunk_tokens) at its far budget over n_ctx outside the sink and
-// the recent window.
-int default_chunk_tokens(const AttentionCliOptions& options, const KvCliOptions& kv_options, int64_t n_ctx);
-
-// The selector for `kv`, or nullptr for --policy full (attention over every position, no
-// selection cost), its selections explained where `explain` says (eval --explain). Fails on a bad
-// --budget or --layer-budget, or a policy the store cannot serve.
-Result<std::unique_ptr<sparse::SparseAttention>> make_sparse_attention(
-    const AttentionCliOptions& options, const KvCliOptions& kv_options, const Model& model, KvCache& kv,
-    const sparse::SparseAttentionOptions::Explain& explain = {});
 
 }  // namespace leoam::cli

@@ -194,6 +194,12 @@ class BenchKvCommand : public Command {
     cost_ = model_cost(model, KvDtype::kF16);
     n_layer_ = model.hparams().n_layer;
     n_kv_heads_ = model.hparams().n_head_kv;
+    Result<KvStoreOptions> store = store_options(kv_options_);
+    if (!store.is_ok()) return fail(store.status());
+    store_ = *store;
+    Result<AttentionOptions> attention = attention_options(attention_options_, n_layer_);
+    if (!attention.is_ok()) return fail(attention.status());
+    attention_ = *attention;
     if (!prompt_file_.empty()) {
       if (Status st = tokenize_prompt(model); !st.is_ok()) return fail(st);
     }
@@ -289,10 +295,10 @@ class BenchKvCommand : public Command {
   double probe_fraction() const { return attention_options_.budget <= 1.0 ? attention_options_.budget : 0.1; }
 
   int chunk_tokens_for(const std::string& policy, int64_t n_ctx) const {
-    if (kv_options_.chunk_tokens > 0) return kv_options_.chunk_tokens;
-    AttentionCliOptions a = attention_options_;
+    if (store_.chunk_tokens > 0) return store_.chunk_tokens;
+    AttentionOptions a = attention_;
     a.policy = policy;
-    return default_chunk_tokens(a, kv_options_, n_ctx);
+    return default_chunk_tokens(a, store_, n_ctx);
   }
 
   // One policy's run in progress: its stores (the first owned by the context), selectors and
@@ -366,30 +372,30 @@ class BenchKvCommand : public Command {
     run.policy = policy;
     run.n_ctx = n_ctx;
     run.chunk_tokens = chunk_tokens_for(policy, n_ctx);
-    AttentionCliOptions attention = attention_options_;
+    AttentionOptions attention = attention_;
     attention.policy = policy;
-    KvStoreNeeds needs = kv_store_needs(attention);
-    needs.chunks = true;  // every policy through the tiered store: their reads compare
-    needs.batched = batch_ > 1;
-    KvCliOptions kv_options = kv_options_;
+    KvStoreOptions kv_options = store_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + n_gen_;
+    KvStoreNeeds needs = kv_store_needs(attention, kv_options, model, n_store);
+    needs.chunks = true;  // every policy through the tiered store: their reads compare
+    needs.batched = batch_ > 1;
     if (sparse::is_dense_policy(policy) && decode_pipeline(kv_options)) {
       // FlexGen's schedule at its strongest: staging for two layers' whole past, so that all of the
       // next layer's reads overlap this layer's compute (the other policies' selections fit theirs).
       const double layer_mib = static_cast<double>(n_store) * static_cast<double>(cost_.kv_bytes_per_position) /
                                model.hparams().n_layer / (1024.0 * 1024.0);
-      kv_options.read_ahead_mb = std::max(kv_options.read_ahead_mb, 2 * layer_mib);
+      kv_options.read_ahead_bytes = std::max(kv_options.read_ahead_bytes, mib_to_bytes(2 * layer_mib));
     }
     bench->trace.name_thread("compute");
     // A store and a selector per sequence; the context owns the first store.
     for (int b = 0; b < batch_; ++b) {
-      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                             make_kv_cache(kv_options, model, n_store, needs, &bench->trace));
-      bench->stores.push_back(dynamic_cast<TieredKvCache*>(kv.get()));
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv,
+                             make_tiered_kv_store(kv_options, model, n_store, needs, &bench->trace));
+      bench->stores.push_back(kv.get());
       if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*bench->stores[0], n_ctx));
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
-                             make_sparse_attention(attention, kv_options, model, *kv));
+                             make_selector(attention, kv_options, model, *kv));
       if (selector && fidelity_layers_ > 0) {
         const ModelHparams& hp = model.hparams();
         sparse::FidelityProbeOptions fo{.n_head = hp.n_head,
@@ -435,8 +441,7 @@ class BenchKvCommand : public Command {
         }
       };
     }
-    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
-    set_pipeline(kv_options, fwd);
+    apply_store_options(kv_options, fwd);
     fwd.trace = &bench->trace;
     fwd.n_batch = std::max(fwd.n_batch, batch_);
     bench->what = policy + " at " + std::to_string(n_ctx) + " tokens";
@@ -857,7 +862,7 @@ class BenchKvCommand : public Command {
     doc["n_gen"] = n_gen_;
     doc["kv_device_mb"] = kv_options_.device_mb;
     doc["kv_host_mb"] = kv_options_.host_mb;
-    doc["pipeline"] = decode_pipeline(kv_options_);
+    doc["pipeline"] = decode_pipeline(store_);
     doc["pipeline_mode"] = pipeline_mode(kv_options_);
     doc["batch"] = batch_;
     doc["interleave"] = interleave_;
@@ -954,6 +959,8 @@ class BenchKvCommand : public Command {
   std::vector<int32_t> prompt_tokens_;
   ModelCost cost_;
   int n_layer_ = 0;
+  KvStoreOptions store_;          // the flags' store and attention, for the model
+  AttentionOptions attention_;
   int n_kv_heads_ = 0;
   std::vector<MemoryBandwidth> dram_probes_;  // before and after the runs
   std::vector<GatherBenchRow> disk_probes_;    // the same

@@ -34,7 +34,6 @@
 #include "eval/task.h"
 #include "eval_explain.h"
 #include "kv/kv_stats.h"
-#include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
 #include "model/forward_context.h"
 #include "model/model.h"
@@ -475,9 +474,12 @@ class EvalCommand : public Command {
         return kExitUsage;
       }
     }
-    if (Result<std::map<int, double>> per_layer = layer_budgets(attention_options_, (*model)->hparams().n_layer);
-        !per_layer.is_ok()) {
-      print_error(per_layer.status().message());
+    if (Result<AttentionOptions> checked = attention_options(attention_options_, n_layer_); !checked.is_ok()) {
+      print_error(checked.status().message());
+      return kExitUsage;
+    }
+    if (Result<KvStoreOptions> checked = store_options(kv_options_); !checked.is_ok()) {
+      print_error(checked.status().message());
       return kExitUsage;
     }
 
@@ -694,13 +696,15 @@ class EvalCommand : public Command {
   Result<Json> run_one(const Model& model, const Tokenizer& tok, const SampleSpec& spec, const EvalRun& run,
                        int run_index) const {
     const eval::Sample& sample = spec.sample;
-    AttentionCliOptions attention = attention_options_;
-    attention.policy = run.policy;
-    attention.budget = run.budget;
-    KvCliOptions kv_options = kv_options_;
+    AttentionCliOptions attention_flags = attention_options_;
+    attention_flags.policy = run.policy;
+    attention_flags.budget = run.budget;
+    SessionOptions so;
+    LEOAM_ASSIGN_OR_RETURN(so.attention, attention_options(attention_flags, n_layer_));
+    LEOAM_ASSIGN_OR_RETURN(so.kv, store_options(kv_options_));
+    KvStoreOptions& kv_options = so.kv;
     // The prompt and every answer token fit: checked when the sample was built.
     const int64_t n_ctx = spec.ctx + sample.max_new_tokens;
-    if (kv_options.chunk_tokens == 0) kv_options.chunk_tokens = default_chunk_tokens(attention, kv_options, n_ctx);
     // A subdirectory per run: no run sees another's files, and none is left behind.
     if (!kv_options.dir.empty()) kv_options.dir = (fs::path(kv_options_.dir) / ("run-" + std::to_string(run_index))).string();
     struct RemoveDir {
@@ -716,13 +720,10 @@ class EvalCommand : public Command {
     }
 
     // Every policy through the tiered store (without --kv-dir, in RAM): its counts compare.
-    KvStoreNeeds needs = kv_store_needs(attention);
-    needs.chunks = true;
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_cache(kv_options, model, n_ctx, needs));
-    KvCache& kv_cache = *kv;  // owned by the context from here on
+    so.tiered = true;
     // --explain: the steps that write the first answer (its tokens after a space, and the space).
     std::vector<sparse::LayerExplanation> explanations;
-    sparse::SparseAttentionOptions::Explain explain;
+    sparse::SparseAttentionOptions::Explain& explain = so.explain;
     if (explain_ && task_ == kPplTask) {  // every step, no target: the mass each layer's picks leave out
       explain.n_steps = std::numeric_limits<int64_t>::max();
       explain.out = &explanations;
@@ -732,20 +733,16 @@ class EvalCommand : public Command {
           tok.tokenize(" " + sample.answers.front(), /*add_bos=*/false, /*parse_special=*/false).size());
       explain.out = &explanations;
     }
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
-                           make_sparse_attention(attention, kv_options, model, kv_cache, explain));
-    ForwardOptions fwd;
-    fwd.n_ctx = n_ctx;
-    fwd.n_threads = n_threads_;
-    fwd.n_batch = n_batch_;
-    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options);
-    set_pipeline(kv_options, fwd);
-    fwd.should_stop = &SigintScope::interrupted;
-    fwd.selector = selector.get();
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd, std::move(kv)));
-    const auto& tiered = dynamic_cast<const TieredKvCache&>(kv_cache);
+    so.forward.n_ctx = static_cast<int>(n_ctx);
+    so.forward.n_threads = n_threads_;
+    so.forward.n_batch = n_batch_;
+    so.forward.should_stop = &SigintScope::interrupted;
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::create(model, so));
+    const KvCache& kv_cache = session->kv();
+    ForwardContext* ctx = &session->context();
+    const sparse::SparseAttention* selector = session->selector();
     if (task_ == kPplTask) {
-      LEOAM_ASSIGN_OR_RETURN(Json j, score_window(*ctx, tok, spec, run, selector.get(), tiered));
+      LEOAM_ASSIGN_OR_RETURN(Json j, score_window(*ctx, tok, spec, run, selector, kv_cache));
       if (explain.out != nullptr && selector != nullptr) j["explain_layers"] = explain_layers_json(explanations);
       return j;
     }
@@ -758,7 +755,7 @@ class EvalCommand : public Command {
     GenerateCallbacks callbacks;
     callbacks.on_text = [&output](std::string_view text) { output += text; };
     KvStats at_prefill_end;
-    callbacks.on_prefill_done = [&](int64_t) { at_prefill_end = tiered.stats(); };
+    callbacks.on_prefill_done = [&](int64_t) { at_prefill_end = kv_cache.stats(); };
     LEOAM_ASSIGN_OR_RETURN(GenerateStats stats, generate_from_tokens(*ctx, tok, sample.tokens,
                                                                      /*strip_leading_space=*/false, options, callbacks));
     if (stats.stop_reason == StopReason::kInterrupted) return cancelled("interrupted");
@@ -776,9 +773,9 @@ class EvalCommand : public Command {
     j["output"] = output;
     j["score"] = eval::score_output(eval::task_scoring(task_), sample.answers, output);
     j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
-    j["bytes_read"] = bytes_read_json(tiered.stats());
+    j["bytes_read"] = bytes_read_json(kv_cache.stats());
     j["kv_bytes_per_token"] =
-        kv_bytes_per_token_json(at_prefill_end, tiered.stats(), ctx->n_past() - static_cast<int64_t>(sample.tokens.size()));
+        kv_bytes_per_token_json(at_prefill_end, kv_cache.stats(), ctx->n_past() - static_cast<int64_t>(sample.tokens.size()));
     j["n_generated"] = stats.n_generated;
     j["decode_ms"] = stats.decode_ms;
     j["first_step_ms"] = stats.first_step_ms;
@@ -796,7 +793,7 @@ class EvalCommand : public Command {
   // one token at a time (every position through the selector), summing the negative
   // log-likelihood of each decoded position's next token: its line.
   Result<Json> score_window(ForwardContext& ctx, const Tokenizer& tok, const SampleSpec& spec, const EvalRun& run,
-                            const sparse::SparseAttention* selector, const TieredKvCache& tiered) const {
+                            const sparse::SparseAttention* selector, const KvCache& kv_cache) const {
     const std::vector<int32_t>& tokens = spec.sample.tokens;
     const int32_t n_vocab = ctx.n_vocab();
     std::vector<float> logits;  // [n_vocab]: the last evaluated position's
@@ -805,7 +802,7 @@ class EvalCommand : public Command {
       LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n_prefill)),
                                      /*all_logits=*/false, logits));
     }
-    const KvStats at_prefill_end = tiered.stats();
+    const KvStats at_prefill_end = kv_cache.stats();
     double nll_sum = 0.0;
     int64_t n_bytes = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -838,8 +835,8 @@ class EvalCommand : public Command {
     j["ppl"] = std::exp(nll_sum / static_cast<double>(n_tokens));
     j["bits_per_byte"] = n_bytes > 0 ? nll_sum / std::log(2.0) / static_cast<double>(n_bytes) : 0.0;
     j["tokens_attended_pct"] = selector != nullptr ? attended_pct(*selector) : 100.0;
-    j["bytes_read"] = bytes_read_json(tiered.stats());
-    j["kv_bytes_per_token"] = kv_bytes_per_token_json(at_prefill_end, tiered.stats(), n_tokens);
+    j["bytes_read"] = bytes_read_json(kv_cache.stats());
+    j["kv_bytes_per_token"] = kv_bytes_per_token_json(at_prefill_end, kv_cache.stats(), n_tokens);
     j["decode_ms"] = decode_ms;
     j["policy_memory_peak_bytes"] = selector != nullptr ? selector->memory().peak_bytes : 0;
     return j;

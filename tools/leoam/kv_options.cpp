@@ -6,24 +6,32 @@
 #include <fstream>
 
 #include "cli_common.h"
-#include "kv/memory_kv_cache.h"
-#include "kv/tiered_kv_cache.h"
-#include "sparse/sparse_attention.h"
-#include "model/model.h"
 
 namespace leoam::cli {
 
 uint64_t mib_to_bytes(double mb) { return static_cast<uint64_t>(mb * 1024.0 * 1024.0); }
 
-uint64_t prefill_working_set_bytes(const KvCliOptions& o) { return o.dir.empty() ? 0 : mib_to_bytes(o.prefill_mb); }
-
 std::string pipeline_mode(const KvCliOptions& o) { return o.dir.empty() ? "off" : o.pipeline; }
 
-bool decode_pipeline(const KvCliOptions& o) { return pipeline_mode(o) != "off"; }
-
-void set_pipeline(const KvCliOptions& o, ForwardOptions& fwd) {
-  fwd.pipeline = decode_pipeline(o);
-  fwd.pipeline_auto = pipeline_mode(o) == "auto";
+Result<KvStoreOptions> store_options(const KvCliOptions& o) {
+  KvStoreOptions kv;
+  kv.dir = o.dir;
+  kv.device_bytes = mib_to_bytes(o.device_mb);
+  kv.host_bytes = mib_to_bytes(o.host_mb);
+  kv.chunk_tokens = o.chunk_tokens;
+  kv.host_codec = *parse_kv_codec(o.host_codec);  // the flags take only the names these know
+  kv.compress = *parse_kv_compress(o.compress);
+  kv.n_sink = o.n_sink;
+  kv.n_recent = o.n_recent;
+  kv.queue_depth = o.queue_depth;
+  kv.prefill_working_set_bytes = mib_to_bytes(o.prefill_mb);
+  kv.meta_budget_bytes = mib_to_bytes(o.meta_mb);
+  kv.pipeline = o.pipeline == "on" ? DecodePipeline::kOn : o.pipeline == "auto" ? DecodePipeline::kAuto : DecodePipeline::kOff;
+  kv.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
+  if (decode_pipeline(kv) && o.read_ahead_mb == 0.0) {
+    return invalid_argument("--pipeline " + o.pipeline + " reads the next layer's chunks ahead: it needs --read-ahead-mb > 0");
+  }
+  return kv;
 }
 
 void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
@@ -117,70 +125,23 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->group(group);
 }
 
-Result<std::unique_ptr<KvCache>> make_kv_cache(const KvCliOptions& o, const Model& model, int64_t n_ctx,
-                                               const KvStoreNeeds& needs, Trace* trace) {
-  const ModelHparams& hp = model.hparams();
-  if (o.dir.empty() && !needs.chunks) {
-    MemoryKvCacheOptions m;
-    m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> kv, MemoryKvCache::create(m));
-    return std::unique_ptr<KvCache>(std::move(kv));
-  }
-  TieredKvCacheOptions t;
-  t.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
-  t.chunk_tokens = o.chunk_tokens;
-  t.n_sink_tokens = o.n_sink;
-  t.n_recent_tokens = o.n_recent;
-  t.dir = o.dir;
-  t.host_codec = *parse_kv_codec(o.host_codec);  // these before the budgets, which depend on them
-  t.compress = *parse_kv_compress(o.compress);
-  t.keep_abstracts = needs.resident_abstracts;
-  if (!o.dir.empty() && needs.abstract_tokens) {
-    const int64_t far = std::max<int64_t>(0, n_ctx - o.n_sink - o.n_recent);
-    for (int il = 0; il < hp.n_layer; ++il) {
-      t.abstract_tokens.push_back(needs.abstract_tokens(il, static_cast<int>(hp.n_layer), o.chunk_tokens, n_ctx, far));
-    }
-  }
-  t.device_budget_bytes = mib_to_bytes(o.device_mb);
-  t.host_budget_bytes = mib_to_bytes(o.host_mb);
-  if (o.dir.empty()) {  // no disk tier: every chunk stays on the device, and no file is written
-    t.device_budget_bytes = TieredKvCache::in_memory_device_budget_bytes(t);
-    t.host_budget_bytes = 0;
-  }
-  t.file_options.queue_depth = o.queue_depth;
-  if (decode_pipeline(o) && o.read_ahead_mb == 0.0) {
-    return invalid_argument("--pipeline " + o.pipeline + " reads the next layer's chunks ahead: it needs --read-ahead-mb > 0");
-  }
-  if (decode_pipeline(o) || needs.batched) t.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
-  t.trace = trace;
-  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv, TieredKvCache::create(t));
-  return std::unique_ptr<KvCache>(std::move(kv));
-}
-
 std::string kv_store_summary(const KvCliOptions& o, const KvCache& kv) {
-  const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv);
-  if (tiered == nullptr) return "KV store: in memory";
-  if (!tiered->has_disk_tier()) return "KV store: in memory, in chunks of " + std::to_string(o.chunk_tokens) + " tokens";
+  const KvStats stats = kv.stats();
+  if (!stats.tiered) return "KV store: in memory";
+  if (!stats.disk_tier) return "KV store: in memory, in chunks of " + std::to_string(o.chunk_tokens) + " tokens";
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "KV store: device %.2f MiB, host %.2f MiB (%s), chunks of %d tokens, disk tier %s (compressed reads: %s): ",
                 o.device_mb, o.host_mb, o.host_codec.c_str(), o.chunk_tokens, o.dir.c_str(), o.compress.c_str());
-  return buf + tiered->disk().io_mode();
+  return buf + stats.disk_io_mode;
 }
 
-Status report_kv_stats(const KvCliOptions& o, const KvCache& kv, const sparse::SparseAttention* selector,
-                       const PrefillIoStats& prefill) {
+Status report_kv_stats(const KvCliOptions& o, KvStats stats, const PrefillIoStats& prefill) {
   if (!o.print_stats && o.stats_json_path.empty()) return Status::ok();
-  PolicyMemoryStats policy;
-  if (selector != nullptr) {
-    const sparse::PolicyMemory m = selector->memory();
-    policy = {std::string(selector->policy_name()), m.bytes, m.peak_bytes, mib_to_bytes(o.meta_mb)};
-  }
+  const PolicyMemoryStats& policy = stats.policy_memory;
   std::string text;
   std::string json;
-  if (const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv); tiered != nullptr) {
-    KvStats stats = tiered->stats();
-    stats.policy_memory = policy;
+  if (stats.tiered) {
     stats.prefill = prefill;
     text = stats.to_text();
     json = stats.to_json();

@@ -21,14 +21,12 @@
 #include "core/trace.h"
 #include "kernels/cpu/blas_core.h"
 #include "kv/kv_session.h"
-#include "kv/tiered_kv_cache.h"
 #include "attention_options.h"
 #include "kv_options.h"
 #include "engine/batch_generator.h"
 #include "engine/generator.h"
 #include "engine/step_breakdown.h"
-#include "model/forward_context.h"
-#include "model/model.h"
+#include "leoam/session.h"
 #include "progress_bar.h"
 #include "sampler_options.h"
 #include "sigint_scope.h"
@@ -208,44 +206,41 @@ class RunCommand : public Command {
       }
     }
 
-    Result<std::unique_ptr<Model>> model = Model::load(model_path_);
-    if (!model.is_ok()) return fail(named(model.status(), model_path_));
-    Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
-    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
+    Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
+    if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
+    const Model& model = (*engine)->model();
+    const Tokenizer& tokenizer = (*engine)->tokenizer();
 
     ProgressBar bar(::isatty(STDERR_FILENO) != 0);
-    ForwardOptions fwd;
-    fwd.n_ctx = n_ctx_;
-    fwd.n_threads = n_threads_;
-    fwd.n_batch = n_batch_;
-    fwd.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
-    fwd.should_stop = &SigintScope::interrupted;
-    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
-    set_pipeline(kv_options_, fwd);
+    SessionOptions so;
+    Result<KvStoreOptions> store = store_options(kv_options_);
+    if (!store.is_ok()) return fail(store.status());
+    so.kv = *store;
+    Result<AttentionOptions> attention = attention_options(attention_options_, model.hparams().n_layer);
+    if (!attention.is_ok()) return fail(attention.status());
+    so.attention = *attention;
+    so.forward.n_ctx = n_ctx_;
+    so.forward.n_threads = n_threads_;
+    so.forward.n_batch = n_batch_;
+    so.forward.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    so.forward.should_stop = &SigintScope::interrupted;
+    so.batched = !prompts_file_.empty();
     std::unique_ptr<Trace> trace;
     if (!trace_path_.empty()) {
       trace = std::make_unique<Trace>();
       trace->name_thread("compute");
-      fwd.trace = trace.get();
+      so.trace = trace.get();
     }
     options_.should_stop = &SigintScope::interrupted;
-    const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
-    if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
-    KvStoreNeeds needs = kv_store_needs(attention_options_);
-    needs.batched = !prompts_file_.empty();
-    Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, **model, n_ctx, needs, trace.get());
-    if (!kv.is_ok()) return fail(kv.status());
-    KvCache& kv_cache = **kv;  // owned by the context from here on
-    Result<std::unique_ptr<sparse::SparseAttention>> selector =
-        make_sparse_attention(attention_options_, kv_options_, **model, kv_cache);
-    if (!selector.is_ok()) return fail(selector.status());
-    fwd.selector = selector->get();
-    Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(**model, fwd, std::move(*kv));
-    if (!ctx.is_ok()) return fail(named(ctx.status(), model_path_));
+    Result<std::unique_ptr<Session>> made = Session::create(model, so);
+    if (!made.is_ok()) return fail(made.status());
+    Session& session = **made;
+    kv_options_.chunk_tokens = session.options().kv.chunk_tokens;
+    KvCache& kv_cache = session.kv();
     if (!kv_options_.dir.empty()) std::fprintf(stderr, "leoam: %s\n", kv_store_summary(kv_options_, kv_cache).c_str());
 
-    if (verbose_) print_settings(**ctx);
-    if (!prompts_file_.empty()) return run_batch(**ctx, **model, **tokenizer, {&kv_cache, selector->get()}, n_ctx);
+    if (verbose_) print_settings(session.context());
+    if (!prompts_file_.empty()) return run_batch(session, model, tokenizer);
 
     uint64_t model_hash = 0;
     if (!kv_save_dir_.empty() || !kv_load_dir_.empty()) {
@@ -255,27 +250,25 @@ class RunCommand : public Command {
     }
     std::vector<int32_t> tokens;
     if (!kv_load_dir_.empty()) {
-      Result<KvSession> session = load_kv_session(kv_load_dir_, model_hash, kv_cache);
-      if (!session.is_ok()) return fail(session.status());
-      tokens = std::move(session->tokens);
-      if (seed_ == kRandomSeed) options_.sampler_rng_state = session->sampler_state;
+      Result<KvSession> saved = load_kv_session(kv_load_dir_, model_hash, kv_cache);
+      if (!saved.is_ok()) return fail(saved.status());
+      tokens = std::move(saved->tokens);
+      if (seed_ == kRandomSeed) options_.sampler_rng_state = saved->sampler_state;
       if (verbose_) {
         std::fprintf(stderr, "leoam: loaded %s: %zu tokens, KV of %lld\n", kv_load_dir_.c_str(), tokens.size(),
-                     static_cast<long long>(session->n_kv));
+                     static_cast<long long>(saved->n_kv));
       }
-      const std::vector<int32_t> more = (*tokenizer)->tokenize(*prompt, /*add_bos=*/false, options_.parse_special);
+      const std::vector<int32_t> more = tokenizer.tokenize(*prompt, /*add_bos=*/false, options_.parse_special);
       tokens.insert(tokens.end(), more.begin(), more.end());
     } else {
-      tokens = (*tokenizer)->tokenize(*prompt, options_.add_bos, options_.parse_special);
+      tokens = tokenizer.tokenize(*prompt, options_.add_bos, options_.parse_special);
     }
 
     GenerateCallbacks callbacks;
     const std::string& prompt_text = *prompt;
-    const auto* tiered = dynamic_cast<const TieredKvCache*>(&kv_cache);
     PrefillIoStats prefill;
     callbacks.on_prefill_done = [&](int64_t n_prompt_tokens) {
-      if (tiered != nullptr) {
-        const KvStats at_end = tiered->stats();
+      if (const KvStats at_end = kv_cache.stats(); at_end.tiered) {
         prefill.known = true;
         for (int t = 0; t < kNumTiers; ++t) {
           prefill.bytes_read[t] = at_end.tiers[t].bytes_read;
@@ -291,8 +284,7 @@ class RunCommand : public Command {
 
     const bool strip_leading_space = kv_load_dir_.empty() && prompt_text.empty();
     SigintScope sigint;
-    Result<GenerateStats> stats =
-        generate_from_tokens(**ctx, **tokenizer, tokens, strip_leading_space, options_, callbacks);
+    Result<GenerateStats> stats = session.generate(tokenizer, tokens, strip_leading_space, options_, callbacks);
     bar.clear();
     if (!stats.is_ok()) return fail(stats.status());
     if (stats->prefill_complete()) write_stdout("\n");
@@ -304,20 +296,20 @@ class RunCommand : public Command {
       std::fprintf(stderr, "leoam: --kv-save: nothing saved to %s: interrupted before the whole prompt was evaluated\n",
                    kv_save_dir_.c_str());
     } else if (!kv_save_dir_.empty()) {
-      KvSession session;
-      session.model_hash = model_hash;
-      session.tokens = stats->tokens;
+      KvSession saved;
+      saved.model_hash = model_hash;
+      saved.tokens = stats->tokens;
       // At least one token is left to evaluate on resume: its logits drive the next sample.
-      session.n_kv = std::min<int64_t>((*ctx)->n_past(), static_cast<int64_t>(session.tokens.size()) - 1);
-      session.sampler_state = stats->sampler_rng_state;
-      if (Status st = save_kv_session(kv_cache, session, kv_save_dir_); !st.is_ok()) return fail(st);
+      saved.n_kv = std::min<int64_t>(session.context().n_past(), static_cast<int64_t>(saved.tokens.size()) - 1);
+      saved.sampler_state = stats->sampler_rng_state;
+      if (Status st = save_kv_session(kv_cache, saved, kv_save_dir_); !st.is_ok()) return fail(st);
       if (verbose_) std::fprintf(stderr, "leoam: saved the session to %s\n", kv_save_dir_.c_str());
     }
-    const PrefillStats layered = (*ctx)->prefill_stats();
-    prefill.working_set_budget_bytes = fwd.prefill_working_set_bytes;
+    const PrefillStats layered = session.context().prefill_stats();
+    prefill.working_set_budget_bytes = kv_options_.dir.empty() ? 0 : so.kv.prefill_working_set_bytes;
     prefill.working_set_bytes = layered.working_set_bytes;
     prefill.n_segments = layered.n_segments;
-    if (Status st = report_kv_stats(kv_options_, kv_cache, selector->get(), prefill); !st.is_ok()) return fail(st);
+    if (Status st = report_kv_stats(kv_options_, session.stats(), prefill); !st.is_ok()) return fail(st);
     if (trace != nullptr) {
       if (Status st = trace->write(trace_path_); !st.is_ok()) return fail(st);
       std::fprintf(stderr, "leoam: wrote the trace of the decode to %s (%zu events)\n", trace_path_.c_str(),
@@ -326,9 +318,9 @@ class RunCommand : public Command {
         std::fprintf(stderr, "leoam: %s (the first step left out)\n", b.to_text().c_str());
       }
     }
-    if (kv_options_.print_stats && *selector != nullptr) {
-      std::fprintf(stderr, "%sattention: %s\n", (*selector)->stats_text().c_str(),
-                   budget_rule_text(attention_options_, kv_options_, (*model)->hparams().n_layer).c_str());
+    if (kv_options_.print_stats && session.selector() != nullptr) {
+      std::fprintf(stderr, "%sattention: %s\n", session.selector()->stats_text().c_str(),
+                   budget_rule_text(attention_options_, kv_options_, model.hparams().n_layer).c_str());
     }
     return stats->stop_reason == StopReason::kInterrupted ? kExitInterrupted : kExitOk;
   }
@@ -351,10 +343,9 @@ class RunCommand : public Command {
                  s.repeat_last_n, options_.n_predict);
   }
 
-  // --prompts: the file's prompts decoded together; `first` is the context's own sequence, which
-  // the first prompt takes (the others get stores and selectors of their own, alike).
-  int run_batch(ForwardContext& ctx, const Model& model, const Tokenizer& tokenizer, const DecodeSequence& first,
-                int64_t n_ctx) {
+  // --prompts: the file's prompts decoded together; the first takes the session's own sequence
+  // (the others get stores and selectors of their own, alike).
+  int run_batch(Session& session, const Model& model, const Tokenizer& tokenizer) {
     Result<std::string> text = read_text_file(prompts_file_);
     if (!text.is_ok()) return fail(text.status());
     std::vector<std::string> prompts;
@@ -370,14 +361,15 @@ class RunCommand : public Command {
     }
     std::vector<std::unique_ptr<KvCache>> stores;
     std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
-    std::vector<DecodeSequence> sequences = {first};
+    std::vector<DecodeSequence> sequences = {{&session.kv(), session.selector()}};
+    const SessionOptions& so = session.options();
+    const int64_t n_ctx = session.context().n_ctx();
     for (size_t i = 1; i < prompts.size(); ++i) {
-      KvStoreNeeds needs = kv_store_needs(attention_options_);
+      KvStoreNeeds needs = kv_store_needs(so.attention, so.kv, model, n_ctx);
       needs.batched = true;
-      Result<std::unique_ptr<KvCache>> kv = make_kv_cache(kv_options_, model, n_ctx, needs);
+      Result<std::unique_ptr<KvCache>> kv = make_kv_store(so.kv, model, n_ctx, needs);
       if (!kv.is_ok()) return fail(kv.status());
-      Result<std::unique_ptr<sparse::SparseAttention>> selector =
-          make_sparse_attention(attention_options_, kv_options_, model, **kv);
+      Result<std::unique_ptr<sparse::SparseAttention>> selector = make_selector(so.attention, so.kv, model, **kv);
       if (!selector.is_ok()) return fail(selector.status());
       sequences.push_back({kv->get(), selector->get()});
       stores.push_back(std::move(*kv));
@@ -386,7 +378,7 @@ class RunCommand : public Command {
     SigintScope sigint;
     BatchGenerateStats totals;
     Result<std::vector<BatchSequenceResult>> results =
-        generate_batch(ctx, tokenizer, prompts, sequences, options_, &totals);
+        generate_batch(session.context(), tokenizer, prompts, sequences, options_, &totals);
     if (!results.is_ok()) return fail(results.status());
     bool interrupted = false;
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -18,7 +18,6 @@
 #include "cli_common.h"
 #include "engine/batch_scheduler.h"
 #include "engine/prompt_cache.h"
-#include "kv/tiered_kv_cache.h"
 #include "kv_options.h"
 #include "model/model.h"
 #include "sampler_options.h"
@@ -149,14 +148,20 @@ class ServeCommand : public Command {
     if (!chat.is_ok()) return fail(chat.status());
     http_.chat = std::move(*chat);
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : m.hparams().n_ctx_train;
-    if (kv_options_.chunk_tokens == 0) kv_options_.chunk_tokens = default_chunk_tokens(attention_options_, kv_options_, n_ctx);
+    Result<KvStoreOptions> checked_store = store_options(kv_options_);
+    if (!checked_store.is_ok()) return fail(checked_store.status());
+    KvStoreOptions store = *checked_store;
+    Result<AttentionOptions> checked_attention = attention_options(attention_options_, m.hparams().n_layer);
+    if (!checked_attention.is_ok()) return fail(checked_attention.status());
+    const AttentionOptions attention = *checked_attention;
+    if (store.chunk_tokens == 0) store.chunk_tokens = default_chunk_tokens(attention, store, n_ctx);
+    kv_options_.chunk_tokens = store.chunk_tokens;
+    const KvStoreNeeds needs = kv_store_needs(attention, store, m, n_ctx);
     // Each request's store and selector, as `leoam run` makes its one. A first one is made now,
     // so that a flag the store or policy refuses fails at the start, not at the first request.
-    SequenceFactory factory = [this, &m, n_ctx]() -> Result<SequenceSlot> {
-      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                             make_kv_cache(kv_options_, m, n_ctx, kv_store_needs(attention_options_)));
-      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
-                             make_sparse_attention(attention_options_, kv_options_, m, *kv));
+    SequenceFactory factory = [store, attention, needs, &m, n_ctx]() -> Result<SequenceSlot> {
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, make_kv_store(store, m, n_ctx, needs));
+      LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector, make_selector(attention, store, m, *kv));
       return SequenceSlot{std::move(kv), std::move(selector)};
     };
     {
@@ -165,9 +170,7 @@ class ServeCommand : public Command {
       // The prompt cache's entries are saved as the requests' stores keep their disk chunks, so
       // that those read them in place.
       prompt_cache_.layout.chunk_tokens = kv_options_.chunk_tokens;
-      if (const auto* tiered = dynamic_cast<const TieredKvCache*>(probe->kv.get()); tiered != nullptr) {
-        prompt_cache_.layout.abstract_tokens = tiered->abstract_tokens();
-      }
+      if (!store.dir.empty()) prompt_cache_.layout.abstract_tokens = needs.abstract_tokens;
     }
 
     std::unique_ptr<PromptCache> prompt_cache;
@@ -186,8 +189,7 @@ class ServeCommand : public Command {
     ForwardOptions fwd;
     fwd.n_threads = n_threads_;
     fwd.n_batch = n_batch_;
-    fwd.prefill_working_set_bytes = prefill_working_set_bytes(kv_options_);
-    set_pipeline(kv_options_, fwd);
+    apply_store_options(store, fwd);
     fwd.sparse_continuation = sparse_continuation_;
     Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, **tokenizer, fwd, factory, scheduler_);
     if (!scheduler.is_ok()) return fail(scheduler.status());

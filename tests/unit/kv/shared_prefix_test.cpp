@@ -92,12 +92,12 @@ class SharedPrefixTest : public ::testing::Test {
   std::string session_dir() const { return entry_.path() + "/s"; }
   std::unique_ptr<TieredKvCache> store() { return TieredKvCache::create(store_options(kv_dir_.path())).value(); }
   // A store given the session's KV: its whole chunks shared, the rest copied.
-  std::unique_ptr<TieredKvCache> sharing(const std::shared_ptr<DiskTier>& base, int64_t n = kDoc) {
+  std::unique_ptr<TieredKvCache> sharing(const std::shared_ptr<const KeptKvFiles>& base, int64_t n = kDoc) {
     auto kv = store();
     Result<int64_t> shared = kv->share_prefix(base, n);
     EXPECT_TRUE(shared.is_ok()) << shared.status().message();
     EXPECT_EQ(*shared, n / kPrefixChunk * kPrefixChunk);
-    EXPECT_TRUE(load_kv_session_tier(*base, *shared, n, *kv).is_ok());
+    EXPECT_TRUE(load_kv_session_tier(*base->tier(), *shared, n, *kv).is_ok());
     EXPECT_EQ(kv->n_tokens(), n);
     return kv;
   }
@@ -230,11 +230,11 @@ TEST_F(SharedPrefixTest, TheRestLoadsOnlyWhereItFollows) {
   auto base = open_kv_session_tier(session_dir(), kHash, *store());
   ASSERT_TRUE(base.is_ok()) << base.status().message();
   auto kv = store();
-  EXPECT_EQ(load_kv_session_tier(**base, 16, kDoc, *kv).code(), StatusCode::kInvalidArgument);  // holds 0
-  EXPECT_EQ(load_kv_session_tier(**base, 0, kDoc + 1, *kv).code(), StatusCode::kInvalidArgument);  // past the session
+  EXPECT_EQ(load_kv_session_tier(*(*base)->tier(), 16, kDoc, *kv).code(), StatusCode::kInvalidArgument);  // holds 0
+  EXPECT_EQ(load_kv_session_tier(*(*base)->tier(), 0, kDoc + 1, *kv).code(), StatusCode::kInvalidArgument);  // past the session
   EXPECT_EQ(kv->n_tokens(), 0);
-  ASSERT_TRUE(load_kv_session_tier(**base, 0, 100, *kv).is_ok());  // a store that copies it all
-  ASSERT_TRUE(load_kv_session_tier(**base, 100, kDoc, *kv).is_ok());
+  ASSERT_TRUE(load_kv_session_tier(*(*base)->tier(), 0, 100, *kv).is_ok());  // a store that copies it all
+  ASSERT_TRUE(load_kv_session_tier(*(*base)->tier(), 100, kDoc, *kv).is_ok());
   EXPECT_EQ(contents(*kv, kDoc), contents(*source_.kv, kDoc));
 }
 
@@ -248,7 +248,7 @@ TEST_F(SharedPrefixTest, TheTierRefusesWritesOverSharedChunks) {
   d.n_layer = kPrefixLayers;
   d.geometry = kv->geometry();
   auto tier = DiskTier::create(d).value();
-  ASSERT_TRUE(tier->share_prefix(*base, std::vector<int64_t>(kPrefixLayers, 4)).is_ok());
+  ASSERT_TRUE(tier->share_prefix((*base)->tier(), std::vector<int64_t>(kPrefixLayers, 4)).is_ok());
   EXPECT_TRUE(tier->has_chunk(0, 3));
   EXPECT_EQ(tier->n_tokens_of(0, 3), kPrefixChunk);
   EXPECT_FALSE(tier->has_chunk(0, 4));
@@ -260,7 +260,7 @@ TEST_F(SharedPrefixTest, TheTierRefusesWritesOverSharedChunks) {
   // Sharing comes before any write.
   auto written = DiskTier::create(d).value();
   ASSERT_TRUE(written->write_chunk(0, {0, buffer.data(), kPrefixChunk, abstract.data()}).is_ok());
-  EXPECT_EQ(written->share_prefix(*base, std::vector<int64_t>(kPrefixLayers, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(written->share_prefix((*base)->tier(), std::vector<int64_t>(kPrefixLayers, 4)).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SharedPrefixTest, ACorruptSessionIsRefusedWhenOpened) {
