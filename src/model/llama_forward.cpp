@@ -1,7 +1,10 @@
+// LlamaForward: creation, the prompt in batches, and the steps of a layer (projections, attention
+// through the selector, the FFN, logits) that every path runs; a decode step's fused regions and
+// pipeline. The layered prefill and the batched decode have files of their own
+// (llama_forward_layered.cpp, llama_forward_batch.cpp).
 #include "model/llama_forward.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <span>
@@ -11,12 +14,15 @@
 #include "kernels/cpu/matvec.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
-#include "kv/kv_dtype.h"
 #include "kv/memory_kv_cache.h"
 #include "core/trace.h"
 #include "model/attention_selector.h"
+#include "model/llama_forward_steps.h"
 
 namespace leoam {
+
+using detail::for_each_row;
+using detail::observe_appended;
 
 namespace {
 
@@ -87,25 +93,6 @@ void ffn_gate_up_swiglu(const MatrixView& w_gate, const MatrixView& w_up, const 
     kernels::matvec(row_slice(w_up, r0, r1), x, up + r0, inline_pool);
     kernels::swiglu(gate + r0, up + r0, r1 - r0, gate + r0);
   });
-}
-
-// fn(t) for each token row t in [0, n_rows), rows split across the pool when that pays.
-template <typename Fn>
-void for_each_row(ThreadPool& pool, int64_t n_rows, int64_t cost_per_row, const Fn& fn) {
-  pool.parallel_for(n_rows, cost_per_row, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) fn(t);
-  });
-}
-
-// Positions [pos, pos + n)'s keys and values, just appended to `layer`, to a selector that
-// watches them (SelectorNeeds keys, values).
-Status observe_appended(AttentionSelector* selector, int layer, int64_t pos, int64_t n, const float* k,
-                        const float* v) {
-  if (selector == nullptr) return Status::ok();
-  const SelectorNeeds needs = selector->needs();
-  if (needs.keys) LEOAM_RETURN_IF_ERROR(selector->observe_keys(layer, pos, n, k));
-  if (needs.values) LEOAM_RETURN_IF_ERROR(selector->observe_values(layer, pos, n, v));
-  return Status::ok();
 }
 
 // The log-n temperature (ModelHparams::query_scale) on one position's query heads.
@@ -245,169 +232,6 @@ Status LlamaForward::eval_sequence(const DecodeSequence& seq, std::span<const in
   return Status::ok();
 }
 
-Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<const std::pair<int64_t, int64_t>> chunks,
-                                  bool all_logits, std::vector<float>& logits) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t n_past0 = seq_.kv->n_tokens();
-  const int64_t n_embd = hp_.n_embd;
-  const int64_t n_q = hp_.n_embd_q();
-  const float eps = hp_.rms_eps;
-  const size_t kv_row_bytes = static_cast<size_t>(hp_.n_embd_kv()) * kv_dtype_size(seq_.kv->dtype());
-  // What a segment row costs the working set: its residual stream and one layer's K and V; in a
-  // segment that attends KV in the store, also its query, its attention output and attention's
-  // merge scratch (a query and a log-sum-exp a head), so that the store is read once for all of
-  // the segment's rows.
-  const uint64_t row_bytes = static_cast<uint64_t>(n_embd) * sizeof(float) + 2 * kv_row_bytes;
-  const uint64_t wide_row_bytes = row_bytes + (3 * static_cast<uint64_t>(n_q) + hp_.n_head) * sizeof(float);
-  ThreadPool& pool = *pool_;
-  AttentionSelector* selector = seq_.selector;
-  const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
-  const auto fail = [&](const Status& st) {
-    (void)seq_.kv->truncate(n_past0);  // as the batch order does: the context as it was
-    if (selector != nullptr) selector->truncate(n_past0);
-    return st;
-  };
-  // The working set lives for the prompt only: decoding does not need it.
-  struct Release {
-    LlamaForward& f;
-    ~Release() {
-      std::vector<float>().swap(f.seg_x_);
-      std::vector<uint8_t>().swap(f.seg_k_);
-      std::vector<uint8_t>().swap(f.seg_v_);
-      std::vector<float>().swap(f.seg_q_);
-      std::vector<float>().swap(f.seg_attn_);
-    }
-  } release{*this};
-
-  for (size_t c0 = 0; c0 < chunks.size();) {
-    // A segment: whole batches, as many as the working set holds (one at least). One that attends
-    // KV in the store reads it once for all its rows where the working set holds two batches of
-    // them at the larger row cost; else batch by batch (each reading it), as a first segment.
-    const bool reads_store = n_past0 + chunks[c0].first > 0 &&
-                             options_.prefill_working_set_bytes / wide_row_bytes >= 2 * static_cast<uint64_t>(n_batch_);
-    const int64_t segment_rows = std::max<int64_t>(
-        n_batch_, static_cast<int64_t>(options_.prefill_working_set_bytes / (reads_store ? wide_row_bytes : row_bytes)));
-    size_t c1 = c0 + 1;
-    while (c1 < chunks.size() && chunks[c1].first + chunks[c1].second - chunks[c0].first <= segment_rows) ++c1;
-    const int64_t s0 = chunks[c0].first;  // the segment: prompt tokens [s0, s1)
-    const int64_t s1 = chunks[c1 - 1].first + chunks[c1 - 1].second;
-    const auto len = static_cast<size_t>(s1 - s0);
-    if (reads_store && seg_q_.empty()) {  // a first segment's longer buffers go: the budget holds one or the other
-      std::vector<float>().swap(seg_x_);
-      std::vector<uint8_t>().swap(seg_k_);
-      std::vector<uint8_t>().swap(seg_v_);
-    }
-    seg_x_.resize(std::max(seg_x_.size(), len * n_embd));
-    seg_k_.resize(std::max(seg_k_.size(), len * kv_row_bytes));
-    seg_v_.resize(std::max(seg_v_.size(), len * kv_row_bytes));
-    if (reads_store) {
-      seg_q_.resize(std::max(seg_q_.size(), len * n_q));
-      seg_attn_.resize(std::max(seg_attn_.size(), len * n_q));
-    }
-    // attention's merge scratch, held while a segment that reads the store attends
-    const uint64_t merge_bytes = reads_store ? len * (n_q + hp_.n_head) * sizeof(float) : 0;
-    prefill_stats_.working_set_bytes =
-        std::max<uint64_t>(prefill_stats_.working_set_bytes,
-                           (seg_x_.capacity() + seg_q_.capacity() + seg_attn_.capacity()) * sizeof(float) +
-                               seg_k_.capacity() + seg_v_.capacity() + merge_bytes);
-    embed(tokens.data() + s0, s1 - s0, seg_x_.data());
-
-    for (int il = 0; il < hp_.n_layer; ++il) {
-      const LayerWeights& L = w_.layers[il];
-      const bool last_layer = il + 1 == hp_.n_layer;
-      // The batch's queries, keys and values; its K and V into the store and the working set.
-      const auto project = [&](int64_t t0, int64_t nt) -> Status {
-        const int64_t pos = n_past0 + t0;
-        float* x = seg_x_.data() + (t0 - s0) * n_embd;
-        float* xn = xn_.data();
-        // The residual stream holds layer il's input (the previous layer's FFN added): its norm.
-        for_each_row(pool, nt, 4 * n_embd, [&](int64_t t) {
-          kernels::rmsnorm(x + t * n_embd, L.attn_norm, n_embd, eps, xn + t * n_embd);
-        });
-        rope_.fill_tables(pos, nt, cos_.data(), sin_.data());
-        project_qkv(L, xn, nt, pos);
-        LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos, nt, k_.data(), v_.data()));
-        LEOAM_RETURN_IF_ERROR(observe_appended(selector, il, pos, nt, k_.data(), v_.data()));
-        if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos + nt));
-        if (t0 + nt == n) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos, nt));
-        const size_t row0 = static_cast<size_t>(t0 - s0);
-        store_kv_values(seq_.kv->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
-        store_kv_values(seq_.kv->dtype(), v_.data(), nt * hp_.n_embd_kv(), seg_v_.data() + row0 * kv_row_bytes);
-        return Status::ok();
-      };
-      // The batch's attention output (in attn_) through the output projection and the FFN.
-      const auto finish = [&](int64_t t0, int64_t nt) {
-        float* x = seg_x_.data() + (t0 - s0) * n_embd;
-        output_and_ffn(L, x, xn_.data(), nt);
-        if (last_layer) {
-          // The logits' rows: every row with all_logits, else the prompt's last.
-          if (all_logits) {
-            output_logits(x, nt, true, logits.data() + t0 * hp_.n_vocab);
-          } else if (t0 + nt == n) {
-            output_logits(x, nt, false, logits.data());
-          }
-        } else {
-          const float* proj = proj_.data();
-          for_each_row(pool, nt, n_embd, [&](int64_t t) { kernels::add(x + t * n_embd, proj + t * n_embd, n_embd); });
-        }
-      };
-      if (!reads_store) {
-        // Batch by batch: each attends the segment's rows so far, in the working set (and in a
-        // working set too small for more, the positions before the segment in the store).
-        for (size_t c = c0; c < c1; ++c) {
-          const auto [t0, nt] = chunks[c];
-          if (Status st = project(t0, nt); !st.is_ok()) return fail(st);
-          const KvSegment seen{n_past0 + s0, t0 + nt - s0, seg_k_.data(), seg_v_.data(), seq_.kv->dtype(), kv_row_bytes};
-          const KvView tail(hp_.n_head_kv, hp_.head_dim, {seen});
-          if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, attn_params_, q_.data(), n_past0 + t0, nt,
-                                    attn_.data(), pool);
-              !st.is_ok()) {
-            return fail(st);
-          }
-          finish(t0, nt);
-        }
-      } else {
-        // Every batch's queries first, then one attention for the whole segment: the positions
-        // before it are read from the store once, not once a batch.
-        for (size_t c = c0; c < c1; ++c) {
-          const auto [t0, nt] = chunks[c];
-          if (Status st = project(t0, nt); !st.is_ok()) return fail(st);
-          std::copy(q_.begin(), q_.begin() + nt * n_q, seg_q_.begin() + (t0 - s0) * n_q);
-        }
-        const KvSegment seen{n_past0 + s0, s1 - s0, seg_k_.data(), seg_v_.data(), seq_.kv->dtype(), kv_row_bytes};
-        const KvView tail(hp_.n_head_kv, hp_.head_dim, {seen});
-        if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, attn_params_, seg_q_.data(), n_past0 + s0, s1 - s0,
-                                  seg_attn_.data(), pool);
-            !st.is_ok()) {
-          return fail(st);
-        }
-        for (size_t c = c0; c < c1; ++c) {
-          const auto [t0, nt] = chunks[c];
-          std::copy(seg_attn_.begin() + (t0 - s0) * n_q, seg_attn_.begin() + (t0 - s0 + nt) * n_q, attn_.begin());
-          finish(t0, nt);
-        }
-      }
-      if (options_.progress) {
-        options_.progress(s0 + (s1 - s0) * (il + 1) / hp_.n_layer, n);
-      }
-      // A segment may be the whole prompt: a stop is heard between its layers, and the segment's
-      // KV, in some layers only, goes.
-      if (!last_layer && options_.should_stop && options_.should_stop()) {
-        (void)seq_.kv->truncate(n_past0 + s0);
-        if (selector != nullptr) selector->truncate(n_past0 + s0);
-        return cancelled("prefill stopped after " + std::to_string(s0) + " of " + std::to_string(n) + " tokens");
-      }
-    }
-    ++prefill_stats_.n_segments;
-    prefill_stats_.n_layered_tokens += s1 - s0;
-    if (s1 < n && options_.should_stop && options_.should_stop()) {
-      return cancelled("prefill stopped after " + std::to_string(s1) + " of " + std::to_string(n) + " tokens");
-    }
-    c0 = c1;
-  }
-  return Status::ok();
-}
-
 void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0,
                                const int64_t* positions) {
   const int64_t n_q = hp_.n_embd_q();
@@ -516,124 +340,6 @@ Status LlamaForward::check_sequence(const DecodeSequence& seq) const {
   return Status::ok();
 }
 
-Status LlamaForward::decode_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
-  const auto n = static_cast<int64_t>(batch.size());
-  if (n == 0) return invalid_argument("decode_batch: no sequences");
-  if (n > n_batch_) {
-    return invalid_argument("decode_batch: " + std::to_string(n) + " sequences, more than the batch size of " +
-                            std::to_string(n_batch_));
-  }
-  std::vector<int64_t> positions(static_cast<size_t>(n));
-  std::vector<int32_t> tokens(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const BatchToken& b = batch[i];
-    LEOAM_RETURN_IF_ERROR(check_sequence(b.seq));
-    for (int64_t j = 0; j < i; ++j) {
-      if (batch[j].seq.kv == b.seq.kv) return invalid_argument("decode_batch: two rows share a KV store");
-    }
-    if (b.token < 0 || b.token >= hp_.n_vocab) {
-      return invalid_argument("token id " + std::to_string(b.token) + " of sequence " + std::to_string(i) +
-                              " is out of range [0, " + std::to_string(hp_.n_vocab) + ")");
-    }
-    if (!b.seq.kv->can_append(1)) {
-      return invalid_argument("sequence " + std::to_string(i) + " is full: its context holds " +
-                              std::to_string(b.seq.kv->n_ctx()) + " tokens (-c)");
-    }
-    positions[i] = b.seq.kv->n_tokens();
-    tokens[i] = b.token;
-  }
-  const Status st = decode_rows(batch, tokens, positions, logits);
-  if (!st.is_ok()) {
-    for (int64_t i = 0; i < n; ++i) {  // every sequence as it was
-      (void)batch[i].seq.kv->truncate(positions[i]);
-      if (batch[i].seq.selector != nullptr) batch[i].seq.selector->truncate(positions[i]);
-    }
-  }
-  return st;
-}
-
-Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<const int32_t> tokens,
-                                 std::span<const int64_t> positions, std::vector<float>& logits) {
-  const auto n = static_cast<int64_t>(batch.size());
-  const int64_t n_embd = hp_.n_embd;
-  const int64_t n_q = hp_.n_embd_q();
-  const int64_t n_kv = hp_.n_embd_kv();
-  const int64_t n_pairs = hp_.rope.n_rot / 2;
-  const float eps = hp_.rms_eps;
-  ThreadPool& pool = *pool_;
-  Trace* trace = options_.trace;
-  const TraceSpan step_span(trace, "decode step", "decode", -1, positions[0]);
-  float* x = x_.data();
-  float* xn = xn_.data();
-  embed(tokens.data(), n, x);
-  selected_.resize(static_cast<size_t>(n));
-  // With two rows or more a thread, the rows' selections and attention run side by side, a row
-  // per pool thread at a time (select_and_attend_across_rows): within one row they keep 2 threads
-  // poorly busy (docs/kv-store.md#batches).
-  const bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
-  for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
-  for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
-    kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
-  });
-  for (int il = 0; il < hp_.n_layer; ++il) {
-    const LayerWeights& L = w_.layers[il];
-    for (int64_t i = 0; i < n; ++i) {
-      AttentionSelector* selector = batch[i].seq.selector;
-      if (selector != nullptr && selector->needs().layer_inputs) {
-        LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, positions[i], x + i * n_embd));
-      }
-    }
-    {
-      const TraceSpan span(trace, "qkv", "compute", il, positions[0]);
-      project_qkv(L, xn, n, positions[0], positions.data());
-    }
-    if (options_.decode_query_hook) {
-      for (int64_t i = 0; i < n; ++i) options_.decode_query_hook(*batch[i].seq.kv, il, q_.data() + i * n_q);
-    }
-    // Each row's own sequence: its store and its selection (without a selector, every position),
-    // whose disk reads go to the store's read-ahead (a no-op for a store without one: its gather
-    // reads them); then each row's attention. So one sequence's reads overlap the selections and
-    // attention of the rows after and before it, and the selections are those of rows decoded one
-    // at a time.
-    for (int64_t i = 0; i < n; ++i) {
-      const DecodeSequence& seq = batch[i].seq;
-      const int64_t pos = positions[i];
-      const float* k = k_.data() + i * n_kv;
-      LEOAM_RETURN_IF_ERROR(seq.kv->append(il, pos, 1, k, v_.data() + i * n_kv));
-      LEOAM_RETURN_IF_ERROR(observe_appended(seq.selector, il, pos, 1, k, v_.data() + i * n_kv));
-    }
-    if (across_rows) {
-      LEOAM_RETURN_IF_ERROR(select_and_attend_across_rows(batch, il, positions));
-    } else {
-      for (int64_t i = 0; i < n; ++i) {
-        const DecodeSequence& seq = batch[i].seq;
-        LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, il, positions[i], q_.data() + i * n_q, *pool_, trace));
-        if (n > 1) LEOAM_RETURN_IF_ERROR(seq.kv->read_ahead(il, selected_[i]));
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const DecodeSequence& seq = batch[i].seq;
-        const float* q = q_.data() + i * n_q;
-        float* out = attn_.data() + i * n_q;
-        LEOAM_RETURN_IF_ERROR(attend_selected(seq, il, positions[i], q, out, selected_[i], *pool_, key_mass_, trace));
-      }
-    }
-    {
-      const TraceSpan span(trace, "ffn", "compute", il, positions[0]);  // with the output projection
-      output_and_ffn(L, x, xn, n);
-    }
-    if (il + 1 < hp_.n_layer) {
-      const float* next_norm = w_.layers[il + 1].attn_norm;
-      const float* proj = proj_.data();
-      for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
-        kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, next_norm, n_embd, eps, xn + t * n_embd);
-      });
-    }
-  }
-  logits.resize(static_cast<size_t>(n) * hp_.n_vocab);
-  output_logits(x, n, true, logits.data());
-  return Status::ok();
-}
-
 Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out,
                             Trace* trace) {
   ThreadPool& pool = *pool_;
@@ -656,41 +362,6 @@ Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, i
   }
   LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges, select_row(seq, layer, pos, q, *pool_, trace));
   return attend_selected(seq, layer, pos, q, out, ranges, *pool_, key_mass_, trace);
-}
-
-Status LlamaForward::select_and_attend_across_rows(std::span<const BatchToken> batch, int layer,
-                                                   std::span<const int64_t> positions) {
-  const auto n = static_cast<int64_t>(batch.size());
-  const int64_t n_q = hp_.n_embd_q();
-  ThreadPool& pool = *pool_;
-  Trace* trace = options_.trace;
-  std::vector<Status> status(static_cast<size_t>(n));
-  // Each pool thread takes the next row not yet taken, so that a slow row does not hold up a
-  // thread's fixed share. The rows' own spans stay out of the trace: the phases' spans, on this
-  // thread, are the step's time (a row's disk reads and waits on other threads count in them).
-  const auto each_row = [&](const auto& row) {
-    std::atomic<int64_t> next{0};
-    pool.parallel_for(pool.n_threads(), [&](int64_t, int64_t, int range) {
-      for (int64_t i = next++; i < n; i = next++) status[i] = row(i, range);
-    });
-    for (Status& st : status) LEOAM_RETURN_IF_ERROR(st);
-    return Status::ok();
-  };
-  {
-    const TraceSpan span(trace, "select", "selection", layer, positions[0]);
-    LEOAM_RETURN_IF_ERROR(each_row([&](int64_t i, int) -> Status {
-      const DecodeSequence& seq = batch[i].seq;
-      LEOAM_ASSIGN_OR_RETURN(selected_[i], select_row(seq, layer, positions[i], q_.data() + i * n_q, *inline_pool_,
-                                                      nullptr));
-      return seq.kv->read_ahead(layer, selected_[i]);
-    }));
-  }
-  const TraceSpan span(trace, "attention", "attention", layer, positions[0]);
-  row_mass_.resize(static_cast<size_t>(pool.n_threads()));
-  return each_row([&](int64_t i, int range) {
-    return attend_selected(batch[i].seq, layer, positions[i], q_.data() + i * n_q, attn_.data() + i * n_q, selected_[i],
-                           *inline_pool_, row_mass_[range], nullptr);
-  });
 }
 
 Result<std::vector<TokenRange>> LlamaForward::select_row(const DecodeSequence& seq, int layer, int64_t pos,

@@ -1,7 +1,7 @@
 // Internal to kernels/cpu: the tile kernels flash_attention.cpp's driver runs one step of the
 // online softmax with (scores of a K tile, the fold into the running max and sum, the p.v
-// accumulation), one table per instruction set. The scalar and AVX2 tables live beside the
-// driver; the AVX-512 one in flash_attention_avx512.cpp.
+// accumulation), one table per instruction set, each in its own file: flash_attention_scalar.cpp,
+// flash_attention_avx2.cpp and flash_attention_avx512.cpp.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,13 @@ struct TileKernels {
   void (*accumulate)(const float* p, int ld, int nq, const float* const* v, int nk, int hd, float* acc);
   void (*accumulate_f16)(const float* p, int ld, int nq, const uint16_t* const* v, int nk, int hd, float* acc);
 };
+
+// The scalar table: any CPU, any head_dim.
+const TileKernels* attention_tiles_scalar();
+
+// The AVX2 (with FMA and F16C) table, for head_dim a multiple of 8; nullptr where the build has no
+// such path (not x86). Calling it on a CPU without AVX2 is undefined: dispatch through cpu_path().
+const TileKernels* attention_tiles_avx2();
 
 // The AVX-512 (F, BW, VL, DQ) table, for head_dim a multiple of 16 and ld >= 8; nullptr where
 // the build has no such path (not x86). Calling it on a CPU without cpu_features().avx512 is
