@@ -12,14 +12,39 @@ namespace leoam {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,  // the caller passed something wrong (bad flag, prompt too long)
+  kInvalidArgument,  // the caller passed something wrong (a bad option, a prompt too long)
   kNotFound,         // a file, key or tensor is missing
   kCorrupt,          // a file's contents are malformed or fail a check
   kUnsupported,      // well-formed input that this build cannot handle (tensor type, arch)
   kIoError,          // the OS reported an error (EIO, ENOSPC, short read)
   kInternal,         // a bug: an invariant did not hold
   kCancelled,        // stopped early because the caller asked (a should_stop callback said so)
-  kResourceExhausted,  // the work needs more than a budget the caller set (--kv-meta-mb)
+  kResourceExhausted,  // the work needs more than a budget the caller set
+};
+
+// The setting an error is about, where changing it is the fix: a front end names its own control
+// for it (the CLI its flag) beside the message, which names none.
+enum class Setting : int {
+  kNone = 0,
+  kContextSize,       // positions a sequence holds
+  kBatchSize,         // prompt tokens a forward pass takes
+  kParallel,          // sequences decoded together
+  kBos,               // whether the prompt starts with BOS
+  kKvDir,             // the disk tier's directory
+  kKvDeviceBudget,    // the device tier's bytes
+  kKvHostCodec,       // the host tier's stored form
+  kKvCompress,        // compressed disk reads
+  kKvMetaBudget,      // what a policy may hold about the KV
+  kKvSaveDir,         // where a session is saved
+  kPrefillWorkingSet, // the layered prefill's working set
+  kListenAddress,     // the server's host and port
+  kListenBacklog,
+  kAllowedHosts,
+  kCorsOrigin,
+  kApiKey,
+  kMaxBody,           // the largest request body
+  kModelAlias,        // the model's name in the API
+  kChatTemplate,
 };
 
 class [[nodiscard]] Status {
@@ -34,15 +59,26 @@ class [[nodiscard]] Status {
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
+  Setting setting() const { return setting_; }
+
   // Returns a copy whose message is prefixed with `context` ("file.gguf: ...").
   Status with_context(const std::string& context) const {
     if (is_ok()) return *this;
-    return Status(code_, context + ": " + message_);
+    Status s(code_, context + ": " + message_);
+    s.setting_ = setting_;
+    return s;
+  }
+  // Returns a copy that says which setting to change to fix it.
+  Status about(Setting setting) const {
+    Status s = *this;
+    s.setting_ = setting;
+    return s;
   }
 
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  Setting setting_ = Setting::kNone;
 };
 
 inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }

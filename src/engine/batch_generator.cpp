@@ -48,7 +48,8 @@ Result<std::vector<BatchSequenceResult>> generate_batch(ForwardContext& ctx, con
     if (static_cast<int64_t>(tokens.size()) > kv.n_ctx()) {
       return invalid_argument("prompt " + std::to_string(i + 1) + " has " + std::to_string(tokens.size()) +
                               " tokens, more than the context size of " + std::to_string(kv.n_ctx()) +
-                              " (-c); raise -c or shorten the prompt");
+                              "; raise the context size or shorten the prompt")
+          .about(Setting::kContextSize);
     }
     SamplerOptions so = options.sampler;
     so.seed = options.sampler.seed + i;

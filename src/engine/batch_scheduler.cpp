@@ -102,11 +102,14 @@ BatchScheduler::BatchScheduler(const Tokenizer& tokenizer, SequenceFactory facto
 Result<std::unique_ptr<BatchScheduler>> BatchScheduler::create(const Model& model, const Tokenizer& tokenizer,
                                                                ForwardOptions forward, SequenceFactory factory,
                                                                const BatchSchedulerOptions& options) {
-  if (options.n_parallel < 1) return invalid_argument("--parallel must be at least 1");
+  if (options.n_parallel < 1) {
+    return invalid_argument("the requests decoded together must be at least 1").about(Setting::kParallel);
+  }
   if (options.max_queued < 0) return invalid_argument("the request queue's length must not be negative");
   if (options.n_parallel > forward.n_batch) {
-    return invalid_argument("--parallel " + std::to_string(options.n_parallel) + " exceeds the batch size of " +
-                            std::to_string(forward.n_batch) + " (-b): a decode step holds one row a request");
+    return invalid_argument(std::to_string(options.n_parallel) + " requests decoded together exceed the batch size of " +
+                            std::to_string(forward.n_batch) + ": a decode step holds one row a request")
+        .about(Setting::kParallel);
   }
   std::unique_ptr<BatchScheduler> s(new BatchScheduler(tokenizer, std::move(factory), options));
   BatchScheduler* self = s.get();

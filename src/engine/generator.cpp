@@ -33,11 +33,14 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
   const int64_t n_reused = ctx.n_past();
   if (n_prompt == 0) {
     return invalid_argument(
-        "the prompt is empty and no BOS token is added (--no-bos, or a vocab without BOS): nothing to generate from");
+               "the prompt is empty and no BOS token is added (not asked for, or a vocab without BOS): nothing to "
+               "generate from")
+        .about(Setting::kBos);
   }
   if (n_prompt > ctx.n_ctx()) {
     return invalid_argument("prompt has " + std::to_string(n_prompt) + " tokens, more than the context size of " +
-                            std::to_string(ctx.n_ctx()) + " (-c); raise -c or shorten the prompt");
+                            std::to_string(ctx.n_ctx()) + "; raise the context size or shorten the prompt")
+        .about(Setting::kContextSize);
   }
   if (n_reused >= n_prompt) {
     return invalid_argument("generate: the context already holds " + std::to_string(n_reused) +

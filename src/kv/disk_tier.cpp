@@ -97,7 +97,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& option
     if (g < 1 || g > 4096) return invalid_argument("disk tier: chunks per abstract record must be 1 to 4096");
   }
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
-  LEOAM_RETURN_IF_ERROR(tier->fs_->create_dirs(options.dir).with_context("KV directory --kv-dir '" + options.dir + "'"));
+  LEOAM_RETURN_IF_ERROR(
+      tier->fs_->create_dirs(options.dir).with_context("KV directory '" + options.dir + "'").about(Setting::kKvDir));
   if (Status st = tier->open_files(/*create=*/true); !st.is_ok()) return st;
   if (!options.keep_files && !options.visible_files) {
     for (int il = 0; il < options.n_layer; ++il) {
@@ -208,7 +209,7 @@ Status DiskTier::share_prefix(std::shared_ptr<DiskTier> base, std::span<const in
     return invalid_argument("disk tier: a shared prefix must have this tier's geometry and stored form");
   }
   if (options_.transfer_codec != KvCodec::kNone) {
-    return invalid_argument("disk tier: a shared prefix has no compressed copy to read (--kv-compress off)");
+    return invalid_argument("disk tier: a shared prefix has no compressed copy to read").about(Setting::kKvCompress);
   }
   if (static_cast<int>(n_chunks.size()) != options_.n_layer) {
     return invalid_argument("disk tier: one shared chunk count per layer needed");

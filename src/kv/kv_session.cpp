@@ -77,7 +77,7 @@ Status save_kv_session(KvCache& kv, const KvSession& session, const std::string&
                             std::to_string(kv.n_tokens()) + " and the sequence " +
                             std::to_string(session.tokens.size()) + " tokens");
   }
-  LEOAM_RETURN_IF_ERROR(fs.create_dirs(dir).with_context("--kv-save directory '" + dir + "'"));
+  LEOAM_RETURN_IF_ERROR(fs.create_dirs(dir).with_context("session directory '" + dir + "'").about(Setting::kKvSaveDir));
   // No header while the chunks are rewritten: a half-written session must never load.
   LEOAM_RETURN_IF_ERROR(fs.remove(header_path(dir)));
 
@@ -233,7 +233,8 @@ Result<OpenedSession> open_session(FileSystem& fs, const std::string& dir, uint6
   }
   if (h.session.n_kv > kv.n_ctx() || static_cast<int64_t>(h.session.tokens.size()) > kv.n_ctx()) {
     return invalid_argument(path + ": the session holds " + std::to_string(h.session.tokens.size()) +
-                            " tokens, more than the context size of " + std::to_string(kv.n_ctx()) + " (-c)");
+                            " tokens, more than the context size of " + std::to_string(kv.n_ctx()))
+        .about(Setting::kContextSize);
   }
   const int64_t n_chunks = (h.session.n_kv + h.chunk_tokens - 1) / h.chunk_tokens;
   const std::vector<int64_t> counts(static_cast<size_t>(s.n_layer), n_chunks);

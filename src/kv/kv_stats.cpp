@@ -66,8 +66,7 @@ nlohmann::ordered_json transfer_json(const TransferStats& t) {
 
 std::string PolicyMemoryStats::to_text() const {
   return "policy " + policy + " holds " + human_bytes(bytes) + " about the KV (peak " + human_bytes(peak_bytes) +
-         "), in RAM; " + (budget_bytes > 0 ? "budget " + human_bytes(budget_bytes) : std::string("no budget")) +
-         " (--kv-meta-mb)";
+         "), in RAM; " + (budget_bytes > 0 ? "budget " + human_bytes(budget_bytes) : std::string("no budget"));
 }
 
 std::string PolicyMemoryStats::to_json() const { return policy_memory_json(*this).dump(); }
@@ -201,9 +200,9 @@ std::string KvStats::to_text() const {
            human_bytes(tiers[d].bytes_read - prefill.bytes_read[d]) + ", written " +
            human_bytes(tiers[d].bytes_written - prefill.bytes_written[d]) + '\n';
     out += prefill.working_set_budget_bytes == 0
-               ? std::string("prefill working set: none, batch by batch (--prefill-mb 0)\n")
+               ? std::string("prefill working set: none, batch by batch\n")
                : "prefill working set: " + human_bytes(prefill.working_set_bytes) + " at most, of " +
-                     human_bytes(prefill.working_set_budget_bytes) + " (--prefill-mb), " +
+                     human_bytes(prefill.working_set_budget_bytes) + ", " +
                      std::to_string(prefill.n_segments) + (prefill.n_segments == 1 ? " segment\n" : " segments\n");
   }
   return out;

@@ -58,7 +58,7 @@ struct PolicyMemoryStats {
   uint64_t peak_bytes = 0;
   uint64_t budget_bytes = 0;
 
-  // "policy leoam holds 5.2 MiB about the KV (peak 6.1 MiB), in RAM; budget 64.0 MiB (--kv-meta-mb)"
+  // "policy leoam holds 5.2 MiB about the KV (peak 6.1 MiB), in RAM; budget 64.0 MiB"
   std::string to_text() const;
   // {"policy":..,"bytes":..,"peak_bytes":..,"budget_bytes":..}
   std::string to_json() const;

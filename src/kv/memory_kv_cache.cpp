@@ -41,7 +41,8 @@ Result<std::unique_ptr<MemoryKvCache>> MemoryKvCache::create(const MemoryKvCache
   const auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
   if (phys != 0 && total > phys) {
     return invalid_argument("KV cache for " + std::to_string(s.n_ctx) + " tokens needs " + mib(total) +
-                            ", more than this machine's " + mib(phys) + " of memory; use a smaller context (-c)");
+                            ", more than this machine's " + mib(phys) + " of memory; use a smaller context")
+        .about(Setting::kContextSize);
   }
   std::unique_ptr<MemoryKvCache> cache(new MemoryKvCache(options));
   cache->row_bytes_ = static_cast<size_t>(s.row_elements()) * kv_dtype_size(options.dtype);
@@ -54,7 +55,8 @@ Result<std::unique_ptr<MemoryKvCache>> MemoryKvCache::create(const MemoryKvCache
     Buffer v(static_cast<uint8_t*>(std::aligned_alloc(64, (layer_bytes + 63) / 64 * 64)));
     if (!k || !v) {
       return invalid_argument("KV cache for " + std::to_string(s.n_ctx) + " tokens needs " + mib(total) +
-                              ", which could not be allocated; use a smaller context (-c)");
+                              ", which could not be allocated; use a smaller context")
+          .about(Setting::kContextSize);
     }
     cache->k_.push_back(std::move(k));
     cache->v_.push_back(std::move(v));

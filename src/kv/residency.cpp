@@ -197,7 +197,8 @@ Result<Residency::Plan> Residency::plan_insert(ChunkKey key) const {
     return invalid_argument("device KV budget of " + mib_string(options_.device_budget_bytes) +
                             " cannot hold another chunk of " + mib_string(options_.device_chunk_bytes) + ": " +
                             mib_string(pinned_bytes) +
-                            " is pinned (sink, recent window, open chunks); raise --kv-device-mb");
+                            " is pinned (sink, recent window, open chunks); raise the device budget")
+        .about(Setting::kKvDeviceBudget);
   }
   builder.add({key, std::nullopt, Tier::kDevice, false});
   return builder.take_plan();

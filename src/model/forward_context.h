@@ -102,7 +102,7 @@ class ForwardContext {
   // Evaluates `tokens` at positions [n_past(), n_past() + tokens.size()) and appends their KV.
   // logits is resized to tokens.size() * n_vocab when all_logits, else to n_vocab (the last
   // position's). Fails, changing nothing, when a token id is out of range or the tokens do not
-  // fit in the context ("... exceeds the context size of N tokens (-c)"). When options.should_stop
+  // fit in the context ("... exceeds the context size of N tokens", Setting::kContextSize). When options.should_stop
   // says true between two prefill chunks (layered: segments, or layers of a segment, whose KV then
   // goes), fails with kCancelled and keeps the KV of the chunks (segments) done: n_past() says how
   // far it got, and the logits are unset.

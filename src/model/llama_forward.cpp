@@ -114,7 +114,10 @@ LlamaForward::LlamaForward(const Model& model, const ForwardOptions& options, Ro
 Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, const ForwardOptions& options,
                                                            std::unique_ptr<KvCache> kv_cache) {
   const ModelHparams& hp = model.hparams();
-  if (options.n_ctx < 0) return invalid_argument("context size (-c) must not be negative, got " + std::to_string(options.n_ctx));
+  if (options.n_ctx < 0) {
+    return invalid_argument("the context size must not be negative, got " + std::to_string(options.n_ctx))
+        .about(Setting::kContextSize);
+  }
   if (options.n_batch <= 0) return invalid_argument("batch size must be positive, got " + std::to_string(options.n_batch));
   LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_freqs));
 
@@ -189,11 +192,13 @@ Status LlamaForward::eval_sequence(const DecodeSequence& seq, std::span<const in
   if (!seq_.kv->can_append(n)) {
     if (n_past0 == 0) {
       return invalid_argument("prompt of " + std::to_string(n) + " tokens exceeds the context size of " +
-                              std::to_string(seq_.kv->n_ctx()) + " tokens (-c)");
+                              std::to_string(seq_.kv->n_ctx()) + " tokens")
+          .about(Setting::kContextSize);
     }
     return invalid_argument(std::to_string(n) + " tokens at position " + std::to_string(n_past0) +
                             " (ending at position " + std::to_string(n_past0 + n) +
-                            ") exceed the context size of " + std::to_string(seq_.kv->n_ctx()) + " tokens (-c)");
+                            ") exceed the context size of " + std::to_string(seq_.kv->n_ctx()) + " tokens")
+        .about(Setting::kContextSize);
   }
 
   logits.resize(static_cast<size_t>(all_logits ? n : 1) * hp_.n_vocab);

@@ -37,7 +37,8 @@ Status LlamaForward::decode_batch(std::span<const BatchToken> batch, std::vector
     }
     if (!b.seq.kv->can_append(1)) {
       return invalid_argument("sequence " + std::to_string(i) + " is full: its context holds " +
-                              std::to_string(b.seq.kv->n_ctx()) + " tokens (-c)");
+                              std::to_string(b.seq.kv->n_ctx()) + " tokens")
+          .about(Setting::kContextSize);
     }
     positions[i] = b.seq.kv->n_tokens();
     tokens[i] = b.token;

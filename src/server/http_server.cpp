@@ -87,11 +87,15 @@ std::optional<ApiError> HttpServer::surely_too_long(const std::string& text, con
   // fit, and tokenizing it (megabytes, perhaps) would be wasted.
   if (static_cast<int64_t>(text.size()) <= options_.n_ctx * std::max<int64_t>(max_token_bytes_, 1)) return std::nullopt;
   return bad_request("the prompt has " + std::to_string(text.size()) + " bytes: more tokens than the context holds (" +
-                         std::to_string(options_.n_ctx) + ", -c)",
+                         std::to_string(options_.n_ctx) + ")" + named(Setting::kContextSize),
                      param);
 }
 
 HttpServer::~HttpServer() { stop(); }
+
+std::string HttpServer::named(Setting setting) const {
+  return options_.setting_name ? " (" + options_.setting_name(setting) + ")" : std::string();
+}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::create(const HttpServerOptions& options, BatchScheduler& scheduler,
                                                        const Tokenizer& tokenizer) {
@@ -116,10 +120,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const HttpServerOptions& 
   }
   if (s->port_ <= 0) {
     return io_error("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-                    " (--host, --port): the address is in use or not this machine's");
+                    ": the address is in use or not this machine's")
+        .about(Setting::kListenAddress);
   }
   if (listen_fd < 0 || ::listen(listen_fd, options.backlog) != 0) {
-    return io_error("cannot set the listen backlog to " + std::to_string(options.backlog) + " (--backlog)");
+    return io_error("cannot set the listen backlog to " + std::to_string(options.backlog)).about(Setting::kListenBacklog);
   }
   return s;
 }
@@ -140,15 +145,15 @@ void HttpServer::add_routes() {
     };
     const std::string host = req.get_header_value("Host");
     if (!host_allowed(guard_, host)) {
-      return refuse({403, "the Host '" + host + "' does not name this server; to serve it under that name, start it "
-                              "with --allowed-hosts " + host_name(host),
+      return refuse({403, "the Host '" + host + "' does not name this server; to serve it under that name, allow the "
+                              "host " + host_name(host) + named(Setting::kAllowedHosts),
                      "invalid_request_error", {}, "host_not_allowed"});
     }
     const std::string origin = req.get_header_value("Origin");
     const OriginVerdict verdict = check_origin(guard_, origin, host);
     if (verdict == OriginVerdict::kRefused) {
-      return refuse({403, "requests from the web origin '" + origin + "' are refused; to allow it, start the server "
-                              "with --cors-origin " + origin,
+      return refuse({403, "requests from the web origin '" + origin + "' are refused; to allow it, allow the origin " +
+                              origin + named(Setting::kCorsOrigin),
                      "invalid_request_error", {}, "origin_not_allowed"});
     }
     if (verdict == OriginVerdict::kCors) {
@@ -172,7 +177,7 @@ void HttpServer::add_routes() {
     }
     const std::string auth = req.get_header_value("Authorization");
     if (bearer_matches(auth, guard_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    return refuse({401, auth.empty() ? "no API key: send the header 'Authorization: Bearer KEY' (--api-key)"
+    return refuse({401, auth.empty() ? "no API key: send the header 'Authorization: Bearer KEY'" + named(Setting::kApiKey)
                                      : "the API key is not valid",
                    "invalid_request_error", {}, "invalid_api_key"});
   });
@@ -181,7 +186,7 @@ void HttpServer::add_routes() {
     if (!res.body.empty()) return;
     if (res.status == 413) {
       send_error(res, {413, "the request body is larger than the server's limit of " +
-                                std::to_string(options_.max_body_bytes) + " bytes (--max-body-mb)",
+                                std::to_string(options_.max_body_bytes) + " bytes" + named(Setting::kMaxBody),
                        "invalid_request_error", {}, "request_too_large"});
     } else if (res.status == 404) {
       send_error(res, {404, "no endpoint " + req.method + " " + req.path, "invalid_request_error", {}, "not_found"});
@@ -250,7 +255,7 @@ bool HttpServer::read_body(const httplib::ContentReader& reader, std::string& bo
   res.set_header("Connection", "close");  // the rest of the body is not read
   if (too_large || res.status == 413) {
     send_error(res, {413, "the request body is larger than the server's limit of " +
-                              std::to_string(options_.max_body_bytes) + " bytes (--max-body-mb)",
+                              std::to_string(options_.max_body_bytes) + " bytes" + named(Setting::kMaxBody),
                      "invalid_request_error", {}, "request_too_large"});
   } else {
     send_error(res, {400, "the request body could not be read", "invalid_request_error", {}, {}});
@@ -266,15 +271,16 @@ void HttpServer::complete(Endpoint endpoint, const httplib::Request& req, const 
   CompletionRequest& request = *parsed.request;
   if (!request.model.empty() && request.model != options_.model_id) {
     return send_error(res, {404, "the model '" + request.model + "' is not served here: this server serves '" +
-                                     options_.model_id + "' (GET /v1/models; --alias names it)",
+                                     options_.model_id + "' (GET /v1/models)" + named(Setting::kModelAlias),
                             "invalid_request_error", "model", "model_not_found"});
   }
 
   GenerationRequest gen;
   if (endpoint == Endpoint::kChat) {
     if (!options_.chat) {
-      return send_error(res, bad_request("this model has no chat template: start the server with --chat-template NAME|FILE, "
-                                         "or use /v1/completions", "messages"));
+      return send_error(res, bad_request("this model has no chat template: start the server with one" +
+                                             named(Setting::kChatTemplate) + ", or use /v1/completions",
+                                         "messages"));
     }
     Result<std::string> prompt = options_.chat(request.messages, request.tools);
     if (!prompt.is_ok()) return send_error(res, bad_request("the chat template failed: " + prompt.status().message(), "messages"));
@@ -302,7 +308,7 @@ void HttpServer::complete(Endpoint endpoint, const httplib::Request& req, const 
   if (n_prompt >= options_.n_ctx) {
     return send_error(res, bad_request("the prompt has " + std::to_string(n_prompt) +
                                            " tokens; the context holds " + std::to_string(options_.n_ctx) +
-                                           " with room for at least one generated token (-c)",
+                                           " with room for at least one generated token",
                                        endpoint == Endpoint::kChat ? "messages" : "prompt"));
   }
   gen.n_predict = request.max_tokens;

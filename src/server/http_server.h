@@ -60,6 +60,9 @@ struct HttpServerOptions {
   RequestDefaults defaults;
   ChatRenderer chat;  // null: /v1/chat/completions answers 400 (no chat template)
   const PromptCache* prompt_cache = nullptr;  // for /metrics; null: none
+  // The operator's name for a setting that an error's fix changes (the CLI: its flag), shown
+  // beside the message; empty: not named.
+  std::function<std::string(Setting)> setting_name;
 };
 
 class HttpServer {
@@ -90,6 +93,8 @@ class HttpServer {
 
   // A 400 when `text` holds more bytes than the context's tokens could (before tokenizing it).
   std::optional<ApiError> surely_too_long(const std::string& text, const char* param) const;
+  // " (NAME)" for a setting the operator names (HttpServerOptions::setting_name), else "".
+  std::string named(Setting setting) const;
 
   HttpServerOptions options_;
   RequestGuardOptions guard_;

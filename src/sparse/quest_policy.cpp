@@ -6,7 +6,7 @@
 // Quest keeps its pages' min/max metadata beside the KV, in accelerator memory, and reads only the
 // pages it picks. So does this policy: each store chunk's box, once the chunk is whole, is read
 // once from the catalog (from disk for a disk chunk) and kept in f16, rounded outward (box_f16.h),
-// counted in memory() and the --kv-meta-mb budget as leoam's trees are. A far chunk still being
+// counted in memory() and the policy memory budget as leoam's trees are. A far chunk still being
 // filled is read again at each step.
 #include <algorithm>
 #include <limits>

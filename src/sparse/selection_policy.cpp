@@ -15,7 +15,7 @@ class NoChunkCatalog final : public KvCatalog {
   int64_t n_chunks(int) const override { return 0; }
   Tier chunk_tier(int, int64_t) const override { return Tier::kDevice; }
   Status load_abstracts(int, int64_t, int64_t, float*, AbstractSource, uint32_t*) override {
-    return unsupported("this KV store keeps no chunk abstracts; use the tiered store (--kv-dir)");
+    return unsupported("this KV store keeps no chunk abstracts; use the tiered store").about(Setting::kKvDir);
   }
   void raise_importance(ChunkKey, float) override {}
 };

@@ -133,7 +133,7 @@ class SelectionPolicy {
 
   // The bytes the policy holds about the KV (trees, abstracts and sign sketches read, scores,
   // partial keys): now, and the most at once so far, a step's working copies included. RAM the
-  // --kv-meta-mb budget covers (sparse_attention.h).
+  // policy memory budget covers (sparse_attention.h).
   virtual PolicyMemory memory() const { return {}; }
 };
 

@@ -116,7 +116,8 @@ Status SparseAttention::check_memory() {
   if (options_.memory_budget_bytes > 0 && m.peak_bytes > options_.memory_budget_bytes) {
     return resource_exhausted("policy '" + options_.policy + "' held " + human_bytes(m.peak_bytes) +
                               " about the KV (its trees, abstracts, scores or partial keys), past its budget of " +
-                              human_bytes(options_.memory_budget_bytes) + "; raise --kv-meta-mb");
+                              human_bytes(options_.memory_budget_bytes) + "; raise the budget")
+        .about(Setting::kKvMetaBudget);
   }
   return Status::ok();
 }

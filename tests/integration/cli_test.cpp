@@ -366,7 +366,9 @@ TEST_P(StoriesCliTest, PromptLongerThanContextIsAOneLineFailure) {
   CliResult r = run({"run", "-m", model, "-p", "Once upon a time there was a girl", "-c", "4"});
   EXPECT_EQ(r.status, 1);
   expect_one_line_error(r);
-  EXPECT_NE(r.err.find("more than the context size of 4 (-c)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than the context size of 4; raise the context size or shorten the prompt (-c)"),
+            std::string::npos)
+      << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Stories260K, StoriesCliTest,

@@ -27,8 +27,39 @@ void print_error(std::string_view message) {
   std::cerr << "leoam: error: " << line << std::endl;
 }
 
+std::string flag_for(Setting setting) {
+  switch (setting) {
+    case Setting::kNone: return "";
+    case Setting::kContextSize: return "-c";
+    case Setting::kBatchSize: return "-b";
+    case Setting::kParallel: return "--parallel";
+    case Setting::kBos: return "--no-bos";
+    case Setting::kKvDir: return "--kv-dir";
+    case Setting::kKvDeviceBudget: return "--kv-device-mb";
+    case Setting::kKvHostCodec: return "--kv-host-codec";
+    case Setting::kKvCompress: return "--kv-compress";
+    case Setting::kKvMetaBudget: return "--kv-meta-mb";
+    case Setting::kKvSaveDir: return "--kv-save";
+    case Setting::kPrefillWorkingSet: return "--prefill-mb";
+    case Setting::kListenAddress: return "--host, --port";
+    case Setting::kListenBacklog: return "--backlog";
+    case Setting::kAllowedHosts: return "--allowed-hosts";
+    case Setting::kCorsOrigin: return "--cors-origin";
+    case Setting::kApiKey: return "--api-key";
+    case Setting::kMaxBody: return "--max-body-mb";
+    case Setting::kModelAlias: return "--alias";
+    case Setting::kChatTemplate: return "--chat-template";
+  }
+  return "";
+}
+
+std::string error_text(const Status& status) {
+  const std::string flag = flag_for(status.setting());
+  return flag.empty() ? status.message() : status.message() + " (" + flag + ")";
+}
+
 int fail(const Status& status) {
-  print_error(status.message());
+  print_error(error_text(status));
   return kExitFailure;
 }
 

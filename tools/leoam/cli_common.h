@@ -50,7 +50,11 @@ std::unique_ptr<Command> make_serve_command();
 
 // Prints "leoam: error: <message>" on one line of stderr (newlines in message become spaces).
 void print_error(std::string_view message);
-// print_error(status.message()) and kExitFailure.
+// The flag that sets `setting` ("-c", "--kv-device-mb"); "" for none.
+std::string flag_for(Setting setting);
+// The status's message, with the flag of the setting it is about (Status::about) in brackets.
+std::string error_text(const Status& status);
+// print_error(error_text(status)) and kExitFailure.
 int fail(const Status& status);
 
 // A CLI11 validator: the path names a regular file that can be opened for reading.

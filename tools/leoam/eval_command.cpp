@@ -475,11 +475,11 @@ class EvalCommand : public Command {
       }
     }
     if (Result<AttentionOptions> checked = attention_options(attention_options_, n_layer_); !checked.is_ok()) {
-      print_error(checked.status().message());
+      print_error(error_text(checked.status()));
       return kExitUsage;
     }
     if (Result<KvStoreOptions> checked = store_options(kv_options_); !checked.is_ok()) {
-      print_error(checked.status().message());
+      print_error(error_text(checked.status()));
       return kExitUsage;
     }
 
@@ -522,7 +522,7 @@ class EvalCommand : public Command {
           params.straddle_chunk = straddle_chunk_;
           Result<eval::Sample> sample = eval::make_sample(params, tokenize, bos);
           if (!sample.is_ok()) {  // e.g. a context too short for the task
-            print_error(sample.status().message());
+            print_error(error_text(sample.status()));
             return kExitUsage;
           }
           if (ctx + sample->max_new_tokens > n_ctx_limit) {

@@ -201,7 +201,7 @@ class RunCommand : public Command {
     LogitsDump dump;
     if (!dump_logits_path_.empty()) {
       if (Status st = dump.open(dump_logits_path_); !st.is_ok()) {
-        print_error(st.message());
+        print_error(error_text(st));
         return kExitUsage;
       }
     }

@@ -198,6 +198,7 @@ class ServeCommand : public Command {
     http_.n_ctx = n_ctx;
     http_.defaults.max_tokens_limit = static_cast<int>(std::min<int64_t>(n_ctx, 1 << 30));
     http_.max_body_bytes = mib_to_bytes(max_body_mb_);
+    http_.setting_name = flag_for;
     // Every request running, every one waiting, and a few for /health and /metrics.
     http_.n_threads = scheduler_.n_parallel + scheduler_.max_queued + 4;
     Result<std::unique_ptr<server::HttpServer>> server = server::HttpServer::create(http_, **scheduler, **tokenizer);

@@ -102,7 +102,7 @@ TEST_F(GeneratorModelTest, PromptLongerThanContextIsAnError) {
   Output out = generate_text(prompt, sampling(4, 1), /*n_ctx=*/16);
   ASSERT_FALSE(out.stats.is_ok());
   EXPECT_EQ(out.stats.status().message(), "prompt has " + std::to_string(n_tokens) +
-                                              " tokens, more than the context size of 16 (-c); raise -c or shorten the prompt");
+                                              " tokens, more than the context size of 16; raise the context size or shorten the prompt");
   EXPECT_TRUE(out.text.empty());
 }
 

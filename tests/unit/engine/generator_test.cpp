@@ -152,7 +152,8 @@ TEST(GeneratorTest, PromptLongerThanContextIsAnError) {
   ASSERT_FALSE(r.stats.is_ok());
   EXPECT_EQ(r.stats.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.stats.status().message(),
-            "prompt has 3 tokens, more than the context size of 2 (-c); raise -c or shorten the prompt");
+            "prompt has 3 tokens, more than the context size of 2; raise the context size or shorten the prompt");
+  EXPECT_EQ(r.stats.status().setting(), Setting::kContextSize);
   EXPECT_TRUE(ctx.eval_sizes.empty());
 }
 

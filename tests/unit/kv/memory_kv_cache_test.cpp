@@ -160,7 +160,8 @@ TEST(MemoryKvCache, RejectsBadShapesAndImpossibleSizes) {
   o.shape.n_ctx = int64_t{1} << 40;
   auto r = MemoryKvCache::create(o);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("use a smaller context (-c)"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("use a smaller context"), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().setting(), Setting::kContextSize);
   EXPECT_EQ(MemoryKvCache::bytes_needed(small_options(KvDtype::kF16)), 2u * 2 * 8 * 12 * 2);
 }
 

@@ -214,7 +214,8 @@ TEST(Residency, BudgetTooSmallForThePinnedChunksIsAnError) {
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.status().message(),
             "device KV budget of 1.0 MiB cannot hold another chunk of 0.25 MiB: 1.0 MiB is pinned (sink, "
-            "recent window, open chunks); raise --kv-device-mb");
+            "recent window, open chunks); raise the device budget");
+  EXPECT_EQ(plan.status().setting(), Setting::kKvDeviceBudget);
 
   // One unpinned chunk is enough room again.
   r.unpin(key(0, 2));
@@ -232,7 +233,8 @@ TEST(Residency, ChunkLargerThanTheDeviceBudgetIsAnError) {
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.status().message(),
             "device KV budget of 0.098 MiB cannot hold another chunk of 0.25 MiB: 0.0 MiB is pinned (sink, "
-            "recent window, open chunks); raise --kv-device-mb");
+            "recent window, open chunks); raise the device budget");
+  EXPECT_EQ(plan.status().setting(), Setting::kKvDeviceBudget);
 }
 
 TEST(Residency, DuplicateKeyIsAnError) {

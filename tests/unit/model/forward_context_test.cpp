@@ -185,7 +185,8 @@ TEST(ForwardContext, RejectsTooLongPromptsAndBadTokensChangingNothing) {
   std::vector<int32_t> too_long(17, 5);
   Status st = ctx->eval(too_long, false, logits);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "prompt of 17 tokens exceeds the context size of 16 tokens (-c)");
+  EXPECT_EQ(st.message(), "prompt of 17 tokens exceeds the context size of 16 tokens");
+  EXPECT_EQ(st.setting(), Setting::kContextSize);
   EXPECT_EQ(ctx->n_past(), 0);
   EXPECT_EQ(logits, std::vector<float>{1.0f});  // untouched
 
@@ -194,7 +195,7 @@ TEST(ForwardContext, RejectsTooLongPromptsAndBadTokensChangingNothing) {
   st = ctx->eval(six, false, logits);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("6 tokens at position 11"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("exceed the context size of 16 tokens (-c)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("exceed the context size of 16 tokens"), std::string::npos) << st.message();
   EXPECT_EQ(ctx->n_past(), 11);
 
   std::vector<int32_t> bad = {5, 320};
