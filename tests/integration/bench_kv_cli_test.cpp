@@ -95,6 +95,12 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     EXPECT_LT(row["prompt_end_s"].get<double>(), row["fill_s"].get<double>()) << p;
     EXPECT_GT(row["ms_per_token"].get<double>(), 0.0) << p;
     EXPECT_GT(row["bound_ms"].get<double>(), 0.0) << p;
+    // The bound is what a step's bytes take at the probes' fastest rates: no step's disk reads
+    // beat it (O_DIRECT: no cache), or the bound counts bytes the step did not read. Its DRAM
+    // half is no lower bound on this tiny model, whose weights sit in the CPU's caches.
+    for (const nlohmann::json& step : row["steps"]) {
+      EXPECT_LE(step["bound_disk_ms"].get<double>(), step["ms"].get<double>()) << p << ": " << step.dump();
+    }
     // Where the steps after the first went. The measured parts (every one but "other", the rest)
     // count no time twice, so they fit in the step: a wait counted both inside the span that holds
     // it and as I/O would not.

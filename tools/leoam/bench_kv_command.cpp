@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -258,13 +259,19 @@ class BenchKvCommand : public Command {
     g.shapes = {{hp.n_head_kv, hp.head_dim}};
     g.chunk_tokens = {chunk_tokens_for(policies_.front(), ctxs_.front())};
     g.file_bytes = disk_probe_mb_ << 20;
-    g.select_fraction = probe_fraction();
     g.queue_depth = kv_options_.queue_depth;
     g.n_reps = 3;
     g.seed = static_cast<uint32_t>(seed_);
-    Result<std::vector<GatherBenchRow>> rows = run_gather_benchmark(g);
-    if (!rows.is_ok()) return rows.status().with_context("--kv-dir " + kv_options_.dir + ": measuring the disk");
-    disk_probes_.push_back(rows->front());
+    // A sparse selection's scattered chunks, and every chunk (full's reads, in long runs): the
+    // faster sets the bound, so that no policy's reads can beat it.
+    std::optional<GatherBenchRow> best;
+    for (const double fraction : {probe_fraction(), 1.0}) {
+      g.select_fraction = fraction;
+      Result<std::vector<GatherBenchRow>> rows = run_gather_benchmark(g);
+      if (!rows.is_ok()) return rows.status().with_context("--kv-dir " + kv_options_.dir + ": measuring the disk");
+      if (!best || rows->front().raw_mb_per_s > best->raw_mb_per_s) best = rows->front();
+    }
+    disk_probes_.push_back(*best);
     return Status::ok();
   }
 
