@@ -4,15 +4,12 @@
 
 #include <algorithm>
 #include <cassert>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 
-#include "core/huge_pages.h"
-#include "core/trace.h"
 #include "kv/kv_session.h"
 
 namespace leoam {
@@ -31,12 +28,6 @@ std::string default_session_name() {
   std::snprintf(buf, sizeof(buf), "kv-%d-%08x", static_cast<int>(getpid()), rd());
   return buf;
 }
-
-// Owns the gathered bytes of a view made by view().
-class OwnedKv final : public KvViewResources {
- public:
-  std::vector<uint8_t> k, v;
-};
 
 }  // namespace
 
@@ -139,6 +130,7 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   d.stats = &cache->stats_;
   LEOAM_ASSIGN_OR_RETURN(cache->disk_, DiskTier::create(d));
   cache->stats_.disk_io_mode = cache->disk_->io_mode();
+  cache->shared_ = SharedPrefixChunks(cache->disk_.get());
 
   const bool decodes = options.host_codec != KvCodec::kNone || options.compress != KvCompress::kOff;
   const size_t decoded = decodes ? align_up(cache->geometry_.chunk_bytes(), kDirectIoAlignment) : 0;
@@ -152,24 +144,14 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
                                                       static_cast<uint64_t>(std::max(1, options.file_options.queue_depth)));
   LEOAM_ASSIGN_OR_RETURN(cache->write_buffer_, AlignedBuffer::allocate(n_write_slots * slot));
   if (options.compress != KvCompress::kOff) {
-    const DiskTier& disk = *cache->disk_;
-    LEOAM_ASSIGN_OR_RETURN(cache->compressed_write_buffer_,
-                           AlignedBuffer::allocate(n_write_slots * disk.compressed_slot_bytes()));
-    cache->stats_.transfer.mode = options.compress == KvCompress::kAuto
-                                      ? std::string("auto (") + kv_codec_name(disk.transfer_codec()) + ")"
-                                      : kv_compress_name(options.compress);
-    if (options.compress == KvCompress::kAuto) {
-      cache->transfer_model_ = std::make_unique<TransferCostModel>();
-      cache->calibrate_decode();
-    }
+    LEOAM_ASSIGN_OR_RETURN(cache->transfers_,
+                           CompressedTransfers::create(*cache->disk_, options.compress, n_write_slots));
   }
   if (!keeps_abstracts(options)) {  // the records of a write-through batch, computed as it is written
     cache->disk_abstracts_.resize(n_write_slots * static_cast<uint64_t>(cache->geometry_.abstract_floats()));
   }
-  if (options.read_ahead_bytes > 0) {
-    LEOAM_ASSIGN_OR_RETURN(cache->read_ahead_,
-                           ReadAhead::create(*cache->disk_, options.read_ahead_bytes, options.trace));
-  }
+  LEOAM_ASSIGN_OR_RETURN(cache->read_ahead_, ReadAheadStage::create(*cache->disk_, options.read_ahead_bytes,
+                                                                   cache->stats_, options.trace));
   return cache;
 }
 
@@ -190,9 +172,7 @@ Status TieredKvCache::carry_out(const Residency::Plan& plan, const uint8_t* stor
   for (const Residency::Move& move : plan.moves) {
     LEOAM_RETURN_IF_ERROR(move_chunk(move, stored_from_disk, compressed_read));
     residency_.apply(move);
-    if (disk_ != nullptr && move.chunk.index < disk_->shared_chunks(move.chunk.layer)) {
-      shared_on_disk_ += (move.to == Tier::kDisk) - (move.from == Tier::kDisk);
-    }
+    shared_.count_move(move);
     if (move.to != Tier::kDisk && keeps_abstracts(options_)) {
       uint64_t& peak = peak_abstract_bytes_[static_cast<int>(move.to)];
       peak = std::max(peak, static_cast<uint64_t>(residency_.n_chunks(move.to)) * geometry_.abstract_bytes());
@@ -207,13 +187,6 @@ void TieredKvCache::recompute_abstract(Chunk& c, const uint8_t* compute_ready) {
   reset_abstract(geometry_, c.abstract.data());
   update_abstract(geometry_, compute_ready, 0, c.n_filled, c.abstract.data());
   cover_round_trip(c, compute_ready, c.abstract.data());
-}
-
-void TieredKvCache::cover_round_trip(const Chunk& c, const uint8_t* keys, float* box) {
-  if (!transfers_compressed() || c.lossy) return;
-  round_trip_scratch_.resize(geometry_.k_bytes());
-  round_trip_keys(geometry_, disk_->transfer_codec(), keys, round_trip_scratch_.data());
-  widen_abstract_box(geometry_, round_trip_scratch_.data(), 0, c.n_filled, box);
 }
 
 void TieredKvCache::cover_stored_form(Chunk& c, const uint8_t* stored) {
@@ -233,44 +206,14 @@ const float* TieredKvCache::abstract_for_disk(Chunk& c, size_t slot, const uint8
     reset_abstract(geometry_, a);
     update_abstract(geometry_, c.device != nullptr ? c.device.get() : c.host.get(), 0, c.n_filled, a);
   }
-  if (compressed != nullptr) {
-    decode_chunk_keys(geometry_, disk_->transfer_codec(), compressed, row_scratch_.data());
-    widen_abstract_box(geometry_, row_scratch_.data(), 0, c.n_filled, a);
-  }
+  if (compressed != nullptr) transfers_->cover_compressed(compressed, c.n_filled, a, row_scratch_.data());
   return a;
 }
 
 DiskChunkWrite TieredKvCache::disk_write_of(Chunk& c, int64_t index, const uint8_t* stored, size_t slot) {
-  uint8_t* compressed = nullptr;
-  if (transfers_compressed()) {
-    const size_t n = disk_->compressed_slot_bytes();
-    compressed = compressed_write_buffer_.data() + slot * n;
-    std::memset(compressed, 0, n);
-    // The stored form is the compute-ready one here (a transfer codec needs the host codec none).
-    encode_chunk(geometry_, disk_->transfer_codec(), stored, compressed);
-  }
+  // The stored form is the compute-ready one here (a transfer codec needs the host codec none).
+  const uint8_t* compressed = transfers_ != nullptr ? transfers_->encode_for_write(stored, slot) : nullptr;
   return {index, stored, c.n_filled, abstract_for_disk(c, slot, compressed), compressed};
-}
-
-void TieredKvCache::calibrate_decode() {
-  const KvCodec codec = disk_->transfer_codec();
-  std::vector<uint8_t> encoded(encoded_chunk_bytes(geometry_, codec));
-  std::vector<uint8_t> chunk(geometry_.chunk_bytes(), 0);
-  encode_chunk(geometry_, codec, chunk.data(), encoded.data());
-  const auto t0 = std::chrono::steady_clock::now();
-  double seconds = 0.0;
-  uint64_t n = 0;
-  while (seconds < 1e-3) {
-    decode_chunk(geometry_, codec, encoded.data(), row_scratch_.data());
-    ++n;
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  transfer_model_->record_decode(n, seconds);
-}
-
-bool TieredKvCache::choose_compressed_read() {
-  if (!transfers_compressed()) return false;
-  return transfer_model_ == nullptr || transfer_model_->choose_compressed();
 }
 
 void TieredKvCache::disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const {
@@ -323,7 +266,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
   if (move.to == Tier::kDisk) {
     stats_[from].evictions += 1;
     if (move.needs_write) {
-      settle(layer);
+      read_ahead_.settle(layer);
       uint8_t* dst = write_buffer_.data();
       disk_slot_of(c, from, dst);
       cover_stored_form(c, dst);
@@ -341,7 +284,7 @@ Status TieredKvCache::move_chunk(const Residency::Move& move, const uint8_t* sto
     stored = stored_from_disk;
     if (stored != nullptr && compressed_read != nullptr) c.lossy = true;
     if (stored == nullptr) {
-      settle(layer);
+      read_ahead_.settle(layer);
       const DiskChunkRead read{index, write_buffer_.data()};
       LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, {&read, 1}));
       stored = write_buffer_.data();
@@ -429,7 +372,7 @@ Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
   if (layer < 0 || layer >= options_.shape.n_layer) {
     return invalid_argument("KV append: layer " + std::to_string(layer) + " out of range");
   }
-  settle(layer);
+  read_ahead_.settle(layer);
   LayerState& L = layers_[layer];
   if (pos0 != L.n_tokens || n_tokens < 0 || pos0 + n_tokens > options_.shape.n_ctx) {
     return invalid_argument("KV append to layer " + std::to_string(layer) + ": positions [" + std::to_string(pos0) +
@@ -499,336 +442,6 @@ Status TieredKvCache::write_through(int layer, int64_t first) {
   return batch.empty() ? Status::ok() : flush();
 }
 
-// --- reading ---------------------------------------------------------------------------------
-
-Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) {
-  return gather(layer, ranges, fn, false);
-}
-
-Status TieredKvCache::for_each_view_unordered(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) {
-  return gather(layer, ranges, fn, true);
-}
-
-Status TieredKvCache::gather(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn, bool unordered) {
-  if (layer < 0 || layer >= options_.shape.n_layer) {
-    return invalid_argument("KV read: layer " + std::to_string(layer) + " out of range");
-  }
-  const LayerState& L = layers_[layer];
-  int64_t prev_end = 0;
-  for (const TokenRange& r : ranges) {
-    if (r.begin < prev_end || r.end < r.begin || r.end > L.n_tokens) {
-      return invalid_argument("KV read of layer " + std::to_string(layer) + ": ranges must be sorted, disjoint and inside [0, " +
-                              std::to_string(L.n_tokens) + "), got [" + std::to_string(r.begin) + ", " +
-                              std::to_string(r.end) + ")");
-    }
-    prev_end = r.end;
-  }
-  settle(layer);
-  ++tick_;
-  const int64_t c = options_.chunk_tokens;
-  const int64_t n_slots = gather_slots_;
-
-  std::vector<GatherItem> batch;
-  int64_t slots_used = 0;
-  for (const TokenRange& r : ranges) {
-    for (int64_t p = r.begin; p < r.end;) {
-      const int64_t index = p / c;
-      const int64_t t1 = std::min(r.end - index * c, c);
-      const bool same_chunk = !batch.empty() && batch.back().index == index;
-      const Tier tier = residency_.find({layer, index})->tier;
-      const bool needs_slot = tier == Tier::kDisk || (tier == Tier::kHost && options_.host_codec != KvCodec::kNone);
-      if (needs_slot && !same_chunk && slots_used == n_slots) {
-        LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn, unordered));
-        batch.clear();
-        slots_used = 0;
-      }
-      if (needs_slot && !same_chunk) ++slots_used;
-      batch.push_back({index, p - index * c, t1, nullptr, tier});
-      p = index * c + t1;
-    }
-  }
-  if (!batch.empty()) LEOAM_RETURN_IF_ERROR(gather_batch(layer, batch, fn, unordered));
-  return Status::ok();
-}
-
-Status TieredKvCache::prefetch(int layer, std::span<const TokenRange> ranges) {
-  if (layer < 0 || layer >= options_.shape.n_layer) {
-    return invalid_argument("KV prefetch: layer " + std::to_string(layer) + " out of range");
-  }
-  // The whole chunks of `ranges` that are not on the device, merged where they touch.
-  const int64_t c = options_.chunk_tokens;
-  const int64_t n = layers_[layer].n_tokens;
-  std::vector<TokenRange> below;
-  for (const TokenRange& r : ranges) {
-    if (r.begin < 0 || r.end > n || r.end < r.begin) {
-      return invalid_argument("KV prefetch of layer " + std::to_string(layer) + ": [" + std::to_string(r.begin) +
-                              ", " + std::to_string(r.end) + ") is outside [0, " + std::to_string(n) + ")");
-    }
-    for (int64_t i = r.begin / c; i * c < r.end; ++i) {
-      if (residency_.find({layer, i})->tier == Tier::kDevice) continue;
-      const TokenRange chunk{i * c, std::min(n, (i + 1) * c)};
-      if (!below.empty() && below.back().end >= chunk.begin) {
-        below.back().end = std::max(below.back().end, chunk.end);
-      } else {
-        below.push_back(chunk);
-      }
-    }
-  }
-  if (below.empty()) return Status::ok();
-  const uint64_t disk_read0 = stats_[Tier::kDisk].bytes_read;
-  LEOAM_RETURN_IF_ERROR(for_each_view(layer, below, [](const KvView&) { return Status::ok(); }));
-  stats_.disk_bytes_prefetched += stats_[Tier::kDisk].bytes_read - disk_read0;
-  return Status::ok();
-}
-
-Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) {
-  if (read_ahead_ == nullptr) return Status::ok();
-  if (layer < 0 || layer >= options_.shape.n_layer) {
-    return invalid_argument("KV read-ahead: layer " + std::to_string(layer) + " out of range");
-  }
-  const int64_t c = options_.chunk_tokens;
-  const int64_t n = layers_[layer].n_tokens;
-  std::vector<DiskChunkRead> on_disk;  // index, and whether lossy (read compressed whatever the form)
-  int64_t last = -1;
-  for (const TokenRange& r : ranges) {
-    if (r.begin < 0 || r.end > n || r.end < r.begin) {
-      return invalid_argument("KV read-ahead of layer " + std::to_string(layer) + ": [" + std::to_string(r.begin) +
-                              ", " + std::to_string(r.end) + ") is outside [0, " + std::to_string(n) + ")");
-    }
-    for (int64_t i = std::max(r.begin / c, last + 1); i * c < r.end; ++i) {
-      if (residency_.find({layer, i})->tier == Tier::kDisk) {
-        on_disk.push_back({i, nullptr, layers_[layer].chunks[i].lossy});
-      }
-      last = i;
-    }
-  }
-  if (!on_disk.empty() && choose_compressed_read()) {
-    for (DiskChunkRead& r : on_disk) r.compressed = true;
-  }
-  read_ahead_->start(layer, on_disk, stats_);
-  return Status::ok();
-}
-
-Status TieredKvCache::gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn, bool unordered) {
-  const KvCodec codec = options_.host_codec;
-  const size_t slot = slot_bytes_;
-  const size_t decoded =
-      codec == KvCodec::kNone && !transfers_compressed() ? 0 : align_up(geometry_.chunk_bytes(), kDirectIoAlignment);
-  LayerState& L = layers_[layer];
-  // A disk chunk's read staged ahead in the form it serves, or null.
-  const auto staged_read = [&](int64_t index) -> const DiskChunkRead* {
-    const DiskChunkRead* staged = read_ahead_ != nullptr ? read_ahead_->staged(layer, index) : nullptr;
-    return staged != nullptr && !staged->compressed && L.chunks[index].lossy ? nullptr : staged;
-  };
-
-  // The scratch (gather_slots_ chunks a batch): the reads' bytes, then the decoded chunks. The
-  // compressed reads are packed first, one after another, so that neighbours in the file are one
-  // request; the reads as they are follow, a slot each, from the next whole slot.
-  size_t n_reads = 0, n_lossy_reads = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const GatherItem& it = items[i];
-    if (it.source == Tier::kDisk && (i == 0 || items[i - 1].index != it.index) && staged_read(it.index) == nullptr) {
-      ++n_reads;
-      n_lossy_reads += L.chunks[it.index].lossy ? 1 : 0;
-    }
-  }
-  // The form of this batch's disk reads (lossy chunks are read compressed whatever it is).
-  const bool compressed = n_reads > 0 && choose_compressed_read();
-  const size_t n_compressed = compressed ? n_reads : n_lossy_reads;
-  uint8_t* next_compressed = scratch_.data();
-  uint8_t* next_as_is = scratch_.data() + align_up(n_compressed * (transfers_compressed() ? disk_->compressed_slot_bytes() : 0), slot);
-  uint8_t* const decoded_base = scratch_.data() + (gather_slots_ + 1) * slot;
-
-  std::vector<DiskChunkRead> reads;
-  size_t next_slot = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    GatherItem& it = items[i];
-    if (i > 0 && items[i - 1].index == it.index) {
-      it.data = items[i - 1].data;
-      it.stored = items[i - 1].stored;
-      it.compressed = items[i - 1].compressed;
-      continue;
-    }
-    Chunk& ch = L.chunks[it.index];
-    const ChunkKey key{layer, it.index};
-    residency_.touch(key, tick_);
-    TierStats& device = stats_[Tier::kDevice];
-    TierStats& host = stats_[Tier::kHost];
-    switch (it.source) {
-      case Tier::kDevice:
-        it.data = ch.device.get();
-        device.hits += 1;
-        device.bytes_read += static_cast<uint64_t>(ch.n_filled) * geometry_.row_bytes() * 2;
-        break;
-      case Tier::kHost:
-        device.misses += 1;
-        host.hits += 1;
-        host.bytes_read += host_chunk_bytes_;
-        it.stored = ch.host.get();
-        if (codec == KvCodec::kNone) {
-          it.data = ch.host.get();
-        } else {
-          uint8_t* dst = decoded_base + next_slot++ * decoded;
-          const TraceSpan span(options_.trace, "decode chunks", "decode", layer);
-          decode_chunk(geometry_, codec, ch.host.get(), dst);
-          it.data = dst;
-        }
-        break;
-      case Tier::kDisk: {
-        device.misses += 1;
-        host.misses += 1;
-        stats_[Tier::kDisk].hits += 1;
-        uint8_t* decoded_dst = decoded_base + next_slot++ * decoded;
-        if (const DiskChunkRead* staged = staged_read(it.index); staged != nullptr) {
-          stats_.read_ahead.chunks_used += 1;
-          it.stored = staged->dst;
-          it.compressed = staged->compressed;
-        } else {
-          if (read_ahead_ != nullptr && read_ahead_->covers(layer)) stats_.read_ahead.chunks_missed += 1;
-          it.compressed = compressed || ch.lossy;
-          uint8_t*& next = it.compressed ? next_compressed : next_as_is;
-          reads.push_back({it.index, next, it.compressed});
-          it.stored = next;
-          next += it.compressed ? disk_->compressed_slot_bytes() : slot;
-        }
-        it.data = codec == KvCodec::kNone && !it.compressed ? it.stored : decoded_dst;
-        break;
-      }
-    }
-  }
-  // The segments of the items that `take` picks, in order.
-  const size_t row_bytes = geometry_.row_bytes();
-  const auto view_of = [&](auto take) {
-    std::vector<KvSegment> segments;
-    segments.reserve(items.size());
-    for (const GatherItem& it : items) {
-      if (!take(it)) continue;
-      KvSegment s;
-      s.pos0 = it.index * options_.chunk_tokens + it.t0;
-      s.n_tokens = it.t1 - it.t0;
-      s.k = it.data + it.t0 * row_bytes;
-      s.v = it.data + geometry_.k_bytes() + it.t0 * row_bytes;
-      s.dtype = options_.dtype;
-      s.row_stride_bytes = row_bytes;
-      segments.push_back(s);
-    }
-    return KvView(options_.shape.n_kv_heads, options_.shape.head_dim, std::move(segments));
-  };
-  const auto in_memory = [](const GatherItem& it) { return it.source != Tier::kDisk; };
-  const auto from_disk = [](const GatherItem& it) { return it.source == Tier::kDisk; };
-  // The chunks in memory visited while the reads are in flight (the transfer cost model times
-  // the reads, so it wants them alone).
-  const bool overlap = unordered && !reads.empty() && transfer_model_ == nullptr &&
-                       std::any_of(items.begin(), items.end(), in_memory);
-  if (overlap) {
-    DiskTier::PendingRead pending;
-    {
-      const TraceSpan span(options_.trace, "disk read", "io", layer);
-      LEOAM_RETURN_IF_ERROR(disk_->start_read_chunks(layer, reads, pending));
-    }
-    const Status visited = fn(view_of(in_memory));
-    Status read;
-    {
-      const TraceSpan span(options_.trace, "disk read", "io", layer);
-      read = disk_->finish_read_chunks(pending);
-    }
-    LEOAM_RETURN_IF_ERROR(visited);
-    LEOAM_RETURN_IF_ERROR(read);
-  } else if (!reads.empty()) {
-    const TraceSpan span(options_.trace, "disk read", "io", layer);
-    const auto t0 = std::chrono::steady_clock::now();
-    LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
-    if (transfer_model_ != nullptr) {  // a batch of one form: a sample of its time per chunk
-      const auto n_compressed = std::count_if(reads.begin(), reads.end(), [](const DiskChunkRead& r) { return r.compressed; });
-      if (n_compressed == 0 || n_compressed == static_cast<std::ptrdiff_t>(reads.size())) {
-        transfer_model_->record_read(n_compressed > 0, reads.size(),
-                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-    }
-  }
-  if (codec != KvCodec::kNone || transfers_compressed()) {
-    const TraceSpan span(options_.trace, "decode chunks", "decode", layer);
-    const auto t0 = std::chrono::steady_clock::now();
-    uint64_t n_transfer_decoded = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const GatherItem& it = items[i];
-      if (it.source != Tier::kDisk || (i > 0 && items[i - 1].index == it.index)) continue;
-      if (codec != KvCodec::kNone) {
-        decode_chunk(geometry_, codec, it.stored, const_cast<uint8_t*>(it.data));
-      } else if (it.compressed) {
-        decode_chunk(geometry_, disk_->transfer_codec(), it.stored, const_cast<uint8_t*>(it.data));
-        ++n_transfer_decoded;
-      }
-    }
-    if (n_transfer_decoded > 0) {
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      stats_.transfer.decode_ms += seconds * 1e3;
-      if (transfer_model_ != nullptr) transfer_model_->record_decode(n_transfer_decoded, seconds);
-    }
-  }
-
-  if (overlap) {
-    LEOAM_RETURN_IF_ERROR(fn(view_of(from_disk)));
-  } else {
-    LEOAM_RETURN_IF_ERROR(fn(view_of([](const GatherItem&) { return true; })));
-  }
-  return promote_after_read(layer, items);
-}
-
-Status TieredKvCache::promote_after_read(int layer, std::span<const GatherItem> items) {
-  for (size_t i = 0; i < items.size(); ++i) {
-    const GatherItem& it = items[i];
-    if (it.source == Tier::kDevice || (i > 0 && items[i - 1].index == it.index)) continue;
-    // Without a codec a host chunk is compute-ready where it is (both tiers are RAM on the CPU):
-    // a move to the device would copy it, and push another one down, for no faster read.
-    if (it.source == Tier::kHost && options_.host_codec == KvCodec::kNone) continue;
-    const ChunkKey key{layer, it.index};
-    // A lossy codec's chunks stay in their stored form once they leave the device: a decoded
-    // copy on the device would be encoded anew when demoted, into other values than the ones its
-    // abstract bounds (the codec is not idempotent).
-    Residency::Plan plan;
-    if (options_.host_codec == KvCodec::kNone) {
-      LEOAM_ASSIGN_OR_RETURN(plan, residency_.plan_promote(key, Tier::kDevice));
-    }
-    if (plan.moves.empty() && it.source == Tier::kDisk && options_.host_budget_bytes > 0) {
-      LEOAM_ASSIGN_OR_RETURN(plan, residency_.plan_promote(key, Tier::kHost));
-    }
-    if (plan.moves.empty()) continue;
-    // Without a host codec the stored form is the compute-ready one: a chunk read compressed
-    // moves up as decoded.
-    const uint8_t* read = options_.host_codec == KvCodec::kNone ? it.data : it.stored;
-    LEOAM_RETURN_IF_ERROR(carry_out(plan, it.source == Tier::kDisk ? read : nullptr,
-                                    it.source == Tier::kDisk && it.compressed ? it.stored : nullptr));
-  }
-  return Status::ok();
-}
-
-Result<KvView> TieredKvCache::view(int layer, int64_t n_tokens_visible) {
-  if (layer < 0 || layer >= options_.shape.n_layer || n_tokens_visible < 0 || n_tokens_visible > n_tokens(layer)) {
-    return invalid_argument("KV view: layer " + std::to_string(layer) + " has " + std::to_string(n_tokens(layer)) +
-                            " positions, " + std::to_string(n_tokens_visible) + " asked");
-  }
-  auto owned = std::make_unique<OwnedKv>();
-  const size_t row_bytes = geometry_.row_bytes();
-  owned->k.resize(static_cast<size_t>(n_tokens_visible) * row_bytes);
-  owned->v.resize(owned->k.size());
-  const TokenRange all{0, n_tokens_visible};
-  LEOAM_RETURN_IF_ERROR(for_each_view(layer, {&all, 1}, [&](const KvView& part) {
-    for (const KvSegment& s : part.segments()) {
-      for (int64_t t = 0; t < s.n_tokens; ++t) {
-        std::memcpy(owned->k.data() + (s.pos0 + t) * row_bytes, s.k_row(t), row_bytes);
-        std::memcpy(owned->v.data() + (s.pos0 + t) * row_bytes, s.v_row(t), row_bytes);
-      }
-    }
-    return Status::ok();
-  }));
-  std::vector<KvSegment> segments;
-  if (n_tokens_visible > 0) {
-    segments.push_back({0, n_tokens_visible, owned->k.data(), owned->v.data(), options_.dtype, row_bytes});
-  }
-  return KvView(options_.shape.n_kv_heads, options_.shape.head_dim, std::move(segments), std::move(owned));
-}
-
 // --- forgetting ------------------------------------------------------------------------------
 
 Status TieredKvCache::truncate_layer(int layer, int64_t n) {
@@ -864,10 +477,7 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
     }));
   }
   for (int64_t i = first_gone; i < static_cast<int64_t>(L.chunks.size()); ++i) {
-    const ChunkResidency* r = residency_.find({layer, i});
-    if (r != nullptr && r->tier == Tier::kDisk && disk_ != nullptr && i < disk_->shared_chunks(layer)) {
-      --shared_on_disk_;
-    }
+    if (const ChunkResidency* r = residency_.find({layer, i}); r != nullptr) shared_.count_forgotten({layer, i}, r->tier);
     residency_.erase({layer, i});
   }
   L.chunks.resize(static_cast<size_t>(first_gone));
@@ -889,15 +499,15 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
 
 Status TieredKvCache::truncate(int64_t n_tokens) {
   if (n_tokens < 0) return invalid_argument("KV truncate: negative length");
-  if (read_ahead_ != nullptr) read_ahead_->drop_all(stats_);
+  read_ahead_.drop_all();
   for (int il = 0; il < options_.shape.n_layer; ++il) LEOAM_RETURN_IF_ERROR(truncate_layer(il, n_tokens));
   return Status::ok();
 }
 
 void TieredKvCache::clear() {
-  if (read_ahead_ != nullptr) read_ahead_->drop_all(stats_);
+  read_ahead_.drop_all();
   residency_.clear();
-  shared_on_disk_ = 0;
+  shared_.clear();
   for (int il = 0; il < options_.shape.n_layer; ++il) {
     layers_[il] = LayerState{};
     if (disk_ != nullptr) (void)disk_->forget_from(il, 0);  // cuts no record: cannot fail
@@ -909,31 +519,20 @@ Result<int64_t> TieredKvCache::share_prefix(std::shared_ptr<const KeptKvFiles> f
   for (const LayerState& L : layers_) {
     if (L.n_tokens != 0) return invalid_argument("KV store: a prefix is shared into an empty store only");
   }
-  // Only chunks stored as they are, in this store's geometry, read as they are.
-  const ChunkGeometry& b = base->geometry();
-  if (disk_ == nullptr || options_.host_codec != KvCodec::kNone || transfers_compressed() ||
-      base->codec() != KvCodec::kNone || b.chunk_tokens != geometry_.chunk_tokens ||
-      b.n_kv_heads != geometry_.n_kv_heads || b.head_dim != geometry_.head_dim || b.dtype != geometry_.dtype) {
-    return int64_t{0};
-  }
   const int64_t c = options_.chunk_tokens;
   const int n_layer = options_.shape.n_layer;
-  int64_t n_chunks = std::min(n_positions, options_.shape.n_ctx) / c;
-  for (int il = 0; il < n_layer; ++il) {
-    for (int64_t i = 0; i < n_chunks; ++i) {
-      if (base->n_tokens_of(il, i) != c) n_chunks = i;  // whole chunks only
-    }
-  }
+  const int64_t n_chunks = shared_.shareable_chunks(*base, n_layer, std::min(n_positions, options_.shape.n_ctx));
   if (n_chunks == 0) return int64_t{0};
-  LEOAM_RETURN_IF_ERROR(disk_->share_prefix(std::move(base), std::vector<int64_t>(static_cast<size_t>(n_layer), n_chunks)));
+  LEOAM_RETURN_IF_ERROR(shared_.share(std::move(base), n_layer, n_chunks));
   for (int il = 0; il < n_layer; ++il) {
     LayerState& L = layers_[il];
     L.chunks.resize(static_cast<size_t>(n_chunks));
     for (int64_t i = 0; i < n_chunks; ++i) {
       L.chunks[i].n_filled = c;
       L.chunks[i].sealed = true;
-      residency_.apply({{il, i}, std::nullopt, Tier::kDisk});
-      ++shared_on_disk_;
+      const Residency::Move move{{il, i}, std::nullopt, Tier::kDisk};
+      residency_.apply(move);
+      shared_.count_move(move);
     }
     L.n_tokens = n_chunks * c;
   }
@@ -958,144 +557,6 @@ Result<int64_t> TieredKvCache::share_prefix(std::shared_ptr<const KeptKvFiles> f
   return n_chunks * c;
 }
 
-// --- the catalog the selection policies see ---------------------------------------------------
-
-int64_t TieredKvCache::n_chunks(int layer) const {
-  return (n_tokens(layer) + options_.chunk_tokens - 1) / options_.chunk_tokens;
-}
-
-Tier TieredKvCache::chunk_tier(int layer, int64_t index) const {
-  const ChunkResidency* r = residency_.find({layer, index});
-  return r != nullptr ? r->tier : Tier::kDisk;
-}
-
-Status TieredKvCache::load_abstracts(int layer, int64_t i0, int64_t i1, float* dst, AbstractSource source,
-                                     uint32_t* signs) {
-  const ChunkRun run{i0, i1};
-  return gather_abstracts(layer, {&run, 1}, dst, source, signs);
-}
-
-Status TieredKvCache::load_abstract_runs(int layer, std::span<const ChunkRun> runs, float* dst,
-                                         AbstractSource source) {
-  return gather_abstracts(layer, runs, dst, source, nullptr);
-}
-
-Status TieredKvCache::gather_abstracts(int layer, std::span<const ChunkRun> runs, float* dst, AbstractSource source,
-                                       uint32_t* signs) {
-  for (const ChunkRun& r : runs) {
-    if (layer < 0 || layer >= options_.shape.n_layer || r.begin < 0 || r.end > n_chunks(layer) || r.begin > r.end) {
-      return invalid_argument("KV abstracts: chunks [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
-                              ") of layer " + std::to_string(layer) + " out of range");
-    }
-  }
-  const int64_t n_box = geometry_.box_floats();
-  const int64_t n_floats = geometry_.abstract_floats();
-  // One whole abstract (box, then signs) into the caller's arrays, at output position k.
-  const auto deliver = [&](int64_t k, const float* abstract) {
-    std::memcpy(dst + k * n_box, abstract, static_cast<size_t>(n_box) * sizeof(float));
-    if (signs != nullptr) abstract_signs(geometry_, abstract, signs + k * geometry_.sign_words());
-  };
-  // A device or host chunk's: kept, or computed from its keys (both tiers hold them as they are).
-  const auto deliver_resident = [&](int64_t k, const Chunk& c) {
-    if (keeps_abstracts(options_)) return deliver(k, c.abstract.data());
-    const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
-    chunk_key_box(geometry_, keys, c.n_filled, dst + k * n_box);
-    cover_round_trip(c, keys, dst + k * n_box);
-    if (signs != nullptr) chunk_key_signs(geometry_, keys, c.n_filled, signs + k * geometry_.sign_words());
-  };
-  const LayerState& L = layers_[layer];
-  // In-memory chunks (device, host) are delivered at once; the disk ones are gathered into runs of
-  // their own, read together, then delivered where their chunks go.
-  std::vector<ChunkRun> disk_runs;
-  std::vector<int64_t> disk_at;  // per disk run, the output position of its first chunk
-  int64_t k = 0;
-  for (const ChunkRun& r : runs) {
-    for (int64_t i = r.begin; i < r.end;) {
-      if (is_resident(L.chunks[i])) {
-        deliver_resident(k++, L.chunks[i]);
-        ++i;
-        continue;
-      }
-      int64_t end = i + 1;
-      while (end < r.end && !is_resident(L.chunks[end])) ++end;
-      disk_runs.push_back({i, end});
-      disk_at.push_back(k);
-      k += end - i;
-      i = end;
-    }
-  }
-  if (disk_runs.empty()) return Status::ok();
-  int64_t n_disk = 0;
-  for (const ChunkRun& r : disk_runs) n_disk += r.size();
-  // Whole abstracts of the disk chunks: MiBs when a tree first covers a long prompt.
-  std::vector<float, HugePageAllocator<float>> whole(static_cast<size_t>(n_disk * n_floats));
-  if (source == AbstractSource::kLka) {  // their records, every run in one batch of reads
-    LEOAM_RETURN_IF_ERROR(disk_->read_abstracts(layer, disk_runs, whole.data()));
-  } else {  // their KV, read in full and summarized again
-    float* part = whole.data();
-    for (const ChunkRun& r : disk_runs) {
-      LEOAM_RETURN_IF_ERROR(abstracts_from_kv(layer, r.begin, r.end, part));
-      part += r.size() * n_floats;
-    }
-  }
-  const float* src = whole.data();
-  for (size_t d = 0; d < disk_runs.size(); ++d) {
-    for (int64_t j = 0; j < disk_runs[d].size(); ++j, src += n_floats) deliver(disk_at[d] + j, src);
-  }
-  return Status::ok();
-}
-
-Status TieredKvCache::abstracts_from_kv(int layer, int64_t i0, int64_t i1, float* dst) {
-  const KvCodec codec = options_.host_codec;
-  const size_t slot = disk_->slot_bytes();
-  const auto n_slots = static_cast<int64_t>(scratch_.size() / slot);
-  const int64_t n_floats = geometry_.abstract_floats();
-  std::vector<DiskChunkRead> reads;
-  for (int64_t b0 = i0; b0 < i1; b0 += n_slots) {  // in batches the gather scratch holds
-    const int64_t b1 = std::min(i1, b0 + n_slots);
-    reads.clear();
-    for (int64_t i = b0; i < b1; ++i) reads.push_back({i, scratch_.data() + (i - b0) * slot});
-    settle(layer);
-    LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, reads));
-    stats_[Tier::kDisk].hits += static_cast<uint64_t>(b1 - b0);
-    for (int64_t i = b0; i < b1; ++i) {
-      const uint8_t* stored = reads[i - b0].dst;
-      const uint8_t* keys = stored;
-      if (codec != KvCodec::kNone) {
-        decode_chunk(geometry_, codec, stored, row_scratch_.data());
-        keys = row_scratch_.data();
-      }
-      float* a = dst + (i - i0) * n_floats;
-      reset_abstract(geometry_, a);
-      update_abstract(geometry_, keys, 0, layers_[layer].chunks[i].n_filled, a);
-    }
-  }
-  return Status::ok();
-}
-
-Status TieredKvCache::record_abstract_again(int layer, int64_t index, float* a) {
-  const Chunk& c = layers_[layer].chunks[index];
-  if (keeps_abstracts(options_) && !c.abstract.empty()) {
-    std::memcpy(a, c.abstract.data(), c.abstract.size() * sizeof(float));
-    return Status::ok();
-  }
-  const uint8_t* keys = c.device != nullptr ? c.device.get() : c.host.get();
-  if (keys == nullptr) {  // on the disk only: its stored form, decoded
-    settle(layer);
-    const DiskChunkRead read{index, scratch_.data()};
-    LEOAM_RETURN_IF_ERROR(disk_->read_chunks(layer, {&read, 1}));
-    keys = scratch_.data();
-    if (options_.host_codec != KvCodec::kNone) {
-      decode_chunk_keys(geometry_, options_.host_codec, scratch_.data(), row_scratch_.data());
-      keys = row_scratch_.data();
-    }
-  }
-  reset_abstract(geometry_, a);
-  update_abstract(geometry_, keys, 0, c.n_filled, a);
-  cover_round_trip(c, keys, a);
-  return Status::ok();
-}
-
 // --- hints and inspection --------------------------------------------------------------------
 
 void TieredKvCache::raise_importance(ChunkKey key, float amount) {
@@ -1112,12 +573,9 @@ KvStats TieredKvCache::stats() const {
   const auto n = [this](Tier t) { return static_cast<uint64_t>(residency_.n_chunks(t)); };
   s.resident_bytes[static_cast<int>(Tier::kDevice)] = n(Tier::kDevice) * geometry_.chunk_bytes();
   s.resident_bytes[static_cast<int>(Tier::kHost)] = n(Tier::kHost) * host_chunk_bytes_;
-  s.resident_bytes[static_cast<int>(Tier::kDisk)] =
-      (n(Tier::kDisk) - static_cast<uint64_t>(shared_on_disk_)) *
-      (slot_bytes_ + (transfers_compressed() ? disk_->compressed_slot_bytes() : 0));
-  s.resident_chunks[static_cast<int>(Tier::kDisk)] -= shared_on_disk_;
-  s.shared_disk_chunks = shared_on_disk_;
-  s.shared_disk_bytes = static_cast<uint64_t>(shared_on_disk_) * slot_bytes_;
+  const uint64_t disk_chunk_bytes = slot_bytes_ + (transfers_ != nullptr ? transfers_->slot_bytes() : 0);
+  s.resident_bytes[static_cast<int>(Tier::kDisk)] = n(Tier::kDisk) * disk_chunk_bytes;
+  shared_.report(s, disk_chunk_bytes);
   s.abstracts_in_memory = keeps_abstracts(options_);
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
     s.abstract_bytes[static_cast<int>(t)] = keeps_abstracts(options_) ? n(t) * geometry_.abstract_bytes() : 0;
@@ -1127,15 +585,10 @@ KvStats TieredKvCache::stats() const {
     s.abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();
     s.peak_abstract_bytes[static_cast<int>(Tier::kDisk)] = disk_->abstract_file_bytes();  // the files only grow
   }
-  if (transfer_model_ != nullptr) {
-    s.transfer.as_is_us_per_chunk = transfer_model_->as_is_seconds() * 1e6;
-    s.transfer.compressed_us_per_chunk = transfer_model_->compressed_seconds() * 1e6;
-    s.transfer.decode_us_per_chunk = transfer_model_->decode_seconds() * 1e6;
-  }
-  s.buffer_bytes = scratch_.size() + write_buffer_.size() + compressed_write_buffer_.size() +
+  if (transfers_ != nullptr) transfers_->report(s);
+  s.buffer_bytes = scratch_.size() + write_buffer_.size() + (transfers_ != nullptr ? transfers_->buffer_bytes() : 0) +
                    spare_device_.size() * geometry_.chunk_bytes() + spare_host_.size() * host_chunk_bytes_ +
-                   round_trip_scratch_.capacity() + row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) +
-                   (read_ahead_ != nullptr ? read_ahead_->buffer_bytes() : 0) +
+                   row_scratch_.capacity() + disk_abstracts_.capacity() * sizeof(float) + read_ahead_.buffer_bytes() +
                    (disk_ != nullptr ? disk_->buffer_bytes() : 0);
   return s;
 }

@@ -7,7 +7,9 @@
 // writes nothing. for_each_view gathers in batches of bounded scratch and promotes what it read
 // from disk. One thread drives it, as any KvCache; read-ahead reads on a thread of its own
 // (read_ahead.h). Reads, read-ahead, compressed transfers, shared prefixes:
-// docs/kv-store.md#the-tiered-store
+// docs/kv-store.md#the-tiered-store. The last three are collaborators (read_ahead_stage.h,
+// compressed_transfers.h, shared_prefix_chunks.h); the reads are in tiered_kv_cache_gather.cpp,
+// the catalog in tiered_kv_cache_catalog.cpp.
 #pragma once
 
 #include <array>
@@ -20,13 +22,15 @@
 #include "io/aligned_buffer.h"
 #include "io/file.h"
 #include "kv/chunk_layout.h"
+#include "kv/compressed_transfers.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_catalog.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_stats.h"
-#include "kv/read_ahead.h"
+#include "kv/read_ahead_stage.h"
 #include "kv/residency.h"
+#include "kv/shared_prefix_chunks.h"
 #include "kv/transfer_compression.h"
 
 namespace leoam {
@@ -172,7 +176,10 @@ class TieredKvCache final : public KvCache, public KvCatalog {
     Tier source = Tier::kDevice;
     const uint8_t* stored = nullptr;  // its stored form, when read from the host or the disk
     bool compressed = false;          // read from the disk in the transfer codec's form
+    const DiskChunkRead* staged = nullptr;  // a disk chunk's read, when the read-ahead staged it
   };
+  // Which items of a gather batch a view holds.
+  enum class GatherPart : uint8_t { kAll, kInMemory, kFromDisk };
 
   explicit TieredKvCache(const TieredKvCacheOptions& options);
   // Carries out a plan's moves in order, applying each to the residency once done. A move up
@@ -194,7 +201,9 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   static void give_back(SpareBuffers& spare, std::unique_ptr<uint8_t[]> buffer);
   // With compressed transfers: widens `box` of resident chunk c (whose bytes are `keys`), unless it
   // is lossy, to hold its keys' round trip too, the form a compressed read would serve.
-  void cover_round_trip(const Chunk& c, const uint8_t* keys, float* box);
+  void cover_round_trip(const Chunk& c, const uint8_t* keys, float* box) {
+    if (transfers_ != nullptr && !c.lossy) transfers_->cover_round_trip(keys, c.n_filled, box);
+  }
   // dst [slot_bytes] = chunk c's stored form, zero-padded to its disk slot, from the device
   // (encoded) or the host (as it is).
   void disk_slot_of(const Chunk& c, Tier tier, uint8_t* dst) const;
@@ -207,14 +216,11 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   const float* abstract_for_disk(Chunk& c, size_t slot, const uint8_t* compressed);
   // The disk write of chunk `index` of c, whose stored form is at `stored` (a slot), the
   // `slot`-th of a write-through batch: with compressed transfers, its compressed copy is encoded
-  // into compressed_write_buffer_ and its abstract widened to bound it.
+  // and its abstract widened to bound it.
   DiskChunkWrite disk_write_of(Chunk& c, int64_t index, const uint8_t* stored, size_t slot);
-  bool transfers_compressed() const { return disk_ != nullptr && disk_->transfer_codec() != KvCodec::kNone; }
   // Whether this gather batch (or read-ahead) reads its disk chunks compressed (--kv-compress; lossy
   // ones always).
-  bool choose_compressed_read();
-  // Gives the cost model (auto) a first decode rate: one chunk decoded for a millisecond or so.
-  void calibrate_decode();
+  bool choose_compressed_read() { return transfers_ != nullptr && transfers_->choose_compressed_read(); }
   // Widens c's box to cover its keys decoded from `stored` (its stored form) when the codec is
   // lossy: a sealed chunk's abstract then bounds both forms of its keys, in every tier.
   void cover_stored_form(Chunk& c, const uint8_t* stored);
@@ -235,15 +241,22 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   Status write_through(int layer, int64_t first);
   Status truncate_layer(int layer, int64_t n_tokens);
   void update_recent_pins(int layer);
-  // for_each_view's walk; unordered: for_each_view_unordered's.
+  // for_each_view's walk; unordered: for_each_view_unordered's. It cuts the ranges into batches
+  // that the scratch holds, each planned, issued and visited in turn (gather_batch).
   Status gather(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn, bool unordered);
-  Status gather_batch(int layer, std::vector<GatherItem>& items, const ViewVisitor& fn, bool unordered);
+  Status gather_batch(int layer, std::span<GatherItem> items, const ViewVisitor& fn, bool unordered);
+  // Plan: touches and counts each chunk, takes the staged reads, points every item at its bytes
+  // (host chunks decoded now, disk ones at their place in the scratch) and returns the disk
+  // reads left to do, packed into the scratch.
+  std::vector<DiskChunkRead> plan_batch(int layer, std::span<GatherItem> items);
+  // Issue: reads `reads` and decodes the disk chunks that need it; with visit_in_memory, visits
+  // the chunks in memory with it while the reads are in flight.
+  Status issue_batch(int layer, std::span<const GatherItem> items, std::span<const DiskChunkRead> reads,
+                     const ViewVisitor* visit_in_memory);
+  // Visit: the batch's view (the part not yet visited), then the promotions of what was read.
+  Status visit_batch(int layer, std::span<const GatherItem> items, const ViewVisitor& fn, GatherPart part);
+  KvView batch_view(std::span<const GatherItem> items, GatherPart part) const;
   Status promote_after_read(int layer, std::span<const GatherItem> items);
-  // Before this thread uses `layer`'s chunk file: the read-ahead job of the layer is finished and
-  // counted (read_ahead.h, thread safety).
-  void settle(int layer) {
-    if (read_ahead_ != nullptr) read_ahead_->settle(layer, stats_, options_.trace);
-  }
   Chunk& chunk(ChunkKey key) { return layers_[key.layer].chunks[key.index]; }
 
   TieredKvCacheOptions options_;
@@ -252,21 +265,21 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   size_t slot_bytes_ = 0;        // a chunk's stored form, padded to the disk tier's slot
   Residency residency_;
   std::unique_ptr<DiskTier> disk_;  // null without a dir
-  std::unique_ptr<ReadAhead> read_ahead_;  // null without a disk tier or read_ahead_bytes (destroyed before disk_)
+  // Off without a disk tier or read_ahead_bytes; settled before each use of a layer's chunk file
+  // (destroyed before disk_).
+  ReadAheadStage read_ahead_;
+  std::unique_ptr<CompressedTransfers> transfers_;  // null without a disk tier's compressed copy
+  SharedPrefixChunks shared_;
   std::vector<LayerState> layers_;
   KvStats stats_;
   uint64_t tick_ = 0;
-  int64_t shared_on_disk_ = 0;  // chunks of a shared prefix that are on the disk tier now
   std::array<uint64_t, kNumTiers> peak_abstract_bytes_{};  // device and host: the most held at once
   AlignedBuffer scratch_;        // gather batch: [gather_slots_ + 1][slot_bytes] read, [gather_slots_] decoded
   int64_t gather_slots_ = 0;     // chunks a gather batch reads or decodes at most
   AlignedBuffer write_buffer_;   // write-through batch: [n][slot_bytes], aligned for O_DIRECT
   SpareBuffers spare_device_;    // [chunk_bytes] each
   SpareBuffers spare_host_;      // [host_chunk_bytes] each
-  AlignedBuffer compressed_write_buffer_;  // with compressed transfers: [n][compressed slot bytes]
-  std::unique_ptr<TransferCostModel> transfer_model_;  // --kv-compress auto
   std::vector<uint8_t> row_scratch_;
-  std::vector<uint8_t> round_trip_scratch_;  // cover_round_trip's keys, with compressed transfers
   std::vector<float> disk_abstracts_;  // [write-through slots][abstract_floats], without keeps_abstracts
 };
 
