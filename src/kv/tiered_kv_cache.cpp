@@ -83,21 +83,25 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
                             std::to_string(options.n_sink_tokens) + " sink and " +
                             std::to_string(options.n_recent_tokens) + " recent tokens of " +
                             std::to_string(s.n_layer) + " layers in chunks of " +
-                            std::to_string(options.chunk_tokens) + " need " + mib(need) + "; raise --kv-device-mb");
+                            std::to_string(options.chunk_tokens) + " need " + mib(need) + "; raise the device budget")
+        .about(Setting::kKvDeviceBudget);
   }
 
   if (options.dir.empty() && options.device_budget_bytes < in_memory_device_budget_bytes(options)) {
-    return invalid_argument("a KV store without a disk tier (no --kv-dir) keeps every chunk on the device: its budget of " +
+    return invalid_argument("a KV store without a disk tier keeps every chunk on the device: its budget of " +
                             mib(options.device_budget_bytes) + " is below the " +
                             mib(in_memory_device_budget_bytes(options)) + " that the context of " +
-                            std::to_string(s.n_ctx) + " tokens needs");
+                            std::to_string(s.n_ctx) + " tokens needs")
+        .about(Setting::kKvDir);
   }
   if (options.dir.empty() && options.host_codec != KvCodec::kNone) {
-    return invalid_argument("a KV store without a disk tier (no --kv-dir) has no host tier to encode for");
+    return invalid_argument("a KV store without a disk tier has no host tier to encode for").about(Setting::kKvDir);
   }
   if (options.compress != KvCompress::kOff && options.host_codec != KvCodec::kNone) {
-    return invalid_argument(std::string("--kv-compress ") + kv_compress_name(options.compress) +
-                            " needs --kv-host-codec none: with a lossy host codec the disk holds only the compressed form");
+    return invalid_argument(std::string("compressed disk reads (") + kv_compress_name(options.compress) +
+                            ") need the host tier's chunks as they are: with a lossy host codec the disk holds only "
+                            "the compressed form")
+        .about(Setting::kKvCompress);
   }
 
   std::unique_ptr<TieredKvCache> cache(new TieredKvCache(options));

@@ -1,15 +1,12 @@
 // TieredKvCache: the KvCache whose KV may be far larger than memory. Each layer's positions are cut
-// into chunks of C tokens (chunk_layout.h), each in exactly one tier: device (compute-ready, read
-// in place; RAM on the CPU), host (RAM, in the host codec's form: kv_codec.h) or disk (per-layer
-// files: disk_tier.h). Placement (residency.h) keeps device and host within their byte budgets,
-// abstracts included; the sink, the recent window and each layer's open chunk are pinned to the
-// device. Every chunk an append seals is on disk by the end of the append, so a later demotion
-// writes nothing. for_each_view gathers in batches of bounded scratch and promotes what it read
-// from disk. One thread drives it, as any KvCache; read-ahead reads on a thread of its own
-// (read_ahead.h). Reads, read-ahead, compressed transfers, shared prefixes:
-// docs/kv-store.md#the-tiered-store. The last three are collaborators (read_ahead_stage.h,
-// compressed_transfers.h, shared_prefix_chunks.h); the reads are in tiered_kv_cache_gather.cpp,
-// the catalog in tiered_kv_cache_catalog.cpp.
+// into chunks (chunk_layout.h), each in exactly one tier: device (compute-ready), host (RAM, in the
+// host codec's form) or disk (disk_tier.h). Placement (residency.h) keeps device and host within
+// their byte budgets; the sink, the recent window and each layer's open chunk stay on the device.
+// A sealed chunk is on disk by the end of its append, so a demotion writes nothing. Gathers read in
+// batches of bounded scratch (tiered_kv_cache_gather.cpp); the catalog is in
+// tiered_kv_cache_catalog.cpp; read-ahead, compressed transfers and shared prefixes are
+// collaborators (read_ahead_stage.h, compressed_transfers.h, shared_prefix_chunks.h). One thread
+// drives it. docs/kv-store.md#the-tiered-store
 #pragma once
 
 #include <array>

@@ -102,7 +102,8 @@ TEST(InMemoryTieredStore, ADeviceBudgetBelowTheWholeContextIsRefused) {
   auto kv = TieredKvCache::create(o);
   ASSERT_FALSE(kv.is_ok());
   EXPECT_EQ(kv.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(kv.status().message().find("no --kv-dir"), std::string::npos) << kv.status().message();
+  EXPECT_NE(kv.status().message().find("without a disk tier"), std::string::npos) << kv.status().message();
+  EXPECT_EQ(kv.status().setting(), Setting::kKvDir);
   o = in_memory_options(&fs);
   o.host_codec = KvCodec::kInt8;
   EXPECT_FALSE(TieredKvCache::create(o).is_ok());

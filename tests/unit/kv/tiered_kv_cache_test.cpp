@@ -240,10 +240,10 @@ TEST(TieredKvCache, RejectsADeviceBudgetBelowThePinnedChunks) {
   o.device_budget_bytes = TieredKvCacheOptions{}.device_budget_bytes + 1024;
   auto kv = TieredKvCache::create(o);
   ASSERT_FALSE(kv.is_ok());
-  EXPECT_NE(kv.status().message().find("--kv-device-mb"), std::string::npos) << kv.status().message();
+  EXPECT_EQ(kv.status().setting(), Setting::kKvDeviceBudget) << kv.status().message();
   o.dir.clear();
   o.device_budget_bytes = TieredKvCache::min_device_budget_bytes(o);
-  EXPECT_NE(TieredKvCache::create(o).status().message().find("--kv-dir"), std::string::npos);
+  EXPECT_EQ(TieredKvCache::create(o).status().setting(), Setting::kKvDir);
 }
 
 // By default the disk files are unlinked as soon as they are open: nothing is left behind however
