@@ -34,6 +34,7 @@ enum class DecodePipeline { kOff, kOn, kAuto };
 // host tiers hold at most device_bytes and host_bytes and whose disk tier is `dir`.
 struct KvStoreOptions {
   std::string dir;
+  KvDtype dtype = KvDtype::kF16;  // the stored form of device chunks (and of the in-memory cache)
   uint64_t device_bytes = uint64_t{256} << 20;
   uint64_t host_bytes = uint64_t{1024} << 20;
   int chunk_tokens = 0;  // 0: the policy's (default_chunk_tokens)

@@ -66,6 +66,7 @@ Result<std::unique_ptr<KvCache>> make_kv_store(const KvStoreOptions& kv, const M
     const ModelHparams& hp = model.hparams();
     MemoryKvCacheOptions m;
     m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+    m.dtype = kv.dtype;
     LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MemoryKvCache> store, MemoryKvCache::create(m));
     return std::unique_ptr<KvCache>(std::move(store));
   }
@@ -78,6 +79,7 @@ Result<std::unique_ptr<TieredKvCache>> make_tiered_kv_store(const KvStoreOptions
   const ModelHparams& hp = model.hparams();
   TieredKvCacheOptions t;
   t.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+  t.dtype = kv.dtype;
   t.chunk_tokens = kv.chunk_tokens;
   t.n_sink_tokens = kv.n_sink;
   t.n_recent_tokens = kv.n_recent;
@@ -149,6 +151,7 @@ Result<std::unique_ptr<Session>> Session::create(const Model& model, SessionOpti
   LEOAM_ASSIGN_OR_RETURN(session->selector_,
                          make_selector(options.attention, options.kv, model, *store, options.explain));
   apply_store_options(options.kv, options.forward);
+  options.forward.kv_dtype = options.kv.dtype;
   options.forward.selector = session->selector_.get();
   options.forward.trace = options.trace;
   LEOAM_ASSIGN_OR_RETURN(session->ctx_, ForwardContext::create(model, options.forward, std::move(store)));

@@ -30,7 +30,7 @@
 #include "bench_kv_report.h"
 #include "benchmark.h"
 #include "cli_common.h"
-#include "core/memory_bandwidth.h"
+#include "kernels/cpu/memory_bandwidth.h"
 #include "core/trace.h"
 #include "engine/sampler.h"
 #include "engine/step_breakdown.h"

@@ -14,7 +14,7 @@
 
 #include "attention_options.h"
 #include "benchmark.h"
-#include "core/memory_bandwidth.h"
+#include "kernels/cpu/memory_bandwidth.h"
 #include "engine/step_breakdown.h"
 #include "gather_benchmark.h"
 #include "kv/kv_stats.h"

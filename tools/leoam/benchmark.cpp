@@ -9,11 +9,12 @@
 #include <span>
 
 #include "core/ggml_type.h"
-#include "core/memory_bandwidth.h"
+#include "kernels/cpu/memory_bandwidth.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/peak_rate.h"
+#include "leoam/session.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 
@@ -213,11 +214,12 @@ Result<std::vector<BenchmarkRow>> run_benchmark(const Model& model, const Benchm
   std::vector<BenchmarkRow> rows;
   std::vector<float> logits;
   for (int n_threads : options.n_threads) {
-    ForwardOptions fwd;
-    fwd.n_ctx = max_depth + n_run;
-    fwd.n_threads = n_threads;
-    fwd.kv_dtype = options.kv_dtype;
-    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardContext> ctx, ForwardContext::create(model, fwd));
+    SessionOptions session;  // full attention over the KV in RAM
+    session.forward.n_ctx = max_depth + n_run;
+    session.forward.n_threads = n_threads;
+    session.kv.dtype = options.kv_dtype;
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<Session> made, Session::create(model, session));
+    ForwardContext* ctx = &made->context();
 
     for (int depth : options.depths) {
       const std::span<const int32_t> fill(tokens.data(), static_cast<size_t>(depth));

@@ -318,13 +318,12 @@ class EvalCommand : public Command {
       haystack = std::move(*text);
     }
 
-    Result<std::unique_ptr<Model>> model = Model::load(model_path_);
-    if (!model.is_ok()) return fail(named(model.status(), model_path_));
-    Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
-    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
-    const Tokenizer& tok = **tokenizer;
-    const int64_t n_ctx_limit = n_ctx_ > 0 ? n_ctx_ : (*model)->hparams().n_ctx_train;
-    n_layer_ = (*model)->hparams().n_layer;
+    Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
+    if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
+    const Model& model = (*engine)->model();
+    const Tokenizer& tok = (*engine)->tokenizer();
+    const int64_t n_ctx_limit = n_ctx_ > 0 ? n_ctx_ : model.hparams().n_ctx_train;
+    n_layer_ = model.hparams().n_layer;
     for (const double budget : budgets_) {
       if (const std::string why = sparse::budget_error(budget); !why.empty()) {
         print_error("--budget " + format_number(budget) + ": " + why);
@@ -435,7 +434,7 @@ class EvalCommand : public Command {
                       policy_label(r.policy, r.budget).c_str());
         status.show(what);
         Result<Json> line = SigintScope::interrupted() ? Result<Json>(cancelled("interrupted"))
-                                                       : eval::run_sample(**model, tok, run_options, s, r, n_run);
+                                                       : eval::run_sample(model, tok, run_options, s, r, n_run);
         if (!line.is_ok() && line.status().code() == StatusCode::kCancelled) {
           status.clear();
           interrupted = true;

@@ -139,12 +139,11 @@ class ServeCommand : public Command {
   }
 
   int execute() override {
-    Result<std::unique_ptr<Model>> model = Model::load(model_path_);
-    if (!model.is_ok()) return fail(named(model.status(), model_path_));
-    Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf((*model)->gguf());
-    if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));
-    const Model& m = **model;
-    Result<server::ChatRenderer> chat = chat_renderer(chat_template_, m, **tokenizer);
+    Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
+    if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
+    const Model& m = (*engine)->model();
+    const Tokenizer& tokenizer = (*engine)->tokenizer();
+    Result<server::ChatRenderer> chat = chat_renderer(chat_template_, m, tokenizer);
     if (!chat.is_ok()) return fail(chat.status());
     http_.chat = std::move(*chat);
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : m.hparams().n_ctx_train;
@@ -191,7 +190,7 @@ class ServeCommand : public Command {
     fwd.n_batch = n_batch_;
     apply_store_options(store, fwd);
     fwd.sparse_continuation = sparse_continuation_;
-    Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, **tokenizer, fwd, factory, scheduler_);
+    Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, tokenizer, fwd, factory, scheduler_);
     if (!scheduler.is_ok()) return fail(scheduler.status());
 
     if (http_.model_id.empty()) http_.model_id = std::filesystem::path(model_path_).stem().string();
@@ -201,7 +200,7 @@ class ServeCommand : public Command {
     http_.setting_name = flag_for;
     // Every request running, every one waiting, and a few for /health and /metrics.
     http_.n_threads = scheduler_.n_parallel + scheduler_.max_queued + 4;
-    Result<std::unique_ptr<server::HttpServer>> server = server::HttpServer::create(http_, **scheduler, **tokenizer);
+    Result<std::unique_ptr<server::HttpServer>> server = server::HttpServer::create(http_, **scheduler, tokenizer);
     if (!server.is_ok()) return fail(server.status());
 
     SigintScope sigint;

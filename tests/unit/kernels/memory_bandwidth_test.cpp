@@ -1,4 +1,4 @@
-#include "core/memory_bandwidth.h"
+#include "kernels/cpu/memory_bandwidth.h"
 
 #include <gtest/gtest.h>
 
