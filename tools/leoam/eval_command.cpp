@@ -274,40 +274,42 @@ class EvalCommand : public Command {
     return cmd;
   }
 
-  int execute() override {
-    // Checks that need no model.
+  // The flags' consistency, checked before the model loads: an error message, or "". Sets --task
+  // ppl's one sample per window and depth (--seeds and --first-seed do not apply) and its depth 0.
+  std::string check_flags() {
     const bool ppl = task_ == kPplTask;
     const std::vector<std::string> tasks = split_words(std::string(eval::task_names()) + " " + eval::heldout_task_names());
     if (!ppl && std::find(tasks.begin(), tasks.end(), task_) == tasks.end()) {
-      print_error("--task '" + task_ + "' is not a task; tasks: " + eval::task_names() + " " +
-                  eval::heldout_task_names() + " ppl");
-      return kExitUsage;
+      return "--task '" + task_ + "' is not a task; tasks: " + eval::task_names() + " " + eval::heldout_task_names() +
+             " ppl";
     }
-    if (ppl && text_path_.empty()) {
-      print_error("--task ppl needs --text FILE, the text to score");
-      return kExitUsage;
-    }
+    if (ppl && text_path_.empty()) return "--task ppl needs --text FILE, the text to score";
     if (!ppl && (!text_path_.empty() || n_windows_ != 0)) {
-      print_error("--text and --windows apply to --task ppl only, not to --task " + task_);
-      return kExitUsage;
+      return "--text and --windows apply to --task ppl only, not to --task " + task_;
     }
     if (ppl && straddle_chunk_ != 0) {
-      print_error("--straddle-chunk applies to the retrieval tasks, not to --task ppl (which has no needle)");
-      return kExitUsage;
+      return "--straddle-chunk applies to the retrieval tasks, not to --task ppl (which has no needle)";
     }
     if (ppl && !haystack_path_.empty()) {
-      print_error("--haystack applies to the retrieval tasks, not to --task ppl (which scores --text)");
-      return kExitUsage;
+      return "--haystack applies to the retrieval tasks, not to --task ppl (which scores --text)";
     }
-    if (ppl) {  // one sample per window and depth: --seeds and --first-seed do not apply
+    if (ppl) {
       if (depth_option_->count() == 0) depths_ = {0.0};
       n_seeds_ = 1;
       first_seed_ = 0;
     }
     if (ctxs_.empty() || depths_.empty() || policies_.empty() || budgets_.empty()) {
-      print_error("--ctx, --depth, --policy and --budget each need at least one value");
+      return "--ctx, --depth, --policy and --budget each need at least one value";
+    }
+    return "";
+  }
+
+  int execute() override {
+    if (const std::string why = check_flags(); !why.empty()) {
+      print_error(why);
       return kExitUsage;
     }
+    const bool ppl = task_ == kPplTask;
     std::string haystack;
     if (!haystack_path_.empty()) {
       Result<std::string> text = read_text_file(haystack_path_);
