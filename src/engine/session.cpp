@@ -17,7 +17,8 @@ int64_t far_tokens(const KvStoreOptions& kv, int64_t n_ctx) {
   return std::max<int64_t>(0, n_ctx - kv.n_sink - kv.n_recent);
 }
 
-// The policy the options name; an unknown name fails where the selector is made.
+// The policy the options name; an unknown name fails where the selector is made (make_selector,
+// and so Session::create, before anything reads these defaults).
 const sparse::PolicyInfo& policy_info(const AttentionOptions& a) {
   const Result<const sparse::PolicyInfo*> info = sparse::find_policy(a.policy);
   return info.is_ok() ? **info : sparse::policies().front();
@@ -111,10 +112,11 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_selector(const AttentionOp
     budget << "the budget " << a.budget << ": ";  // %g: "the budget inf: "
     return invalid_argument(budget.str() + why);
   }
+  LEOAM_ASSIGN_OR_RETURN(const sparse::PolicyInfo* info, sparse::find_policy(a.policy));
   const ModelHparams& hp = model.hparams();
   sparse::SparseAttentionOptions s;
   s.layer_budgets = effective_layer_budgets(a, hp.n_layer);
-  if (policy_info(a).dense) return std::unique_ptr<sparse::SparseAttention>();
+  if (info->dense) return std::unique_ptr<sparse::SparseAttention>();
   s.policy = a.policy;
   s.budget = a.budget;
   s.n_sink = kv.n_sink;
@@ -140,6 +142,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path) {
 }
 
 Result<std::unique_ptr<Session>> Session::create(const Model& model, SessionOptions options) {
+  LEOAM_RETURN_IF_ERROR(sparse::find_policy(options.attention.policy).status());
   const int64_t n_ctx = options.forward.n_ctx > 0 ? options.forward.n_ctx : model.hparams().n_ctx_train;
   if (options.kv.chunk_tokens == 0) options.kv.chunk_tokens = default_chunk_tokens(options.attention, options.kv, n_ctx);
   KvStoreNeeds needs = kv_store_needs(options.attention, options.kv, model, n_ctx);

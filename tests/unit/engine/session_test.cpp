@@ -109,6 +109,10 @@ TEST_F(SessionTest, ErrorsNameNoFlag) {
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.status().message().find("--"), std::string::npos) << s.status().message();
 
+  Result<std::unique_ptr<Session>> typo = Session::create(*model_, options("leaom"));
+  ASSERT_FALSE(typo.is_ok()) << "an unknown policy must not fall back to full attention";
+  EXPECT_NE(typo.status().message().find("'leaom' is unknown"), std::string::npos) << typo.status().message();
+
   testing_util::TempDir dir;
   SessionOptions no_staging = options("leoam", dir.path());
   no_staging.kv.pipeline = DecodePipeline::kOn;
