@@ -11,18 +11,11 @@
 #include "kernels/cpu/attention_tiles.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as uninitialized.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/cpu/avx512_util.h"  // first: before any include of immintrin.h
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#define LEOAM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace leoam::kernels::detail {
 namespace {
