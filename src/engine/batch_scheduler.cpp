@@ -413,8 +413,7 @@ void BatchScheduler::finish(size_t i, FinishReason reason, Status error) {
     written = s.tiers[static_cast<int>(Tier::kDisk)].bytes_written;
   }
   if (const sparse::SparseAttention* sparse = r->slot.selector.get(); sparse != nullptr) {
-    const sparse::LayerSparseStats t = sparse->total();
-    if (t.n_visible > 0) e.attended_share = static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible);
+    e.attended_share = sparse->total().attended_share();
   }
   // The store is freed (its files removed), and the stats say so, before the client hears the end;
   // one whose prompt the cache keeps goes to the saver, which frees it after the copy. The cache

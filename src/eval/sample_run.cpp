@@ -19,10 +19,7 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 // Tokens attended as a percentage of those visible, over every layer and query the selector saw.
-double attended_pct(const sparse::SparseAttention& selector) {
-  const sparse::LayerSparseStats t = selector.total();
-  return t.n_visible > 0 ? 100.0 * static_cast<double>(t.n_attended) / static_cast<double>(t.n_visible) : 100.0;
-}
+double attended_pct(const sparse::SparseAttention& selector) { return 100.0 * selector.total().attended_share(); }
 
 // A line's "bytes_read": what the run read out of each tier, as `run --kv-stats` counts it.
 Json bytes_read_json(const KvStats& stats) {

@@ -62,6 +62,11 @@ struct LayerSparseStats {
   int64_t n_chunks_scored = 0;
   int64_t n_splits = 0;  // leoam's adaptive chunks (IAKM)
   int64_t n_merges = 0;
+
+  // The share of the visible tokens attended; 1 where no query saw any.
+  double attended_share() const {
+    return n_visible > 0 ? static_cast<double>(n_attended) / static_cast<double>(n_visible) : 1.0;
+  }
 };
 
 class SparseAttention final : public AttentionSelector {
