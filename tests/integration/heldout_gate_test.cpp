@@ -1,8 +1,9 @@
 // The regression gate of every policy change (docs/evaluation.md#held-out-sets): on 36 samples of
 // the held-out tasks, which no policy was tuned on, leoam at 10% with the KV mostly on disk
-// falls no further short of full attention than kGap answers, the gap where the gate was set.
-// The target is 1; lower kGap as the policy earns it, never raise it. And `eval --explain` says,
-// per step and layer, where the answer's tokens ranked under leoam and the exact-mass oracle.
+// answers within one of the exact-mass oracle at the same budget (what a selection can lose) and
+// falls no further short of full attention than kGap answers. The oracle itself falls 4 short of
+// full here: that part of the gap is the budget's, and kGap cannot go below the oracle's.
+// And `eval --explain` says, per step and layer, where the answer's tokens ranked under both.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -23,7 +24,8 @@ using leoam::testing_cli::CliResult;
 using leoam::testing_cli::read_file;
 
 const std::string kGateModel = std::string(LEOAM_SOURCE_DIR) + "/models/leoam-byte-4l/leoam-byte-4l.gguf";
-constexpr double kGap = 4;  // answers leoam@0.1 may fall short of full by (the target: 1)
+constexpr double kGap = 4;            // answers leoam@0.1 may fall short of full by (issue 49's target: 1)
+constexpr double kSelectionLoss = 1;  // answers leoam@0.1 may fall short of the oracle@0.1 by
 
 class HeldoutGateTest : public ::testing::Test {
  protected:
@@ -56,27 +58,30 @@ class HeldoutGateTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(HeldoutGateTest, LeoamAtTenPercentAnswersAsFullAttention) {
-  double full = 0;
-  double leoam = 0;
+TEST_F(HeldoutGateTest, LeoamAtTenPercentAnswersAsTheOracleAndNearFullAttention) {
+  std::map<std::string, double> answered;
   std::string misses;
   for (const std::string task : {"ledger", "dialogue", "logbook"}) {
     const std::vector<nlohmann::json> lines =
-        eval(task, "4096", "0.1,0.4,0.7,0.95", "3", {"--policy", "full,leoam", "--budget", "0.1"});
-    EXPECT_EQ(lines.size(), 24u) << task;
+        eval(task, "4096", "0.1,0.4,0.7,0.95", "3", {"--policy", "full,leoam,oracle", "--budget", "0.1"});
+    EXPECT_EQ(lines.size(), 36u) << task;
     for (const nlohmann::json& j : lines) {
       const double score = j.at("score").get<double>();
-      const bool is_full = j.at("policy") == "full";
-      (is_full ? full : leoam) += score;
+      const std::string policy = j.at("policy").get<std::string>();
+      answered[policy] += score;
       EXPECT_GT(j.at("bytes_read").at("disk").get<double>(), 0) << j.dump();  // the KV really was on disk
-      if (!is_full) {
+      if (policy != "full") {
         EXPECT_LE(j.at("tokens_attended_pct").get<double>(), 15.0) << j.dump();
       }
-      if (score < 1) misses += j.dump() + "\n";
+      if (score < 1 && policy == "leoam") misses += j.dump() + "\n";
     }
   }
-  EXPECT_GE(full, 27) << "full attention answers most of the 36 samples\n" << misses;
-  EXPECT_GE(leoam, full - kGap) << "leoam@0.1 answered " << leoam << ", full " << full << "\n" << misses;
+  const double full = answered["full"], leoam = answered["leoam"], oracle = answered["oracle"];
+  const std::string counts = "full " + std::to_string(full) + ", oracle@0.1 " + std::to_string(oracle) +
+                             ", leoam@0.1 " + std::to_string(leoam) + "; leoam's misses:\n" + misses;
+  EXPECT_GE(full, 27) << "full attention answers most of the 36 samples: " << counts;
+  EXPECT_GE(leoam, oracle - kSelectionLoss) << counts;
+  EXPECT_GE(leoam, full - kGap) << counts;
 }
 
 TEST_F(HeldoutGateTest, ExplainSaysWhereTheAnswerRanked) {
