@@ -78,11 +78,12 @@ void apply_store_options(const KvStoreOptions& kv, ForwardOptions& forward);
 // The per-layer budgets of every sparse policy alike: as given, else the default schedule.
 std::map<int, double> effective_layer_budgets(const AttentionOptions& attention, int n_layer);
 // The store's chunk size when none is given, for a context of n_ctx tokens: the policy's at its
-// far budget over n_ctx outside the sink and the recent window.
-int default_chunk_tokens(const AttentionOptions& attention, const KvStoreOptions& kv, int64_t n_ctx);
+// far budget over n_ctx outside the sink and the recent window. Fails for an unknown policy.
+Result<int> default_chunk_tokens(const AttentionOptions& attention, const KvStoreOptions& kv, int64_t n_ctx);
 // What the policy needs of a store for `model` at n_ctx positions (with kv.chunk_tokens set).
-KvStoreNeeds kv_store_needs(const AttentionOptions& attention, const KvStoreOptions& kv, const Model& model,
-                            int64_t n_ctx);
+// Fails for an unknown policy.
+Result<KvStoreNeeds> kv_store_needs(const AttentionOptions& attention, const KvStoreOptions& kv, const Model& model,
+                                    int64_t n_ctx);
 
 // The store the options describe for `model` at n_ctx positions: the tiered store with a dir,
 // else the in-memory cache; or, when needs.chunks and no dir, a tiered store without a disk

@@ -17,13 +17,6 @@ int64_t far_tokens(const KvStoreOptions& kv, int64_t n_ctx) {
   return std::max<int64_t>(0, n_ctx - kv.n_sink - kv.n_recent);
 }
 
-// The policy the options name; an unknown name fails where the selector is made (make_selector,
-// and so Session::create, before anything reads these defaults).
-const sparse::PolicyInfo& policy_info(const AttentionOptions& a) {
-  const Result<const sparse::PolicyInfo*> info = sparse::find_policy(a.policy);
-  return info.is_ok() ? **info : sparse::policies().front();
-}
-
 }  // namespace
 
 bool decode_pipeline(const KvStoreOptions& kv) { return !kv.dir.empty() && kv.pipeline != DecodePipeline::kOff; }
@@ -38,15 +31,17 @@ std::map<int, double> effective_layer_budgets(const AttentionOptions& a, int n_l
   return a.layer_budgets.empty() ? sparse::default_layer_budgets(a.budget, n_layer) : a.layer_budgets;
 }
 
-int default_chunk_tokens(const AttentionOptions& a, const KvStoreOptions& kv, int64_t n_ctx) {
-  return policy_info(a).chunk_tokens(a.policy_options, sparse::far_budget_tokens(a.budget, far_tokens(kv, n_ctx)));
+Result<int> default_chunk_tokens(const AttentionOptions& a, const KvStoreOptions& kv, int64_t n_ctx) {
+  LEOAM_ASSIGN_OR_RETURN(const sparse::PolicyInfo* info, sparse::find_policy(a.policy));
+  return info->chunk_tokens(a.policy_options, sparse::far_budget_tokens(a.budget, far_tokens(kv, n_ctx)));
 }
 
-KvStoreNeeds kv_store_needs(const AttentionOptions& a, const KvStoreOptions& kv, const Model& model, int64_t n_ctx) {
-  const sparse::PolicyInfo& info = policy_info(a);
+Result<KvStoreNeeds> kv_store_needs(const AttentionOptions& a, const KvStoreOptions& kv, const Model& model,
+                                    int64_t n_ctx) {
+  LEOAM_ASSIGN_OR_RETURN(const sparse::PolicyInfo* info, sparse::find_policy(a.policy));
   KvStoreNeeds needs;
-  needs.chunks = info.needs_catalog;
-  needs.resident_abstracts = info.scores_every_abstract(a.policy_options);
+  needs.chunks = info->needs_catalog;
+  needs.resident_abstracts = info->scores_every_abstract(a.policy_options);
   // The grain of the trees at the whole context's budget (as default_chunk_tokens sizes the
   // chunks): a shorter context's trees may use finer blocks, which a tree grown from the disk
   // then fills with its records' boxes (sound, looser).
@@ -56,7 +51,7 @@ KvStoreNeeds kv_store_needs(const AttentionOptions& a, const KvStoreOptions& kv,
   for (int il = 0; il < n_layer; ++il) {
     const double b = budgets.count(il) != 0 ? budgets.at(il) : a.budget;
     needs.abstract_tokens.push_back(
-        info.abstract_tokens(a.policy_options, il, kv.chunk_tokens, sparse::far_budget_tokens(b, far), n_ctx));
+        info->abstract_tokens(a.policy_options, il, kv.chunk_tokens, sparse::far_budget_tokens(b, far), n_ctx));
   }
   return needs;
 }
@@ -142,10 +137,11 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path) {
 }
 
 Result<std::unique_ptr<Session>> Session::create(const Model& model, SessionOptions options) {
-  LEOAM_RETURN_IF_ERROR(sparse::find_policy(options.attention.policy).status());
   const int64_t n_ctx = options.forward.n_ctx > 0 ? options.forward.n_ctx : model.hparams().n_ctx_train;
-  if (options.kv.chunk_tokens == 0) options.kv.chunk_tokens = default_chunk_tokens(options.attention, options.kv, n_ctx);
-  KvStoreNeeds needs = kv_store_needs(options.attention, options.kv, model, n_ctx);
+  if (options.kv.chunk_tokens == 0) {
+    LEOAM_ASSIGN_OR_RETURN(options.kv.chunk_tokens, default_chunk_tokens(options.attention, options.kv, n_ctx));
+  }
+  LEOAM_ASSIGN_OR_RETURN(KvStoreNeeds needs, kv_store_needs(options.attention, options.kv, model, n_ctx));
   needs.batched = options.batched;
   needs.chunks = needs.chunks || options.tiered;
   auto session = std::unique_ptr<Session>(new Session());

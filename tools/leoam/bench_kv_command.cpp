@@ -215,7 +215,8 @@ class BenchKvCommand : public Command {
     GatherBenchOptions g;
     g.dir = o_.kv.dir;
     g.shapes = {{hp.n_head_kv, hp.head_dim}};
-    g.chunk_tokens = {chunk_tokens_for(o_.policies.front(), o_.ctxs.front())};
+    LEOAM_ASSIGN_OR_RETURN(const int chunk_tokens, chunk_tokens_for(o_.policies.front(), o_.ctxs.front()));
+    g.chunk_tokens = {chunk_tokens};
     g.file_bytes = o_.disk_probe_mb << 20;
     g.queue_depth = o_.kv.queue_depth;
     g.n_reps = 3;
@@ -233,7 +234,7 @@ class BenchKvCommand : public Command {
     return Status::ok();
   }
 
-  int chunk_tokens_for(const std::string& policy, int64_t n_ctx) const {
+  Result<int> chunk_tokens_for(const std::string& policy, int64_t n_ctx) const {
     if (store_.chunk_tokens > 0) return store_.chunk_tokens;
     AttentionOptions a = attention_;
     a.policy = policy;
@@ -299,13 +300,13 @@ class BenchKvCommand : public Command {
     BenchKvRun& run = bench->run;
     run.policy = policy;
     run.n_ctx = n_ctx;
-    run.chunk_tokens = chunk_tokens_for(policy, n_ctx);
+    LEOAM_ASSIGN_OR_RETURN(run.chunk_tokens, chunk_tokens_for(policy, n_ctx));
     AttentionOptions attention = attention_;
     attention.policy = policy;
     KvStoreOptions kv_options = store_;
     kv_options.chunk_tokens = run.chunk_tokens;
     const int64_t n_store = n_ctx + o_.n_gen;
-    KvStoreNeeds needs = kv_store_needs(attention, kv_options, model, n_store);
+    LEOAM_ASSIGN_OR_RETURN(KvStoreNeeds needs, kv_store_needs(attention, kv_options, model, n_store));
     needs.chunks = true;  // every policy through the tiered store: their reads compare
     needs.batched = o_.batch > 1;
     if (sparse::is_dense_policy(policy) && decode_pipeline(kv_options)) {

@@ -365,9 +365,10 @@ class RunCommand : public Command {
     const SessionOptions& so = session.options();
     const int64_t n_ctx = session.context().n_ctx();
     for (size_t i = 1; i < prompts.size(); ++i) {
-      KvStoreNeeds needs = kv_store_needs(so.attention, so.kv, model, n_ctx);
-      needs.batched = true;
-      Result<std::unique_ptr<KvCache>> kv = make_kv_store(so.kv, model, n_ctx, needs);
+      Result<KvStoreNeeds> needs = kv_store_needs(so.attention, so.kv, model, n_ctx);
+      if (!needs.is_ok()) return fail(needs.status());
+      needs->batched = true;
+      Result<std::unique_ptr<KvCache>> kv = make_kv_store(so.kv, model, n_ctx, *needs);
       if (!kv.is_ok()) return fail(kv.status());
       Result<std::unique_ptr<sparse::SparseAttention>> selector = make_selector(so.attention, so.kv, model, **kv);
       if (!selector.is_ok()) return fail(selector.status());

@@ -153,9 +153,15 @@ class ServeCommand : public Command {
     Result<AttentionOptions> checked_attention = attention_options(attention_options_, m.hparams().n_layer);
     if (!checked_attention.is_ok()) return fail(checked_attention.status());
     const AttentionOptions attention = *checked_attention;
-    if (store.chunk_tokens == 0) store.chunk_tokens = default_chunk_tokens(attention, store, n_ctx);
+    if (store.chunk_tokens == 0) {
+      const Result<int> chunk_tokens = default_chunk_tokens(attention, store, n_ctx);
+      if (!chunk_tokens.is_ok()) return fail(chunk_tokens.status());
+      store.chunk_tokens = *chunk_tokens;
+    }
     kv_options_.chunk_tokens = store.chunk_tokens;
-    const KvStoreNeeds needs = kv_store_needs(attention, store, m, n_ctx);
+    const Result<KvStoreNeeds> checked_needs = kv_store_needs(attention, store, m, n_ctx);
+    if (!checked_needs.is_ok()) return fail(checked_needs.status());
+    const KvStoreNeeds needs = *checked_needs;
     // Each request's store and selector, as `leoam run` makes its one. A first one is made now,
     // so that a flag the store or policy refuses fails at the start, not at the first request.
     SequenceFactory factory = [store, attention, needs, &m, n_ctx]() -> Result<SequenceSlot> {

@@ -84,8 +84,8 @@ TEST_F(SessionTest, GeneratesWhatTheHandAssembledPartsGenerate) {
 
   testing_util::TempDir dir2;
   o.kv.dir = dir2.path();
-  o.kv.chunk_tokens = default_chunk_tokens(o.attention, o.kv, 256);
-  Result<std::unique_ptr<KvCache>> kv = make_kv_store(o.kv, *model_, 256, kv_store_needs(o.attention, o.kv, *model_, 256));
+  o.kv.chunk_tokens = *default_chunk_tokens(o.attention, o.kv, 256);
+  Result<std::unique_ptr<KvCache>> kv = make_kv_store(o.kv, *model_, 256, *kv_store_needs(o.attention, o.kv, *model_, 256));
   ASSERT_TRUE(kv.is_ok()) << kv.status().message();
   Result<std::unique_ptr<sparse::SparseAttention>> selector = make_selector(o.attention, o.kv, *model_, **kv);
   ASSERT_TRUE(selector.is_ok()) << selector.status().message();
@@ -112,6 +112,9 @@ TEST_F(SessionTest, ErrorsNameNoFlag) {
   Result<std::unique_ptr<Session>> typo = Session::create(*model_, options("leaom"));
   ASSERT_FALSE(typo.is_ok()) << "an unknown policy must not fall back to full attention";
   EXPECT_NE(typo.status().message().find("'leaom' is unknown"), std::string::npos) << typo.status().message();
+  const SessionOptions unknown = options("leaom");
+  EXPECT_FALSE(default_chunk_tokens(unknown.attention, unknown.kv, 256).is_ok()) << "no other policy's chunks";
+  EXPECT_FALSE(kv_store_needs(unknown.attention, unknown.kv, *model_, 256).is_ok()) << "no other policy's needs";
 
   testing_util::TempDir dir;
   SessionOptions no_staging = options("leoam", dir.path());
