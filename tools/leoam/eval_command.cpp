@@ -305,11 +305,37 @@ class EvalCommand : public Command {
   }
 
   int execute() override {
+    Prepared p;
+    if (const int code = prepare(p); code != kExitOk) return code;
+    std::set<std::string> done;
+    std::vector<Json> lines;
+    int n_todo = 0;
+    if (const int code = resume(*p.plan, done, lines, n_todo); code != kExitOk) return code;
+    bool interrupted = false;
+    if (const int code = run_plan(p, n_todo, done, lines, interrupted); code != kExitOk) return code;
+    if (task_ == kPplTask) {
+      print_ppl_table(lines);
+    } else {
+      print_table(lines);
+    }
+    return interrupted ? kExitInterrupted : kExitOk;
+  }
+
+ private:
+  // What the runs need: the model, each run's options and the sweep's samples and runs.
+  struct Prepared {
+    std::unique_ptr<Engine> engine;
+    eval::SampleRunOptions run_options;
+    std::optional<eval::SweepPlan> plan;
+  };
+
+  // Checks the flags, loads the model and plans every sample, before --out is touched (a context
+  // that does not fit fails here). kExitOk, or the exit code after the error is printed.
+  int prepare(Prepared& p) {
     if (const std::string why = check_flags(); !why.empty()) {
       print_error(why);
       return kExitUsage;
     }
-    const bool ppl = task_ == kPplTask;
     std::string haystack;
     if (!haystack_path_.empty()) {
       Result<std::string> text = read_text_file(haystack_path_);
@@ -322,8 +348,8 @@ class EvalCommand : public Command {
 
     Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
     if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
-    const Model& model = (*engine)->model();
-    const Tokenizer& tok = (*engine)->tokenizer();
+    p.engine = std::move(*engine);
+    const Model& model = p.engine->model();
     const int64_t n_ctx_limit = n_ctx_ > 0 ? n_ctx_ : model.hparams().n_ctx_train;
     n_layer_ = model.hparams().n_layer;
     for (const double budget : budgets_) {
@@ -332,7 +358,7 @@ class EvalCommand : public Command {
         return kExitUsage;
       }
     }
-    eval::SampleRunOptions run_options;
+    eval::SampleRunOptions& run_options = p.run_options;
     if (Result<AttentionOptions> checked = attention_options(attention_options_, n_layer_); checked.is_ok()) {
       run_options.session.attention = std::move(*checked);
     } else {
@@ -352,7 +378,6 @@ class EvalCommand : public Command {
     run_options.session.forward.n_batch = n_batch_;
     run_options.session.forward.should_stop = &SigintScope::interrupted;
 
-    // Every sample, before --out is touched: a context that does not fit fails here.
     eval::SweepOptions sweep;
     sweep.task = task_;
     sweep.ctxs = ctxs_;
@@ -364,7 +389,7 @@ class EvalCommand : public Command {
     sweep.haystack_text = std::move(haystack);
     sweep.straddle_chunk = straddle_chunk_;
     sweep.n_windows = n_windows_;
-    if (ppl) {
+    if (task_ == kPplTask) {
       Result<std::string> text = read_text_file(text_path_);
       if (!text.is_ok()) {
         print_error("--text: " + text.status().message());
@@ -379,32 +404,48 @@ class EvalCommand : public Command {
         return kExitUsage;
       }
     }
-    Result<eval::SweepPlan> plan = eval::plan_sweep(sweep, tok, n_ctx_limit);
+    Result<eval::SweepPlan> plan = eval::plan_sweep(sweep, p.engine->tokenizer(), n_ctx_limit);
     if (!plan.is_ok()) {  // e.g. a context too short for the task
       print_error(error_text(plan.status()));
       return kExitUsage;
     }
+    p.plan = std::move(*plan);
+    return kExitOk;
+  }
 
-    // Resume: skip what --out holds; cut a torn last line off.
+  // Resume: the runs --out holds (their keys in `done`, their lines in `lines`), a torn last
+  // line cut off, and n_todo the plan's runs it lacks. kExitOk, or the exit code after the error
+  // is printed.
+  int resume(const eval::SweepPlan& plan, std::set<std::string>& done, std::vector<Json>& lines, int& n_todo) {
     Result<eval::ResultsFile> existing = read_results(out_path_);
     if (!existing.is_ok()) return fail(existing.status());
-    std::set<std::string> done = existing->run_keys();
+    done = existing->run_keys();
     if (existing->torn()) {
       std::error_code ec;
       fs::resize_file(out_path_, existing->complete_bytes, ec);
       if (ec) return fail(io_error("cannot cut the torn last line of --out file '" + out_path_ + "': " + ec.message()));
       std::fprintf(stderr, "leoam: eval: %s: cut off a torn last line (an interrupted write)\n", out_path_.c_str());
     }
-    std::vector<Json> lines = std::move(existing->lines);
-    int n_skipped = 0, n_todo = 0;
-    for (const eval::SampleSpec& s : plan->samples) {
-      for (const eval::EvalRun& r : plan->runs) {
+    lines = std::move(existing->lines);
+    int n_skipped = 0;
+    n_todo = 0;
+    for (const eval::SampleSpec& s : plan.samples) {
+      for (const eval::EvalRun& r : plan.runs) {
         ++(done.count(eval::run_key(task_, s, r, straddle_chunk_)) != 0 ? n_skipped : n_todo);
       }
     }
     std::fprintf(stderr, "leoam: eval: %d runs, %d skipped (already in %s)\n", n_todo + n_skipped, n_skipped,
                  out_path_.c_str());
+    return kExitOk;
+  }
 
+  // Runs what `done` lacks, each line appended to --out as it ends and to `lines`. Ctrl-C stops
+  // the run in progress (its line is not written) and sets `interrupted`: the same command
+  // resumes from --out. kExitOk, or the exit code after the error is printed.
+  int run_plan(const Prepared& p, int n_todo, std::set<std::string>& done, std::vector<Json>& lines,
+               bool& interrupted) {
+    const Model& model = p.engine->model();
+    const Tokenizer& tok = p.engine->tokenizer();
     std::FILE* out = std::fopen(out_path_.c_str(), "ab");
     if (out == nullptr) {
       return fail(io_error("cannot write --out file '" + out_path_ + "': " + std::strerror(errno)));
@@ -413,13 +454,10 @@ class EvalCommand : public Command {
     StatusLine status(on_terminal, "eval");
     int n_run = 0;
     int exit_code = kExitOk;
-    // Ctrl-C stops the run in progress (its line is not written), prints the table of the runs
-    // done, and exits 130: the same command resumes from --out.
     SigintScope sigint;
-    bool interrupted = false;
-    for (const eval::SampleSpec& s : plan->samples) {
+    for (const eval::SampleSpec& s : p.plan->samples) {
       bool prompt_shown = false;
-      for (const eval::EvalRun& r : plan->runs) {
+      for (const eval::EvalRun& r : p.plan->runs) {
         const std::string key = eval::run_key(task_, s, r, straddle_chunk_);
         if (done.count(key) != 0) continue;
         if (show_prompt_ && !prompt_shown) {
@@ -436,7 +474,7 @@ class EvalCommand : public Command {
                       policy_label(r.policy, r.budget).c_str());
         status.show(what);
         Result<Json> line = SigintScope::interrupted() ? Result<Json>(cancelled("interrupted"))
-                                                       : eval::run_sample(model, tok, run_options, s, r, n_run);
+                                                       : eval::run_sample(model, tok, p.run_options, s, r, n_run);
         if (!line.is_ok() && line.status().code() == StatusCode::kCancelled) {
           status.clear();
           interrupted = true;
@@ -462,8 +500,9 @@ class EvalCommand : public Command {
           std::fwrite(block.data(), 1, block.size(), stdout);
           std::fflush(stdout);
         }
-        const std::string result = std::string(what) + (ppl ? ": perplexity " + format_number((*line)["ppl"].get<double>())
-                                                            : ": score " + format_number((*line)["score"].get<double>()));
+        const std::string result =
+            std::string(what) + (task_ == kPplTask ? ": perplexity " + format_number((*line)["ppl"].get<double>())
+                                                   : ": score " + format_number((*line)["score"].get<double>()));
         if (on_terminal) {
           status.show(result);
         } else {
@@ -477,16 +516,9 @@ class EvalCommand : public Command {
     if (std::fclose(out) != 0 && exit_code == kExitOk) {
       exit_code = fail(io_error("error writing --out file '" + out_path_ + "'"));
     }
-    if (exit_code != kExitOk) return exit_code;
-    if (ppl) {
-      print_ppl_table(lines);
-    } else {
-      print_table(lines);
-    }
-    return interrupted ? kExitInterrupted : kExitOk;
+    return exit_code;
   }
 
- private:
   // --task ppl's markdown table over every ppl line of --out: one row per (depth, policy, budget),
   // in the order they first appear; perplexity and bits per byte pool every window's tokens and
   // bytes, and "vs full" compares with full at the same depth (the same tokens scored).
