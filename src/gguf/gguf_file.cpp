@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <unordered_set>
 
+#include "gguf/quoted_name.h"
 #include "io/mapped_file.h"
 
 namespace leoam {
@@ -18,22 +19,6 @@ namespace {
 size_t min_kv_bytes(uint32_t version) { return (version == 1 ? 4 : 8) + 4 + 1; }
 // name length + n_dims + type id + offset
 size_t min_tensor_info_bytes(uint32_t version) { return (version == 1 ? 4 : 8) + 4 + 4 + 8; }
-
-std::string quote(std::string_view s) {
-  // Names come from untrusted bytes: keep error messages printable and short.
-  std::string out = "'";
-  size_t n = 0;
-  for (char c : s) {
-    if (++n > 80) {
-      out += "...";
-      break;
-    }
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  out += "'";
-  return out;
-}
 
 template <typename What>
 std::string describe(const What& what) {
@@ -113,9 +98,9 @@ class Cursor {
 
 Result<GgufValue> read_value(Cursor& in, const std::string& name, const std::string& key, uint32_t type_id,
                              uint32_t version) {
-  const std::string where = "value of key " + quote(key);
+  const std::string where = "value of key " + quoted_name(key);
   if (type_id > static_cast<uint32_t>(GgufValueType::kF64)) {
-    return corrupt(name + ": key " + quote(key) + " has unknown value type id " + std::to_string(type_id) +
+    return corrupt(name + ": key " + quoted_name(key) + " has unknown value type id " + std::to_string(type_id) +
                    " (valid: 0-12)");
   }
   const auto type = static_cast<GgufValueType>(type_id);
@@ -128,19 +113,19 @@ Result<GgufValue> read_value(Cursor& in, const std::string& name, const std::str
     LEOAM_RETURN_IF_ERROR(in.need(n, where));
     return GgufValue::from_raw(type, false, in.take_bytes(n));
   }
-  LEOAM_ASSIGN_OR_RETURN(const uint32_t elem_id, in.read<uint32_t>("array element type of key " + quote(key)));
-  LEOAM_ASSIGN_OR_RETURN(const uint64_t count, in.read_size("array length of key " + quote(key)));
+  LEOAM_ASSIGN_OR_RETURN(const uint32_t elem_id, in.read<uint32_t>("array element type of key " + quoted_name(key)));
+  LEOAM_ASSIGN_OR_RETURN(const uint64_t count, in.read_size("array length of key " + quoted_name(key)));
   if (elem_id == static_cast<uint32_t>(GgufValueType::kArray)) {
-    return unsupported(name + ": key " + quote(key) + " is an array of arrays, which is not supported");
+    return unsupported(name + ": key " + quoted_name(key) + " is an array of arrays, which is not supported");
   }
   if (elem_id > static_cast<uint32_t>(GgufValueType::kF64)) {
-    return corrupt(name + ": array key " + quote(key) + " has unknown element type id " + std::to_string(elem_id) +
+    return corrupt(name + ": array key " + quoted_name(key) + " has unknown element type id " + std::to_string(elem_id) +
                    " (valid: 0-12)");
   }
   const auto elem_type = static_cast<GgufValueType>(elem_id);
   const size_t min_elem = elem_type == GgufValueType::kString ? (version == 1 ? 4 : 8) : gguf_value_type_size(elem_id);
   if (count > in.remaining() / min_elem) {
-    return corrupt(name + ": truncated or corrupt: array key " + quote(key) + " claims " + std::to_string(count) +
+    return corrupt(name + ": truncated or corrupt: array key " + quoted_name(key) + " claims " + std::to_string(count) +
                    " elements of " + gguf_value_type_name(elem_id) + " but only " + std::to_string(in.remaining()) +
                    " bytes remain in the file");
   }
@@ -150,7 +135,7 @@ Result<GgufValue> read_value(Cursor& in, const std::string& name, const std::str
   std::vector<std::string> items;
   items.reserve(static_cast<size_t>(count));  // bounded by the check above
   for (uint64_t i = 0; i < count; ++i) {
-    LEOAM_ASSIGN_OR_RETURN(std::string s, in.read_string([&] { return "string " + std::to_string(i) + " of array key " + quote(key); }));
+    LEOAM_ASSIGN_OR_RETURN(std::string s, in.read_string([&] { return "string " + std::to_string(i) + " of array key " + quoted_name(key); }));
     items.push_back(std::move(s));
   }
   return GgufValue::from_strings(std::move(items));
@@ -230,9 +215,9 @@ Result<GgufFile> GgufFile::parse(std::string name, const uint8_t* data, size_t s
   std::unordered_set<std::string> keys;
   for (uint64_t i = 0; i < n_kv; ++i) {
     LEOAM_ASSIGN_OR_RETURN(std::string key, in.read_string("key of metadata entry " + std::to_string(i)));
-    LEOAM_ASSIGN_OR_RETURN(const uint32_t type_id, in.read<uint32_t>("value type of key " + quote(key)));
+    LEOAM_ASSIGN_OR_RETURN(const uint32_t type_id, in.read<uint32_t>("value type of key " + quoted_name(key)));
     LEOAM_ASSIGN_OR_RETURN(GgufValue value, read_value(in, n, key, type_id, version));
-    if (!keys.insert(key).second) return corrupt(n + ": duplicate metadata key " + quote(key));
+    if (!keys.insert(key).second) return corrupt(n + ": duplicate metadata key " + quoted_name(key));
     f.kv_.emplace_back(std::move(key), std::move(value));
   }
   if (const GgufValue* a = f.find("general.alignment")) {
@@ -254,7 +239,7 @@ Result<GgufFile> GgufFile::parse(std::string name, const uint8_t* data, size_t s
     const std::string idx = "tensor info " + std::to_string(i);
     GgufTensorInfo t;
     LEOAM_ASSIGN_OR_RETURN(t.name, in.read_string("name of " + idx));
-    const std::string what = idx + " (" + quote(t.name) + ")";
+    const std::string what = idx + " (" + quoted_name(t.name) + ")";
     LEOAM_ASSIGN_OR_RETURN(const uint32_t n_dims, in.read<uint32_t>("dimension count of " + what));
     if (n_dims > static_cast<uint32_t>(kGgufMaxDims)) {
       return corrupt(n + ": " + what + " has " + std::to_string(n_dims) + " dimensions; at most " +
@@ -296,7 +281,7 @@ Result<GgufFile> GgufFile::parse(std::string name, const uint8_t* data, size_t s
       return corrupt(n + ": " + what + " has data offset " + std::to_string(t.offset) +
                      ", not a multiple of the alignment " + std::to_string(f.alignment_));
     }
-    if (!names.insert(t.name).second) return corrupt(n + ": duplicate tensor name " + quote(t.name));
+    if (!names.insert(t.name).second) return corrupt(n + ": duplicate tensor name " + quoted_name(t.name));
     f.tensors_.push_back(std::move(t));
   }
 
@@ -316,7 +301,7 @@ Result<GgufFile> GgufFile::parse(std::string name, const uint8_t* data, size_t s
   for (size_t i = 0; i < f.tensors_.size(); ++i) {
     GgufTensorInfo& t = f.tensors_[i];
     if (t.offset > data_bytes || t.n_bytes > data_bytes - t.offset) {
-      return corrupt(n + ": truncated: tensor info " + std::to_string(i) + " (" + quote(t.name) + ") data [" +
+      return corrupt(n + ": truncated: tensor info " + std::to_string(i) + " (" + quoted_name(t.name) + ") data [" +
                      std::to_string(data_offset + t.offset) + ", " + std::to_string(data_offset + t.offset + t.n_bytes) +
                      ") extends past end of file (" + std::to_string(data_offset + t.offset + t.n_bytes) + " > " +
                      std::to_string(size) + " bytes)");
