@@ -74,12 +74,11 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& dir
       }
       c.shards_.push_back(std::move(file));
     }
+    // Each shard's tensors were all in the index, in that shard; the index's must all be there.
+    std::map<std::string, const SafetensorsFile*> by_shard;
+    for (const SafetensorsFile& f : c.shards_) by_shard.emplace(fs::path(f.path()).filename().string(), &f);
     for (const auto& [tensor, shard] : weight_map) {
-      bool found = false;
-      for (const SafetensorsFile& f : c.shards_) {
-        if (fs::path(f.path()).filename() == shard) found = f.find(tensor) != nullptr;
-      }
-      if (!found) {
+      if (by_shard.at(shard)->find(tensor) == nullptr) {
         return corrupt(index_path + ": names tensor " + quoted_name(tensor) + " in " + shard + ", which does not hold it");
       }
     }

@@ -1,7 +1,6 @@
 #include "gguf/safetensors_file.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -118,7 +117,6 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::string name, const uint8_t* 
   const uint8_t* body = data + 8 + header_bytes;
   const uint64_t body_bytes = size - 8 - header_bytes;
 
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) of each tensor, for the overlap check
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
       if (!value.is_object()) return corrupt(n + ": \"__metadata__\" is not an object");
@@ -158,30 +156,26 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::string name, const uint8_t* 
     }
     t.data = body + begin;
     t.n_bytes = end - begin;
-    ranges.emplace_back(begin, end);
     f.tensors_.push_back(std::move(t));
   }
 
   // The format's data is the tensors' bytes end to end: no overlap, no hole.
-  std::vector<size_t> order(f.tensors_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.data != b.data ? a.data < b.data : a.n_bytes < b.n_bytes;
+  });
   uint64_t at = 0;
-  for (size_t i : order) {
-    if (ranges[i].first != at) {
-      return corrupt(n + ": tensor " + quoted_name(f.tensors_[i].name) + " starts at byte " +
-                     std::to_string(ranges[i].first) + " of the data, where " + std::to_string(at) +
-                     (ranges[i].first < at ? " is still another tensor's" : " leaves a hole"));
+  for (const SafetensorsTensor& t : f.tensors_) {
+    const auto begin = static_cast<uint64_t>(t.data - body);
+    if (begin != at) {
+      return corrupt(n + ": tensor " + quoted_name(t.name) + " starts at byte " + std::to_string(begin) +
+                     " of the data, where " + std::to_string(at) +
+                     (begin < at ? " is still another tensor's" : " leaves a hole"));
     }
-    at = ranges[i].second;
+    at = begin + t.n_bytes;
   }
   if (at != body_bytes) {
     return corrupt(n + ": " + std::to_string(body_bytes - at) + " bytes after the last tensor's data");
   }
-  std::vector<SafetensorsTensor> sorted;
-  sorted.reserve(order.size());
-  for (size_t i : order) sorted.push_back(std::move(f.tensors_[i]));
-  f.tensors_ = std::move(sorted);
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.by_name_.emplace(f.tensors_[i].name, i);
   return f;
 }

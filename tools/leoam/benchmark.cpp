@@ -9,10 +9,10 @@
 #include <span>
 
 #include "core/ggml_type.h"
-#include "kernels/cpu/memory_bandwidth.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/memory_bandwidth.h"
 #include "kernels/cpu/peak_rate.h"
 #include "leoam/session.h"
 #include "model/forward_context.h"

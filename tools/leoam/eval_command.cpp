@@ -310,7 +310,7 @@ class EvalCommand : public Command {
     std::set<std::string> done;
     std::vector<Json> lines;
     int n_todo = 0;
-    if (const int code = resume(*p.plan, done, lines, n_todo); code != kExitOk) return code;
+    if (const int code = resume(p.plan, done, lines, n_todo); code != kExitOk) return code;
     bool interrupted = false;
     if (const int code = run_plan(p, n_todo, done, lines, interrupted); code != kExitOk) return code;
     if (task_ == kPplTask) {
@@ -326,7 +326,7 @@ class EvalCommand : public Command {
   struct Prepared {
     std::unique_ptr<Engine> engine;
     eval::SampleRunOptions run_options;
-    std::optional<eval::SweepPlan> plan;
+    eval::SweepPlan plan;
   };
 
   // Checks the flags, loads the model and plans every sample, before --out is touched (a context
@@ -455,9 +455,9 @@ class EvalCommand : public Command {
     int n_run = 0;
     int exit_code = kExitOk;
     SigintScope sigint;
-    for (const eval::SampleSpec& s : p.plan->samples) {
+    for (const eval::SampleSpec& s : p.plan.samples) {
       bool prompt_shown = false;
-      for (const eval::EvalRun& r : p.plan->runs) {
+      for (const eval::EvalRun& r : p.plan.runs) {
         const std::string key = eval::run_key(task_, s, r, straddle_chunk_);
         if (done.count(key) != 0) continue;
         if (show_prompt_ && !prompt_shown) {
