@@ -58,6 +58,13 @@ constexpr const char* kBloom =
 constexpr const char* kTekken =
     R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// DeepSeek-V3 (the three Split regexes of its tokenizer.json): digits in threes; runs of CJK
+// ideographs and kana; then words, where one ASCII punctuation mark may lead a Latin word and
+// combining marks (\p{M}) stay with their letters.
+constexpr const char* kDeepseekV3Cjk = R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)";
+constexpr const char* kDeepseekV3Words =
+    R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+
 struct NamedPatterns {
   std::vector<std::string> names;
   std::vector<std::string> patterns;
@@ -70,6 +77,7 @@ const std::vector<NamedPatterns>& pre_tokenizer_table() {
       {{"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"}, {kLlama3}},
       {{"deepseek-llm"},
        {"[\r\n]", kDeepseekLlmLetters, kDeepseekLlmPunct, R"(\s+$)", kCjk, R"(\p{N}+)"}},
+      {{"deepseek-v3"}, {R"(\p{N}{1,3})", kDeepseekV3Cjk, kDeepseekV3Words}},
       {{"deepseek-coder"}, {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjk, R"(\p{N})"}},
       {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"}},
       {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {R"(\p{N})", kGpt2}},

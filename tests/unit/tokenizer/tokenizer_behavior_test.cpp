@@ -81,6 +81,17 @@ TEST(PreTokenizer, Llama3AndQwen2Digits) {
   EXPECT_EQ(split(*llama3, "a\n\nb"), (std::vector<std::string>{"a", "\n\n", "b"}));
 }
 
+// Golden pieces from DeepSeek-V3's three Split regexes run by JavaScript's engine (transformers.js).
+TEST(PreTokenizer, DeepseekV3Splits) {
+  auto pre = PreTokenizer::for_name("deepseek-v3");
+  ASSERT_TRUE(pre.is_ok()) << pre.status().message();
+  EXPECT_EQ(split(*pre, "Hello, \"world\" 1234567 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD"
+                        "\xE3\x82\xB9\xE3\x83\x88\n\n  x.y +=  na\xC3\xAFve_ok"),
+            (std::vector<std::string>{"Hello", ",", " \"", "world", "\"", " ", "123", "456", "7", " ",
+                                      "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD\xE3\x82\xB9\xE3\x83\x88",  // 日本語のテキスト
+                                      "\n\n", " ", " x", ".y", " +=", " ", " na\xC3\xAFve", "_ok"}));
+}
+
 TEST(PreTokenizer, AllNamedListsCompile) {
   for (const std::string& name : PreTokenizer::supported_names()) {
     auto pre = PreTokenizer::for_name(name);

@@ -1,0 +1,24 @@
+// Hugging Face tokenizer folder -> GGUF tokenizer metadata, so that Tokenizer::from_gguf then
+// tokenizes as Hugging Face does. Reads tokenizer.json (required) and tokenizer_config.json
+// (optional) and accepts two kinds of model.type "BPE":
+//   byte-level BPE  (pre_tokenizer ByteLevel, or Split regexes + ByteLevel)  -> model "gpt2",
+//                   with tokenizer.ggml.pre naming leoam's regex list of the same split;
+//   SentencePiece-style BPE (normalizer Replace " " -> "▁", byte_fallback)   -> model "llama",
+//                   scores from the merge ranks (rank r -> -r).
+// Anything else (other model types, normalizers, regexes) fails with an unsupported error.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace leoam {
+
+class GgufWriter;
+
+// Adds tokenizer.ggml.* (model, pre, tokens, token_type, merges, scores where needed, bos/eos/unk/pad
+// ids, add_bos_token/add_eos_token, add_space_prefix) and tokenizer.chat_template to `out`.
+// Errors name the file and the problem; `out` is only changed on success.
+Status import_hf_tokenizer(const std::string& dir, GgufWriter& out);
+
+}  // namespace leoam

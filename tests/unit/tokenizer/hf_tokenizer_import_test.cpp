@@ -1,0 +1,342 @@
+// import_hf_tokenizer on small hand-written tokenizer.json files: the GGUF keys it writes, a round
+// trip through GgufWriter -> GgufFile -> Tokenizer with golden ids, and the error for each kind
+// of bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../temp_dir.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "tokenizer/hf_tokenizer_import.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/vocab.h"
+
+namespace leoam {
+namespace {
+
+using json = nlohmann::json;
+
+// Qwen2's Split regex, as Hugging Face writes it.
+const char* kQwenRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// A byte-level BPE: ids 0..255 are GPT-2's byte symbols (id b = byte b), then five merges
+// (he 256, ll 257, hell 258, hello 259, Ġw 260), then an added special token (261) and an added
+// plain one (262).
+json byte_level_tokenizer() {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[unicode::byte_to_utf8(static_cast<uint8_t>(b))] = b;
+  const char* merged[] = {"he", "ll", "hell", "hello", "\xC4\xA0w"};
+  for (int i = 0; i < 5; ++i) vocab[merged[i]] = 256 + i;
+  return {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 261}, {"content", "<|endoftext|>"}, {"special", true}},
+        {{"id", 262}, {"content", "<tool>"}, {"special", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", kQwenRegex}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
+      {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        // Both spellings of a merge occur in real files.
+        {"merges", {"h e", {"l", "l"}, "he ll", {"hell", "o"}, "\xC4\xA0 w"}}}},
+  };
+}
+
+class HfImportTest : public ::testing::Test {
+ protected:
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_.file(name), std::ios::binary) << text;
+  }
+  void write_tokenizer(const json& tok, const json& config = nullptr) {
+    write("tokenizer.json", tok.dump());
+    if (!config.is_null()) write("tokenizer_config.json", config.dump());
+  }
+
+  // Imports the folder into a GGUF image and parses it back; fails the test on an import error.
+  const GgufFile& import_ok() {
+    GgufWriter writer;
+    const Status s = import_hf_tokenizer(dir_.path(), writer);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    bytes_ = writer.to_bytes();
+    auto file = GgufFile::parse("imported.gguf", bytes_.data(), bytes_.size());
+    EXPECT_TRUE(file.is_ok()) << file.status().message();
+    gguf_ = std::make_unique<GgufFile>(std::move(file).value());
+    return *gguf_;
+  }
+  std::unique_ptr<Tokenizer> load() {
+    auto tok = Tokenizer::from_gguf(import_ok());
+    EXPECT_TRUE(tok.is_ok()) << tok.status().message();
+    return tok.is_ok() ? std::move(tok).value() : nullptr;
+  }
+  // The import's error; also checks that it wrote nothing.
+  Status import_error() {
+    GgufWriter writer;
+    const Status s = import_hf_tokenizer(dir_.path(), writer);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_EQ(writer.to_bytes(), GgufWriter().to_bytes()) << "a failed import must leave the writer unchanged";
+    return s;
+  }
+  std::string key_string(std::string_view key) {
+    const GgufValue* v = gguf_->find(key);
+    return v != nullptr && v->as_string() != nullptr ? *v->as_string() : "<absent>";
+  }
+
+  testing_util::TempDir dir_;
+  std::vector<uint8_t> bytes_;
+  std::unique_ptr<GgufFile> gguf_;
+};
+
+TEST_F(HfImportTest, ByteLevelBpeRoundTrip) {
+  write_tokenizer(byte_level_tokenizer(),
+                  {{"bos_token", nullptr},
+                   {"eos_token", {{"__type", "AddedToken"}, {"content", "<|endoftext|>"}}},
+                   {"pad_token", "<|endoftext|>"},
+                   {"chat_template", "{{ messages }}"}});
+  auto tok = load();
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(key_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(key_string("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_EQ(key_string("tokenizer.chat_template"), "{{ messages }}");
+  EXPECT_EQ(gguf_->find("tokenizer.ggml.scores"), nullptr);
+  EXPECT_EQ(*gguf_->find("tokenizer.ggml.merges")->as_strings(),
+            (std::vector<std::string>{"h e", "l l", "he ll", "hell o", "\xC4\xA0 w"}));
+  const std::vector<int32_t> types = *gguf_->find("tokenizer.ggml.token_type")->to_i32s();
+  ASSERT_EQ(types.size(), 263u);
+  EXPECT_EQ(types[104], static_cast<int32_t>(TokenType::kNormal));
+  EXPECT_EQ(types[261], static_cast<int32_t>(TokenType::kControl));
+  EXPECT_EQ(types[262], static_cast<int32_t>(TokenType::kUserDefined));
+  EXPECT_EQ(gguf_->find("tokenizer.ggml.bos_token_id"), nullptr);
+  EXPECT_EQ(*gguf_->find("tokenizer.ggml.eos_token_id")->as_int(), 261);
+  EXPECT_EQ(*gguf_->find("tokenizer.ggml.padding_token_id")->as_int(), 261);
+  EXPECT_EQ(*gguf_->find("tokenizer.ggml.add_bos_token")->as_bool(), false);  // ByteLevel post-processor
+
+  EXPECT_EQ(tok->eos_id(), 261);
+  EXPECT_EQ(tok->bos_id(), -1);
+  // "hello" merges fully; " world" gives Ġw and single bytes; digits split one by one (qwen2).
+  EXPECT_EQ(tok->tokenize("hello world 42", /*add_bos=*/true, /*parse_special=*/true),
+            (std::vector<int32_t>{259, 260, 'o', 'r', 'l', 'd', ' ', '4', '2'}));
+  EXPECT_EQ(tok->tokenize("hello<|endoftext|><tool>", true, true), (std::vector<int32_t>{259, 261, 262}));
+  EXPECT_EQ(tok->detokenize(tok->tokenize("hello world 42<tool>", false, true)), "hello world 42<tool>");
+}
+
+TEST_F(HfImportTest, TemplatePostProcessorAddsBos) {
+  json tok = byte_level_tokenizer();
+  // The template names its special tokens by key; special_tokens gives their text.
+  tok["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", {{{"SpecialToken", {{"id", "BOS"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens", {{"BOS", {{"id", "BOS"}, {"ids", {261}}, {"tokens", {"<|endoftext|>"}}}}}}};
+  write_tokenizer(tok);  // no tokenizer_config.json: the template decides
+  auto t = load();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(*gguf_->find("tokenizer.ggml.add_bos_token")->as_bool(), true);
+  EXPECT_EQ(t->bos_id(), 261);
+  EXPECT_EQ(t->tokenize("he", true, false), (std::vector<int32_t>{261, 256}));
+  EXPECT_EQ(t->tokenize("he", false, false), (std::vector<int32_t>{256}));
+
+  // tokenizer_config.json's flag wins over the template.
+  write("tokenizer_config.json", json{{"add_bos_token", false}}.dump());
+  t = load();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->tokenize("he", true, false), (std::vector<int32_t>{256}));
+}
+
+TEST_F(HfImportTest, LlamaBpeAndGpt2Names) {
+  json tok = byte_level_tokenizer();
+  tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  tok["model"]["ignore_merges"] = true;
+  write_tokenizer(tok);
+  import_ok();
+  EXPECT_EQ(key_string("tokenizer.ggml.pre"), "llama-bpe");
+
+  tok["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  tok["model"].erase("ignore_merges");
+  write_tokenizer(tok);
+  auto t = load();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(key_string("tokenizer.ggml.pre"), "gpt-2");
+  EXPECT_EQ(t->tokenize("hello", false, false), (std::vector<int32_t>{259}));
+}
+
+TEST_F(HfImportTest, SentencePieceStyleBpe) {
+  // Llama 2's layout: <unk> <s> </s>, byte tokens, then pieces; "▁h" "▁he" from merges.
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  vocab["\xE2\x96\x81"] = 259;
+  vocab["h"] = 260;
+  vocab["e"] = 261;
+  vocab["\xE2\x96\x81h"] = 262;
+  vocab["\xE2\x96\x81he"] = 263;
+  json tok = {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+        {{"id", 1}, {"content", "<s>"}, {"special", true}},
+        {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"byte_fallback", true},
+        {"vocab", vocab},
+        {"merges", {"\xE2\x96\x81 h", "\xE2\x96\x81h e"}}}},
+  };
+  write_tokenizer(tok, {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"add_bos_token", true}});
+  auto t = load();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(key_string("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(*gguf_->find("tokenizer.ggml.add_space_prefix")->as_bool(), true);
+  const std::vector<int32_t> types = *gguf_->find("tokenizer.ggml.token_type")->to_i32s();
+  EXPECT_EQ(types[0], static_cast<int32_t>(TokenType::kUnknown));
+  EXPECT_EQ(types[1], static_cast<int32_t>(TokenType::kControl));
+  EXPECT_EQ(types[3 + 'A'], static_cast<int32_t>(TokenType::kByte));
+  EXPECT_EQ(types[262], static_cast<int32_t>(TokenType::kNormal));
+  const std::vector<float> scores = *gguf_->find("tokenizer.ggml.scores")->to_f32s();
+  EXPECT_EQ(scores[262], 0.0f);   // merge rank 0
+  EXPECT_EQ(scores[263], -1.0f);  // merge rank 1
+  EXPECT_LT(scores[260], -1.0f);  // made by no merge
+  // "he h": a space is prepended; "A" falls back to its byte token.
+  EXPECT_EQ(t->tokenize("he hA", true, false), (std::vector<int32_t>{1, 263, 262, 3 + 'A'}));
+}
+
+// --- errors: each names the file and the problem ---
+
+TEST_F(HfImportTest, MissingTokenizerJson) {
+  const Status s = import_error();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find(dir_.file("tokenizer.json")), std::string::npos) << s.message();
+}
+
+TEST_F(HfImportTest, MalformedJson) {
+  write("tokenizer.json", "{\"model\": {\"type\": \"BPE\",");
+  Status s = import_error();
+  EXPECT_NE(s.message().find("tokenizer.json: not valid JSON"), std::string::npos) << s.message();
+
+  write_tokenizer(byte_level_tokenizer());
+  write("tokenizer_config.json", "[1, 2");
+  s = import_error();
+  EXPECT_NE(s.message().find("tokenizer_config.json: not valid JSON"), std::string::npos) << s.message();
+}
+
+TEST_F(HfImportTest, NonBpeModelType) {
+  for (const char* type : {"Unigram", "WordPiece"}) {
+    json tok = byte_level_tokenizer();
+    tok["model"]["type"] = type;
+    write_tokenizer(tok);
+    const Status s = import_error();
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+    EXPECT_NE(s.message().find(std::string("model.type is '") + type + "'"), std::string::npos) << s.message();
+  }
+}
+
+TEST_F(HfImportTest, NonDenseIds) {
+  json tok = byte_level_tokenizer();
+  tok["added_tokens"][1]["id"] = 263;  // leaves 262 empty
+  write_tokenizer(tok);
+  Status s = import_error();
+  EXPECT_NE(s.message().find("not dense: no token has id 262"), std::string::npos) << s.message();
+
+  tok = byte_level_tokenizer();
+  tok["added_tokens"][1]["id"] = 100000;
+  write_tokenizer(tok);
+  s = import_error();
+  EXPECT_NE(s.message().find("not dense: no token has id 262 (ids must run 0..n-1; the largest is 100000)"), std::string::npos) << s.message();
+
+  tok = byte_level_tokenizer();
+  tok["added_tokens"][1]["id"] = 5;  // an id that a different vocab token holds
+  write_tokenizer(tok);
+  s = import_error();
+  EXPECT_NE(s.message().find("token id 5 is given to both"), std::string::npos) << s.message();
+}
+
+TEST_F(HfImportTest, UnknownRegexIsQuoted) {
+  json tok = byte_level_tokenizer();
+  tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"(\p{L}+|\p{N}{1,5})";
+  write_tokenizer(tok);
+  const Status s = import_error();
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find(R"("\\p{L}+|\\p{N}{1,5}")"), std::string::npos) << s.message();
+}
+
+TEST_F(HfImportTest, IgnoreMergesMustMatchThePreTokenizer) {
+  json tok = byte_level_tokenizer();
+  tok["model"]["ignore_merges"] = true;  // qwen2's regex, but Llama 3's merge rule
+  write_tokenizer(tok);
+  const Status s = import_error();
+  EXPECT_NE(s.message().find("ignore_merges is true"), std::string::npos) << s.message();
+}
+
+TEST_F(HfImportTest, MergeNamingAMissingToken) {
+  json tok = byte_level_tokenizer();
+  tok["model"]["merges"].push_back("o w");  // "ow" is not a token
+  write_tokenizer(tok);
+  Status s = import_error();
+  EXPECT_NE(s.message().find("model.merges[5] ('o', 'w') needs token 'ow'"), std::string::npos) << s.message();
+
+  tok = byte_level_tokenizer();
+  tok["model"]["merges"][0] = "h e x";
+  write_tokenizer(tok);
+  s = import_error();
+  EXPECT_NE(s.message().find("model.merges[0] = 'h e x' is not two tokens"), std::string::npos) << s.message();
+}
+
+TEST_F(HfImportTest, UnsupportedComponents) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"normalizer", [](json& t) { t["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer {\"type\":\"Lowercase\"}"},
+      {"prefix space", [](json& t) { t["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
+       "add_prefix_space"},
+      {"pre-tokenizer", [](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "Whitespace"},
+      {"lstrip", [](json& t) { t["added_tokens"][0]["lstrip"] = true; }, "'<|endoftext|>' has lstrip set"},
+      {"post-processor", [](json& t) { t["post_processor"] = {{"type", "BertProcessing"}}; }, "'BertProcessing'"},
+  };
+  for (const Case& c : cases) {
+    json tok = byte_level_tokenizer();
+    c.edit(tok);
+    write_tokenizer(tok);
+    const Status s = import_error();
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << c.what;
+    EXPECT_NE(s.message().find(c.expected), std::string::npos) << c.what << ": " << s.message();
+  }
+}
+
+TEST_F(HfImportTest, ConfigTokenNotInVocab) {
+  write_tokenizer(byte_level_tokenizer(), {{"eos_token", "<|im_end|>"}});
+  const Status s = import_error();
+  EXPECT_NE(s.message().find("tokenizer_config.json: eos_token: '<|im_end|>' is not a token"), std::string::npos)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace leoam
