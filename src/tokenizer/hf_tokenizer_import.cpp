@@ -63,11 +63,23 @@ Result<json> read_json(const std::string& path) {
   return j;
 }
 
-// `value` as a string, or nullopt for a missing or null value.
-std::optional<std::string> optional_string(const json& object, const char* key) {
+// Safe look-ups (a missing key, null or another type gives the fallback), so that odd files give
+// the checks' errors below rather than nlohmann exceptions.
+const json& member(const json& object, const std::string& key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
   auto it = object.find(key);
-  if (it == object.end() || !it->is_string()) return std::nullopt;
-  return it->get<std::string>();
+  return it == object.end() ? kNull : *it;
+}
+std::optional<std::string> optional_string(const json& object, const std::string& key) {
+  const json& v = member(object, key);
+  if (!v.is_string()) return std::nullopt;
+  return v.get<std::string>();
+}
+std::string text_of(const json& object, const std::string& key) { return optional_string(object, key).value_or(""); }
+bool flag_of(const json& object, const std::string& key, bool fallback) {
+  const json& v = member(object, key);
+  return v.is_boolean() ? v.get<bool>() : fallback;
 }
 
 // A token named in tokenizer_config.json: "text", {"content": "text", ...} or null.
@@ -83,8 +95,8 @@ std::optional<std::string> config_token(const json& config, const char* key) {
 std::vector<json> flatten(const json& component, const char* list_key) {
   std::vector<json> out;
   if (component.is_null()) return out;
-  if (component.value("type", "") == "Sequence" && component.contains(list_key)) {
-    for (const json& c : component[list_key]) {
+  if (text_of(component, "type") == "Sequence" && member(component, list_key).is_array()) {
+    for (const json& c : member(component, list_key)) {
       std::vector<json> inner = flatten(c, list_key);
       out.insert(out.end(), inner.begin(), inner.end());
     }
@@ -174,7 +186,7 @@ Status Import::read_vocab(const json& model, const json& added) {
   }
   for (size_t id = 0; id < n; ++id) all_ids.emplace(tokens[id], static_cast<int32_t>(id));
 
-  const bool byte_fallback = model.value("byte_fallback", false);
+  const bool byte_fallback = flag_of(model, "byte_fallback", false);
   if (byte_fallback) {
     for (size_t id = 0; id < n; ++id) {
       if (is_byte_token(tokens[id])) types[id] = static_cast<int32_t>(TokenType::kByte);
@@ -185,14 +197,14 @@ Status Import::read_vocab(const json& model, const json& added) {
       const auto id = a["id"].get<size_t>();
       // GGUF has no per-token strip flags (llama.cpp derives them from names), so refuse them.
       for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
-        if (a.value(flag, false)) {
+        if (flag_of(a, flag, false)) {
           return unsupported(tok_path + ": added token " + quoted_name(tokens[id]) + " has " + flag +
                              " set, which GGUF tokenizer metadata cannot express");
         }
       }
       // Hugging Face splits every added token out of the text; leoam does so for user-defined tokens
       // always and for control tokens with parse_special.
-      types[id] = static_cast<int32_t>(a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined);
+      types[id] = static_cast<int32_t>(flag_of(a, "special", false) ? TokenType::kControl : TokenType::kUserDefined);
       all_ids.insert_or_assign(tokens[id], static_cast<int32_t>(id));
     }
   }
@@ -241,16 +253,16 @@ Status Import::read_merges(const json& model) {
 Status Import::read_normalizer_and_pre(const json& tok, const json& model) {
   bool prepend_space = false;
   bool replace_space = false;
-  for (const json& n : flatten(tok.value("normalizer", json()), "normalizers")) {
-    const std::string type = n.value("type", "");
+  for (const json& n : flatten(member(tok, "normalizer"), "normalizers")) {
+    const std::string type = text_of(n, "type");
     if (type == "NFC") {
       // llama.cpp does not normalize either: text that is not already NFC may tokenize differently.
       continue;
     }
-    if (type == "Prepend" && n.value("prepend", "") == kMetaspace) {
+    if (type == "Prepend" && text_of(n, "prepend") == kMetaspace) {
       prepend_space = true;
-    } else if (type == "Replace" && n.contains("pattern") && n["pattern"].value("String", "") == " " &&
-               n.value("content", "") == kMetaspace) {
+    } else if (type == "Replace" && text_of(member(n, "pattern"), "String") == " " &&
+               text_of(n, "content") == kMetaspace) {
       replace_space = true;
     } else {
       return unsupported(tok_path + ": normalizer " + n.dump() +
@@ -259,28 +271,28 @@ Status Import::read_normalizer_and_pre(const json& tok, const json& model) {
     }
   }
 
-  const std::vector<json> pres = flatten(tok.value("pre_tokenizer", json()), "pretokenizers");
-  const bool ignore_merges = model.value("ignore_merges", false);
-  byte_level = !pres.empty() && pres.back().value("type", "") == "ByteLevel";
+  const std::vector<json> pres = flatten(member(tok, "pre_tokenizer"), "pretokenizers");
+  const bool ignore_merges = flag_of(model, "ignore_merges", false);
+  byte_level = !pres.empty() && text_of(pres.back(), "type") == "ByteLevel";
   if (byte_level) {
     if (prepend_space || replace_space) {
       return unsupported(tok_path + ": a ByteLevel pre-tokenizer after a SentencePiece-style normalizer is not supported");
     }
     const json& bl = pres.back();
-    if (bl.value("add_prefix_space", true)) {  // Hugging Face's default is true
+    if (flag_of(bl, "add_prefix_space", true)) {  // Hugging Face's default is true
       return unsupported(tok_path + ": ByteLevel with add_prefix_space is not supported");
     }
     std::vector<std::string> regexes;
     for (size_t i = 0; i + 1 < pres.size(); ++i) {
       const json& p = pres[i];
-      if (p.value("type", "") != "Split" || !p.contains("pattern") || !p["pattern"].contains("Regex") ||
-          p.value("behavior", "") != "Isolated" || p.value("invert", false)) {
+      if (text_of(p, "type") != "Split" || !member(member(p, "pattern"), "Regex").is_string() ||
+          text_of(p, "behavior") != "Isolated" || flag_of(p, "invert", false)) {
         return unsupported(tok_path + ": pre-tokenizer " + p.dump() +
                            " before ByteLevel is not supported; supported: Split(Regex, Isolated, invert false)");
       }
-      regexes.push_back(p["pattern"]["Regex"].get<std::string>());
+      regexes.push_back(text_of(member(p, "pattern"), "Regex"));
     }
-    if (bl.value("use_regex", true) != regexes.empty()) {
+    if (flag_of(bl, "use_regex", true) != regexes.empty()) {
       return unsupported(tok_path + ": ByteLevel's use_regex must be " + (regexes.empty() ? "true" : "false") +
                          (regexes.empty() ? " without" : " after") + " Split regexes");
     }
@@ -304,15 +316,15 @@ Status Import::read_normalizer_and_pre(const json& tok, const json& model) {
   // SentencePiece style: spaces become "▁" and BPE runs over the whole text, with byte fallback.
   for (const json& p : pres) {
     // After Replace(" ", "▁") no space is left, so splitting on " " does nothing (Gemma 3).
-    const bool noop_split = replace_space && p.value("type", "") == "Split" && p.contains("pattern") &&
-                            p["pattern"].value("String", "") == " ";
+    const bool noop_split = replace_space && text_of(p, "type") == "Split" &&
+                            text_of(member(p, "pattern"), "String") == " ";
     if (!noop_split) {
       return unsupported(tok_path + ": pre-tokenizer " + p.dump() +
                          " is not supported; supported: ByteLevel (with Split regexes), or none after a "
                          "SentencePiece-style normalizer");
     }
   }
-  if (!replace_space || !model.value("byte_fallback", false)) {
+  if (!replace_space || !flag_of(model, "byte_fallback", false)) {
     return unsupported(tok_path + ": a BPE model that is neither byte-level (ByteLevel pre-tokenizer) nor "
                        "SentencePiece style (normalizer Replace(\" \", \"▁\") with byte_fallback) is not supported");
   }
@@ -329,23 +341,21 @@ struct PostTokens {
 
 Result<PostTokens> read_post_processor(const std::string& tok_path, const json& tok) {
   PostTokens post;
-  for (const json& p : flatten(tok.value("post_processor", json()), "processors")) {
-    const std::string type = p.value("type", "");
+  for (const json& p : flatten(member(tok, "post_processor"), "processors")) {
+    const std::string type = text_of(p, "type");
     if (type == "ByteLevel") continue;  // only trims offsets
     if (type != "TemplateProcessing") {
       return unsupported(tok_path + ": post_processor '" + type + "' is not supported; supported: ByteLevel, "
                          "TemplateProcessing");
     }
-    const json single = p.value("single", json::array());
+    const json& single = member(p, "single");
     if (!single.is_array() || single.empty()) continue;
     // A SpecialToken names an entry of special_tokens, whose "tokens" hold the token's text.
-    const json specials = p.value("special_tokens", json::object());
+    const json& specials = member(p, "special_tokens");
     auto special = [&](const json& item) -> std::optional<std::string> {
-      if (!item.is_object() || !item.contains("SpecialToken")) return std::nullopt;
-      const std::optional<std::string> name = optional_string(item["SpecialToken"], "id");
+      const std::optional<std::string> name = optional_string(member(item, "SpecialToken"), "id");
       if (!name) return std::nullopt;
-      const json entry = specials.value(*name, json::object());
-      const json texts = entry.value("tokens", json::array());
+      const json& texts = member(member(specials, *name), "tokens");
       return texts.is_array() && texts.size() == 1 && texts[0].is_string() ? texts[0].get<std::string>() : *name;
     };
     if (auto t = special(single.front())) post.bos = t;
@@ -356,9 +366,7 @@ Result<PostTokens> read_post_processor(const std::string& tok_path, const json& 
   return post;
 }
 
-}  // namespace
-
-Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
+Status import_files(const std::string& dir, GgufWriter& out) {
   Import imp;
   imp.tok_path = (fs::path(dir) / "tokenizer.json").string();
   imp.config_path = (fs::path(dir) / "tokenizer_config.json").string();
@@ -374,7 +382,7 @@ Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
 
   if (!tok.contains("model") || !tok["model"].is_object()) return corrupt(imp.tok_path + ": no \"model\" object");
   const json& model = tok["model"];
-  const std::string type = model.value("type", "");
+  const std::string type = text_of(model, "type");
   if (type != "BPE") {
     return unsupported(imp.tok_path + ": model.type is " + quoted_name(type) +
                        "; only BPE tokenizers are supported (not Unigram, WordPiece or WordLevel)");
@@ -387,7 +395,7 @@ Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
       return unsupported(imp.tok_path + ": model." + key + " is not supported");
     }
   }
-  LEOAM_RETURN_IF_ERROR(imp.read_vocab(model, tok.value("added_tokens", json())));
+  LEOAM_RETURN_IF_ERROR(imp.read_vocab(model, member(tok, "added_tokens")));
   LEOAM_RETURN_IF_ERROR(imp.read_merges(model));
   LEOAM_RETURN_IF_ERROR(imp.read_normalizer_and_pre(tok, model));
   LEOAM_ASSIGN_OR_RETURN(const PostTokens post, read_post_processor(imp.tok_path, tok));
@@ -458,7 +466,7 @@ Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
   out.set("tokenizer.ggml.add_eos_token", GgufValue::from_bool(add_eos));
 
   // chat_template: a string, or [{"name", "template"}] of which "default" is the main one.
-  const json templates = config.value("chat_template", json());
+  const json& templates = member(config, "chat_template");
   if (templates.is_string()) {
     out.set("tokenizer.chat_template", GgufValue::from_string(templates.get<std::string>()));
   } else if (templates.is_array()) {
@@ -471,6 +479,16 @@ Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
     }
   }
   return Status::ok();
+}
+
+}  // namespace
+
+Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
+  try {
+    return import_files(dir, out);
+  } catch (const std::exception& e) {  // the checks above should leave none; a net, not the plan
+    return corrupt(dir + ": tokenizer.json or tokenizer_config.json has an unexpected layout: " + e.what());
+  }
 }
 
 }  // namespace leoam

@@ -159,6 +159,18 @@ TEST_F(HfImportTest, TemplatePostProcessorAddsBos) {
   EXPECT_EQ(t->tokenize("he", true, false), (std::vector<int32_t>{256}));
 }
 
+TEST_F(HfImportTest, NullsReadAsDefaults) {
+  json tok = byte_level_tokenizer();
+  tok["model"]["ignore_merges"] = nullptr;
+  tok["model"]["byte_fallback"] = nullptr;
+  tok["added_tokens"][0]["lstrip"] = nullptr;
+  tok["normalizer"] = nullptr;
+  write_tokenizer(tok, {{"add_bos_token", nullptr}, {"chat_template", nullptr}});
+  auto t = load();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->tokenize("hello", true, false), (std::vector<int32_t>{259}));
+}
+
 TEST_F(HfImportTest, LlamaBpeAndGpt2Names) {
   json tok = byte_level_tokenizer();
   tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
@@ -320,6 +332,14 @@ TEST_F(HfImportTest, UnsupportedComponents) {
       {"pre-tokenizer", [](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "Whitespace"},
       {"lstrip", [](json& t) { t["added_tokens"][0]["lstrip"] = true; }, "'<|endoftext|>' has lstrip set"},
       {"post-processor", [](json& t) { t["post_processor"] = {{"type", "BertProcessing"}}; }, "'BertProcessing'"},
+      {"odd normalizer", [](json& t) { t["normalizer"] = "NFC"; }, "normalizer \"NFC\" is not supported"},
+      {"odd Split", [](json& t) { t["pre_tokenizer"]["pretokenizers"][0]["pattern"] = 7; }, "before ByteLevel"},
+      {"SentencePiece style without byte_fallback",
+       [](json& t) {
+         t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
+         t["pre_tokenizer"] = nullptr;
+       },
+       "neither byte-level"},
   };
   for (const Case& c : cases) {
     json tok = byte_level_tokenizer();
