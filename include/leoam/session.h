@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "hf/hf_folder.h"
 #include "engine/generator.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_codec.h"
@@ -106,7 +107,8 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_selector(const AttentionOp
 // A loaded model and its tokenizer.
 class Engine {
  public:
-  static Result<std::unique_ptr<Engine>> load(const std::string& path);
+  // `path`: a GGUF file, or a Hugging Face checkpoint folder (hf/hf_folder.h) read with `options`.
+  static Result<std::unique_ptr<Engine>> load(const std::string& path, const HfImportOptions& options = {});
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 

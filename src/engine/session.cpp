@@ -129,9 +129,10 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_selector(const AttentionOp
   return sparse::SparseAttention::create(s, store.catalog(), shape);
 }
 
-Result<std::unique_ptr<Engine>> Engine::load(const std::string& path) {
+Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const HfImportOptions& options) {
   auto engine = std::make_unique<Engine>();
-  LEOAM_ASSIGN_OR_RETURN(engine->model_, Model::load(path));
+  LEOAM_ASSIGN_OR_RETURN(GgufFile gguf, open_model_source(path, options));
+  LEOAM_ASSIGN_OR_RETURN(engine->model_, Model::from_gguf(std::move(gguf)));
   LEOAM_ASSIGN_OR_RETURN(engine->tokenizer_, Tokenizer::from_gguf(engine->model_->gguf()));
   return engine;
 }

@@ -171,6 +171,12 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   return file;
 }
 
+Result<GgufFile> GgufFile::adopt(std::string name, std::vector<uint8_t> bytes) {
+  LEOAM_ASSIGN_OR_RETURN(GgufFile file, parse(std::move(name), bytes.data(), bytes.size()));
+  file.owned_ = std::move(bytes);
+  return file;
+}
+
 Result<GgufFile> GgufFile::parse(std::string name, const uint8_t* data, size_t size) {
   GgufFile f;
   f.path_ = std::move(name);

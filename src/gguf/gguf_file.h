@@ -49,6 +49,8 @@ class GgufFile {
   // Parses a buffer the caller keeps alive for the lifetime of the result (fuzzing, tests).
   // `name` stands for the file name in error messages.
   static Result<GgufFile> parse(std::string name, const uint8_t* data, size_t size);
+  // Parses a GGUF image built in memory (an imported model), which the result keeps.
+  static Result<GgufFile> adopt(std::string name, std::vector<uint8_t> bytes);
 
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;
@@ -86,7 +88,8 @@ class GgufFile {
   GgufFile() = default;
 
   std::string path_;
-  std::unique_ptr<MappedFile> mapping_;  // null for parse()
+  std::unique_ptr<MappedFile> mapping_;  // null for parse() and adopt()
+  std::vector<uint8_t> owned_;           // adopt()'s image; moving the vector keeps its data in place
   uint64_t size_ = 0;
   uint32_t version_ = 0;
   uint32_t alignment_ = kGgufDefaultAlignment;

@@ -160,13 +160,17 @@ Status GgufWriter::add_tensor_f32(std::string name, GgmlType type, std::vector<i
   return add_tensor(std::move(name), type, std::move(ne), std::move(data));
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
-  uint64_t alignment = kGgufDefaultAlignment;
+std::vector<uint8_t> GgufWriter::to_bytes() const& { return serialize(nullptr); }
+
+std::vector<uint8_t> GgufWriter::to_bytes() && { return serialize(&tensors_); }
+
+std::vector<uint8_t> GgufWriter::header(uint64_t* alignment, uint64_t* data_bytes) const {
+  *alignment = kGgufDefaultAlignment;
   for (const auto& [k, v] : kv_) {
     if (k == "general.alignment") {
       // Only a valid u32 power of two changes the layout; write() rejects anything else.
       const auto a = v.as_uint();
-      if (!v.is_array() && v.elem_type() == GgufValueType::kU32 && a && *a != 0 && (*a & (*a - 1)) == 0) alignment = *a;
+      if (!v.is_array() && v.elem_type() == GgufValueType::kU32 && a && *a != 0 && (*a & (*a - 1)) == 0) *alignment = *a;
     }
   }
   ByteSink out(version_);
@@ -185,14 +189,26 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     for (int64_t d : t.ne) out.put_size(static_cast<uint64_t>(d));
     out.put(static_cast<uint32_t>(t.type));
     out.put(offset);
-    offset = pad_up(offset + t.data.size(), alignment);
+    offset = pad_up(offset + t.data.size(), *alignment);
   }
-  out.pad_to(alignment);
-  for (const Tensor& t : tensors_) {
-    out.put_bytes(t.data);
-    out.pad_to(alignment);
-  }
+  out.pad_to(*alignment);
+  *data_bytes = offset;
   return std::move(out.bytes());
+}
+
+std::vector<uint8_t> GgufWriter::serialize(std::vector<Tensor>* release) const {
+  uint64_t alignment = 0;
+  uint64_t data_bytes = 0;
+  std::vector<uint8_t> bytes = header(&alignment, &data_bytes);
+  // One allocation for the image: a growing vector would hold two copies while it moves.
+  bytes.reserve(bytes.size() + data_bytes);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const std::vector<uint8_t>& data = tensors_[i].data;
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    bytes.resize(pad_up(bytes.size(), alignment), 0);
+    if (release != nullptr) std::vector<uint8_t>().swap((*release)[i].data);
+  }
+  return bytes;
 }
 
 Status GgufWriter::write(const std::string& path) const {
@@ -207,7 +223,9 @@ Status GgufWriter::write(const std::string& path) const {
                               v.to_display_string());
     }
   }
-  const std::vector<uint8_t> bytes = to_bytes();
+  uint64_t alignment = 0;
+  uint64_t data_bytes = 0;
+  const std::vector<uint8_t> head = header(&alignment, &data_bytes);
 
   // Write beside the target and rename, so readers never see a half-written model.
   std::string tmp = path + ".tmp.XXXXXX";
@@ -219,14 +237,28 @@ Status GgufWriter::write(const std::string& path) const {
     ::unlink(tmp.c_str());
     return io_error(path + ": " + what + " " + tmp + ": " + std::strerror(err));
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
+  // The header, then each tensor and its padding: no second copy of the weights in memory.
+  auto write_all = [fd](const uint8_t* data, size_t size) {
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::write(fd, data + done, size - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  if (!write_all(head.data(), head.size())) return fail("cannot write");
+  const std::vector<uint8_t> zeros(alignment, 0);
+  uint64_t offset = 0;
+  for (const Tensor& t : tensors_) {
+    const uint64_t padded = pad_up(offset + t.data.size(), alignment);
+    if (!write_all(t.data.data(), t.data.size()) || !write_all(zeros.data(), padded - offset - t.data.size())) {
       return fail("cannot write");
     }
-    done += static_cast<size_t>(n);
+    offset = padded;
   }
   // mkstemp creates 0600; a model file is meant to be shared like any other data file.
   if (::fchmod(fd, 0644) != 0) return fail("cannot chmod");

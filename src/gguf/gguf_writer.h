@@ -29,7 +29,9 @@ class GgufWriter {
   Status add_tensor_f32(std::string name, GgmlType type, std::vector<int64_t> ne, const std::vector<float>& values);
 
   // Serializes the whole file into memory.
-  std::vector<uint8_t> to_bytes() const;
+  std::vector<uint8_t> to_bytes() const&;
+  // The same, freeing each tensor's data once it is copied: the peak is the image plus one tensor.
+  std::vector<uint8_t> to_bytes() &&;
   // Writes to `path` (via a temporary file renamed into place, so a failure leaves no partial file).
   Status write(const std::string& path) const;
 
@@ -40,6 +42,11 @@ class GgufWriter {
     std::vector<int64_t> ne;
     std::vector<uint8_t> data;
   };
+  // The header and the padding after it; the alignment and the data section's size.
+  std::vector<uint8_t> header(uint64_t* alignment, uint64_t* data_bytes) const;
+  // The image; with `release` (this writer's own tensors), each tensor's data is freed once copied.
+  std::vector<uint8_t> serialize(std::vector<Tensor>* release) const;
+
   uint32_t version_;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<Tensor> tensors_;

@@ -67,7 +67,7 @@ constexpr int64_t kMaxCtx = int64_t{1} << 30;
 
 Status read_rope(const KeyReader& r, ModelHparams& hp) {
   RopeParams& rope = hp.rope;
-  rope.pairing = hp.arch == ModelArch::kQwen2 ? RopePairing::kNeox : RopePairing::kNormal;
+  rope.pairing = hp.arch == ModelArch::kLlama ? RopePairing::kNormal : RopePairing::kNeox;
   LEOAM_ASSIGN_OR_RETURN(int64_t n_rot, get_positive(r, "rope.dimension_count", hp.head_dim, kMaxDim));
   if (n_rot > hp.head_dim || n_rot % 2 != 0) {
     return r.error("key '" + r.key("rope.dimension_count") + "' is " + std::to_string(n_rot) +
@@ -128,9 +128,16 @@ Status read_rope(const KeyReader& r, ModelHparams& hp) {
 
 }  // namespace
 
-const char* model_arch_name(ModelArch arch) { return arch == ModelArch::kQwen2 ? "qwen2" : "llama"; }
+const char* model_arch_name(ModelArch arch) {
+  switch (arch) {
+    case ModelArch::kQwen2: return "qwen2";
+    case ModelArch::kQwen3: return "qwen3";
+    case ModelArch::kLlama: break;
+  }
+  return "llama";
+}
 
-const char* supported_archs_list() { return "llama qwen2"; }
+const char* supported_archs_list() { return "llama qwen2 qwen3"; }
 
 Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   ModelHparams hp;
@@ -139,6 +146,8 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
     hp.arch = ModelArch::kLlama;
   } else if (hp.arch_name == "qwen2") {
     hp.arch = ModelArch::kQwen2;
+  } else if (hp.arch_name == "qwen3") {
+    hp.arch = ModelArch::kQwen3;
   } else {
     return unsupported(gguf.path() + ": architecture '" + hp.arch_name + "' is not supported; supported: " +
                        supported_archs_list());

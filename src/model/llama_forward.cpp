@@ -106,6 +106,12 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n) {
   for (int64_t r = 0; r < n_rows; ++r) kernels::add(y + r * n, bias, n);
 }
 
+// Qwen3's per-head RMSNorm of q or k (one position's heads), before RoPE; nothing without weights.
+void norm_heads(float* v, const float* weight, int n_heads, int head_dim, float eps) {
+  if (weight == nullptr) return;
+  for (int h = 0; h < n_heads; ++h) kernels::rmsnorm(v + int64_t{h} * head_dim, weight, head_dim, eps, v + int64_t{h} * head_dim);
+}
+
 }  // namespace
 
 LlamaForward::LlamaForward(const Model& model, const ForwardOptions& options, Rope rope)
@@ -250,6 +256,8 @@ void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n
                               {&L.attn_k, xn, k_.data(), L.attn_k_bias},
                               {&L.attn_v, xn, v_.data(), L.attn_v_bias}};
     fused_matvecs(qkv, pool, *inline_pool_);
+    norm_heads(q_.data(), L.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
+    norm_heads(k_.data(), L.attn_k_norm, hp_.n_head_kv, hp_.head_dim, hp_.rms_eps);
     kernels::rope(q_.data(), q_shape, cos_.data(), sin_.data());
     kernels::rope(k_.data(), k_shape, cos_.data(), sin_.data());
     scale_query(q_.data(), n_q, hp_.query_scale(pos0));
@@ -263,6 +271,8 @@ void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n
   add_bias(v_.data(), L.attn_v_bias, n, n_kv);
   const int64_t rope_cost = 4 * (n_q + n_kv);
   for_each_row(pool, n, rope_cost, [&](int64_t t) {
+    norm_heads(q_.data() + t * n_q, L.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
+    norm_heads(k_.data() + t * n_kv, L.attn_k_norm, hp_.n_head_kv, hp_.head_dim, hp_.rms_eps);
     kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
     kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
     scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(positions != nullptr ? positions[t] : pos0 + t));
@@ -399,6 +409,7 @@ Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
   kernels::rmsnorm(x, next.attn_norm, hp_.n_embd, hp_.rms_eps, spec_xn_.data());
   const MatvecTask q[] = {{&next.attn_q, spec_xn_.data(), spec_q_.data(), next.attn_q_bias}};
   fused_matvecs(q, *pool_, *inline_pool_);
+  norm_heads(spec_q_.data(), next.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
   kernels::rope(spec_q_.data(), rope_.shape(hp_.n_head), cos_.data(), sin_.data());
   scale_query(spec_q_.data(), hp_.n_embd_q(), hp_.query_scale(pos));
   if (options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, layer + 1, spec_q_.data());

@@ -159,9 +159,9 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
       spec.n_ctx <= 0) {
     return bad("every dimension must be positive");
   }
-  if (spec.n_embd % spec.n_head != 0) return bad("n_embd must be a multiple of n_head");
+  if (spec.head_dim == 0 && spec.n_embd % spec.n_head != 0) return bad("n_embd must be a multiple of n_head");
   if (spec.n_head % spec.n_head_kv != 0) return bad("n_head must be a multiple of n_head_kv");
-  const int64_t head_dim = spec.n_embd / spec.n_head;
+  const int64_t head_dim = spec.head_dim > 0 ? spec.head_dim : spec.n_embd / spec.n_head;
   const int n_rot = spec.n_rot > 0 ? spec.n_rot : static_cast<int>(head_dim);
   if (n_rot % 2 != 0 || n_rot > head_dim) return bad("n_rot must be even and at most the head size");
   const int64_t block = ggml_block_size(spec.weight_type);
@@ -181,6 +181,10 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
   w.set(key("attention.head_count"), GgufValue::from_u32(static_cast<uint32_t>(spec.n_head)));
   w.set(key("attention.head_count_kv"), GgufValue::from_u32(static_cast<uint32_t>(spec.n_head_kv)));
   w.set(key("attention.layer_norm_rms_epsilon"), GgufValue::from_f32(spec.rms_eps));
+  if (spec.head_dim > 0) {
+    w.set(key("attention.key_length"), GgufValue::from_u32(static_cast<uint32_t>(head_dim)));
+    w.set(key("attention.value_length"), GgufValue::from_u32(static_cast<uint32_t>(head_dim)));
+  }
   w.set(key("rope.dimension_count"), GgufValue::from_u32(static_cast<uint32_t>(n_rot)));
   w.set(key("rope.freq_base"), GgufValue::from_f32(spec.rope_freq_base));
   if (spec.logn_length > 0) w.set(kLognLengthKey, GgufValue::from_u32(static_cast<uint32_t>(spec.logn_length)));
@@ -209,7 +213,7 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
   };
   const float in_embd = 1.0f / std::sqrt(static_cast<float>(spec.n_embd));
   const float in_ff = 1.0f / std::sqrt(static_cast<float>(spec.n_ff));
-  const int64_t n_q = spec.n_embd;
+  const int64_t n_q = head_dim * spec.n_head;
   const int64_t n_kv = head_dim * spec.n_head_kv;
   // 0.1 / sqrt(3): norm weights uniform on [0.9, 1.1].
   const float norm_sd = 0.1f / std::sqrt(3.0f);
@@ -225,6 +229,10 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_q.bias", n_q, 0.0f, 0.2f));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_k.bias", n_kv, 0.0f, 0.2f));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_v.bias", n_kv, 0.0f, 0.2f));
+    }
+    if (spec.arch == ModelArch::kQwen3) {
+      LEOAM_RETURN_IF_ERROR(vec(p + "attn_q_norm.weight", head_dim, 1.0f, norm_sd));
+      LEOAM_RETURN_IF_ERROR(vec(p + "attn_k_norm.weight", head_dim, 1.0f, norm_sd));
     }
     LEOAM_RETURN_IF_ERROR(matrix(p + "attn_output.weight", n_q, spec.n_embd, in_embd));
     LEOAM_RETURN_IF_ERROR(vec(p + "ffn_norm.weight", spec.n_embd, 1.0f, norm_sd));

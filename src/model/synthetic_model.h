@@ -22,13 +22,14 @@ namespace leoam {
 class GgufWriter;
 
 struct SyntheticModelSpec {
-  ModelArch arch = ModelArch::kLlama;  // qwen2 implies NeoX RoPE
+  ModelArch arch = ModelArch::kLlama;  // qwen2 and qwen3 imply NeoX RoPE; qwen3 adds q/k head norms
   std::string name = "synthetic";      // general.name
   int64_t n_vocab = 512;               // >= 259 (specials and byte tokens)
   int64_t n_embd = 128;
   int n_layer = 2;
   int n_head = 4;
   int n_head_kv = 4;
+  int head_dim = 0;                    // 0: n_embd / n_head; else written as attention.key_length
   int64_t n_ff = 256;
   int64_t n_ctx = 256;                 // context_length
   GgmlType weight_type = GgmlType::kF32;  // the matrices (embedding and output included); norms are F32

@@ -186,6 +186,10 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q.bias", n_q, true, w, &L.attn_q_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k.bias", n_kv, true, w, &L.attn_k_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_v.bias", n_kv, true, w, &L.attn_v_bias));
+    if (hp.arch == ModelArch::kQwen3) {
+      LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q_norm.weight", hp.head_dim, false, w, &L.attn_q_norm));
+      LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k_norm.weight", hp.head_dim, false, w, &L.attn_k_norm));
+    }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_output.weight", n_q, hp.n_embd, &L.attn_output));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.weight", hp.n_embd, false, w, &L.ffn_norm));
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, &L.ffn_gate));

@@ -26,6 +26,8 @@ struct LayerWeights {
   kernels::MatrixView attn_v;        // [n_head_kv*head_dim][n_embd]
   const float* attn_q_bias = nullptr;  // [n_head*head_dim] or null
   const float* attn_k_bias = nullptr;  // [n_head_kv*head_dim] or null
+  const float* attn_q_norm = nullptr;  // [head_dim]: qwen3's per-head RMSNorm of q before RoPE; else null
+  const float* attn_k_norm = nullptr;  // [head_dim]: the same for k
   const float* attn_v_bias = nullptr;  // [n_head_kv*head_dim] or null
   kernels::MatrixView attn_output;   // [n_embd][n_head*head_dim]
   const float* ffn_norm = nullptr;   // [n_embd]

@@ -1,4 +1,4 @@
-"""Independent float64 numpy reference of the llama / qwen2 forward pass.
+"""Independent float64 numpy reference of the llama / qwen2 / qwen3 forward pass.
 
 Written from the ggml / llama.cpp conventions, apart from the C++ engine, so the
 engine's logits can be checked against it.
@@ -35,8 +35,8 @@ from gguf_read import read_gguf  # noqa: E402
 
 def load_hparams(meta):
     arch = meta["general.architecture"]
-    if arch not in ("llama", "qwen2"):
-        raise ValueError(f"architecture '{arch}' not supported; supported: llama qwen2")
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise ValueError(f"architecture '{arch}' not supported; supported: llama qwen2 qwen3")
 
     def get(key, default=None):
         v = meta.get(f"{arch}.{key}", default)
@@ -72,7 +72,8 @@ def load_hparams(meta):
         beta_fast=float(get("rope.scaling.yarn_beta_fast", 32.0)),
         beta_slow=float(get("rope.scaling.yarn_beta_slow", 1.0)),
         n_ctx_orig=int(get("rope.scaling.original_context_length", n_ctx_train)),
-        neox=(arch == "qwen2"),
+        neox=(arch in ("qwen2", "qwen3")),
+        head_norms=(arch == "qwen3"),
         # log-n attention: queries past this many keys are scaled by ln(n_keys) / ln(logn_length)
         logn_length=int(meta.get("leoam.attention.logn_length", 0)),
     )
@@ -102,6 +103,9 @@ def load_model(path):
             "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
         for k in ("attn_q", "attn_k", "attn_v"):
             layers[-1][k + "_bias"] = w_opt(p + k + ".bias")
+        if hp["head_norms"]:  # qwen3: RMSNorm of each q and k head before RoPE
+            layers[-1]["attn_q_norm"] = w(p + "attn_q_norm.weight")
+            layers[-1]["attn_k_norm"] = w(p + "attn_k_norm.weight")
         missing = [k for k, v in layers[-1].items() if v is None and not k.endswith("_bias")]
         if missing:
             raise ValueError(f"{path}: layer {il} is missing tensors {missing}")
@@ -246,8 +250,11 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
         for name, t in (("attn_q_bias", q), ("attn_k_bias", k), ("attn_v_bias", v)):
             if L[name] is not None:
                 t += L[name]
-        q = apply_rope(q.reshape(n_tok, n_head, head_dim), cos, sin, hp["n_rot"], hp["neox"])
-        k = apply_rope(k.reshape(n_tok, n_head_kv, head_dim), cos, sin, hp["n_rot"], hp["neox"])
+        q, k = q.reshape(n_tok, n_head, head_dim), k.reshape(n_tok, n_head_kv, head_dim)
+        if hp["head_norms"]:
+            q, k = rmsnorm(q, L["attn_q_norm"], hp["eps"]), rmsnorm(k, L["attn_k_norm"], hp["eps"])
+        q = apply_rope(q, cos, sin, hp["n_rot"], hp["neox"])
+        k = apply_rope(k, cos, sin, hp["n_rot"], hp["neox"])
         v = v.reshape(n_tok, n_head_kv, head_dim)
         q = q * logn_scale(hp, positions)[:, None, None]
         if kv_f16:  # emulate the engine's F16 KV cache

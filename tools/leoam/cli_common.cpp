@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -113,9 +114,58 @@ Status named(const Status& st, const std::string& path) {
   return st.message().find(path) == std::string::npos ? st.with_context(path) : st;
 }
 
-Result<uint64_t> hash_model_file(const std::string& path) {
-  LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
-  return checksum64(file->data(), file->size());
+CLI::Validator readable_model() {
+  return CLI::Validator(
+      [file = readable_file()](std::string& path) mutable {
+        return is_model_folder(path) ? std::string() : file(path);
+      },
+      "");
+}
+
+HfImportOptions ModelSource::import_options() const {
+  HfImportOptions options;
+  if (!type.empty()) options.type = parse_hf_import_type(type).value();
+  return options;
+}
+
+CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model) {
+  CLI::Option* m =
+      cmd.add_option("-m,--model", model.path, "model: a GGUF file, or a Hugging Face checkpoint folder")
+          ->check(readable_model())
+          ->type_name("PATH");
+  cmd.add_option("--type", model.type,
+                 std::string("load a folder's matrices as this type (default: as stored); one of: ") +
+                     hf_import_types_list())
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            Result<GgmlType> t = parse_hf_import_type(name);
+            return t.is_ok() ? std::string() : t.status().message();
+          },
+          ""))
+      ->type_name("TYPE");
+  return m;
+}
+
+Result<uint64_t> hash_model_file(const ModelSource& model) {
+  if (!is_model_folder(model.path)) {
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(model.path));
+    return checksum64(file->data(), file->size());
+  }
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(model.path, ec)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  if (ec) return io_error(model.path + ": cannot list the folder: " + ec.message());
+  std::sort(files.begin(), files.end());
+  uint64_t hash = checksum64(model.type.data(), model.type.size());
+  for (const std::filesystem::path& path : files) {
+    const std::string name = path.filename().string();
+    hash = checksum64_seeded(name.data(), name.size(), hash);
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path.string()));
+    hash = checksum64_seeded(file->data(), file->size(), hash);
+  }
+  return hash;
 }
 
 void add_threads_option(CLI::App& cmd, int& n_threads) {

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/status.h"
+#include "hf/hf_folder.h"
 
 namespace leoam::cli {
 
@@ -63,6 +64,8 @@ int fail(const Status& status);
 Status named(const Status& st, const std::string& path);
 
 CLI::Validator readable_file();
+// readable_file(), or a folder (a Hugging Face checkpoint, whose files the loader checks).
+CLI::Validator readable_model();
 
 // A CLI11 validator: DIR is a directory where files can be made, or can be created as one
 // (checked by making and removing a file in it, or in the nearest existing parent, which is
@@ -88,9 +91,19 @@ CLI::Validator at_least(T lo);
 // Adds `-t,--threads N` (0: the physical cores) bound to `n_threads`.
 void add_threads_option(CLI::App& cmd, int& n_threads);
 
-// The model file's checksum (checksum64 of its bytes): what saved sessions and the prompt cache
-// are tied to.
-Result<uint64_t> hash_model_file(const std::string& path);
+// The model a command loads: `-m PATH`, a GGUF file or a Hugging Face checkpoint folder, and
+// `--type`, what a folder's matrices are loaded as.
+struct ModelSource {
+  std::string path;
+  std::string type;  // empty: the folder's own types
+  HfImportOptions import_options() const;  // the type checked at parse time
+};
+// Adds -m,--model and --type to `cmd`, bound to `model`.
+CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model);
+
+// The model's checksum: what saved sessions and the prompt cache are tied to. A GGUF file's is
+// checksum64 of its bytes; a folder's covers each file's name and bytes, and the --type.
+Result<uint64_t> hash_model_file(const ModelSource& model);
 
 // The whole contents of `path`.
 Result<std::string> read_text_file(const std::string& path);

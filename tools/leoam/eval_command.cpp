@@ -181,10 +181,7 @@ class EvalCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand("eval", "score a model on long-context retrieval tasks across a sweep");
-    cmd->add_option("-m,--model", model_path_, "model file (GGUF)")
-        ->required()
-        ->check(readable_file())
-        ->type_name("FILE");
+    add_model_options(*cmd, model_)->required();
     cmd->add_option("--task", task_,
                     std::string("the task: ") + eval::task_names() + "; held out (check a policy change, do not tune on): " +
                         eval::heldout_task_names() + "; or ppl (the perplexity of --text)")
@@ -346,8 +343,8 @@ class EvalCommand : public Command {
       haystack = std::move(*text);
     }
 
-    Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
-    if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
+    Result<std::unique_ptr<Engine>> engine = Engine::load(model_.path, model_.import_options());
+    if (!engine.is_ok()) return fail(named(engine.status(), model_.path));
     p.engine = std::move(*engine);
     const Model& model = p.engine->model();
     const int64_t n_ctx_limit = n_ctx_ > 0 ? n_ctx_ : model.hparams().n_ctx_train;
@@ -562,7 +559,7 @@ class EvalCommand : public Command {
   // The rule line above a table (budget_rule_text), for the model the sweep ran.
   std::string budget_rule() const { return budget_rule_text(attention_options_, kv_options_, n_layer_); }
 
-  std::string model_path_;
+  ModelSource model_;
   std::string task_;
   std::vector<int64_t> ctxs_;
   std::vector<double> depths_ = {0.1, 0.5, 0.9};

@@ -16,6 +16,7 @@
 #include "gguf/gguf_writer.h"
 #include "gguf/llama2c_import.h"
 #include "gguf/tensor_bundle.h"
+#include "hf/hf_folder.h"
 #include "model/synthetic_model.h"
 
 namespace leoam::cli {
@@ -48,6 +49,14 @@ class GgufCommand : public Command {
         ->required()->check(readable_file())->type_name("");
     import_->add_option("-o,--output", output_, "the GGUF file to write")->required();
 
+    convert_ = cmd->add_subcommand("convert", "convert a Hugging Face checkpoint folder to GGUF (the model `-m DIR` loads)");
+    convert_->add_option("DIR", folder_, "the folder: config.json, *.safetensors, tokenizer.json")
+        ->required()->check(CLI::ExistingDirectory)->type_name("");
+    convert_->add_option("--type", type_, std::string("the matrices' type (default: as stored); one of: ") +
+                                             hf_import_types_list())
+        ->type_name("TYPE");
+    convert_->add_option("-o,--output", output_, "the GGUF file to write")->required();
+
     pack_ = cmd->add_subcommand(
         "pack", "convert a tensor bundle (JSON manifest + raw float32 data, as tools/train writes) to GGUF");
     pack_->add_option("MANIFEST", manifest_, "the bundle's JSON manifest (its \"data\" path is relative to the manifest's directory)")
@@ -70,6 +79,7 @@ class GgufCommand : public Command {
     if (synth_->parsed()) return run_synth();
     if (pack_->parsed()) return run_pack();
     if (set_->parsed()) return run_set();
+    if (convert_->parsed()) return run_convert();
     return run_import();
   }
 
@@ -106,6 +116,22 @@ class GgufCommand : public Command {
     return st.is_ok() ? kExitOk : fail(st);
   }
 
+  int run_convert() {
+    HfImportOptions options;
+    if (!type_.empty()) {
+      Result<GgmlType> type = parse_hf_import_type(type_);
+      if (!type.is_ok()) {
+        print_error(type.status().message());
+        return kExitUsage;
+      }
+      options.type = *type;
+    }
+    GgufWriter writer;
+    Status st = import_hf_folder(folder_, options, writer);
+    if (st.is_ok()) st = writer.write(output_);
+    return st.is_ok() ? kExitOk : fail(st);
+  }
+
   int run_pack() {
     GgufWriter writer;
     Status st = import_tensor_bundle(manifest_, writer);
@@ -138,6 +164,7 @@ class GgufCommand : public Command {
   CLI::App* synth_ = nullptr;
   CLI::App* import_ = nullptr;
   CLI::App* pack_ = nullptr;
+  CLI::App* convert_ = nullptr;
   CLI::App* set_ = nullptr;
   std::string path_;
   std::string preset_ = "tiny";
@@ -147,6 +174,8 @@ class GgufCommand : public Command {
   std::string checkpoint_;
   std::string tokenizer_;
   std::string manifest_;
+  std::string folder_;
+  std::string type_;
   std::vector<std::string> assignments_;
 };
 

@@ -116,10 +116,7 @@ class RunCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt");
-    cmd->add_option("-m,--model", model_path_, "model file (GGUF)")
-        ->required()
-        ->check(readable_file())
-        ->type_name("FILE");
+    add_model_options(*cmd, model_)->required();
     CLI::Option* prompts = cmd->add_option("--prompts", prompts_file_,
                                            "generate from each line of FILE (empty lines skipped), all the prompts "
                                            "decoded together, one pass over the weights a step for all: each its own "
@@ -206,8 +203,8 @@ class RunCommand : public Command {
       }
     }
 
-    Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
-    if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
+    Result<std::unique_ptr<Engine>> engine = Engine::load(model_.path, model_.import_options());
+    if (!engine.is_ok()) return fail(named(engine.status(), model_.path));
     const Model& model = (*engine)->model();
     const Tokenizer& tokenizer = (*engine)->tokenizer();
 
@@ -244,7 +241,7 @@ class RunCommand : public Command {
 
     uint64_t model_hash = 0;
     if (!kv_save_dir_.empty() || !kv_load_dir_.empty()) {
-      Result<uint64_t> hash = hash_model_file(model_path_);
+      Result<uint64_t> hash = hash_model_file(model_);
       if (!hash.is_ok()) return fail(hash.status());
       model_hash = *hash;
     }
@@ -330,7 +327,7 @@ class RunCommand : public Command {
 
   void print_settings(const ForwardContext& ctx) const {
     const SamplerOptions& s = options_.sampler;
-    std::fprintf(stderr, "leoam: model %s: n_vocab %d, context %lld tokens, %d threads\n", model_path_.c_str(),
+    std::fprintf(stderr, "leoam: model %s: n_vocab %d, context %lld tokens, %d threads\n", model_.path.c_str(),
                  ctx.n_vocab(), static_cast<long long>(ctx.n_ctx()), ctx.n_threads());
     const std::string_view path = cpu_path_name();
     const std::string_view blas = kernels::blas_core();
@@ -407,7 +404,7 @@ class RunCommand : public Command {
                  stop_reason_text(st.stop_reason));
   }
 
-  std::string model_path_;
+  ModelSource model_;
   std::string prompt_;
   std::string prompt_file_;
   bool escape_ = false;

@@ -70,7 +70,7 @@ class ServeCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
-    cmd->add_option("-m,--model", model_path_, "model file (GGUF)")->required()->check(readable_file())->type_name("FILE");
+    add_model_options(*cmd, model_)->required();
     cmd->add_option("--host", http_.host, "address to listen on (127.0.0.1: this machine only)")->capture_default_str();
     cmd->add_option("--port", http_.port, "port to listen on (0: any free port, printed at the start)")
         ->capture_default_str()
@@ -139,8 +139,8 @@ class ServeCommand : public Command {
   }
 
   int execute() override {
-    Result<std::unique_ptr<Engine>> engine = Engine::load(model_path_);
-    if (!engine.is_ok()) return fail(named(engine.status(), model_path_));
+    Result<std::unique_ptr<Engine>> engine = Engine::load(model_.path, model_.import_options());
+    if (!engine.is_ok()) return fail(named(engine.status(), model_.path));
     const Model& m = (*engine)->model();
     const Tokenizer& tokenizer = (*engine)->tokenizer();
     Result<server::ChatRenderer> chat = chat_renderer(chat_template_, m, tokenizer);
@@ -180,7 +180,7 @@ class ServeCommand : public Command {
 
     std::unique_ptr<PromptCache> prompt_cache;
     if (!kv_options_.dir.empty() && prompt_cache_gb_ > 0) {
-      Result<uint64_t> hash = hash_model_file(model_path_);
+      Result<uint64_t> hash = hash_model_file(model_);
       if (!hash.is_ok()) return fail(hash.status());
       prompt_cache_.dir = kv_options_.dir + "/prompt-cache";
       prompt_cache_.max_bytes = static_cast<uint64_t>(prompt_cache_gb_ * 1e9);
@@ -199,7 +199,7 @@ class ServeCommand : public Command {
     Result<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::create(m, tokenizer, fwd, factory, scheduler_);
     if (!scheduler.is_ok()) return fail(scheduler.status());
 
-    if (http_.model_id.empty()) http_.model_id = std::filesystem::path(model_path_).stem().string();
+    if (http_.model_id.empty()) http_.model_id = model_source_name(model_.path);
     http_.n_ctx = n_ctx;
     http_.defaults.max_tokens_limit = static_cast<int>(std::min<int64_t>(n_ctx, 1 << 30));
     http_.max_body_bytes = mib_to_bytes(max_body_mb_);
@@ -232,7 +232,7 @@ class ServeCommand : public Command {
   }
 
  private:
-  std::string model_path_;
+  ModelSource model_;
   std::string chat_template_;
   server::HttpServerOptions http_;
   BatchSchedulerOptions scheduler_;

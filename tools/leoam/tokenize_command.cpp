@@ -15,10 +15,10 @@ class TokenizeCommand : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* cmd = app.add_subcommand("tokenize", "print the token ids of a prompt, one per line");
-    cmd->add_option("-m,--model", model_path_, "model or vocab file (GGUF)")
+    cmd->add_option("-m,--model", model_path_, "model or vocab file (GGUF), or a Hugging Face checkpoint folder")
         ->required()
-        ->check(readable_file())
-        ->type_name("FILE");
+        ->check(readable_model())
+        ->type_name("PATH");
     add_prompt_options(*cmd, prompt_, prompt_file_);
     cmd->add_flag("--no-bos", no_bos_, "do not prepend the BOS token");
     cmd->add_flag("--parse-special", parse_special_, "recognize special tokens such as </s> written in the text");
@@ -28,7 +28,7 @@ class TokenizeCommand : public Command {
   int execute() override {
     Result<std::string> text = resolve_prompt(prompt_, prompt_file_);
     if (!text.is_ok()) return fail(text.status());
-    Result<GgufFile> gguf = GgufFile::open(model_path_);
+    Result<GgufFile> gguf = open_tokenizer_source(model_path_);
     if (!gguf.is_ok()) return fail(named(gguf.status(), model_path_));
     Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::from_gguf(*gguf);
     if (!tokenizer.is_ok()) return fail(named(tokenizer.status(), model_path_));

@@ -11,52 +11,22 @@
 
 #include "gguf/safetensors_checkpoint.h"
 #include "gguf/safetensors_file.h"
+#include "../safetensors_writer.h"
 #include "../temp_dir.h"
 
 namespace leoam {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-// One tensor to write: its header entry's fields and its bytes.
-struct Entry {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-// The file's bytes: `header` as given (with the size in front), then `data`.
-std::string file_bytes(const std::string& header, const std::string& data) {
-  std::string out(8, '\0');
-  const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i) & 0xff);
-  return out + header + data;
-}
-
-// The entries end to end, with an optional __metadata__, the header padded with spaces to a
-// multiple of 8 bytes as Hugging Face's writer does.
-std::string safetensors(const std::vector<Entry>& entries, const json& metadata = json()) {
-  json header = json::object();
-  if (!metadata.is_null()) header["__metadata__"] = metadata;
-  std::string data;
-  for (const Entry& e : entries) {
-    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
-    data += e.bytes;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  return file_bytes(text, data);
-}
+using testing_util::Entry;
+using testing_util::file_bytes;
+using testing_util::safetensors;
+using testing_util::write_file;
 
 std::string floats(std::initializer_list<float> v) {
   std::string out(v.size() * 4, '\0');
   std::memcpy(out.data(), std::data(v), out.size());
   return out;
-}
-
-void write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 Result<SafetensorsFile> parse(const std::string& bytes) {
@@ -81,7 +51,7 @@ TEST(SafetensorsFileTest, ReadsEachDtypeShapeDataAndTheMetadata) {
                                          {"lm_head.weight", "F16", {1, 3}, f16}},
                                         {{"format", "pt"}});
   testing_util::TempDir dir;
-  write(dir.file("model.safetensors"), bytes);
+  write_file(dir.file("model.safetensors"), bytes);
   Result<SafetensorsFile> f = SafetensorsFile::open(dir.file("model.safetensors"));
   ASSERT_TRUE(f.is_ok()) << f.status().message();
   ASSERT_EQ(f->tensors().size(), 3u);
@@ -169,10 +139,10 @@ class SafetensorsCheckpointTest : public ::testing::Test {
  protected:
   // Two shards and their index, as a sharded Hugging Face checkpoint.
   void write_sharded(const json& weight_map) {
-    write(dir_.file("model-00001-of-00002.safetensors"),
+    write_file(dir_.file("model-00001-of-00002.safetensors"),
           safetensors({{"a", "F32", {2}, floats({1, 2})}, {"b", "F32", {1}, floats({3})}}));
-    write(dir_.file("model-00002-of-00002.safetensors"), safetensors({{"c", "F32", {1}, floats({4})}}));
-    write(dir_.file(kSafetensorsIndexFile), json{{"metadata", {{"total_size", 16}}}, {"weight_map", weight_map}}.dump());
+    write_file(dir_.file("model-00002-of-00002.safetensors"), safetensors({{"c", "F32", {1}, floats({4})}}));
+    write_file(dir_.file(kSafetensorsIndexFile), json{{"metadata", {{"total_size", 16}}}, {"weight_map", weight_map}}.dump());
   }
   std::string error() {
     const Result<SafetensorsCheckpoint> c = SafetensorsCheckpoint::open(dir_.path());
@@ -187,7 +157,7 @@ const json kMap = {{"a", "model-00001-of-00002.safetensors"},
                    {"c", "model-00002-of-00002.safetensors"}};
 
 TEST_F(SafetensorsCheckpointTest, ASingleFileOrShardsByTheirIndex) {
-  write(dir_.file(kSafetensorsSingleFile), safetensors({{"x", "F32", {1}, floats({9})}}));
+  write_file(dir_.file(kSafetensorsSingleFile), safetensors({{"x", "F32", {1}, floats({9})}}));
   Result<SafetensorsCheckpoint> single = SafetensorsCheckpoint::open(dir_.path());
   ASSERT_TRUE(single.is_ok()) << single.status().message();
   ASSERT_EQ(single->tensors().size(), 1u);
@@ -240,7 +210,7 @@ TEST_F(SafetensorsCheckpointTest, ShardsAndIndexThatDisagreeFail) {
   std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 2);
   EXPECT_NE(error().find("model-00002-of-00002.safetensors"), std::string::npos);
 
-  write(dir_.file(kSafetensorsIndexFile), "{\"weight_map\": 3}");
+  write_file(dir_.file(kSafetensorsIndexFile), "{\"weight_map\": 3}");
   EXPECT_NE(error().find("no \"weight_map\""), std::string::npos);
 }
 

@@ -96,6 +96,19 @@ std::vector<RefCase> cases() {
   }
   {
     SyntheticModelSpec s = gqa_spec(GgmlType::kF32);
+    s.arch = ModelArch::kQwen3;
+    s.head_dim = 32;  // q 8 x 32 = 256 wide for n_embd 128, as Qwen3's heads are wider than n_embd / n_head
+    s.tied_output = true;
+    s.rope_freq_base = 1000000.0f;
+    c.push_back({"qwen3_head_norms", s, 1e-4});
+  }
+  {
+    SyntheticModelSpec s = gqa_spec(GgmlType::kQ8_0);
+    s.arch = ModelArch::kQwen3;
+    c.push_back({"qwen3_q8_0", s, 1e-4});
+  }
+  {
+    SyntheticModelSpec s = gqa_spec(GgmlType::kF32);
     s.rope_scaling = RopeScalingType::kLinear;
     s.rope_scaling_factor = 4.0f;
     c.push_back({"linear_scaling", s, 1e-4});

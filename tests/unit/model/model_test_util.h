@@ -65,12 +65,15 @@ inline bool reference_available(std::string* why) {
 // flattened, or an empty vector (with *error set) on failure. q8_activations: the reference rounds
 // the inputs of Q4_0, Q8_0, Q4_K and Q6_K matrices to 8 bits, as the engine's prefill does where
 // kernels::gemm_auto_uses_q8 (llama_ref.py --q8-activations).
+// `script`: llama_ref.py for a GGUF file, hf_ref.py for a Hugging Face folder (no kv_f16 nor
+// q8_activations there).
 inline std::vector<float> run_reference(const std::string& model_path, const std::vector<int32_t>& tokens,
-                                        bool kv_f16, std::string* error, bool q8_activations = false) {
-  const std::string out = model_path + ".ref.txt";
+                                        bool kv_f16, std::string* error, bool q8_activations = false,
+                                        const std::string& script = "llama_ref.py") {
+  const std::string out = (model_path.ends_with("/") ? model_path.substr(0, model_path.size() - 1) : model_path) + ".ref.txt";
   std::string ids;
   for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? "," : "") + std::to_string(tokens[i]);
-  const std::string cmd = std::string(LEOAM_PYTHON) + " " + LEOAM_SOURCE_DIR + "/tests/reference/llama_ref.py --model '" +
+  const std::string cmd = std::string(LEOAM_PYTHON) + " " + LEOAM_SOURCE_DIR + "/tests/reference/" + script + " --model '" +
                           model_path + "' --tokens " + ids + (kv_f16 ? " --kv-f16" : "") +
                           (q8_activations ? " --q8-activations" : "") + " --out '" + out +
                           "' 2>&1";

@@ -1,0 +1,256 @@
+#include "hf/hf_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numbers>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf_value.h"
+#include "gguf/gguf_writer.h"
+
+namespace leoam {
+namespace {
+
+using Json = nlohmann::json;
+
+// The architectures this engine computes, as config.json names them.
+struct KnownArch {
+  const char* hf_name;
+  const char* gguf_arch;
+  bool permute_qk;
+  bool attention_bias;
+  bool head_norms;
+};
+constexpr KnownArch kKnownArchs[] = {
+    {"LlamaForCausalLM", "llama", true, false, false},
+    {"MistralForCausalLM", "llama", true, false, false},
+    {"Qwen2ForCausalLM", "qwen2", false, true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, false, true},
+};
+
+std::string known_arch_list() {
+  std::string s;
+  for (const KnownArch& a : kKnownArchs) s += (s.empty() ? "" : " ") + std::string(a.hf_name);
+  return s;
+}
+
+// Field access that names the field in every error (read_hf_config adds the file).
+class Fields {
+ public:
+  explicit Fields(const Json& j) : j_(j) {}
+
+  Status error(const std::string& field, const std::string& what) const {
+    return invalid_argument("\"" + field + "\" " + what);
+  }
+  const Json* find(const std::string& field) const {
+    auto it = j_.find(field);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  Result<std::optional<int64_t>> get_int(const std::string& field, int64_t max_value) const {
+    const Json* v = find(field);
+    if (v == nullptr) return std::optional<int64_t>();
+    if (!v->is_number_integer()) return error(field, "is " + v->dump() + ", not an integer");
+    const int64_t x = v->get<int64_t>();
+    if (x < 1 || x > max_value) {
+      return error(field, "is " + std::to_string(x) + "; it must be in [1, " + std::to_string(max_value) + "]");
+    }
+    return std::optional<int64_t>(x);
+  }
+  Result<int64_t> require_int(const std::string& field, int64_t max_value) const {
+    LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> v, get_int(field, max_value));
+    if (!v) return error(field, "is missing");
+    return *v;
+  }
+  Result<std::optional<double>> get_float(const std::string& field) const {
+    const Json* v = find(field);
+    if (v == nullptr) return std::optional<double>();
+    if (!v->is_number()) return error(field, "is " + v->dump() + ", not a number");
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x <= 0) return error(field, "is " + v->dump() + "; it must be positive");
+    return std::optional<double>(x);
+  }
+  Result<bool> get_bool(const std::string& field, bool fallback) const {
+    const Json* v = find(field);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return error(field, "is " + v->dump() + ", not true or false");
+    return v->get<bool>();
+  }
+  // A token id, or a list of them (the first is taken); -1 when absent.
+  Result<int> get_token_id(const std::string& field) const {
+    const Json* v = find(field);
+    if (v == nullptr) return -1;
+    const Json& id = v->is_array() && !v->empty() ? v->front() : *v;
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int>::max()) {
+      return error(field, "is " + v->dump() + ", not a token id");
+    }
+    return static_cast<int>(id.get<int64_t>());
+  }
+
+ private:
+  const Json& j_;
+};
+
+constexpr int64_t kMaxDim = 1 << 20;
+constexpr int64_t kMaxCtx = int64_t{1} << 24;
+
+Status read_rope_scaling(const Fields& f, const Json& scaling, HfConfig& c) {
+  if (!scaling.is_object()) return f.error("rope_scaling", "is " + scaling.dump() + ", not an object");
+  const Fields s(scaling);
+  auto field_error = [&](const std::string& name, const std::string& what) {
+    return f.error("rope_scaling." + name, what);
+  };
+  const Json* type = s.find("rope_type");
+  if (type == nullptr) type = s.find("type");
+  if (type == nullptr || !type->is_string()) return field_error("rope_type", "is missing or not a string");
+  c.rope_scaling = type->get<std::string>();
+  if (c.rope_scaling == "default") {
+    c.rope_scaling = "none";
+    return Status::ok();
+  }
+  if (c.rope_scaling != "linear" && c.rope_scaling != "yarn" && c.rope_scaling != "llama3") {
+    return unsupported("\"rope_scaling.rope_type\" is '" + c.rope_scaling + "', not supported; supported: " +
+                       "default linear yarn llama3");
+  }
+  auto number = [&](const char* name) -> Result<double> {
+    const Json* v = s.find(name);
+    if (v == nullptr) return field_error(name, "is missing");
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0) {
+      return field_error(name, "is " + v->dump() + "; it must be a positive number");
+    }
+    return v->get<double>();
+  };
+  LEOAM_ASSIGN_OR_RETURN(c.rope_factor, number("factor"));
+  if (c.rope_scaling == "linear") return Status::ok();
+  LEOAM_ASSIGN_OR_RETURN(double original, number("original_max_position_embeddings"));
+  c.rope_original_ctx = static_cast<int64_t>(original);
+  if (c.rope_scaling == "yarn") return Status::ok();
+  // llama3: Meta's frequency-dependent scaling. Wavelengths shorter than original/high_freq_factor
+  // keep their frequency, longer than original/low_freq_factor are divided by the factor, and
+  // those between blend the two.
+  LEOAM_ASSIGN_OR_RETURN(double low, number("low_freq_factor"));
+  LEOAM_ASSIGN_OR_RETURN(double high, number("high_freq_factor"));
+  if (!(high > low)) return field_error("high_freq_factor", "must be greater than low_freq_factor");
+  const double low_wavelen = original / low;
+  const double high_wavelen = original / high;
+  for (int i = 0; i < c.head_dim / 2; ++i) {
+    const double freq = std::pow(c.rope_theta, -2.0 * i / c.head_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double scaled = freq;
+    if (wavelen > low_wavelen) {
+      scaled = freq / c.rope_factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (original / wavelen - low) / (high - low);
+      scaled = (1.0 - smooth) * freq / c.rope_factor + smooth * freq;
+    }
+    c.rope_freq_factors.push_back(static_cast<float>(freq / scaled));
+  }
+  return Status::ok();
+}
+
+Status read_fields(const Fields& f, HfConfig& c) {
+  const Json* archs = f.find("architectures");
+  if (archs == nullptr || !archs->is_array() || archs->empty() || !archs->front().is_string()) {
+    return f.error("architectures", "is missing or not a list of names");
+  }
+  c.architecture = archs->front().get<std::string>();
+  const KnownArch* known = nullptr;
+  for (const KnownArch& a : kKnownArchs) {
+    if (c.architecture == a.hf_name) known = &a;
+  }
+  if (known == nullptr) {
+    return unsupported("architecture '" + c.architecture + "' is not supported; supported: " + known_arch_list());
+  }
+  c.gguf_arch = known->gguf_arch;
+  c.permute_qk = known->permute_qk;
+  c.head_norms = known->head_norms;
+  LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
+  LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
+  LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("intermediate_size", kMaxDim));
+  LEOAM_ASSIGN_OR_RETURN(int64_t n_layer, f.require_int("num_hidden_layers", 1 << 16));
+  LEOAM_ASSIGN_OR_RETURN(int64_t n_head, f.require_int("num_attention_heads", kMaxDim));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> n_head_kv, f.get_int("num_key_value_heads", n_head));
+  c.n_layer = static_cast<int>(n_layer);
+  c.n_head = static_cast<int>(n_head);
+  c.n_head_kv = static_cast<int>(n_head_kv.value_or(n_head));
+  if (c.n_head % c.n_head_kv != 0) {
+    return f.error("num_key_value_heads", "is " + std::to_string(c.n_head_kv) + ", which does not divide " +
+                                              "num_attention_heads " + std::to_string(c.n_head));
+  }
+  LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, f.get_int("head_dim", kMaxDim));
+  if (!head_dim && c.n_embd % c.n_head != 0) {
+    return f.error("hidden_size", "is not a multiple of num_attention_heads (and no head_dim is given)");
+  }
+  c.head_dim = static_cast<int>(head_dim.value_or(c.n_embd / c.n_head));
+  if (c.head_dim % 2 != 0) return f.error("head_dim", "must be even for RoPE");
+  LEOAM_ASSIGN_OR_RETURN(c.n_ctx, f.require_int("max_position_embeddings", kMaxCtx));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> eps, f.get_float("rms_norm_eps"));
+  if (!eps) return f.error("rms_norm_eps", "is missing");
+  if (*eps >= 1) return f.error("rms_norm_eps", "must be below 1");
+  c.rms_eps = *eps;
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> theta, f.get_float("rope_theta"));
+  c.rope_theta = theta.value_or(10000.0);
+  if (c.rope_theta <= 1) return f.error("rope_theta", "must be greater than 1");
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> partial, f.get_float("partial_rotary_factor"));
+  if (partial && *partial != 1.0) {
+    return unsupported("\"partial_rotary_factor\" " + std::to_string(*partial) + " is not supported (only 1)");
+  }
+  if (const Json* act = f.find("hidden_act"); act != nullptr && *act != "silu") {
+    return unsupported("\"hidden_act\" " + act->dump() + " is not supported for " + c.architecture + " (only silu)");
+  }
+  LEOAM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.get_bool("tie_word_embeddings", false));
+  LEOAM_ASSIGN_OR_RETURN(bool bias, f.get_bool("attention_bias", known->attention_bias));
+  c.attention_bias = bias;
+  if (c.attention_bias && !known->attention_bias) {
+    return unsupported("\"attention_bias\" true is not supported for " + c.architecture);
+  }
+  LEOAM_ASSIGN_OR_RETURN(bool sliding, f.get_bool("use_sliding_window", false));
+  if (sliding) return unsupported("\"use_sliding_window\" true is not supported: sliding-window attention");
+  if (const Json* scaling = f.find("rope_scaling")) LEOAM_RETURN_IF_ERROR(read_rope_scaling(f, *scaling, c));
+  LEOAM_ASSIGN_OR_RETURN(c.bos_id, f.get_token_id("bos_token_id"));
+  LEOAM_ASSIGN_OR_RETURN(c.eos_id, f.get_token_id("eos_token_id"));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<HfConfig> read_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": cannot open: a Hugging Face model folder needs its config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument(path + ": not valid JSON, or not an object");
+  HfConfig c;
+  if (Status s = read_fields(Fields(j), c); !s.is_ok()) return s.with_context(path);
+  return c;
+}
+
+void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWriter& out) {
+  const std::string a = c.gguf_arch;
+  auto u32 = [](int64_t v) { return GgufValue::from_u32(static_cast<uint32_t>(v)); };
+  out.set("general.architecture", GgufValue::from_string(a));
+  out.set("general.name", GgufValue::from_string(name));
+  out.set(a + ".vocab_size", u32(c.n_vocab));
+  out.set(a + ".context_length", u32(c.n_ctx));
+  out.set(a + ".embedding_length", u32(c.n_embd));
+  out.set(a + ".block_count", u32(c.n_layer));
+  out.set(a + ".feed_forward_length", u32(c.n_ff));
+  out.set(a + ".attention.head_count", u32(c.n_head));
+  out.set(a + ".attention.head_count_kv", u32(c.n_head_kv));
+  out.set(a + ".attention.key_length", u32(c.head_dim));
+  out.set(a + ".attention.value_length", u32(c.head_dim));
+  out.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::from_f32(static_cast<float>(c.rms_eps)));
+  out.set(a + ".rope.dimension_count", u32(c.head_dim));
+  out.set(a + ".rope.freq_base", GgufValue::from_f32(static_cast<float>(c.rope_theta)));
+  if (c.rope_scaling == "linear" || c.rope_scaling == "yarn") {
+    out.set(a + ".rope.scaling.type", GgufValue::from_string(c.rope_scaling));
+    out.set(a + ".rope.scaling.factor", GgufValue::from_f32(static_cast<float>(c.rope_factor)));
+    if (c.rope_scaling == "yarn") out.set(a + ".rope.scaling.original_context_length", u32(c.rope_original_ctx));
+  }
+}
+
+}  // namespace leoam

@@ -1,0 +1,53 @@
+// A Hugging Face checkpoint's config.json, read as the GGUF metadata of the same model: which
+// architecture (LlamaForCausalLM and MistralForCausalLM are GGUF's `llama`, Qwen2ForCausalLM its
+// `qwen2`, Qwen3ForCausalLM its `qwen3`), the shapes, the norm epsilon and RoPE with its scaling.
+// A missing or mistyped field, an unknown architecture or a feature the engine does not compute
+// (partial rotary, dynamic scaling) is an error naming the file and the field
+// (docs/model.md#hugging-face-folders).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace leoam {
+
+class GgufWriter;
+
+struct HfConfig {
+  std::string architecture;  // config.json's "architectures"[0], e.g. "LlamaForCausalLM"
+  std::string gguf_arch;     // "llama" or "qwen2"
+  // HF's llama q/k rows pair each head's halves for RoPE; GGUF's llama pairs adjacent rows, so
+  // the converter permutes them. Qwen2's GGUF keeps HF's order (its RoPE pairs halves).
+  bool permute_qk = false;
+  bool attention_bias = false;  // q/k/v biases (qwen2)
+  bool head_norms = false;      // q_norm and k_norm: each head RMS-normalized before RoPE (qwen3)
+  bool tie_word_embeddings = false;
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int64_t n_ctx = 0;  // max_position_embeddings
+  double rms_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::string rope_scaling = "none";  // none, linear, yarn or llama3
+  double rope_factor = 1.0;
+  int64_t rope_original_ctx = 0;  // yarn and llama3: original_max_position_embeddings
+  // llama3 scaling: one divisor per rotated pair, GGUF's rope_freqs.weight.
+  std::vector<float> rope_freq_factors;
+  int bos_id = -1;  // bos_token_id and eos_token_id, where given (the tokenizer's take precedence)
+  int eos_id = -1;
+};
+
+// Reads and checks `path` (a config.json).
+Result<HfConfig> read_hf_config(const std::string& path);
+
+// Adds general.architecture and the "{arch}.*" keys the model loader reads (model/hparams.h).
+void add_hf_config_metadata(const HfConfig& config, const std::string& name, GgufWriter& out);
+
+}  // namespace leoam

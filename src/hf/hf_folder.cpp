@@ -1,0 +1,247 @@
+#include "hf/hf_folder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "core/fp16.h"
+#include "gguf/gguf_writer.h"
+#include "gguf/quoted_name.h"
+#include "gguf/safetensors_checkpoint.h"
+#include "hf/hf_config.h"
+#include "tokenizer/hf_tokenizer_import.h"
+
+namespace leoam {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TypeName {
+  const char* name;
+  GgmlType type;
+};
+constexpr TypeName kImportTypes[] = {{"f32", GgmlType::kF32},
+                                     {"f16", GgmlType::kF16},
+                                     {"bf16", GgmlType::kBF16},
+                                     {"q8_0", GgmlType::kQ8_0},
+                                     {"q4_0", GgmlType::kQ4_0}};
+
+// One tensor the architecture uses: its GGUF name and the shape config.json implies, numpy's
+// order (HF's [out, in], which is GGUF's ne [in, out] reversed).
+struct Expected {
+  std::string gguf_name;
+  std::vector<int64_t> shape;
+  bool permute_heads = false;  // q or k of the llama family: rows regrouped for GGUF's RoPE pairing
+  int n_heads = 0;
+};
+
+// HF tensor name -> what it is, for the llama and qwen2 layouts.
+std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
+  const int64_t q = int64_t{c.n_head} * c.head_dim;
+  const int64_t kv = int64_t{c.n_head_kv} * c.head_dim;
+  std::map<std::string, Expected> m;
+  m["model.embed_tokens.weight"] = {"token_embd.weight", {c.n_vocab, c.n_embd}};
+  m["model.norm.weight"] = {"output_norm.weight", {c.n_embd}};
+  if (!c.tie_word_embeddings) m["lm_head.weight"] = {"output.weight", {c.n_vocab, c.n_embd}};
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string hf = "model.layers." + std::to_string(il) + ".";
+    const std::string gg = "blk." + std::to_string(il) + ".";
+    m[hf + "input_layernorm.weight"] = {gg + "attn_norm.weight", {c.n_embd}};
+    m[hf + "self_attn.q_proj.weight"] = {gg + "attn_q.weight", {q, c.n_embd}, c.permute_qk, c.n_head};
+    m[hf + "self_attn.k_proj.weight"] = {gg + "attn_k.weight", {kv, c.n_embd}, c.permute_qk, c.n_head_kv};
+    m[hf + "self_attn.v_proj.weight"] = {gg + "attn_v.weight", {kv, c.n_embd}};
+    if (c.attention_bias) {
+      m[hf + "self_attn.q_proj.bias"] = {gg + "attn_q.bias", {q}, c.permute_qk, c.n_head};
+      m[hf + "self_attn.k_proj.bias"] = {gg + "attn_k.bias", {kv}, c.permute_qk, c.n_head_kv};
+      m[hf + "self_attn.v_proj.bias"] = {gg + "attn_v.bias", {kv}};
+    }
+    if (c.head_norms) {
+      m[hf + "self_attn.q_norm.weight"] = {gg + "attn_q_norm.weight", {c.head_dim}};
+      m[hf + "self_attn.k_norm.weight"] = {gg + "attn_k_norm.weight", {c.head_dim}};
+    }
+    m[hf + "self_attn.o_proj.weight"] = {gg + "attn_output.weight", {c.n_embd, q}};
+    m[hf + "post_attention_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}};
+    m[hf + "mlp.gate_proj.weight"] = {gg + "ffn_gate.weight", {c.n_ff, c.n_embd}};
+    m[hf + "mlp.up_proj.weight"] = {gg + "ffn_up.weight", {c.n_ff, c.n_embd}};
+    m[hf + "mlp.down_proj.weight"] = {gg + "ffn_down.weight", {c.n_embd, c.n_ff}};
+  }
+  return m;
+}
+
+// Tensors a checkpoint may hold that the forward pass recomputes.
+bool ignorable(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<float> to_f32(const SafetensorsTensor& t) {
+  const int64_t n = t.n_elements();
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h = 0;
+    switch (t.dtype) {
+      case SafetensorsDtype::kF32:
+        std::memcpy(&v[i], t.data + i * 4, 4);
+        break;
+      case SafetensorsDtype::kF16:
+        std::memcpy(&h, t.data + i * 2, 2);
+        v[i] = f16_to_f32(h);
+        break;
+      case SafetensorsDtype::kBF16:
+        std::memcpy(&h, t.data + i * 2, 2);
+        v[i] = bf16_to_f32(h);
+        break;
+    }
+  }
+  return v;
+}
+
+// HF's llama checkpoints order each head's q/k rows as two halves that RoPE pairs (i, i + d/2);
+// GGUF's llama orders them as adjacent pairs (2i, 2i + 1). Row 2i + s of a head takes HF's row
+// s * d/2 + i. `cols` is 1 for a bias.
+std::vector<float> permute_rope_rows(const std::vector<float>& w, int n_heads, int64_t cols) {
+  const int64_t rows = static_cast<int64_t>(w.size()) / cols;
+  const int64_t d = rows / n_heads;
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      for (int64_t s = 0; s < 2; ++s) {
+        const float* src = w.data() + (h * d + s * (d / 2) + i) * cols;
+        std::copy(src, src + cols, out.data() + (h * d + 2 * i + s) * cols);
+      }
+    }
+  }
+  return out;
+}
+
+GgmlType stored_type(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kF16: return GgmlType::kF16;
+    case SafetensorsDtype::kBF16: return GgmlType::kBF16;
+    case SafetensorsDtype::kF32: break;
+  }
+  return GgmlType::kF32;
+}
+
+Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Expected& e, const HfImportOptions& options,
+                  GgufWriter& out) {
+  if (t.shape != e.shape) {
+    return invalid_argument(file + ": tensor " + quoted_name(t.name) + " has shape " + shape_text(t.shape) +
+                            ", but config.json implies " + shape_text(e.shape));
+  }
+  const int64_t cols = e.shape.size() == 2 ? e.shape[1] : 1;
+  std::vector<float> values = to_f32(t);
+  if (e.permute_heads) values = permute_rope_rows(values, e.n_heads, cols);
+  std::vector<int64_t> ne(e.shape.rbegin(), e.shape.rend());
+  GgmlType type = GgmlType::kF32;
+  if (e.shape.size() == 2) {
+    type = options.type.value_or(stored_type(t.dtype));
+    if (cols % ggml_block_size(type) != 0) type = GgmlType::kF16;
+  }
+  if (type == GgmlType::kF16) {
+    for (const float x : values) {
+      if (std::isfinite(x) && std::fabs(x) > 65504.0f) {
+        return invalid_argument(file + ": tensor " + quoted_name(t.name) + " holds " + std::to_string(x) +
+                                ", beyond f16's range; load it with --type f32 or bf16");
+      }
+    }
+  }
+  return out.add_tensor_f32(e.gguf_name, type, std::move(ne), values).with_context(file);
+}
+
+Status import_tensors(const std::string& dir, const HfConfig& config, const HfImportOptions& options,
+                      GgufWriter& out) {
+  LEOAM_ASSIGN_OR_RETURN(SafetensorsCheckpoint checkpoint, SafetensorsCheckpoint::open(dir));
+  const std::map<std::string, Expected> expected = expected_tensors(config);
+  for (const SafetensorsTensor* t : checkpoint.tensors()) {
+    if (expected.contains(t->name) || ignorable(t->name)) continue;
+    return invalid_argument(dir + ": tensor " + quoted_name(t->name) + " is not one that " + config.architecture +
+                            " with this config.json uses (" + std::to_string(config.n_layer) + " layers" +
+                            (config.tie_word_embeddings ? ", tied embeddings" : "") + ")");
+  }
+  // In GGUF's usual order: embeddings, the layers in turn, then the output.
+  std::vector<std::pair<std::string, const Expected*>> order;
+  for (const auto& [name, e] : expected) order.emplace_back(name, &e);
+  auto rank = [](const std::string& gguf_name) {
+    if (gguf_name.starts_with("token_embd")) return std::pair<int, int>(-1, 0);
+    if (gguf_name.starts_with("blk.")) return std::pair<int, int>(std::stoi(gguf_name.substr(4)), 0);
+    return std::pair<int, int>(1 << 30, gguf_name == "output_norm.weight" ? 0 : 1);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    return rank(a.second->gguf_name) < rank(b.second->gguf_name);
+  });
+  for (const auto& [name, e] : order) {
+    const SafetensorsTensor* t = checkpoint.find(name);
+    if (t == nullptr) {
+      return not_found(dir + ": no shard holds tensor " + quoted_name(name) + ", which " + config.architecture +
+                       " needs");
+    }
+    LEOAM_RETURN_IF_ERROR(add_tensor(dir, *t, *e, options, out));
+  }
+  if (!config.rope_freq_factors.empty()) {
+    const int64_t n = static_cast<int64_t>(config.rope_freq_factors.size());
+    LEOAM_RETURN_IF_ERROR(out.add_tensor_f32("rope_freqs.weight", GgmlType::kF32, {n}, config.rope_freq_factors));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* hf_import_types_list() { return "f32 f16 bf16 q8_0 q4_0"; }
+
+Result<GgmlType> parse_hf_import_type(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const TypeName& t : kImportTypes) {
+    if (lower == t.name) return t.type;
+  }
+  return invalid_argument("weight type '" + name + "' is not one a model can be loaded as; choose one of: " +
+                          hf_import_types_list());
+}
+
+bool is_model_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+std::string model_source_name(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  return is_model_folder(path) ? p.filename().string() : p.stem().string();
+}
+
+Status import_hf_folder(const std::string& dir, const HfImportOptions& options, GgufWriter& out) {
+  LEOAM_ASSIGN_OR_RETURN(HfConfig config, read_hf_config((fs::path(dir) / "config.json").string()));
+  add_hf_config_metadata(config, model_source_name(dir), out);
+  LEOAM_RETURN_IF_ERROR(import_hf_tokenizer(dir, out));
+  return import_tensors(dir, config, options, out);
+}
+
+Result<GgufFile> open_model_source(const std::string& path, const HfImportOptions& options) {
+  if (!is_model_folder(path)) {
+    if (options.type) {
+      return invalid_argument(path + ": a weight type (--type) applies to a Hugging Face folder; a GGUF file keeps "
+                              "the types it was written with");
+    }
+    return GgufFile::open(path);
+  }
+  GgufWriter out;
+  LEOAM_RETURN_IF_ERROR(import_hf_folder(path, options, out));
+  return GgufFile::adopt(path, std::move(out).to_bytes());
+}
+
+Result<GgufFile> open_tokenizer_source(const std::string& path) {
+  if (!is_model_folder(path)) return GgufFile::open(path);
+  GgufWriter out;
+  LEOAM_RETURN_IF_ERROR(import_hf_tokenizer(path, out));
+  return GgufFile::adopt(path, std::move(out).to_bytes());
+}
+
+}  // namespace leoam

@@ -1,0 +1,102 @@
+// `-m DIR` with a Hugging Face checkpoint folder, as a user runs it: `gguf convert` writes the
+// model, and run (dense, and sparse on the tiered store from disk) and tokenize give the same
+// output from the folder as from the converted file; a bad --type is a usage error.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../unit/hf/hf_folder_writer.h"
+#include "../unit/temp_dir.h"
+#include "cli_runner.h"
+
+namespace leoam::testing_cli {
+namespace {
+
+class HfFolderCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override { folder_ = write_folder("tiny-llama", "LlamaForCausalLM"); }
+  std::string write_folder(const std::string& name, const std::string& architecture) {
+    const std::string folder = dir_.path() + "/" + name;
+    std::filesystem::create_directory(folder);
+    testing_util::HfFolderSpec spec;
+    spec.architecture = architecture;
+    spec.n_ctx = 512;
+    spec.dtype = "BF16";
+    spec.shards = 2;
+    if (architecture == "Qwen3ForCausalLM") spec.head_dim = 32;
+    testing_util::write_hf_folder(spec, folder);
+    return folder;
+  }
+  CliResult run(const std::vector<std::string>& args) { return run_leoam(dir_.path(), args); }
+  // run (dense, then leoam on the tiered store) and tokenize give the same output from both.
+  void expect_same_runs(const std::string& folder, const std::string& gguf);
+
+  testing_util::TempDir dir_;
+  std::string folder_;
+};
+
+TEST_F(HfFolderCliTest, TheFolderRunsAsItsConvertedGguf) {
+  for (const char* architecture : {"LlamaForCausalLM", "Qwen3ForCausalLM"}) {
+    SCOPED_TRACE(architecture);
+    const std::string name = std::string("tiny-") + architecture;
+    const std::string folder = write_folder(name, architecture);
+    const std::string gguf = dir_.path() + "/" + name + ".gguf";
+    const CliResult convert = run({"gguf", "convert", folder, "-o", gguf});
+    ASSERT_EQ(convert.status, 0) << convert.err;
+    const CliResult info = run({"gguf", "info", gguf});
+    ASSERT_EQ(info.status, 0) << info.err;
+    EXPECT_NE(info.out.find(name), std::string::npos) << info.out;
+    expect_same_runs(folder, gguf);
+  }
+}
+
+void HfFolderCliTest::expect_same_runs(const std::string& folder, const std::string& gguf) {
+  // 160 tokens: far enough past the recent window that leoam picks among the far chunks.
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "the then and ";
+  const std::vector<std::string> dense = {"-p", prompt, "-n", "12", "--temp", "0", "-t", "1"};
+  const std::vector<std::string> sparse = {"--policy", "leoam", "--budget", "0.5", "--kv-device-mb", "0.02",
+                                           "--kv-host-mb", "0.02", "--kv-chunk", "8", "--kv-recent", "8"};
+  for (const bool tiered : {false, true}) {
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), dense.begin(), dense.end());
+    if (tiered) args.insert(args.end(), sparse.begin(), sparse.end());
+    std::vector<std::string> from_folder = args, from_file = args;
+    from_folder.insert(from_folder.end(), {"-m", folder});
+    from_file.insert(from_file.end(), {"-m", gguf});
+    if (tiered) {
+      from_folder.insert(from_folder.end(), {"--kv-dir", folder + "-kv"});
+      from_file.insert(from_file.end(), {"--kv-dir", gguf + "-kv"});
+    }
+    const CliResult a = run(from_folder);
+    const CliResult b = run(from_file);
+    ASSERT_EQ(a.status, 0) << a.err;
+    ASSERT_EQ(b.status, 0) << b.err;
+    EXPECT_FALSE(a.out.empty());
+    EXPECT_EQ(a.out, b.out) << (tiered ? "leoam on the tiered store" : "dense");
+    if (tiered) {
+      EXPECT_NE(a.err.find("disk tier"), std::string::npos) << a.err;
+    }
+  }
+
+  const CliResult ids_folder = run({"tokenize", "-m", folder, "-p", "the the then"});
+  const CliResult ids_file = run({"tokenize", "-m", gguf, "-p", "the the then"});
+  ASSERT_EQ(ids_folder.status, 0) << ids_folder.err;
+  EXPECT_EQ(ids_folder.out, ids_file.out);
+  EXPECT_NE(ids_folder.out.find("259\n"), std::string::npos) << "'the' is one merged token: " << ids_folder.out;
+}
+
+TEST_F(HfFolderCliTest, TypeQuantizesOrIsAUsageError) {
+  const CliResult q8 = run({"run", "-m", folder_, "--type", "q8_0", "-p", "the", "-n", "2", "--temp", "0"});
+  EXPECT_EQ(q8.status, 0) << q8.err;
+  const CliResult bad = run({"run", "-m", folder_, "--type", "q5_k", "-p", "the", "-n", "2"});
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_NE(bad.err.find("f32 f16 bf16 q8_0 q4_0"), std::string::npos) << bad.err;
+  const CliResult no_config = run({"run", "-m", dir_.path(), "-p", "the", "-n", "2"});
+  EXPECT_EQ(no_config.status, 1);
+  EXPECT_NE(no_config.err.find("config.json"), std::string::npos) << no_config.err;
+}
+
+}  // namespace
+}  // namespace leoam::testing_cli

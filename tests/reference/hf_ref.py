@@ -1,0 +1,153 @@
+"""Independent float64 numpy reference of a Hugging Face checkpoint folder's forward pass.
+
+Written from the published descriptions of LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM and Qwen3ForCausalLM (transformers' modeling code conventions: weights [out, in], RoPE that rotates
+each head's two halves, `rotate_half`), apart from the C++ engine and from llama_ref.py, which
+follows GGUF's layout. Reads config.json and the safetensors files (single or sharded by
+model.safetensors.index.json) itself: f32, f16 and bf16.
+
+CLI:
+    hf_ref.py --model DIR --tokens 1,2,3 --out logits.txt
+        writes the logits of every position: one line per position, '%.9g' floats.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[begin:end]
+        dtype = info["dtype"]
+        if dtype == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif dtype == "F16":
+            a = np.frombuffer(raw, dtype="<f2")
+        elif dtype == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: dtype {dtype} not supported")
+        tensors[name] = a.astype(np.float64).reshape(info["shape"])
+    return tensors
+
+
+def read_folder(folder):
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        shards = ["model.safetensors"]
+    weights = {}
+    for shard in shards:
+        weights.update(read_safetensors(os.path.join(folder, shard)))
+    return config, weights
+
+
+def inv_frequencies(config, head_dim):
+    theta = config.get("rope_theta", 10000.0)
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind == "llama3":
+        # Meta's Llama 3.1 rule: long wavelengths slowed by the factor, short ones kept, the band
+        # between interpolated.
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = np.where(wavelen < old / high, inv_freq,
+                            np.where(wavelen > old / low, inv_freq / factor, blended))
+    elif kind != "default":
+        raise ValueError(f"rope scaling {kind} not covered by this reference")
+    return inv_freq
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def forward(config, w, tokens):
+    n_embd = config["hidden_size"]
+    n_head = config["num_attention_heads"]
+    n_kv = config.get("num_key_value_heads", n_head)
+    head_dim = config.get("head_dim") or n_embd // n_head
+    eps = config["rms_norm_eps"]
+    n = len(tokens)
+
+    angles = np.outer(np.arange(n, dtype=np.float64), inv_frequencies(config, head_dim))
+    emb = np.concatenate([angles, angles], axis=-1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+
+    def linear(x, name):
+        y = x @ w[name + ".weight"].T
+        return y + w[name + ".bias"] if name + ".bias" in w else y
+
+    x = w["model.embed_tokens.weight"][tokens]
+    mask = np.triu(np.full((n, n), -np.inf), k=1)
+    for il in range(config["num_hidden_layers"]):
+        p = f"model.layers.{il}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(h, p + "self_attn.q_proj").reshape(n, n_head, head_dim)
+        k = linear(h, p + "self_attn.k_proj").reshape(n, n_kv, head_dim)
+        v = linear(h, p + "self_attn.v_proj").reshape(n, n_kv, head_dim)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: each head RMS-normalized before RoPE
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = n_head // n_kv
+        out = np.empty((n, n_head, head_dim))
+        for hd in range(n_head):
+            scores = q[:, hd, :] @ k[:, hd // group, :].T / math.sqrt(head_dim) + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, hd, :] = scores @ v[:, hd // group, :]
+        x = x + linear(out.reshape(n, n_head * head_dim), p + "self_attn.o_proj")
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = linear(h, p + "mlp.gate_proj")
+        x = x + linear(gate / (1 + np.exp(-gate)) * linear(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return x @ head.T
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="the checkpoint folder")
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids")
+    ap.add_argument("--out", required=True, help="where to write the logits")
+    args = ap.parse_args()
+    config, weights = read_folder(args.model)
+    logits = forward(config, weights, [int(t) for t in args.tokens.split(",")])
+    with open(args.out, "w", encoding="utf-8") as f:
+        for row in logits:
+            f.write(" ".join(f"{v:.9g}" for v in row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+// Hugging Face checkpoint folders: the logits of the model imported from a folder against the
+// independent numpy reference of transformers' layout (tests/reference/hf_ref.py), for each
+// architecture, dtype, sharding, tied head and RoPE scaling; the folder and the GGUF that
+// `gguf convert` writes give the same logits; --type quantizes on load; and bad folders fail
+// with errors that name the file and what is wrong.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../model/model_test_util.h"
+#include "../temp_dir.h"
+#include "gguf/gguf_writer.h"
+#include "hf/hf_folder.h"
+#include "hf_folder_writer.h"
+#include "model/forward_context.h"
+#include "model/model.h"
+
+namespace leoam {
+namespace {
+
+using testing_util::HfFolderSpec;
+using testing_util::TempDir;
+
+std::vector<int32_t> test_tokens(int n_vocab) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 12; ++i) tokens.push_back((3 + i * 89) % n_vocab);
+  return tokens;
+}
+
+Result<std::unique_ptr<Model>> load_folder(const std::string& dir, HfImportOptions options = {}) {
+  LEOAM_ASSIGN_OR_RETURN(GgufFile gguf, open_model_source(dir, options));
+  return Model::from_gguf(std::move(gguf));
+}
+
+// Every position's logits, with an F32 KV cache (nothing rounded but the arithmetic).
+std::vector<float> engine_logits(const Model& model, const std::vector<int32_t>& tokens) {
+  ForwardOptions opts;
+  opts.n_threads = 2;
+  opts.kv_dtype = KvDtype::kF32;
+  auto ctx = ForwardContext::create(model, opts);
+  EXPECT_TRUE(ctx.is_ok()) << ctx.status().message();
+  std::vector<float> logits;
+  if (ctx.is_ok()) {
+    EXPECT_TRUE((*ctx)->eval(tokens, /*all_logits=*/true, logits).is_ok());
+  }
+  return logits;
+}
+
+struct FolderCase {
+  std::string name;
+  HfFolderSpec spec;
+};
+void PrintTo(const FolderCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<FolderCase> folder_cases() {
+  std::vector<FolderCase> c;
+  c.push_back({"llama_gqa_f32", HfFolderSpec{}});
+  {
+    HfFolderSpec s;
+    s.architecture = "MistralForCausalLM";
+    s.dtype = "BF16";
+    s.shards = 3;
+    c.push_back({"mistral_bf16_sharded", s});
+  }
+  {
+    HfFolderSpec s;
+    s.architecture = "Qwen2ForCausalLM";
+    s.dtype = "F16";
+    s.bias = true;
+    s.tied = true;
+    s.rope_theta = 1000000.0;
+    c.push_back({"qwen2_f16_bias_tied", s});
+  }
+  {
+    HfFolderSpec s;
+    s.architecture = "Qwen3ForCausalLM";
+    s.dtype = "BF16";
+    s.head_dim = 32;  // q is 4 x 32 = 128 wide, twice the hidden size, as Qwen3's heads are
+    s.tied = true;
+    s.rope_theta = 1000000.0;
+    c.push_back({"qwen3_bf16_head_norms", s});
+  }
+  {
+    HfFolderSpec s;
+    s.n_head_kv = 4;
+    s.rope_theta = 500000.0;
+    s.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                      {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+    c.push_back({"llama31_rope_scaling", s});
+  }
+  {
+    HfFolderSpec s;
+    s.rope_scaling = {{"type", "linear"}, {"factor", 4.0}};
+    c.push_back({"linear_rope_scaling", s});
+  }
+  return c;
+}
+
+class HfFolderVsReference : public ::testing::TestWithParam<FolderCase> {};
+
+TEST_P(HfFolderVsReference, AllPositionsMatch) {
+  std::string why;
+  if (!testing_util::reference_available(&why)) GTEST_SKIP() << "numpy reference unavailable: " << why;
+  const FolderCase& fc = GetParam();
+  TempDir dir;
+  testing_util::write_hf_folder(fc.spec, dir.path());
+  auto model = load_folder(dir.path());
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const std::vector<int32_t> tokens = test_tokens(fc.spec.n_vocab);
+  const std::vector<float> logits = engine_logits(**model, tokens);
+  std::string error;
+  const std::vector<float> ref = testing_util::run_reference(dir.path(), tokens, false, &error, false, "hf_ref.py");
+  ASSERT_EQ(ref.size(), logits.size()) << error;
+  // f32 arithmetic against float64 on the same stored values: about 1e-7 (measured).
+  const double err = testing_util::rel_l2(logits, ref);
+  std::printf("[ measured ] %-24s rel L2 error %.3g\n", fc.name.c_str(), err);
+  EXPECT_LE(err, 2e-6) << fc.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, HfFolderVsReference, ::testing::ValuesIn(folder_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(HfFolderTest, TheConvertedGgufGivesTheSameLogits) {
+  HfFolderSpec s;
+  s.dtype = "BF16";
+  s.shards = 2;
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path());
+  GgufWriter writer;
+  ASSERT_TRUE(import_hf_folder(dir.path(), {}, writer).is_ok());
+  const std::string gguf_path = dir.file("converted.gguf");
+  ASSERT_TRUE(writer.write(gguf_path).is_ok());
+
+  auto from_folder = load_folder(dir.path());
+  auto from_file = Model::load(gguf_path);
+  ASSERT_TRUE(from_folder.is_ok()) << from_folder.status().message();
+  ASSERT_TRUE(from_file.is_ok()) << from_file.status().message();
+  EXPECT_EQ((*from_file)->hparams().arch_name, "llama");
+  EXPECT_EQ((*from_file)->gguf().find_tensor("blk.1.attn_q.weight")->type(), GgmlType::kBF16);
+  const std::vector<int32_t> tokens = test_tokens(s.n_vocab);
+  EXPECT_EQ(engine_logits(**from_folder, tokens), engine_logits(**from_file, tokens));
+}
+
+TEST(HfFolderTest, TypeQuantizesTheMatricesOnLoad) {
+  HfFolderSpec s;
+  s.n_embd = 128;  // rows of whole Q4_0 and Q8_0 blocks
+  s.n_ff = 128;
+  s.n_head = 4;
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path());
+  auto exact = load_folder(dir.path());
+  ASSERT_TRUE(exact.is_ok()) << exact.status().message();
+  const std::vector<int32_t> tokens = test_tokens(s.n_vocab);
+  const std::vector<float> reference = engine_logits(**exact, tokens);
+  for (const auto& [type, bound] : {std::pair{GgmlType::kQ8_0, 0.02}, std::pair{GgmlType::kQ4_0, 0.2},
+                                    std::pair{GgmlType::kF16, 0.002}}) {
+    auto model = load_folder(dir.path(), {.type = type});
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const GgufFile& g = (*model)->gguf();
+    EXPECT_EQ(g.find_tensor("blk.0.ffn_down.weight")->type(), type);
+    EXPECT_EQ(g.find_tensor("token_embd.weight")->type(), type);
+    EXPECT_EQ(g.find_tensor("blk.0.attn_norm.weight")->type(), GgmlType::kF32);
+    const double err = testing_util::rel_l2(engine_logits(**model, tokens), reference);
+    std::printf("[ measured ] --type %s: rel L2 error %.3g against f32\n", ggml_type_name(static_cast<uint32_t>(type)).c_str(),
+                err);
+    EXPECT_GT(err, 0.0);
+    EXPECT_LE(err, bound);
+  }
+}
+
+TEST(HfFolderTest, TypeNamesAreCheckedAndAGgufFileKeepsItsTypes) {
+  EXPECT_EQ(*parse_hf_import_type("Q4_0"), GgmlType::kQ4_0);
+  const Result<GgmlType> bad = parse_hf_import_type("q5_k");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("f32 f16 bf16 q8_0 q4_0"), std::string::npos) << bad.status().message();
+  TempDir dir;
+  const std::string path = dir.file("m.gguf");
+  GgufWriter w;
+  ASSERT_TRUE(w.write(path).is_ok());
+  const Result<GgufFile> typed = open_model_source(path, {.type = GgmlType::kQ8_0});
+  ASSERT_FALSE(typed.is_ok());
+  EXPECT_NE(typed.status().message().find("--type"), std::string::npos) << typed.status().message();
+}
+
+TEST(HfFolderTest, ModelSourceNames) {
+  TempDir dir;
+  EXPECT_EQ(model_source_name(dir.path() + "/"), std::filesystem::path(dir.path()).filename().string());
+  EXPECT_EQ(model_source_name("models/m.gguf"), "m");
+}
+
+// The error of loading the folder that `mutate` spoils; it must name `want`.
+void expect_error(const std::string& want, const std::function<void(HfFolderSpec&, std::vector<testing_util::Entry>&,
+                                                                    const std::string&)>& mutate) {
+  HfFolderSpec s;
+  std::vector<testing_util::Entry> tensors = testing_util::hf_tensors(s);
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path(), tensors);
+  mutate(s, tensors, dir.path());
+  const Result<GgufFile> g = open_model_source(dir.path());
+  ASSERT_FALSE(g.is_ok()) << "expected an error naming " << want;
+  EXPECT_NE(g.status().message().find(want), std::string::npos) << g.status().message();
+}
+
+TEST(HfFolderTest, BadFoldersFailNamingTheProblem) {
+  using testing_util::Entry;
+  // Shards and config that disagree: a tensor of another shape.
+  expect_error("'model.layers.1.mlp.up_proj.weight' has shape [64, 64], but config.json implies [96, 64]",
+               [](HfFolderSpec& s, std::vector<Entry>& t, const std::string& dir) {
+                 for (Entry& e : t) {
+                   if (e.name == "model.layers.1.mlp.up_proj.weight") {
+                     e.shape = {64, 64};
+                     e.bytes.resize(64 * 64 * 4);
+                   }
+                 }
+                 testing_util::write_hf_folder(s, dir, t);
+               });
+  // A layer the config does not have.
+  expect_error("'model.layers.1.self_attn.q_proj.weight', which LlamaForCausalLM needs",
+               [](HfFolderSpec& s, std::vector<Entry>& t, const std::string& dir) {
+                 std::erase_if(t, [](const Entry& e) { return e.name == "model.layers.1.self_attn.q_proj.weight"; });
+                 testing_util::write_hf_folder(s, dir, t);
+               });
+  expect_error("'model.layers.2.input_layernorm.weight' is not one that LlamaForCausalLM",
+               [](HfFolderSpec& s, std::vector<Entry>& t, const std::string& dir) {
+                 t.push_back({"model.layers.2.input_layernorm.weight", "F32", {64}, std::string(256, '\0')});
+                 testing_util::write_hf_folder(s, dir, t);
+               });
+  // A truncated shard.
+  expect_error("model.safetensors", [](HfFolderSpec&, std::vector<Entry>&, const std::string& dir) {
+    std::filesystem::resize_file(dir + "/model.safetensors", std::filesystem::file_size(dir + "/model.safetensors") - 4);
+  });
+  // Missing files.
+  expect_error("config.json", [](HfFolderSpec&, std::vector<Entry>&, const std::string& dir) {
+    std::filesystem::remove(dir + "/config.json");
+  });
+  expect_error("model.safetensors", [](HfFolderSpec&, std::vector<Entry>&, const std::string& dir) {
+    std::filesystem::remove(dir + "/model.safetensors");
+  });
+  // An index that names a tensor no shard holds.
+  expect_error("'lm_head.weight'", [](HfFolderSpec& s, std::vector<Entry>& t, const std::string& dir) {
+    s.shards = 2;
+    testing_util::write_hf_folder(s, dir, t);
+    std::erase_if(t, [](const Entry& e) { return e.name == "lm_head.weight"; });
+    testing_util::write_file(dir + "/model-00002-of-00002.safetensors",
+                             testing_util::safetensors(std::vector<Entry>(t.begin() + (t.size() + 2) / 2, t.end())));
+  });
+  // config.json fields.
+  expect_error("architecture 'GPTNeoXForCausalLM' is not supported; supported: LlamaForCausalLM",
+               [](HfFolderSpec& s, std::vector<Entry>& t, const std::string& dir) {
+                 s.architecture = "GPTNeoXForCausalLM";
+                 testing_util::write_hf_folder(s, dir, t);
+               });
+  expect_error("'dynamic', not supported", [](HfFolderSpec& s, std::vector<Entry>& t, const std::string& dir) {
+    s.rope_scaling = {{"type", "dynamic"}, {"factor", 2.0}};
+    testing_util::write_hf_folder(s, dir, t);
+  });
+  expect_error("\"hidden_size\" is \"64\", not an integer", [](HfFolderSpec& s, std::vector<Entry>&, const std::string& dir) {
+    nlohmann::ordered_json c = testing_util::hf_config(s);
+    c["hidden_size"] = "64";
+    testing_util::write_file(dir + "/config.json", c.dump());
+  });
+  expect_error("config.json: not valid JSON", [](HfFolderSpec&, std::vector<Entry>&, const std::string& dir) {
+    testing_util::write_file(dir + "/config.json", "{\"architectures\": [");
+  });
+}
+
+}  // namespace
+}  // namespace leoam
