@@ -24,12 +24,14 @@ struct KnownArch {
   bool permute_qk;
   bool attention_bias;
   bool head_norms;
+  bool fused_projections;
 };
 constexpr KnownArch kKnownArchs[] = {
-    {"LlamaForCausalLM", "llama", true, false, false},
-    {"MistralForCausalLM", "llama", true, false, false},
-    {"Qwen2ForCausalLM", "qwen2", false, true, false},
-    {"Qwen3ForCausalLM", "qwen3", false, false, true},
+    {"LlamaForCausalLM", "llama", true, false, false, false},
+    {"MistralForCausalLM", "llama", true, false, false, false},
+    {"Qwen2ForCausalLM", "qwen2", false, true, false, false},
+    {"Qwen3ForCausalLM", "qwen3", false, false, true, false},
+    {"Phi3ForCausalLM", "phi3", false, false, false, true},
 };
 
 std::string known_arch_list() {
@@ -97,6 +99,44 @@ class Fields {
 constexpr int64_t kMaxDim = 1 << 20;
 constexpr int64_t kMaxCtx = int64_t{1} << 24;
 
+// LongRoPE (Phi-3): a short and a long factor per rotated pair, and cos and sin scaled by
+// sqrt(1 + ln(s) / ln(original)) where s = max_position_embeddings / original (1 when s <= 1).
+Status read_longrope(const Fields& f, const Fields& s, HfConfig& c) {
+  if (c.gguf_arch != "phi3") return unsupported("\"rope_scaling\" longrope is supported for Phi3ForCausalLM only");
+  for (const char* unsupported_field : {"short_mscale", "long_mscale"}) {
+    if (s.find(unsupported_field) != nullptr) {
+      return unsupported("\"rope_scaling." + std::string(unsupported_field) + "\" is not supported");
+    }
+  }
+  const auto factors = [&](const char* name, std::vector<float>& out) -> Status {
+    const Json* v = s.find(name);
+    if (v == nullptr || !v->is_array() || v->size() != static_cast<size_t>(c.head_dim / 2)) {
+      return f.error(std::string("rope_scaling.") + name,
+                     "must be a list of " + std::to_string(c.head_dim / 2) + " numbers, one per rotated pair");
+    }
+    for (const Json& x : *v) {
+      if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>())) {
+        return f.error(std::string("rope_scaling.") + name, "holds " + x.dump() + "; factors must be positive");
+      }
+      out.push_back(x.get<float>());
+    }
+    return Status::ok();
+  };
+  LEOAM_RETURN_IF_ERROR(factors("short_factor", c.rope_short_factors));
+  LEOAM_RETURN_IF_ERROR(factors("long_factor", c.rope_long_factors));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> original, s.get_int("original_max_position_embeddings", kMaxCtx));
+  if (!original) {
+    LEOAM_ASSIGN_OR_RETURN(original, f.get_int("original_max_position_embeddings", kMaxCtx));
+  }
+  if (!original) return f.error("original_max_position_embeddings", "is missing (LongRoPE needs it)");
+  c.rope_original_ctx = *original;
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> attention_factor, s.get_float("attention_factor"));
+  const double scale = static_cast<double>(c.n_ctx) / static_cast<double>(*original);
+  c.rope_attn_factor = attention_factor.value_or(
+      scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(*original))));
+  return Status::ok();
+}
+
 Status read_rope_scaling(const Fields& f, const Json& scaling, HfConfig& c) {
   if (!scaling.is_object()) return f.error("rope_scaling", "is " + scaling.dump() + ", not an object");
   const Fields s(scaling);
@@ -111,9 +151,11 @@ Status read_rope_scaling(const Fields& f, const Json& scaling, HfConfig& c) {
     c.rope_scaling = "none";
     return Status::ok();
   }
+  if (c.rope_scaling == "su") c.rope_scaling = "longrope";  // Phi-3's first name for it
+  if (c.rope_scaling == "longrope") return read_longrope(f, s, c);
   if (c.rope_scaling != "linear" && c.rope_scaling != "yarn" && c.rope_scaling != "llama3") {
     return unsupported("\"rope_scaling.rope_type\" is '" + c.rope_scaling + "', not supported; supported: " +
-                       "default linear yarn llama3");
+                       "default linear yarn llama3 longrope");
   }
   auto number = [&](const char* name) -> Result<double> {
     const Json* v = s.find(name);
@@ -167,6 +209,7 @@ Status read_fields(const Fields& f, HfConfig& c) {
   c.gguf_arch = known->gguf_arch;
   c.permute_qk = known->permute_qk;
   c.head_norms = known->head_norms;
+  c.fused_projections = known->fused_projections;
   LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
   LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
   LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("intermediate_size", kMaxDim));
@@ -246,6 +289,10 @@ void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWrit
   out.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::from_f32(static_cast<float>(c.rms_eps)));
   out.set(a + ".rope.dimension_count", u32(c.head_dim));
   out.set(a + ".rope.freq_base", GgufValue::from_f32(static_cast<float>(c.rope_theta)));
+  if (c.rope_scaling == "longrope") {
+    out.set(a + ".rope.scaling.original_context_length", u32(c.rope_original_ctx));
+    out.set(a + ".rope.scaling.attn_factor", GgufValue::from_f32(static_cast<float>(c.rope_attn_factor)));
+  }
   if (c.rope_scaling == "linear" || c.rope_scaling == "yarn") {
     out.set(a + ".rope.scaling.type", GgufValue::from_string(c.rope_scaling));
     out.set(a + ".rope.scaling.factor", GgufValue::from_f32(static_cast<float>(c.rope_factor)));

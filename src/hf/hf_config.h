@@ -1,9 +1,9 @@
 // A Hugging Face checkpoint's config.json, read as the GGUF metadata of the same model: which
 // architecture (LlamaForCausalLM and MistralForCausalLM are GGUF's `llama`, Qwen2ForCausalLM its
-// `qwen2`, Qwen3ForCausalLM its `qwen3`), the shapes, the norm epsilon and RoPE with its scaling.
-// A missing or mistyped field, an unknown architecture or a feature the engine does not compute
-// (partial rotary, dynamic scaling) is an error naming the file and the field
-// (docs/model.md#hugging-face-folders).
+// `qwen2`, Qwen3ForCausalLM its `qwen3`, Phi3ForCausalLM its `phi3`), the shapes, the norm
+// epsilon and RoPE with its scaling. A missing or mistyped field, an unknown architecture or a
+// feature the engine does not compute (partial rotary, dynamic scaling) is an error naming the
+// file and the field (docs/model.md#hugging-face-folders).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@ struct HfConfig {
   bool permute_qk = false;
   bool attention_bias = false;  // q/k/v biases (qwen2)
   bool head_norms = false;      // q_norm and k_norm: each head RMS-normalized before RoPE (qwen3)
+  bool fused_projections = false;  // qkv_proj and gate_up_proj (phi3)
   bool tie_word_embeddings = false;
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
@@ -35,11 +36,16 @@ struct HfConfig {
   int64_t n_ctx = 0;  // max_position_embeddings
   double rms_eps = 1e-6;
   double rope_theta = 10000.0;
-  std::string rope_scaling = "none";  // none, linear, yarn or llama3
+  std::string rope_scaling = "none";  // none, linear, yarn, llama3 or longrope
   double rope_factor = 1.0;
-  int64_t rope_original_ctx = 0;  // yarn and llama3: original_max_position_embeddings
+  int64_t rope_original_ctx = 0;  // yarn, llama3 and longrope: original_max_position_embeddings
   // llama3 scaling: one divisor per rotated pair, GGUF's rope_freqs.weight.
   std::vector<float> rope_freq_factors;
+  // longrope (Phi-3): GGUF's rope_factors_short.weight and rope_factors_long.weight, and the
+  // factor on cos and sin.
+  std::vector<float> rope_short_factors;
+  std::vector<float> rope_long_factors;
+  double rope_attn_factor = 1.0;
   int bos_id = -1;  // bos_token_id and eos_token_id, where given (the tokenizer's take precedence)
   int eos_id = -1;
 };

@@ -51,9 +51,16 @@ std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
     const std::string hf = "model.layers." + std::to_string(il) + ".";
     const std::string gg = "blk." + std::to_string(il) + ".";
     m[hf + "input_layernorm.weight"] = {gg + "attn_norm.weight", {c.n_embd}};
-    m[hf + "self_attn.q_proj.weight"] = {gg + "attn_q.weight", {q, c.n_embd}, c.permute_qk, c.n_head};
-    m[hf + "self_attn.k_proj.weight"] = {gg + "attn_k.weight", {kv, c.n_embd}, c.permute_qk, c.n_head_kv};
-    m[hf + "self_attn.v_proj.weight"] = {gg + "attn_v.weight", {kv, c.n_embd}};
+    if (c.fused_projections) {  // phi3: q, k, v stacked; gate and up stacked, as GGUF's phi3 keeps them
+      m[hf + "self_attn.qkv_proj.weight"] = {gg + "attn_qkv.weight", {q + 2 * kv, c.n_embd}};
+      m[hf + "mlp.gate_up_proj.weight"] = {gg + "ffn_up.weight", {2 * c.n_ff, c.n_embd}};
+    } else {
+      m[hf + "self_attn.q_proj.weight"] = {gg + "attn_q.weight", {q, c.n_embd}, c.permute_qk, c.n_head};
+      m[hf + "self_attn.k_proj.weight"] = {gg + "attn_k.weight", {kv, c.n_embd}, c.permute_qk, c.n_head_kv};
+      m[hf + "self_attn.v_proj.weight"] = {gg + "attn_v.weight", {kv, c.n_embd}};
+      m[hf + "mlp.gate_proj.weight"] = {gg + "ffn_gate.weight", {c.n_ff, c.n_embd}};
+      m[hf + "mlp.up_proj.weight"] = {gg + "ffn_up.weight", {c.n_ff, c.n_embd}};
+    }
     if (c.attention_bias) {
       m[hf + "self_attn.q_proj.bias"] = {gg + "attn_q.bias", {q}, c.permute_qk, c.n_head};
       m[hf + "self_attn.k_proj.bias"] = {gg + "attn_k.bias", {kv}, c.permute_qk, c.n_head_kv};
@@ -65,8 +72,6 @@ std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
     }
     m[hf + "self_attn.o_proj.weight"] = {gg + "attn_output.weight", {c.n_embd, q}};
     m[hf + "post_attention_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}};
-    m[hf + "mlp.gate_proj.weight"] = {gg + "ffn_gate.weight", {c.n_ff, c.n_embd}};
-    m[hf + "mlp.up_proj.weight"] = {gg + "ffn_up.weight", {c.n_ff, c.n_embd}};
     m[hf + "mlp.down_proj.weight"] = {gg + "ffn_down.weight", {c.n_embd, c.n_ff}};
   }
   return m;
@@ -185,9 +190,12 @@ Status import_tensors(const std::string& dir, const HfConfig& config, const HfIm
     }
     LEOAM_RETURN_IF_ERROR(add_tensor(dir, *t, *e, options, out));
   }
-  if (!config.rope_freq_factors.empty()) {
-    const int64_t n = static_cast<int64_t>(config.rope_freq_factors.size());
-    LEOAM_RETURN_IF_ERROR(out.add_tensor_f32("rope_freqs.weight", GgmlType::kF32, {n}, config.rope_freq_factors));
+  for (const auto& [name, factors] : {std::pair{"rope_freqs.weight", &config.rope_freq_factors},
+                                      std::pair{"rope_factors_long.weight", &config.rope_long_factors},
+                                      std::pair{"rope_factors_short.weight", &config.rope_short_factors}}) {
+    if (factors->empty()) continue;
+    const int64_t n = static_cast<int64_t>(factors->size());
+    LEOAM_RETURN_IF_ERROR(out.add_tensor_f32(name, GgmlType::kF32, {n}, *factors));
   }
   return Status::ok();
 }

@@ -15,7 +15,8 @@ Result<std::unique_ptr<ForwardContext>> ForwardContext::create(const Model& mode
   switch (model.hparams().arch) {
     case ModelArch::kLlama:
     case ModelArch::kQwen2:
-    case ModelArch::kQwen3: {
+    case ModelArch::kQwen3:
+    case ModelArch::kPhi3: {
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaForward> ctx,
                              LlamaForward::create(model, options, std::move(kv_cache)));
       return std::unique_ptr<ForwardContext>(std::move(ctx));

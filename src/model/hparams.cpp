@@ -132,12 +132,13 @@ const char* model_arch_name(ModelArch arch) {
   switch (arch) {
     case ModelArch::kQwen2: return "qwen2";
     case ModelArch::kQwen3: return "qwen3";
+    case ModelArch::kPhi3: return "phi3";
     case ModelArch::kLlama: break;
   }
   return "llama";
 }
 
-const char* supported_archs_list() { return "llama qwen2 qwen3"; }
+const char* supported_archs_list() { return "llama qwen2 qwen3 phi3"; }
 
 Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   ModelHparams hp;
@@ -148,6 +149,8 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
     hp.arch = ModelArch::kQwen2;
   } else if (hp.arch_name == "qwen3") {
     hp.arch = ModelArch::kQwen3;
+  } else if (hp.arch_name == "phi3") {
+    hp.arch = ModelArch::kPhi3;
   } else {
     return unsupported(gguf.path() + ": architecture '" + hp.arch_name + "' is not supported; supported: " +
                        supported_archs_list());

@@ -16,7 +16,8 @@ class GgufFile;
 inline constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
 
 // qwen3: qwen2's RoPE, no biases, and each head's q and k RMS-normalized before RoPE.
-enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3 };
+// phi3: NeoX RoPE, q/k/v in one matrix and gate/up in another, LongRoPE's two factor sets.
+enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3, kPhi3 };
 
 // How RoPE pairs the dimensions of a head it rotates.
 enum class RopePairing : uint8_t {
@@ -66,9 +67,9 @@ struct ModelHparams {
   int n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head
 };
 
-// "llama", "qwen2", "qwen3".
+// "llama", "qwen2", "qwen3", "phi3".
 const char* model_arch_name(ModelArch arch);
-// "llama qwen2 qwen3": for error messages.
+// "llama qwen2 qwen3 phi3": for error messages.
 const char* supported_archs_list();
 
 // Reads and validates the hyperparameters of `gguf`. Errors start with the file's path.

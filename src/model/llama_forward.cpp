@@ -125,7 +125,6 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
         .about(Setting::kContextSize);
   }
   if (options.n_batch <= 0) return invalid_argument("batch size must be positive, got " + std::to_string(options.n_batch));
-  LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_freqs));
 
   if (kv_cache == nullptr) {
     MemoryKvCacheOptions kv_options;
@@ -147,6 +146,8 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
                             std::to_string(hp.n_head_kv) + " KV heads of " + std::to_string(hp.head_dim));
   }
 
+  // LongRoPE's factors follow the context the store holds (phi3), as llama.cpp picks them.
+  LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_factors(hp, shape.n_ctx)));
   std::unique_ptr<LlamaForward> ctx(new LlamaForward(model, options, std::move(rope)));
   ctx->pool_ = std::make_unique<ThreadPool>(options.n_threads);
   ctx->inline_pool_ = std::make_unique<ThreadPool>(1);

@@ -188,6 +188,10 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
   w.set(key("rope.dimension_count"), GgufValue::from_u32(static_cast<uint32_t>(n_rot)));
   w.set(key("rope.freq_base"), GgufValue::from_f32(spec.rope_freq_base));
   if (spec.logn_length > 0) w.set(kLognLengthKey, GgufValue::from_u32(static_cast<uint32_t>(spec.logn_length)));
+  if (spec.arch == ModelArch::kPhi3 && spec.rope_n_ctx_orig > 0) {  // LongRoPE: llama.cpp's phi3 keys
+    w.set(key("rope.scaling.original_context_length"), GgufValue::from_u32(static_cast<uint32_t>(spec.rope_n_ctx_orig)));
+    if (spec.yarn_attn_factor >= 0) w.set(key("rope.scaling.attn_factor"), GgufValue::from_f32(spec.yarn_attn_factor));
+  }
   if (spec.rope_scaling != RopeScalingType::kNone) {
     w.set(key("rope.scaling.type"),
           GgufValue::from_string(spec.rope_scaling == RopeScalingType::kYarn ? "yarn" : "linear"));
@@ -222,9 +226,13 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
   for (int il = 0; il < spec.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LEOAM_RETURN_IF_ERROR(vec(p + "attn_norm.weight", spec.n_embd, 1.0f, norm_sd));
-    LEOAM_RETURN_IF_ERROR(matrix(p + "attn_q.weight", spec.n_embd, n_q, in_embd));
-    LEOAM_RETURN_IF_ERROR(matrix(p + "attn_k.weight", spec.n_embd, n_kv, in_embd));
-    LEOAM_RETURN_IF_ERROR(matrix(p + "attn_v.weight", spec.n_embd, n_kv, in_embd));
+    if (spec.arch == ModelArch::kPhi3) {
+      LEOAM_RETURN_IF_ERROR(matrix(p + "attn_qkv.weight", spec.n_embd, n_q + 2 * n_kv, in_embd));
+    } else {
+      LEOAM_RETURN_IF_ERROR(matrix(p + "attn_q.weight", spec.n_embd, n_q, in_embd));
+      LEOAM_RETURN_IF_ERROR(matrix(p + "attn_k.weight", spec.n_embd, n_kv, in_embd));
+      LEOAM_RETURN_IF_ERROR(matrix(p + "attn_v.weight", spec.n_embd, n_kv, in_embd));
+    }
     if (spec.qkv_bias) {
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_q.bias", n_q, 0.0f, 0.2f));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_k.bias", n_kv, 0.0f, 0.2f));
@@ -236,12 +244,27 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
     }
     LEOAM_RETURN_IF_ERROR(matrix(p + "attn_output.weight", n_q, spec.n_embd, in_embd));
     LEOAM_RETURN_IF_ERROR(vec(p + "ffn_norm.weight", spec.n_embd, 1.0f, norm_sd));
-    LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_gate.weight", spec.n_embd, spec.n_ff, in_embd));
-    LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_up.weight", spec.n_embd, spec.n_ff, in_embd));
+    if (spec.arch == ModelArch::kPhi3) {  // gate's rows, then up's
+      LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_up.weight", spec.n_embd, 2 * spec.n_ff, in_embd));
+    } else {
+      LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_gate.weight", spec.n_embd, spec.n_ff, in_embd));
+      LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_up.weight", spec.n_embd, spec.n_ff, in_embd));
+    }
     LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_down.weight", spec.n_ff, spec.n_embd, in_ff));
   }
   LEOAM_RETURN_IF_ERROR(vec("output_norm.weight", spec.n_embd, 1.0f, norm_sd));
   if (!spec.tied_output) LEOAM_RETURN_IF_ERROR(matrix("output.weight", spec.n_embd, spec.n_vocab, in_embd));
+  if (spec.arch == ModelArch::kPhi3 && spec.rope_n_ctx_orig > 0) {
+    // LongRoPE: short factors near 1, long ones rising to 6 for the slowest pairs.
+    const int n_pairs = n_rot / 2;
+    std::vector<float> shorts(n_pairs), longs(n_pairs);
+    for (int i = 0; i < n_pairs; ++i) {
+      shorts[i] = 1.0f + 0.05f * static_cast<float>(i % 3);
+      longs[i] = n_pairs > 1 ? 1.0f + 5.0f * i / (n_pairs - 1) : 1.0f;
+    }
+    LEOAM_RETURN_IF_ERROR(w.add_tensor_f32("rope_factors_long.weight", GgmlType::kF32, {n_pairs}, longs));
+    LEOAM_RETURN_IF_ERROR(w.add_tensor_f32("rope_factors_short.weight", GgmlType::kF32, {n_pairs}, shorts));
+  }
   if (spec.freq_factors) {
     // Llama-3.1 style: 1 for the fastest-turning pairs rising to 8 for the slowest.
     const int n_pairs = n_rot / 2;

@@ -22,7 +22,9 @@ namespace leoam {
 class GgufWriter;
 
 struct SyntheticModelSpec {
-  ModelArch arch = ModelArch::kLlama;  // qwen2 and qwen3 imply NeoX RoPE; qwen3 adds q/k head norms
+  // qwen2, qwen3 and phi3 imply NeoX RoPE; qwen3 adds q/k head norms; phi3 stores q/k/v in one
+  // matrix and gate/up in another, and with rope_n_ctx_orig > 0 LongRoPE's two factor sets.
+  ModelArch arch = ModelArch::kLlama;
   std::string name = "synthetic";      // general.name
   int64_t n_vocab = 512;               // >= 259 (specials and byte tokens)
   int64_t n_embd = 128;

@@ -127,6 +127,25 @@ class TensorMapper {
     return Status::ok();
   }
 
+  // A matrix stored as several stacked along its rows (phi3's attn_qkv, its ffn_up of gate and
+  // up): a view of each part's rows, in order.
+  Status fused(const std::string& name, int64_t n_cols, std::initializer_list<std::pair<int64_t, kernels::MatrixView*>> parts) const {
+    int64_t n_rows = 0;
+    for (const auto& [rows, out] : parts) n_rows += rows;
+    kernels::MatrixView all;
+    LEOAM_RETURN_IF_ERROR(matrix(name, n_cols, n_rows, &all));
+    int64_t row0 = 0;
+    for (const auto& [rows, out] : parts) {
+      *out = all;
+      out->data = static_cast<const uint8_t*>(all.data) + row0 * all.row_bytes;
+      out->n_rows = rows;
+      row0 += rows;
+    }
+    return Status::ok();
+  }
+
+  bool has(const std::string& name) const { return gguf_.find_tensor(name) != nullptr; }
+
   // An f32 view of a 1-D tensor of n elements (converted into `weights.converted` when needed).
   Status vector(const std::string& name, int64_t n, bool optional, ModelWeights& weights, const float** out) const {
     Status st;
@@ -150,6 +169,11 @@ class TensorMapper {
 };
 
 }  // namespace
+
+const float* ModelWeights::rope_factors(const ModelHparams& hp, int64_t n_ctx) const {
+  if (rope_factors_long == nullptr) return rope_freqs;
+  return n_ctx > hp.rope.n_ctx_orig ? rope_factors_long : rope_factors_short;
+}
 
 Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
   const TensorMapper m(gguf);
@@ -180,9 +204,14 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     LayerWeights& L = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_norm.weight", hp.n_embd, false, w, &L.attn_norm));
-    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_q.weight", hp.n_embd, n_q, &L.attn_q));
-    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_k.weight", hp.n_embd, n_kv, &L.attn_k));
-    LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_v.weight", hp.n_embd, n_kv, &L.attn_v));
+    if (m.has(p + "attn_qkv.weight")) {
+      LEOAM_RETURN_IF_ERROR(
+          m.fused(p + "attn_qkv.weight", hp.n_embd, {{n_q, &L.attn_q}, {n_kv, &L.attn_k}, {n_kv, &L.attn_v}}));
+    } else {
+      LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_q.weight", hp.n_embd, n_q, &L.attn_q));
+      LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_k.weight", hp.n_embd, n_kv, &L.attn_k));
+      LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_v.weight", hp.n_embd, n_kv, &L.attn_v));
+    }
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q.bias", n_q, true, w, &L.attn_q_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k.bias", n_kv, true, w, &L.attn_k_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_v.bias", n_kv, true, w, &L.attn_v_bias));
@@ -192,8 +221,12 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_output.weight", n_q, hp.n_embd, &L.attn_output));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.weight", hp.n_embd, false, w, &L.ffn_norm));
-    LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, &L.ffn_gate));
-    LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff, &L.ffn_up));
+    if (hp.arch == ModelArch::kPhi3) {  // gate's rows first, then up's
+      LEOAM_RETURN_IF_ERROR(m.fused(p + "ffn_up.weight", hp.n_embd, {{hp.n_ff, &L.ffn_gate}, {hp.n_ff, &L.ffn_up}}));
+    } else {
+      LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, &L.ffn_gate));
+      LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff, &L.ffn_up));
+    }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd, &L.ffn_down));
   }
   LEOAM_RETURN_IF_ERROR(m.vector("output_norm.weight", hp.n_embd, false, w, &w.output_norm));
@@ -204,6 +237,11 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     w.output_tied = true;
   }
   LEOAM_RETURN_IF_ERROR(m.vector("rope_freqs.weight", hp.rope.n_rot / 2, true, w, &w.rope_freqs));
+  LEOAM_RETURN_IF_ERROR(m.vector("rope_factors_long.weight", hp.rope.n_rot / 2, true, w, &w.rope_factors_long));
+  LEOAM_RETURN_IF_ERROR(m.vector("rope_factors_short.weight", hp.rope.n_rot / 2, true, w, &w.rope_factors_short));
+  if ((w.rope_factors_long == nullptr) != (w.rope_factors_short == nullptr)) {
+    return invalid_argument(gguf.path() + ": LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight");
+  }
   // The matrices only matvec and gemm read go to the row-group layout; token_embd (rows looked
   // up one at a time) and an output tied to it stay as stored.
   if (row_groups_enabled()) {

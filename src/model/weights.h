@@ -43,6 +43,13 @@ struct ModelWeights {
   kernels::MatrixView output;        // [n_vocab][n_embd]; == token_embd when tied
   bool output_tied = false;
   const float* rope_freqs = nullptr;   // [n_rot/2] or null
+  // phi3's LongRoPE: [n_rot/2] each, or null; the long set serves contexts past the original one.
+  const float* rope_factors_long = nullptr;
+  const float* rope_factors_short = nullptr;
+
+  // The RoPE frequency factors a context of n_ctx positions runs with: rope_freqs, or LongRoPE's
+  // long set past hparams' n_ctx_orig and its short set within (as llama.cpp picks them), or null.
+  const float* rope_factors(const ModelHparams& hp, int64_t n_ctx) const;
 
   // f32 copies of the 1-D tensors not stored as F32; the pointers above may point into them.
   std::vector<std::unique_ptr<float[]>> converted;

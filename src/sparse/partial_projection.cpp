@@ -59,7 +59,8 @@ Result<PartialProjection> PartialProjection::create(const Model& model, double r
   }
   const ModelHparams& hp = model.hparams();
   const ModelWeights& w = model.weights();
-  LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, w.rope_freqs));
+  // LongRoPE (phi3): the factor set of the training context, which a shorter context may not use.
+  LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, w.rope_factors(hp, hp.n_ctx_train)));
   PartialProjection p(model, std::move(rope));
   p.n_head_ = hp.n_head;
   p.n_head_kv_ = hp.n_head_kv;

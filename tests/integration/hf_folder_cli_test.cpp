@@ -37,7 +37,7 @@ class HfFolderCliTest : public ::testing::Test {
 };
 
 TEST_F(HfFolderCliTest, TheFolderRunsAsItsConvertedGguf) {
-  for (const char* architecture : {"LlamaForCausalLM", "Qwen3ForCausalLM"}) {
+  for (const char* architecture : {"LlamaForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM"}) {
     SCOPED_TRACE(architecture);
     const std::string name = std::string("tiny-") + architecture;
     const std::string folder = write_folder(name, architecture);

@@ -1,7 +1,7 @@
 """Independent float64 numpy reference of a Hugging Face checkpoint folder's forward pass.
 
 Written from the published descriptions of LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM and Qwen3ForCausalLM (transformers' modeling code conventions: weights [out, in], RoPE that rotates
+Qwen2ForCausalLM, Qwen3ForCausalLM and Phi3ForCausalLM (transformers' modeling code conventions: weights [out, in], RoPE that rotates
 each head's two halves, `rotate_half`), apart from the C++ engine and from llama_ref.py, which
 follows GGUF's layout. Reads config.json and the safetensors files (single or sharded by
 model.safetensors.index.json) itself: f32, f16 and bf16.
@@ -59,11 +59,21 @@ def read_folder(folder):
     return config, weights
 
 
-def inv_frequencies(config, head_dim):
+def inv_frequencies(config, head_dim, seq_len):
+    """The inverse frequencies of the rotated pairs, and the factor on cos and sin."""
     theta = config.get("rope_theta", 10000.0)
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     scaling = config.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind in ("longrope", "su"):
+        # Phi-3: per-pair factors, the long set once the sequence is longer than the original
+        # context; cos and sin scaled by sqrt(1 + ln(s) / ln(original)).
+        original = scaling.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
+        factors = scaling["long_factor"] if seq_len > original else scaling["short_factor"]
+        s = config["max_position_embeddings"] / original
+        mscale = scaling.get("attention_factor",
+                             1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(original)))
+        return inv_freq / np.asarray(factors, dtype=np.float64), mscale
     if kind == "linear":
         inv_freq = inv_freq / scaling["factor"]
     elif kind == "llama3":
@@ -79,7 +89,7 @@ def inv_frequencies(config, head_dim):
                             np.where(wavelen > old / low, inv_freq / factor, blended))
     elif kind != "default":
         raise ValueError(f"rope scaling {kind} not covered by this reference")
-    return inv_freq
+    return inv_freq, 1.0
 
 
 def rotate_half(x):
@@ -99,9 +109,23 @@ def forward(config, w, tokens):
     eps = config["rms_norm_eps"]
     n = len(tokens)
 
-    angles = np.outer(np.arange(n, dtype=np.float64), inv_frequencies(config, head_dim))
+    inv_freq, mscale = inv_frequencies(config, head_dim, n)
+    angles = np.outer(np.arange(n, dtype=np.float64), inv_freq)
     emb = np.concatenate([angles, angles], axis=-1)
-    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    cos, sin = np.cos(emb)[:, None, :] * mscale, np.sin(emb)[:, None, :] * mscale
+
+    # Phi-3 keeps q, k, v in one matrix and gate, up in another: split them as its model does.
+    n_q, n_kv_dim, n_ff = n_head * head_dim, n_kv * head_dim, config["intermediate_size"]
+    for il in range(config["num_hidden_layers"]):
+        p = f"model.layers.{il}."
+        qkv = w.pop(p + "self_attn.qkv_proj.weight", None)
+        if qkv is not None:
+            w[p + "self_attn.q_proj.weight"] = qkv[:n_q]
+            w[p + "self_attn.k_proj.weight"] = qkv[n_q:n_q + n_kv_dim]
+            w[p + "self_attn.v_proj.weight"] = qkv[n_q + n_kv_dim:]
+        gate_up = w.pop(p + "mlp.gate_up_proj.weight", None)
+        if gate_up is not None:
+            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gate_up[:n_ff], gate_up[n_ff:]
 
     def linear(x, name):
         y = x @ w[name + ".weight"].T

@@ -1,4 +1,4 @@
-"""Independent float64 numpy reference of the llama / qwen2 / qwen3 forward pass.
+"""Independent float64 numpy reference of the llama / qwen2 / qwen3 / phi3 forward pass.
 
 Written from the ggml / llama.cpp conventions, apart from the C++ engine, so the
 engine's logits can be checked against it.
@@ -35,8 +35,8 @@ from gguf_read import read_gguf  # noqa: E402
 
 def load_hparams(meta):
     arch = meta["general.architecture"]
-    if arch not in ("llama", "qwen2", "qwen3"):
-        raise ValueError(f"architecture '{arch}' not supported; supported: llama qwen2 qwen3")
+    if arch not in ("llama", "qwen2", "qwen3", "phi3"):
+        raise ValueError(f"architecture '{arch}' not supported; supported: llama qwen2 qwen3 phi3")
 
     def get(key, default=None):
         v = meta.get(f"{arch}.{key}", default)
@@ -68,11 +68,11 @@ def load_hparams(meta):
         # ggml: freq_scale = 1/factor for linear and yarn; ext_factor only for yarn.
         freq_scale=1.0 / factor if factor else 1.0,
         ext_factor=float(get("rope.scaling.yarn_ext_factor", 1.0)) if scaling == "yarn" else 0.0,
-        attn_factor=float(get("rope.scaling.yarn_attn_factor", 1.0)),
+        attn_factor=float(get("rope.scaling.yarn_attn_factor", get("rope.scaling.attn_factor", 1.0))),
         beta_fast=float(get("rope.scaling.yarn_beta_fast", 32.0)),
         beta_slow=float(get("rope.scaling.yarn_beta_slow", 1.0)),
         n_ctx_orig=int(get("rope.scaling.original_context_length", n_ctx_train)),
-        neox=(arch in ("qwen2", "qwen3")),
+        neox=(arch in ("qwen2", "qwen3", "phi3")),
         head_norms=(arch == "qwen3"),
         # log-n attention: queries past this many keys are scaled by ln(n_keys) / ln(logn_length)
         logn_length=int(meta.get("leoam.attention.logn_length", 0)),
@@ -101,6 +101,16 @@ def load_model(path):
         layers.append({k: w_opt(p + k + ".weight") for k in (
             "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
             "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+        if p + "attn_qkv.weight" in raw:  # phi3: q, k and v stacked in one matrix, in that order
+            qkv = w(p + "attn_qkv.weight")
+            n_q, n_kv = hp["n_head"] * hp["head_dim"], hp["n_head_kv"] * hp["head_dim"]
+            layers[-1].update(attn_q=qkv[:n_q], attn_k=qkv[n_q:n_q + n_kv], attn_v=qkv[n_q + n_kv:])
+            for k in ("attn_q", "attn_k", "attn_v"):
+                types[p + k + ".weight"] = types[p + "attn_qkv.weight"]
+        if arch_fused_ffn(hp):  # phi3: ffn_up holds gate's rows, then up's
+            gate_up = layers[-1]["ffn_up"]
+            layers[-1].update(ffn_gate=gate_up[:hp["n_ff"]], ffn_up=gate_up[hp["n_ff"]:])
+            types[p + "ffn_gate.weight"] = types[p + "ffn_up.weight"]
         for k in ("attn_q", "attn_k", "attn_v"):
             layers[-1][k + "_bias"] = w_opt(p + k + ".bias")
         if hp["head_norms"]:  # qwen3: RMSNorm of each q and k head before RoPE
@@ -123,7 +133,21 @@ def load_model(path):
         output=tok_embd if output_tied else w("output.weight"),  # tied when absent
         output_q8_block=Q8_BLOCK.get(types["token_embd.weight" if output_tied else "output.weight"]),
         rope_freqs=w_opt("rope_freqs.weight"),               # [n_rot/2] or None
+        # phi3's LongRoPE: the long set serves contexts past rope.scaling.original_context_length
+        rope_factors=(w_opt("rope_factors_short.weight"), w_opt("rope_factors_long.weight")),
     )
+
+
+def arch_fused_ffn(hp):
+    return hp["arch"] == "phi3"
+
+
+def rope_factors(model, n_ctx):
+    """The frequency factors a context of n_ctx positions runs with (llama.cpp's choice)."""
+    short, long = model["rope_factors"]
+    if long is not None:
+        return long if n_ctx > model["hp"]["n_ctx_orig"] else short
+    return model["rope_freqs"]
 
 
 # ------------------------------------------------------------------- rope ---
@@ -306,8 +330,8 @@ def main(argv=None):
     ap.add_argument("--q8-activations", action="store_true",
                     help="round the inputs of Q4_0/Q8_0/Q4_K/Q6_K matrices to 8 bits, as the engine's integer products do")
     ap.add_argument("--n-ctx", type=int, default=0,
-                    help="context capacity check (default: model context_length); "
-                         "does not change the math (YaRN uses the model's original context)")
+                    help="context capacity check (default: model context_length); it changes the math "
+                         "only with LongRoPE (phi3), whose long factors serve contexts past the original one")
     ap.add_argument("--out", help="write per-position logits here")
     ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily, print ids")
     args = ap.parse_args(argv)
@@ -317,6 +341,7 @@ def main(argv=None):
     if not tokens:
         ap.error("--tokens is empty")
     n_ctx = args.n_ctx or model["hp"]["n_ctx_train"]
+    model["rope_freqs"] = rope_factors(model, n_ctx)
     if len(tokens) + args.greedy > n_ctx:
         ap.error(f"{len(tokens)} tokens + {args.greedy} generated exceed n_ctx {n_ctx}")
     n_vocab = model["tok_embd"].shape[0]

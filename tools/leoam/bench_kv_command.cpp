@@ -524,7 +524,7 @@ class BenchKvCommand : public Command {
 
   Result<SyntheticKv> make_synthetic_kv(const Model& model, int64_t n_ctx, uint64_t seed) const {
     const ModelHparams& hp = model.hparams();
-    LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_freqs));
+    LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_factors(hp, n_ctx)));
     SyntheticKvOptions o;
     o.n_layer = hp.n_layer;
     o.n_kv_heads = hp.n_head_kv;

@@ -97,6 +97,21 @@ std::vector<FolderCase> folder_cases() {
     s.rope_scaling = {{"type", "linear"}, {"factor", 4.0}};
     c.push_back({"linear_rope_scaling", s});
   }
+  // Phi-3: LongRoPE's long factors once past the original context, which both sides reach (the
+  // engine by its context of 256, transformers by the 12 tokens), and its short ones within.
+  for (const int original : {8, 512}) {
+    HfFolderSpec s;
+    s.architecture = "Phi3ForCausalLM";
+    s.dtype = "BF16";
+    s.original_ctx = original;
+    nlohmann::json shorts = nlohmann::json::array(), longs = nlohmann::json::array();
+    for (int i = 0; i < 8; ++i) {
+      shorts.push_back(1.0 + 0.1 * (i % 3));
+      longs.push_back(1.0 + 0.9 * i);
+    }
+    s.rope_scaling = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
+    c.push_back({original < 12 ? "phi3_longrope_long" : "phi3_longrope_short", s});
+  }
   return c;
 }
 

@@ -33,6 +33,7 @@ struct HfFolderSpec {
   int shards = 1;              // > 1: model-0000i-of-0000n.safetensors and the index
   double rope_theta = 10000.0;
   nlohmann::json rope_scaling;  // null: none
+  int original_ctx = 0;         // > 0: "original_max_position_embeddings" (Phi-3 keeps it at the top level)
   uint32_t seed = 1;
 };
 
@@ -132,9 +133,14 @@ inline std::vector<Entry> hf_tensors(const HfFolderSpec& s) {
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string p = "model.layers." + std::to_string(il) + ".";
     add(p + "input_layernorm.weight", {s.n_embd}, true);
-    add(p + "self_attn.q_proj.weight", {q, s.n_embd}, false);
-    add(p + "self_attn.k_proj.weight", {kv, s.n_embd}, false);
-    add(p + "self_attn.v_proj.weight", {kv, s.n_embd}, false);
+    const bool fused = s.architecture == "Phi3ForCausalLM";
+    if (fused) {
+      add(p + "self_attn.qkv_proj.weight", {q + 2 * kv, s.n_embd}, false);
+    } else {
+      add(p + "self_attn.q_proj.weight", {q, s.n_embd}, false);
+      add(p + "self_attn.k_proj.weight", {kv, s.n_embd}, false);
+      add(p + "self_attn.v_proj.weight", {kv, s.n_embd}, false);
+    }
     if (s.bias) {
       add(p + "self_attn.q_proj.bias", {q}, false);
       add(p + "self_attn.k_proj.bias", {kv}, false);
@@ -146,8 +152,12 @@ inline std::vector<Entry> hf_tensors(const HfFolderSpec& s) {
     }
     add(p + "self_attn.o_proj.weight", {s.n_embd, q}, false);
     add(p + "post_attention_layernorm.weight", {s.n_embd}, true);
-    add(p + "mlp.gate_proj.weight", {s.n_ff, s.n_embd}, false);
-    add(p + "mlp.up_proj.weight", {s.n_ff, s.n_embd}, false);
+    if (fused) {
+      add(p + "mlp.gate_up_proj.weight", {2 * int64_t{s.n_ff}, s.n_embd}, false);
+    } else {
+      add(p + "mlp.gate_proj.weight", {s.n_ff, s.n_embd}, false);
+      add(p + "mlp.up_proj.weight", {s.n_ff, s.n_embd}, false);
+    }
     add(p + "mlp.down_proj.weight", {s.n_embd, s.n_ff}, false);
   }
   add("model.norm.weight", {s.n_embd}, true);
@@ -173,6 +183,7 @@ inline nlohmann::ordered_json hf_config(const HfFolderSpec& s) {
                               {"eos_token_id", s.n_vocab - 1}};
   if (!s.rope_scaling.is_null()) c["rope_scaling"] = s.rope_scaling;
   if (s.head_dim > 0) c["head_dim"] = s.head_dim;
+  if (s.original_ctx > 0) c["original_max_position_embeddings"] = s.original_ctx;
   return c;
 }
 

@@ -109,6 +109,25 @@ std::vector<RefCase> cases() {
   }
   {
     SyntheticModelSpec s = gqa_spec(GgmlType::kF32);
+    s.arch = ModelArch::kPhi3;  // fused q/k/v and gate/up; the context (64) past the original: long factors
+    s.rope_n_ctx_orig = 16;
+    s.yarn_attn_factor = 1.19f;
+    c.push_back({"phi3_longrope_long", s, 1e-4});
+  }
+  {
+    SyntheticModelSpec s = gqa_spec(GgmlType::kQ8_0);
+    s.arch = ModelArch::kPhi3;  // within the original context: short factors
+    s.rope_n_ctx_orig = 128;
+    s.yarn_attn_factor = 1.19f;
+    c.push_back({"phi3_longrope_short_q8_0", s, 1e-4});
+  }
+  {
+    SyntheticModelSpec s = base_spec();
+    s.arch = ModelArch::kPhi3;  // no LongRoPE (Phi-3-mini-4k)
+    c.push_back({"phi3_plain", s, 1e-4});
+  }
+  {
+    SyntheticModelSpec s = gqa_spec(GgmlType::kF32);
     s.rope_scaling = RopeScalingType::kLinear;
     s.rope_scaling_factor = 4.0f;
     c.push_back({"linear_scaling", s, 1e-4});
