@@ -39,7 +39,7 @@ struct Expected {
   int n_heads = 0;
 };
 
-// HF tensor name -> what it is, for the llama and qwen2 layouts.
+// HF tensor name -> what it is, for each architecture config.json may name (hf_config.h).
 std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
   const int64_t q = int64_t{c.n_head} * c.head_dim;
   const int64_t kv = int64_t{c.n_head_kv} * c.head_dim;
@@ -135,8 +135,8 @@ GgmlType stored_type(SafetensorsDtype dtype) {
   return GgmlType::kF32;
 }
 
-Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Expected& e, const HfImportOptions& options,
-                  GgufWriter& out) {
+Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Expected& e,
+                  const HfImportOptions& options, GgufWriter& out) {
   if (t.shape != e.shape) {
     return invalid_argument(file + ": tensor " + quoted_name(t.name) + " has shape " + shape_text(t.shape) +
                             ", but config.json implies " + shape_text(e.shape));

@@ -109,7 +109,10 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n) {
 // Qwen3's per-head RMSNorm of q or k (one position's heads), before RoPE; nothing without weights.
 void norm_heads(float* v, const float* weight, int n_heads, int head_dim, float eps) {
   if (weight == nullptr) return;
-  for (int h = 0; h < n_heads; ++h) kernels::rmsnorm(v + int64_t{h} * head_dim, weight, head_dim, eps, v + int64_t{h} * head_dim);
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = v + int64_t{h} * head_dim;
+    kernels::rmsnorm(head, weight, head_dim, eps, head);
+  }
 }
 
 }  // namespace

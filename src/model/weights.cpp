@@ -129,7 +129,8 @@ class TensorMapper {
 
   // A matrix stored as several stacked along its rows (phi3's attn_qkv, its ffn_up of gate and
   // up): a view of each part's rows, in order.
-  Status fused(const std::string& name, int64_t n_cols, std::initializer_list<std::pair<int64_t, kernels::MatrixView*>> parts) const {
+  Status fused(const std::string& name, int64_t n_cols,
+               std::initializer_list<std::pair<int64_t, kernels::MatrixView*>> parts) const {
     int64_t n_rows = 0;
     for (const auto& [rows, out] : parts) n_rows += rows;
     kernels::MatrixView all;
