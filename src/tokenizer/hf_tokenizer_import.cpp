@@ -123,6 +123,8 @@ struct Import {
   bool byte_level = false;
   std::string pre;                // byte-level only
   bool add_space_prefix = false;  // SentencePiece style only
+  std::vector<int32_t> lstrip_ids;  // added tokens that swallow the whitespace on their left
+  std::vector<int32_t> rstrip_ids;  // ... and on their right
 
   Status read_vocab(const json& model, const json& added);
   Status read_merges(const json& model);
@@ -195,13 +197,12 @@ Status Import::read_vocab(const json& model, const json& added) {
   if (added.is_array()) {
     for (const json& a : added) {
       const auto id = a["id"].get<size_t>();
-      // GGUF has no per-token strip flags (llama.cpp derives them from names), so refuse them.
-      for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
-        if (flag_of(a, flag, false)) {
-          return unsupported(tok_path + ": added token " + quoted_name(tokens[id]) + " has " + flag +
-                             " set, which GGUF tokenizer metadata cannot express");
-        }
+      if (flag_of(a, "single_word", false)) {
+        return unsupported(tok_path + ": added token " + quoted_name(tokens[id]) +
+                           " has single_word set, which GGUF tokenizer metadata cannot express");
       }
+      if (flag_of(a, "lstrip", false)) lstrip_ids.push_back(static_cast<int32_t>(id));
+      if (flag_of(a, "rstrip", false)) rstrip_ids.push_back(static_cast<int32_t>(id));
       // Hugging Face splits every added token out of the text; leoam does so for user-defined tokens
       // always and for control tokens with parse_special.
       types[id] = static_cast<int32_t>(flag_of(a, "special", false) ? TokenType::kControl : TokenType::kUserDefined);
@@ -461,6 +462,9 @@ Status import_files(const std::string& dir, GgufWriter& out) {
   }
   out.set("tokenizer.ggml.tokens", GgufValue::from_strings(std::move(imp.tokens)));
   out.set("tokenizer.ggml.token_type", GgufValue::from_i32s(imp.types));
+  // token_type has no strip flags, so leoam's own keys carry them (read by Vocab::from_gguf).
+  if (!imp.lstrip_ids.empty()) out.set(kLstripIdsKey, GgufValue::from_i32s(imp.lstrip_ids));
+  if (!imp.rstrip_ids.empty()) out.set(kRstripIdsKey, GgufValue::from_i32s(imp.rstrip_ids));
   for (auto& [key, value] : keys) out.set(key, std::move(value));
   out.set("tokenizer.ggml.add_bos_token", GgufValue::from_bool(add_bos));
   out.set("tokenizer.ggml.add_eos_token", GgufValue::from_bool(add_eos));

@@ -5,7 +5,9 @@
 //                   with tokenizer.ggml.pre naming leoam's regex list of the same split;
 //   SentencePiece-style BPE (normalizer Replace " " -> "▁", byte_fallback)   -> model "llama",
 //                   scores from the merge ranks (rank r -> -r).
-// Anything else (other model types, normalizers, regexes) fails with an unsupported error.
+// Added tokens with lstrip/rstrip go to leoam.tokenizer.{l,r}strip_ids (vocab.h), which make them
+// swallow the whitespace beside them as transformers.js does; single_word is refused. Anything else
+// (other model types, normalizers, regexes) fails with an unsupported error.
 #pragma once
 
 #include <string>
@@ -17,7 +19,8 @@ namespace leoam {
 class GgufWriter;
 
 // Adds tokenizer.ggml.* (model, pre, tokens, token_type, merges, scores where needed, bos/eos/unk/pad
-// ids, add_bos_token/add_eos_token, add_space_prefix) and tokenizer.chat_template to `out`.
+// ids, add_bos_token/add_eos_token, add_space_prefix), leoam.tokenizer.{l,r}strip_ids where any
+// added token has the flag, and tokenizer.chat_template to `out`.
 // Errors name the file and the problem; `out` is only changed on success.
 Status import_hf_tokenizer(const std::string& dir, GgufWriter& out);
 

@@ -5,7 +5,8 @@
 // left so far at all its non-overlapping occurrences, left to right, as llama.cpp's
 // tokenizer_st_partition does. Control and unknown tokens are split out only when parse_special
 // is set; user-defined tokens always are (Hugging Face treats added tokens that way). A token
-// with kAttrLstrip/kAttrRstrip also drops the whitespace before/after it.
+// with kAttrLstrip/kAttrRstrip also drops the whitespace before/after it (ASCII or Unicode
+// whitespace: Vocab::strip_unicode_space).
 //
 //   "a</s> b"  ->  [raw "a"] [token 2] [raw " b"]
 #pragma once

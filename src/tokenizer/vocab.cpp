@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_value.h"
@@ -52,6 +54,24 @@ Status read_flag(const GgufFile& gguf, std::string_view key, bool* flag) {
   if (!value.is_ok()) return value.status();
   if (value->has_value()) *flag = **value;
   return Status::ok();
+}
+
+// Reads an optional array of token ids; nullopt when the key is absent.
+Result<std::optional<std::vector<int32_t>>> read_token_ids(const GgufFile& gguf, const char* key, int32_t n_tokens) {
+  const GgufValue* value = gguf.find(key);
+  if (value == nullptr) return std::optional<std::vector<int32_t>>();
+  std::optional<std::vector<int32_t>> ids = value->to_i32s();
+  if (!ids) {
+    return corrupt("key '" + std::string(key) + "' holds " + value->to_display_string(4) +
+                   ", not an array of token ids (integers)");
+  }
+  for (int32_t id : *ids) {
+    if (id < 0 || id >= n_tokens) {
+      return corrupt("key '" + std::string(key) + "' holds token id " + std::to_string(id) +
+                     ", outside the vocabulary [0, " + std::to_string(n_tokens) + ")");
+    }
+  }
+  return ids;
 }
 
 }  // namespace
@@ -197,9 +217,20 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& gguf) {
 
   vocab.build_indexes();
 
+  // The strip flags of a Hugging Face import; where present they, not the name rule below, decide.
+  bool strip_keys = false;
+  for (auto [key, attr] : {std::pair{kLstripIdsKey, kAttrLstrip}, std::pair{kRstripIdsKey, kAttrRstrip}}) {
+    auto ids = read_token_ids(gguf, key, n_tokens);
+    if (!ids.is_ok()) return fail(ids.status());
+    if (!ids->has_value()) continue;
+    strip_keys = true;
+    for (int32_t id : **ids) vocab.tokens_[static_cast<size_t>(id)].attr |= attr;
+  }
+  vocab.strip_unicode_space = strip_keys;
+
   // llama.cpp's name-based rule for Phi-3: its special tokens swallow the whitespace after them.
   auto general_name = gguf.get_string("general.name");
-  if (general_name.is_ok() && general_name->has_value()) {
+  if (!strip_keys && general_name.is_ok() && general_name->has_value()) {
     const std::string name = lowercase(**general_name);
     if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
       for (int32_t id : vocab.special_by_length_) vocab.tokens_[static_cast<size_t>(id)].attr |= kAttrRstrip;

@@ -30,9 +30,9 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
-// Per-token attributes derived from the type (and, for some vocabs, from llama.cpp's name-based
-// rules). kLstrip/kRstrip: when the token is matched in text, whitespace to its left/right is
-// dropped.
+// Per-token attributes derived from the type (and from the strip keys below, or else, for some
+// vocabs, from llama.cpp's name-based rules). kLstrip/kRstrip: when the token is matched in text,
+// whitespace to its left/right is dropped.
 enum TokenAttr : uint32_t {
   kAttrNone = 0,
   kAttrUnknown = 1u << 0,
@@ -44,6 +44,11 @@ enum TokenAttr : uint32_t {
   kAttrLstrip = 1u << 7,
   kAttrRstrip = 1u << 8,
 };
+
+// leoam's own keys, arrays of token ids: the added tokens of a Hugging Face tokenizer.json with
+// lstrip/rstrip set, which tokenizer.ggml.token_type cannot carry (hf_tokenizer_import.h).
+inline constexpr const char* kLstripIdsKey = "leoam.tokenizer.lstrip_ids";
+inline constexpr const char* kRstripIdsKey = "leoam.tokenizer.rstrip_ids";
 
 enum class VocabKind : uint8_t { kSpm, kBpe };
 
@@ -90,6 +95,9 @@ class Vocab {
   bool add_eos = false;
   bool add_space_prefix = false;
   std::string pre;  // tokenizer.ggml.pre, "default" when absent
+  // The whitespace that lstrip/rstrip drop: C isspace() by default, as llama.cpp; Unicode
+  // whitespace as JavaScript's trim() has it when the strip keys are present, as transformers.js.
+  bool strip_unicode_space = false;
   // End-of-generation ids: eos, eot, eom and the control tokens llama.cpp treats as such.
   std::vector<int32_t> eog_ids;
 

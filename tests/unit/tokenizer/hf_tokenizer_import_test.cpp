@@ -3,15 +3,16 @@
 // of bad input.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../temp_dir.h"
+#include "hf_tokenizer_json.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "tokenizer/hf_tokenizer_import.h"
@@ -70,19 +71,21 @@ class HfImportTest : public ::testing::Test {
     if (!config.is_null()) write("tokenizer_config.json", config.dump());
   }
 
-  // Imports the folder into a GGUF image and parses it back; fails the test on an import error.
-  const GgufFile& import_ok() {
+  // Imports the folder into a GGUF image (then applies `edit` to it) and parses it back; fails
+  // the test on an import error.
+  const GgufFile& import_ok(const std::function<void(GgufWriter&)>& edit = nullptr) {
     GgufWriter writer;
     const Status s = import_hf_tokenizer(dir_.path(), writer);
     EXPECT_TRUE(s.is_ok()) << s.message();
+    if (edit) edit(writer);
     bytes_ = writer.to_bytes();
     auto file = GgufFile::parse("imported.gguf", bytes_.data(), bytes_.size());
     EXPECT_TRUE(file.is_ok()) << file.status().message();
     gguf_ = std::make_unique<GgufFile>(std::move(file).value());
     return *gguf_;
   }
-  std::unique_ptr<Tokenizer> load() {
-    auto tok = Tokenizer::from_gguf(import_ok());
+  std::unique_ptr<Tokenizer> load(const std::function<void(GgufWriter&)>& edit = nullptr) {
+    auto tok = Tokenizer::from_gguf(import_ok(edit));
     EXPECT_TRUE(tok.is_ok()) << tok.status().message();
     return tok.is_ok() ? std::move(tok).value() : nullptr;
   }
@@ -191,12 +194,7 @@ TEST_F(HfImportTest, LlamaBpeAndGpt2Names) {
 
 TEST_F(HfImportTest, SentencePieceStyleBpe) {
   // Llama 2's layout: <unk> <s> </s>, byte tokens, then pieces; "▁h" "▁he" from merges.
-  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = 3 + b;
-  }
+  json vocab = test::sentencepiece_vocab_base();
   vocab["\xE2\x96\x81"] = 259;
   vocab["h"] = 260;
   vocab["e"] = 261;
@@ -207,11 +205,7 @@ TEST_F(HfImportTest, SentencePieceStyleBpe) {
        {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
         {{"id", 1}, {"content", "<s>"}, {"special", true}},
         {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+      {"normalizer", test::sentencepiece_normalizer()},
       {"pre_tokenizer", nullptr},
       {"model",
        {{"type", "BPE"},
@@ -236,6 +230,77 @@ TEST_F(HfImportTest, SentencePieceStyleBpe) {
   EXPECT_LT(scores[260], -1.0f);  // made by no merge
   // "he h": a space is prepended; "A" falls back to its byte token.
   EXPECT_EQ(t->tokenize("he hA", true, false), (std::vector<int32_t>{1, 263, 262, 3 + 'A'}));
+}
+
+// Phi-3's chat tokens swallow the whitespace after them (rstrip), as transformers.js does it:
+// all of JavaScript's whitespace, and the text after the token still gets its "▁" prefix.
+TEST_F(HfImportTest, StripFlagsPhi3Style) {
+  write_tokenizer(test::phi3_style_tokenizer(), {{"bos_token", "<s>"}, {"eos_token", "<|endoftext|>"}});
+  auto t = load();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(*gguf_->find(kLstripIdsKey)->to_i32s(), (std::vector<int32_t>{275, 276}));
+  EXPECT_EQ(*gguf_->find(kRstripIdsKey)->to_i32s(), (std::vector<int32_t>{2, 272, 273, 274, 276}));
+  const int32_t kSpace = 259, kHello = 269, kHi = 270;
+  auto byte = [](uint8_t b) { return 3 + b; };
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"<|user|>\n  Hello<|end|>\n<|assistant|>  Hi", {274, kHello, 273, 272, kHi}},
+      {"<|endoftext|>\n Hello", {271, kSpace, byte('\n'), kHello}},  // no flag: the whitespace stays
+      {"Hello  <tool>Hi", {kHello, 275, kHi}},
+      {"Hi \t<|both|>\n Hi", {kHi, 276, kHi}},
+      {"Hi</s> Hi", {kHi, 2, kHi}},
+      {"<|end|>  <|assistant|>", {273, 272}},
+      {"<|end|>\n", {273}},
+      {"<|user|>\xE3\x80\x80\xC2\xA0Hi", {274, kHi}},  // U+3000, U+00A0: JavaScript whitespace
+      {"Hi\xE2\x80\xA8<tool>", {kHi, 275}},            // U+2028
+      // U+0085 is not JavaScript whitespace (Hugging Face's Rust tokenizers would strip it).
+      {"<|user|>\xC2\x85Hi", {274, kSpace, byte(0xC2), byte(0x85), 260, 264}},
+  };
+  for (const auto& [text, ids] : cases) {
+    EXPECT_EQ(t->tokenize(text, /*add_bos=*/false, /*parse_special=*/true), ids) << text;
+  }
+  // Without parse_special only the user-defined <tool> is split out, and it still strips.
+  EXPECT_EQ(t->tokenize("Hello \t<tool>", false, false), (std::vector<int32_t>{kHello, 275}));
+}
+
+// Where the strip keys are present they decide, not llama.cpp's name rule for Phi-3; without them
+// (GGUF files) the name rule strips ASCII whitespace only, as llama.cpp does.
+TEST_F(HfImportTest, StripKeysOverrideTheNameRule) {
+  auto named_phi3 = [](GgufWriter& w) { w.set("general.name", GgufValue::from_string("Phi-3-mini-4k-instruct")); };
+  json tok = test::phi3_style_tokenizer();
+  write_tokenizer(tok);
+  auto t = load(named_phi3);
+  ASSERT_NE(t, nullptr);
+  // The name rule would give <tool> rstrip; its tokenizer.json does not.
+  EXPECT_EQ(t->tokenize("<tool> Hi", false, true), (std::vector<int32_t>{275, 259, 270}));
+  EXPECT_EQ(t->tokenize("<|user|>\xE3\x80\x80Hi", false, true), (std::vector<int32_t>{274, 270}));
+
+  for (json& a : tok["added_tokens"]) a["lstrip"] = a["rstrip"] = false;
+  write_tokenizer(tok);
+  t = load(named_phi3);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(gguf_->find(kLstripIdsKey), nullptr);
+  EXPECT_EQ(gguf_->find(kRstripIdsKey), nullptr);
+  EXPECT_EQ(t->tokenize("<tool> Hi", false, true), (std::vector<int32_t>{275, 270}));
+  EXPECT_EQ(t->tokenize("<|user|>\xE3\x80\x80Hi", false, true),
+            (std::vector<int32_t>{274, 259, 3 + 0xE3, 3 + 0x80, 3 + 0x80, 260, 264}));
+}
+
+TEST_F(HfImportTest, MalformedStripIds) {
+  write_tokenizer(test::phi3_style_tokenizer());
+  const std::vector<std::pair<GgufValue, std::string>> cases = {
+      {GgufValue::from_string("272"), "key 'leoam.tokenizer.rstrip_ids' holds \"272\", not an array of token ids"},
+      {GgufValue::from_f32s({272.0f}), "key 'leoam.tokenizer.rstrip_ids' holds [1 x f32] 272, not an array of token ids"},
+      {GgufValue::from_i32s({272, 277}),
+       "key 'leoam.tokenizer.rstrip_ids' holds token id 277, outside the vocabulary [0, 277)"},
+      {GgufValue::from_i32s({-1}), "key 'leoam.tokenizer.rstrip_ids' holds token id -1, outside the vocabulary"},
+  };
+  for (const auto& [value, expected] : cases) {
+    const GgufFile& gguf = import_ok([&](GgufWriter& w) { w.set(kRstripIdsKey, value); });
+    auto t = Tokenizer::from_gguf(gguf);
+    ASSERT_FALSE(t.is_ok()) << expected;
+    EXPECT_EQ(t.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(t.status().message().find("imported.gguf: " + expected), std::string::npos) << t.status().message();
+  }
 }
 
 // --- errors: each names the file and the problem ---
@@ -330,7 +395,8 @@ TEST_F(HfImportTest, UnsupportedComponents) {
       {"prefix space", [](json& t) { t["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
        "add_prefix_space"},
       {"pre-tokenizer", [](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "Whitespace"},
-      {"lstrip", [](json& t) { t["added_tokens"][0]["lstrip"] = true; }, "'<|endoftext|>' has lstrip set"},
+      {"single_word", [](json& t) { t["added_tokens"][0]["single_word"] = true; },
+       "'<|endoftext|>' has single_word set"},
       {"post-processor", [](json& t) { t["post_processor"] = {{"type", "BertProcessing"}}; }, "'BertProcessing'"},
       {"odd normalizer", [](json& t) { t["normalizer"] = "NFC"; }, "normalizer \"NFC\" is not supported"},
       {"odd Split", [](json& t) { t["pre_tokenizer"]["pretokenizers"][0]["pattern"] = 7; }, "before ByteLevel"},

@@ -21,6 +21,7 @@
 #include "gguf/gguf_writer.h"
 #include "tokenizer/hf_tokenizer_import.h"
 #include "tokenizer/tokenizer.h"
+#include "hf_tokenizer_json.h"
 #include "tokenizer_test_util.h"
 
 namespace leoam {
@@ -111,6 +112,23 @@ std::string describe_difference(const Tokenizer& tok, const std::vector<int32_t>
          std::to_string(ref.size()) + " (reference)\n  ours:" + show(ours) + "\n  ref: " + show(ref);
 }
 
+// Writes `in` ([{"text", "special"}, ...]) to tmp/in.json; returns the command that has
+// transformers.js tokenize it into tmp/out.json.
+std::string reference_command(const std::string& npm_dir, const std::string& tokenizer_dir, const json& in,
+                              const testing_util::TempDir& tmp) {
+  std::ofstream(tmp.file("in.json"), std::ios::binary) << in.dump();
+  return "node " + std::string(LEOAM_SOURCE_DIR) + "/tests/tokenizer/hf_tokenize.cjs '" + npm_dir + "' '" +
+         tokenizer_dir + "' " + tmp.file("in.json") + " " + tmp.file("out.json");
+}
+
+// The tokenizer that import_hf_tokenizer makes of folder `dir`, through its GGUF image.
+Result<std::unique_ptr<Tokenizer>> import_tokenizer(const std::string& dir, const std::string& name) {
+  GgufWriter writer;
+  LEOAM_RETURN_IF_ERROR(import_hf_tokenizer(dir, writer));
+  LEOAM_ASSIGN_OR_RETURN(const GgufFile gguf, GgufFile::adopt(name, std::move(writer).to_bytes()));
+  return Tokenizer::from_gguf(gguf);
+}
+
 class HfReference : public ::testing::TestWithParam<Run> {};
 
 TEST_P(HfReference, SameIdsAsTransformersJs) {
@@ -130,22 +148,14 @@ TEST_P(HfReference, SameIdsAsTransformersJs) {
   testing_util::TempDir tmp;
   json in = json::array();
   for (const auto& [label, text] : cases) in.push_back({{"text", text}, {"special", label == "mixed string"}});
-  std::ofstream(tmp.file("in.json"), std::ios::binary) << in.dump();
   // The reference runs while this process imports the same folder (two cores: about half the time).
-  const std::string command = "node " + std::string(LEOAM_SOURCE_DIR) + "/tests/tokenizer/hf_tokenize.cjs '" + npm_dir +
-                              "' '" + dir + "' " + tmp.file("in.json") + " " + tmp.file("out.json");
+  const std::string command = reference_command(npm_dir, dir, in, tmp);
   std::future<int> reference = std::async(std::launch::async, [&] { return std::system(command.c_str()); });
 
-  GgufWriter writer;
-  const Status imported = import_hf_tokenizer(dir, writer);
-  const std::vector<uint8_t> bytes = imported.is_ok() ? writer.to_bytes() : std::vector<uint8_t>{};
+  auto tok = import_tokenizer(dir, name + ".gguf");
   const int rc = reference.get();
-  ASSERT_TRUE(imported.is_ok()) << imported.message();
-  ASSERT_EQ(rc, 0) << "the reference failed: " << command;
-  auto gguf = GgufFile::parse(name + ".gguf", bytes.data(), bytes.size());
-  ASSERT_TRUE(gguf.is_ok()) << gguf.status().message();
-  auto tok = Tokenizer::from_gguf(*gguf);
   ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+  ASSERT_EQ(rc, 0) << "the reference failed: " << command;
 
   std::string out_text;
   ASSERT_TRUE(test::read_file(tmp.file("out.json"), &out_text));
@@ -175,6 +185,56 @@ INSTANTIATE_TEST_SUITE_P(Packages, HfReference,
                          ::testing::Values(Run{"llama2"}, Run{"llama3"}, Run{"llama3_1"}, Run{"qwen3", true}, Run{"gemma3"},
                                            Run{"deepseek_v3"}),
                          [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace leoam
+
+namespace leoam {
+namespace {
+
+// The hand-written Phi-3-style tokenizer, whose added tokens strip the whitespace beside them,
+// against transformers.js on text around those tokens (ASCII and Unicode whitespace).
+TEST(HfStripReference, SameIdsAsTransformersJs) {
+  if (std::system("command -v node >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+  std::string why;
+  const std::optional<json>& pkgs = packages(&why);
+  if (!pkgs) GTEST_SKIP() << why;
+  ASSERT_FALSE(pkgs->empty());
+  const std::string npm_dir = pkgs->begin().value()["npm_dir"].get<std::string>();  // one install for all
+
+  testing_util::TempDir tmp;
+  std::ofstream(tmp.file("tokenizer.json"), std::ios::binary) << test::phi3_style_tokenizer().dump();
+  const std::vector<std::string> texts = {
+      "<|user|>\n  Hello<|end|>\n<|assistant|>  Hi",
+      "<|endoftext|>\n Hello",
+      "Hello  <tool>Hi",
+      "Hi \t<|both|>\n Hi",
+      "Hi</s> Hi",
+      "<|end|>  <|assistant|>",
+      "<|end|>\n",
+      "  <|user|>  Hello  <|end|>  ",
+      // U+3000 U+00A0, U+2028, U+0085 (not JavaScript whitespace), U+FEFF, then \r\n\v\f.
+      "<|user|>\xE3\x80\x80\xC2\xA0Hi\xE2\x80\xA8<tool> \xC2\x85Hi\xEF\xBB\xBF<|both|>\xEF\xBB\xBFHi"
+      "\xEF\xBB\xBF<|end|>\r\n\v\f Hello",
+  };
+  json in = json::array();
+  for (const std::string& text : texts) in.push_back({{"text", text}, {"special", false}});
+  const std::string command = reference_command(npm_dir, tmp.path(), in, tmp);
+  ASSERT_EQ(std::system(command.c_str()), 0) << "the reference failed: " << command;
+
+  auto tok = import_tokenizer(tmp.path(), "phi3_style.gguf");
+  ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+
+  std::string out_text;
+  ASSERT_TRUE(test::read_file(tmp.file("out.json"), &out_text));
+  const json out = json::parse(out_text);
+  ASSERT_EQ(out.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<int32_t> ours = (*tok)->tokenize(texts[i], /*add_bos=*/false, /*parse_special=*/true);
+    const auto ref = out[i]["plain"].get<std::vector<int32_t>>();
+    EXPECT_TRUE(ours == ref) << "text " << i << ": " << describe_difference(**tok, ours, ref);
+  }
+}
 
 }  // namespace
 }  // namespace leoam
