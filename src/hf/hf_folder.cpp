@@ -110,20 +110,16 @@ std::vector<float> to_f32(const SafetensorsTensor& t) {
 
 // HF's llama checkpoints order each head's q/k rows as two halves that RoPE pairs (i, i + d/2);
 // GGUF's llama orders them as adjacent pairs (2i, 2i + 1). Row 2i + s of a head takes HF's row
-// s * d/2 + i. `cols` is 1 for a bias.
-std::vector<float> permute_rope_rows(const std::vector<float>& w, int n_heads, int64_t cols) {
-  const int64_t rows = static_cast<int64_t>(w.size()) / cols;
+// s * d/2 + i. Rows of row_bytes bytes (one element for a bias), any element type.
+void permute_rope_rows(const uint8_t* src, int64_t rows, size_t row_bytes, int n_heads, uint8_t* dst) {
   const int64_t d = rows / n_heads;
-  std::vector<float> out(w.size());
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < d / 2; ++i) {
       for (int64_t s = 0; s < 2; ++s) {
-        const float* src = w.data() + (h * d + s * (d / 2) + i) * cols;
-        std::copy(src, src + cols, out.data() + (h * d + 2 * i + s) * cols);
+        std::memcpy(dst + (h * d + 2 * i + s) * row_bytes, src + (h * d + s * (d / 2) + i) * row_bytes, row_bytes);
       }
     }
   }
-  return out;
 }
 
 GgmlType stored_type(SafetensorsDtype dtype) {
@@ -141,14 +137,29 @@ Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Exp
     return invalid_argument(file + ": tensor " + quoted_name(t.name) + " has shape " + shape_text(t.shape) +
                             ", but config.json implies " + shape_text(e.shape));
   }
+  const int64_t rows = e.shape[0];
   const int64_t cols = e.shape.size() == 2 ? e.shape[1] : 1;
-  std::vector<float> values = to_f32(t);
-  if (e.permute_heads) values = permute_rope_rows(values, e.n_heads, cols);
   std::vector<int64_t> ne(e.shape.rbegin(), e.shape.rend());
   GgmlType type = GgmlType::kF32;
   if (e.shape.size() == 2) {
     type = options.type.value_or(stored_type(t.dtype));
     if (cols % ggml_block_size(type) != 0) type = GgmlType::kF16;
+  }
+  if (type == stored_type(t.dtype)) {  // the stored bytes as they are: no conversion
+    std::vector<uint8_t> bytes(t.n_bytes);
+    if (e.permute_heads) {
+      permute_rope_rows(t.data, rows, t.n_bytes / static_cast<size_t>(rows), e.n_heads, bytes.data());
+    } else {
+      std::memcpy(bytes.data(), t.data, t.n_bytes);
+    }
+    return out.add_tensor(e.gguf_name, type, std::move(ne), std::move(bytes)).with_context(file);
+  }
+  std::vector<float> values = to_f32(t);
+  if (e.permute_heads) {
+    std::vector<float> permuted(values.size());
+    permute_rope_rows(reinterpret_cast<const uint8_t*>(values.data()), rows, cols * sizeof(float), e.n_heads,
+                      reinterpret_cast<uint8_t*>(permuted.data()));
+    values = std::move(permuted);
   }
   if (type == GgmlType::kF16) {
     for (const float x : values) {
@@ -182,13 +193,16 @@ Status import_tensors(const std::string& dir, const HfConfig& config, const HfIm
   std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
     return rank(a.second->gguf_name) < rank(b.second->gguf_name);
   });
-  for (const auto& [name, e] : order) {
+  const auto n = static_cast<int64_t>(order.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& [name, e] = order[static_cast<size_t>(i)];
     const SafetensorsTensor* t = checkpoint.find(name);
     if (t == nullptr) {
       return not_found(dir + ": no shard holds tensor " + quoted_name(name) + ", which " + config.architecture +
                        " needs");
     }
     LEOAM_RETURN_IF_ERROR(add_tensor(dir, *t, *e, options, out));
+    if (options.progress) options.progress(i + 1, n);
   }
   for (const auto& [name, factors] : {std::pair{"rope_freqs.weight", &config.rope_freq_factors},
                                       std::pair{"rope_factors_long.weight", &config.rope_long_factors},

@@ -7,6 +7,8 @@
 // docs/model.md#hugging-face-folders
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -23,6 +25,8 @@ struct HfImportOptions {
   // (f32, f16 or bf16). A matrix whose rows do not fit the type's blocks stays F16. Norms and
   // biases are always F32.
   std::optional<GgmlType> type;
+  // Called after each tensor with the count imported and the total: progress on a long import.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // The types `type` accepts, as their names: "f32 f16 bf16 q8_0 q4_0".

@@ -1,6 +1,7 @@
 #include "cli_common.h"
 
 #include "core/thread_pool.h"
+#include "progress_bar.h"
 #include "io/checksum.h"
 #include "io/mapped_file.h"
 
@@ -125,6 +126,15 @@ CLI::Validator readable_model() {
 HfImportOptions ModelSource::import_options() const {
   HfImportOptions options;
   if (!type.empty()) options.type = parse_hf_import_type(type).value();
+  // A folder's import copies every weight: minutes for a large model, so say how far it is.
+  auto line = std::make_shared<StatusLine>(::isatty(STDERR_FILENO) != 0, "leoam: importing " + path);
+  options.progress = [line](int64_t done, int64_t total) {
+    if (done < total) {
+      line->show(std::to_string(done) + "/" + std::to_string(total) + " tensors");
+    } else {
+      line->clear();
+    }
+  };
   return options;
 }
 
@@ -136,14 +146,18 @@ CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model) {
   cmd.add_option("--type", model.type,
                  std::string("load a folder's matrices as this type (default: as stored); one of: ") +
                      hf_import_types_list())
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            Result<GgmlType> t = parse_hf_import_type(name);
-            return t.is_ok() ? std::string() : t.status().message();
-          },
-          ""))
+      ->check(weight_type())
       ->type_name("TYPE");
   return m;
+}
+
+CLI::Validator weight_type() {
+  return CLI::Validator(
+      [](std::string& name) {
+        Result<GgmlType> t = parse_hf_import_type(name);
+        return t.is_ok() ? std::string() : t.status().message();
+      },
+      "");
 }
 
 Result<uint64_t> hash_model_file(const ModelSource& model) {

@@ -100,6 +100,8 @@ struct ModelSource {
 };
 // Adds -m,--model and --type to `cmd`, bound to `model`.
 CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model);
+// A CLI11 validator: a type a folder's matrices can be loaded as (hf_import_types_list()).
+CLI::Validator weight_type();
 
 // The model's checksum: what saved sessions and the prompt cache are tied to. A GGUF file's is
 // checksum64 of its bytes; a folder's covers each file's name and bytes, and the --type.

@@ -54,6 +54,7 @@ class GgufCommand : public Command {
         ->required()->check(CLI::ExistingDirectory)->type_name("");
     convert_->add_option("--type", type_, std::string("the matrices' type (default: as stored); one of: ") +
                                              hf_import_types_list())
+        ->check(weight_type())
         ->type_name("TYPE");
     convert_->add_option("-o,--output", output_, "the GGUF file to write")->required();
 
@@ -117,17 +118,8 @@ class GgufCommand : public Command {
   }
 
   int run_convert() {
-    HfImportOptions options;
-    if (!type_.empty()) {
-      Result<GgmlType> type = parse_hf_import_type(type_);
-      if (!type.is_ok()) {
-        print_error(type.status().message());
-        return kExitUsage;
-      }
-      options.type = *type;
-    }
     GgufWriter writer;
-    Status st = import_hf_folder(folder_, options, writer);
+    Status st = import_hf_folder(folder_, ModelSource{folder_, type_}.import_options(), writer);
     if (st.is_ok()) st = writer.write(output_);
     return st.is_ok() ? kExitOk : fail(st);
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <filesystem>
 #include <string>
@@ -173,7 +174,7 @@ TEST(HfFolderTest, TypeQuantizesTheMatricesOnLoad) {
   const std::vector<float> reference = engine_logits(**exact, tokens);
   for (const auto& [type, bound] : {std::pair{GgmlType::kQ8_0, 0.02}, std::pair{GgmlType::kQ4_0, 0.2},
                                     std::pair{GgmlType::kF16, 0.002}}) {
-    auto model = load_folder(dir.path(), {.type = type});
+    auto model = load_folder(dir.path(), {.type = type, .progress = {}});
     ASSERT_TRUE(model.is_ok()) << model.status().message();
     const GgufFile& g = (*model)->gguf();
     EXPECT_EQ(g.find_tensor("blk.0.ffn_down.weight")->type(), type);
@@ -187,6 +188,40 @@ TEST(HfFolderTest, TypeQuantizesTheMatricesOnLoad) {
   }
 }
 
+TEST(HfFolderTest, AValueBeyondF16IsAnErrorWhenLoadedAsF16) {
+  HfFolderSpec s;
+  std::vector<testing_util::Entry> tensors = testing_util::hf_tensors(s);
+  for (testing_util::Entry& e : tensors) {
+    if (e.name == "model.layers.0.mlp.up_proj.weight") {
+      const float big = 1e6f;
+      std::memcpy(e.bytes.data() + 40, &big, 4);
+    }
+  }
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path(), tensors);
+  EXPECT_TRUE(open_model_source(dir.path()).is_ok());  // as stored (f32)
+  const Result<GgufFile> f16 = open_model_source(dir.path(), {.type = GgmlType::kF16, .progress = {}});
+  ASSERT_FALSE(f16.is_ok());
+  EXPECT_NE(f16.status().message().find("'model.layers.0.mlp.up_proj.weight' holds 1000000"), std::string::npos)
+      << f16.status().message();
+  EXPECT_NE(f16.status().message().find("--type f32 or bf16"), std::string::npos) << f16.status().message();
+  EXPECT_TRUE(open_model_source(dir.path(), {.type = GgmlType::kBF16, .progress = {}}).is_ok());
+}
+
+TEST(HfFolderTest, ProgressCountsEveryTensor) {
+  HfFolderSpec s;
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path());
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  HfImportOptions options;
+  options.progress = [&calls](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  ASSERT_TRUE(open_model_source(dir.path(), options).is_ok());
+  // 2 layers of 9 tensors, the embeddings, the final norm and the output.
+  ASSERT_EQ(calls.size(), 21u);
+  EXPECT_EQ(calls.front(), std::make_pair(int64_t{1}, int64_t{21}));
+  EXPECT_EQ(calls.back(), std::make_pair(int64_t{21}, int64_t{21}));
+}
+
 TEST(HfFolderTest, TypeNamesAreCheckedAndAGgufFileKeepsItsTypes) {
   EXPECT_EQ(*parse_hf_import_type("Q4_0"), GgmlType::kQ4_0);
   const Result<GgmlType> bad = parse_hf_import_type("q5_k");
@@ -196,7 +231,7 @@ TEST(HfFolderTest, TypeNamesAreCheckedAndAGgufFileKeepsItsTypes) {
   const std::string path = dir.file("m.gguf");
   GgufWriter w;
   ASSERT_TRUE(w.write(path).is_ok());
-  const Result<GgufFile> typed = open_model_source(path, {.type = GgmlType::kQ8_0});
+  const Result<GgufFile> typed = open_model_source(path, {.type = GgmlType::kQ8_0, .progress = {}});
   ASSERT_FALSE(typed.is_ok());
   EXPECT_NE(typed.status().message().find("--type"), std::string::npos) << typed.status().message();
 }
