@@ -87,6 +87,19 @@ void HfFolderCliTest::expect_same_runs(const std::string& folder, const std::str
   EXPECT_NE(ids_folder.out.find("259\n"), std::string::npos) << "'the' is one merged token: " << ids_folder.out;
 }
 
+// A saved session is tied to the folder's files and the type it was loaded as.
+TEST_F(HfFolderCliTest, ASavedSessionLoadsWithTheSameFolderAndTypeOnly) {
+  const std::string session = dir_.path() + "/session";
+  const CliResult save = run({"run", "-m", folder_, "-p", "the the then", "-n", "4", "--temp", "0", "--kv-save", session});
+  ASSERT_EQ(save.status, 0) << save.err;
+  const CliResult load = run({"run", "-m", folder_, "-n", "4", "--temp", "0", "--kv-load", session});
+  EXPECT_EQ(load.status, 0) << load.err;
+  const CliResult other_type =
+      run({"run", "-m", folder_, "--type", "f32", "-n", "4", "--temp", "0", "--kv-load", session});
+  EXPECT_EQ(other_type.status, 1);
+  EXPECT_NE(other_type.err.find("saved with another model"), std::string::npos) << other_type.err;
+}
+
 TEST_F(HfFolderCliTest, TypeQuantizesOrIsAUsageError) {
   const CliResult q8 = run({"run", "-m", folder_, "--type", "q8_0", "-p", "the", "-n", "2", "--temp", "0"});
   EXPECT_EQ(q8.status, 0) << q8.err;
