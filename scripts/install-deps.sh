@@ -10,6 +10,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config make
   libpcre2-dev           # Unicode regexes of the BPE pre-tokenizers
+  libicu-dev             # NFC, the Unicode normalization of tokenizer.json files that ask for it
   libopenblas-dev        # SGEMM for prefill
   liburing-dev           # batched disk reads of the KV disk tier
   libxxhash-dev          # checksums of KV written to disk

@@ -123,6 +123,7 @@ struct Import {
   bool byte_level = false;
   std::string pre;                // byte-level only
   bool add_space_prefix = false;  // SentencePiece style only
+  bool nfc = false;               // an NFC normalizer
   std::vector<int32_t> lstrip_ids;  // added tokens that swallow the whitespace on their left
   std::vector<int32_t> rstrip_ids;  // ... and on their right
 
@@ -256,8 +257,8 @@ Status Import::read_normalizer_and_pre(const json& tok, const json& model) {
   bool replace_space = false;
   for (const json& n : flatten(member(tok, "normalizer"), "normalizers")) {
     const std::string type = text_of(n, "type");
-    if (type == "NFC") {
-      // llama.cpp does not normalize either: text that is not already NFC may tokenize differently.
+    if (type == "NFC") {  // carried by leoam's own key (llama.cpp ignores it)
+      nfc = true;
       continue;
     }
     if (type == "Prepend" && text_of(n, "prepend") == kMetaspace) {
@@ -465,6 +466,7 @@ Status import_files(const std::string& dir, GgufWriter& out) {
   // token_type has no strip flags, so leoam's own keys carry them (read by Vocab::from_gguf).
   if (!imp.lstrip_ids.empty()) out.set(kLstripIdsKey, GgufValue::from_i32s(imp.lstrip_ids));
   if (!imp.rstrip_ids.empty()) out.set(kRstripIdsKey, GgufValue::from_i32s(imp.rstrip_ids));
+  if (imp.nfc) out.set(kNormalizerKey, GgufValue::from_string("nfc"));
   for (auto& [key, value] : keys) out.set(key, std::move(value));
   out.set("tokenizer.ggml.add_bos_token", GgufValue::from_bool(add_bos));
   out.set("tokenizer.ggml.add_eos_token", GgufValue::from_bool(add_eos));

@@ -6,8 +6,9 @@
 //   SentencePiece-style BPE (normalizer Replace " " -> "▁", byte_fallback)   -> model "llama",
 //                   scores from the merge ranks (rank r -> -r).
 // Added tokens with lstrip/rstrip go to leoam.tokenizer.{l,r}strip_ids (vocab.h), which make them
-// swallow the whitespace beside them as transformers.js does; single_word is refused. Anything else
-// (other model types, normalizers, regexes) fails with an unsupported error.
+// swallow the whitespace beside them as transformers.js does; single_word is refused. An NFC
+// normalizer goes to leoam.tokenizer.normalizer. Anything else (other model types, normalizers,
+// regexes) fails with an unsupported error.
 #pragma once
 
 #include <string>

@@ -1,8 +1,38 @@
 #include "tokenizer/unicode.h"
 
+#include <algorithm>
 #include <array>
 
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+
 namespace leoam::unicode {
+
+std::string nfc(std::string_view text) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+    return std::string(text);
+  }
+  const std::string valid = sanitize_utf8(text);
+  UErrorCode status = U_ZERO_ERROR;
+  const UNormalizer2* normalizer = unorm2_getNFCInstance(&status);
+  // UTF-8 -> UTF-16 -> NFC -> UTF-8: ICU's C API normalizes UTF-16. NFC never more than triples
+  // the UTF-16 length (Unicode's stated bound), so one pass with that capacity suffices.
+  std::u16string utf16(valid.size(), u'\0');
+  int32_t n16 = 0;
+  u_strFromUTF8(reinterpret_cast<UChar*>(utf16.data()), static_cast<int32_t>(utf16.size()), &n16, valid.data(),
+                static_cast<int32_t>(valid.size()), &status);
+  std::u16string normalized(3 * static_cast<size_t>(n16) + 1, u'\0');
+  const int32_t n_norm = unorm2_normalize(normalizer, reinterpret_cast<const UChar*>(utf16.data()), n16,
+                                          reinterpret_cast<UChar*>(normalized.data()),
+                                          static_cast<int32_t>(normalized.size()), &status);
+  std::string out(4 * static_cast<size_t>(n_norm) + 1, '\0');
+  int32_t n8 = 0;
+  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &n8, reinterpret_cast<const UChar*>(normalized.data()),
+              n_norm, &status);
+  if (U_FAILURE(status)) return valid;  // cannot happen with these capacities; keep the text whole
+  out.resize(static_cast<size_t>(n8));
+  return out;
+}
 
 size_t utf8_len(uint8_t lead) {
   // Indexed by the high nibble: 0xxx -> 1, 10xx (continuation) -> 1, 110x -> 2, 1110 -> 3, 1111 -> 4.

@@ -26,6 +26,9 @@ void append_utf8(uint32_t cp, std::string* out);
 // code points above U+10FFFF), or 0 when the bytes there are not valid UTF-8.
 size_t valid_utf8_len(std::string_view text, size_t pos);
 bool is_valid_utf8(std::string_view text);
+// `text` in Unicode normalization form C (ICU's NFC), as a tokenizer.json "NFC" normalizer
+// applies it; invalid UTF-8 is first sanitized as below. ASCII text is returned as it is.
+std::string nfc(std::string_view text);
 // Replaces every invalid UTF-8 byte by U+FFFD (as llama.cpp's decoder does before it splits
 // text with regexes), so that regex engines always see valid UTF-8.
 std::string sanitize_utf8(std::string_view text);

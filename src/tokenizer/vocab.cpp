@@ -217,6 +217,16 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& gguf) {
 
   vocab.build_indexes();
 
+  auto normalizer = gguf.get_string(kNormalizerKey);
+  if (!normalizer.is_ok()) return fail(normalizer.status());
+  if (normalizer->has_value()) {
+    if (**normalizer != "nfc") {
+      return fail(unsupported("key '" + std::string(kNormalizerKey) + "' is '" + **normalizer +
+                              "', not supported; supported: nfc"));
+    }
+    vocab.nfc = true;
+  }
+
   // The strip flags of a Hugging Face import; where present they, not the name rule below, decide.
   bool strip_keys = false;
   for (auto [key, attr] : {std::pair{kLstripIdsKey, kAttrLstrip}, std::pair{kRstripIdsKey, kAttrRstrip}}) {

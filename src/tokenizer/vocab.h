@@ -49,6 +49,9 @@ enum TokenAttr : uint32_t {
 // lstrip/rstrip set, which tokenizer.ggml.token_type cannot carry (hf_tokenizer_import.h).
 inline constexpr const char* kLstripIdsKey = "leoam.tokenizer.lstrip_ids";
 inline constexpr const char* kRstripIdsKey = "leoam.tokenizer.rstrip_ids";
+// leoam's own key, a string: "nfc" where a tokenizer.json's normalizer composes text (Qwen's),
+// applied to the text between special tokens before it is split (unicode::nfc).
+inline constexpr const char* kNormalizerKey = "leoam.tokenizer.normalizer";
 
 enum class VocabKind : uint8_t { kSpm, kBpe };
 
@@ -98,6 +101,7 @@ class Vocab {
   // The whitespace that lstrip/rstrip drop: C isspace() by default, as llama.cpp; Unicode
   // whitespace as JavaScript's trim() has it when the strip keys are present, as transformers.js.
   bool strip_unicode_space = false;
+  bool nfc = false;  // kNormalizerKey is "nfc"
   // End-of-generation ids: eos, eot, eom and the control tokens llama.cpp treats as such.
   std::vector<int32_t> eog_ids;
 

@@ -303,6 +303,45 @@ TEST_F(HfImportTest, MalformedStripIds) {
   }
 }
 
+// An NFC normalizer (Qwen's) composes the text between special tokens before it is split.
+TEST_F(HfImportTest, NfcNormalizerComposesText) {
+  write_tokenizer(byte_level_tokenizer());
+  auto tok = load();
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(key_string(kNormalizerKey), "nfc");
+  // "é" as e + U+0301 and as U+00E9 (bytes C3 A9, two byte tokens) give the same ids.
+  EXPECT_EQ(tok->tokenize("e\xCC\x81", false, true), (std::vector<int32_t>{0xC3, 0xA9}));
+  EXPECT_EQ(tok->tokenize("e\xCC\x81<|endoftext|>e\xCC\x81", false, true),
+            (std::vector<int32_t>{0xC3, 0xA9, 261, 0xC3, 0xA9}));
+  // Without the key the text is split as given.
+  json plain = byte_level_tokenizer();
+  plain["normalizer"] = nullptr;
+  write_tokenizer(plain);
+  auto raw = load();
+  ASSERT_NE(raw, nullptr);
+  EXPECT_EQ(gguf_->find(kNormalizerKey), nullptr);
+  EXPECT_EQ(raw->tokenize("e\xCC\x81", false, true), (std::vector<int32_t>{'e', 0xCC, 0x81}));
+}
+
+TEST_F(HfImportTest, UnknownNormalizerKeyValue) {
+  write_tokenizer(byte_level_tokenizer());
+  auto t = Tokenizer::from_gguf(import_ok([](GgufWriter& w) { w.set(kNormalizerKey, GgufValue::from_string("nfkc")); }));
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.status().message().find("key 'leoam.tokenizer.normalizer' is 'nfkc', not supported; supported: nfc"),
+            std::string::npos)
+      << t.status().message();
+}
+
+TEST(UnicodeNfcTest, ComposesAndKeepsWhatIsComposed) {
+  EXPECT_EQ(unicode::nfc("plain ascii"), "plain ascii");
+  EXPECT_EQ(unicode::nfc("e\xCC\x81te\xCC\x81"), "\xC3\xA9t\xC3\xA9");            // été
+  EXPECT_EQ(unicode::nfc("A\xCC\x8A"), "\xC3\x85");                                  // Å
+  EXPECT_EQ(unicode::nfc("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");              // 가 from its jamo
+  EXPECT_EQ(unicode::nfc("\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD"), "\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD");  // already NFC
+  EXPECT_EQ(unicode::nfc("a\xFF" "a\xCC\x81"), "a\xEF\xBF\xBD\xC3\xA1");  // an invalid byte -> U+FFFD; a + U+0301 -> á
+  EXPECT_EQ(unicode::nfc("b\xCC\x81"), "b\xCC\x81");                          // no precomposed b with acute
+}
+
 // --- errors: each names the file and the problem ---
 
 TEST_F(HfImportTest, MissingTokenizerJson) {
