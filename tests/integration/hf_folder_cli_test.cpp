@@ -9,6 +9,8 @@
 #include "../unit/hf/hf_folder_writer.h"
 #include "../unit/temp_dir.h"
 #include "cli_runner.h"
+#include "serve_client.h"
+#include "server_process.h"
 
 namespace leoam::testing_cli {
 namespace {
@@ -98,6 +100,33 @@ TEST_F(HfFolderCliTest, ASavedSessionLoadsWithTheSameFolderAndTypeOnly) {
       run({"run", "-m", folder_, "--type", "f32", "-n", "4", "--temp", "0", "--kv-load", session});
   EXPECT_EQ(other_type.status, 1);
   EXPECT_NE(other_type.err.find("saved with another model"), std::string::npos) << other_type.err;
+}
+
+// `serve -m DIR`: the model is named after the folder, and chat completions use the template of
+// its tokenizer_config.json.
+TEST_F(HfFolderCliTest, ServeAFolderWithItsChatTemplate) {
+  testing_util::write_file(folder_ + "/tokenizer_config.json",
+                           nlohmann::json{{"chat_template",
+                                           "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                                           "{% if add_generation_prompt %}assistant:{% endif %}"}}
+                               .dump());
+  ServerProcess server(dir_.path(), {"-m", folder_, "-c", "256"});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  auto c = server.client();
+  auto models = c->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], "tiny-llama");
+  int status = 0;
+  const nlohmann::json chat = post_json(
+      *c, "/v1/chat/completions",
+      {{"messages", {{{"role", "user"}, {"content", "the then"}}}}, {"max_tokens", 4}, {"temperature", 0}}, &status);
+  EXPECT_EQ(status, 200) << chat.dump();
+  EXPECT_EQ(chat["usage"]["completion_tokens"], 4) << chat.dump();
+  // The prompt is the template's text, token for token.
+  const CliResult ids = run({"tokenize", "-m", folder_, "-p", "user: the then\nassistant:"});
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], CliResult::lines(ids.out).size()) << chat.dump();
+  EXPECT_EQ(server.stop(), 0);
 }
 
 TEST_F(HfFolderCliTest, TypeQuantizesOrIsAUsageError) {
