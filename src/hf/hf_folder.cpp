@@ -242,7 +242,7 @@ std::string model_source_name(const std::string& path) {
 Status import_hf_folder(const std::string& dir, const HfImportOptions& options, GgufWriter& out) {
   LEOAM_ASSIGN_OR_RETURN(HfConfig config, read_hf_config((fs::path(dir) / "config.json").string()));
   add_hf_config_metadata(config, model_source_name(dir), out);
-  LEOAM_RETURN_IF_ERROR(import_hf_tokenizer(dir, out));
+  LEOAM_RETURN_IF_ERROR(import_hf_tokenizer(dir, out, config.n_vocab));
   return import_tensors(dir, config, options, out);
 }
 

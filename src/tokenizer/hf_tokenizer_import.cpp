@@ -368,7 +368,7 @@ Result<PostTokens> read_post_processor(const std::string& tok_path, const json& 
   return post;
 }
 
-Status import_files(const std::string& dir, GgufWriter& out) {
+Status import_files(const std::string& dir, int64_t n_vocab, GgufWriter& out) {
   Import imp;
   imp.tok_path = (fs::path(dir) / "tokenizer.json").string();
   imp.config_path = (fs::path(dir) / "tokenizer_config.json").string();
@@ -438,6 +438,17 @@ Status import_files(const std::string& dir, GgufWriter& out) {
                    "_token is true but no such token is named");
   }
 
+  // A model's embedding may have more rows than the tokenizer has tokens (Qwen's are padded to a
+  // multiple of 64 or more): the rows past the last token become unused tokens, as llama.cpp's
+  // converter names them, so that every id the model can produce has a token.
+  if (n_vocab > 0 && static_cast<int64_t>(imp.tokens.size()) > n_vocab) {
+    return invalid_argument(imp.tok_path + ": the tokenizer has " + std::to_string(imp.tokens.size()) +
+                            " tokens, more than config.json's vocab_size " + std::to_string(n_vocab));
+  }
+  for (int64_t id = static_cast<int64_t>(imp.tokens.size()); id < n_vocab; ++id) {
+    imp.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    imp.types.push_back(static_cast<int32_t>(TokenType::kUnused));
+  }
   const size_t n = imp.tokens.size();
   out.set("tokenizer.ggml.model", GgufValue::from_string(imp.byte_level ? "gpt2" : "llama"));
   if (imp.byte_level) {
@@ -489,9 +500,9 @@ Status import_files(const std::string& dir, GgufWriter& out) {
 
 }  // namespace
 
-Status import_hf_tokenizer(const std::string& dir, GgufWriter& out) {
+Status import_hf_tokenizer(const std::string& dir, GgufWriter& out, int64_t n_vocab) {
   try {
-    return import_files(dir, out);
+    return import_files(dir, n_vocab, out);
   } catch (const std::exception& e) {  // the checks above should leave none; a net, not the plan
     return corrupt(dir + ": tokenizer.json or tokenizer_config.json has an unexpected layout: " + e.what());
   }

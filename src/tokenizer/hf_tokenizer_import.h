@@ -11,6 +11,7 @@
 // regexes) fails with an unsupported error.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -23,6 +24,8 @@ class GgufWriter;
 // ids, add_bos_token/add_eos_token, add_space_prefix), leoam.tokenizer.{l,r}strip_ids where any
 // added token has the flag, and tokenizer.chat_template to `out`.
 // Errors name the file and the problem; `out` is only changed on success.
-Status import_hf_tokenizer(const std::string& dir, GgufWriter& out);
+// n_vocab > 0: the model's vocabulary (config.json's vocab_size), which ids past the tokenizer's
+// last token fill as unused tokens "[PAD<id>]"; a tokenizer with more tokens than that is an error.
+Status import_hf_tokenizer(const std::string& dir, GgufWriter& out, int64_t n_vocab = 0);
 
 }  // namespace leoam

@@ -19,6 +19,7 @@
 #include "hf_folder_writer.h"
 #include "model/forward_context.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace leoam {
 namespace {
@@ -206,6 +207,30 @@ TEST(HfFolderTest, AValueBeyondF16IsAnErrorWhenLoadedAsF16) {
       << f16.status().message();
   EXPECT_NE(f16.status().message().find("--type f32 or bf16"), std::string::npos) << f16.status().message();
   EXPECT_TRUE(open_model_source(dir.path(), {.type = GgmlType::kBF16, .progress = {}}).is_ok());
+}
+
+// Qwen-style: the embedding has more rows than the tokenizer has tokens; the ids past the last
+// token become unused tokens. A tokenizer larger than vocab_size is an error.
+TEST(HfFolderTest, AVocabularyPaddedPastTheTokenizer) {
+  HfFolderSpec s;
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path());
+  testing_util::write_file(dir.file("tokenizer.json"), testing_util::byte_level_tokenizer(s.n_vocab - 20).dump());
+  auto gguf = open_model_source(dir.path());
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().message();
+  auto tok = Tokenizer::from_gguf(*gguf);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+  EXPECT_EQ((*tok)->n_vocab(), s.n_vocab);
+  EXPECT_EQ((*tok)->token_text(s.n_vocab - 1), "[PAD" + std::to_string(s.n_vocab - 1) + "]");
+  EXPECT_EQ((*tok)->token_to_piece(s.n_vocab - 1), "");
+  EXPECT_TRUE(Model::from_gguf(std::move(*gguf)).is_ok());
+
+  testing_util::write_file(dir.file("tokenizer.json"), testing_util::byte_level_tokenizer(s.n_vocab + 2).dump());
+  const Result<GgufFile> larger = open_model_source(dir.path());
+  ASSERT_FALSE(larger.is_ok());
+  EXPECT_NE(larger.status().message().find("the tokenizer has 302 tokens, more than config.json's vocab_size 300"),
+            std::string::npos)
+      << larger.status().message();
 }
 
 TEST(HfFolderTest, ProgressCountsEveryTensor) {
