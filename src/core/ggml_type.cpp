@@ -1,6 +1,8 @@
 #include "core/ggml_type.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 
 namespace leoam {
 namespace {
@@ -66,6 +68,22 @@ std::string ggml_type_name(uint32_t type_id) {
 }
 
 std::string_view supported_types_list() { return "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K"; }
+
+std::string supported_type_names() {
+  std::string s(supported_types_list());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::optional<GgmlType> supported_type_by_name(std::string_view name) {
+  const auto same = [](char a, char b) {
+    return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
+  };
+  for (uint32_t id = 0; id < kAllNames.size(); ++id) {
+    if (ggml_type_supported(id) && std::ranges::equal(kAllNames[id], name, same)) return static_cast<GgmlType>(id);
+  }
+  return std::nullopt;
+}
 
 int64_t ggml_block_size(GgmlType type) { return ggml_type_traits(static_cast<uint32_t>(type))->block_size; }
 

@@ -42,6 +42,10 @@ std::string ggml_type_name(uint32_t type_id);
 
 // "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K": for error messages.
 std::string_view supported_types_list();
+// The same in lowercase, as users write the names: "f32 f16 bf16 q8_0 q4_0 q4_k q6_k".
+std::string supported_type_names();
+// A type this engine computes with, by its name in any case ("q4_0", "BF16"); nullopt for another.
+std::optional<GgmlType> supported_type_by_name(std::string_view name);
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t ggml_row_size(GgmlType type, int64_t n);

@@ -1,12 +1,11 @@
 #include "gguf/safetensors_checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <utility>
 
+#include "gguf/json_file.h"
 #include "gguf/quoted_name.h"
 
 namespace leoam {
@@ -15,20 +14,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error(path + ": read error");
-  return text.str();
-}
-
 // The index's weight_map: tensor name -> shard file name (a plain name in the folder).
 Result<std::map<std::string, std::string>> read_weight_map(const std::string& path) {
-  LEOAM_ASSIGN_OR_RETURN(const std::string text, read_text(path));
-  const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded() || !index.is_object()) return corrupt(path + ": not a JSON object");
+  LEOAM_ASSIGN_OR_RETURN(const json index, read_json_object(path));
   if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
     return corrupt(path + ": no \"weight_map\" object (tensor name to shard file)");
   }

@@ -46,25 +46,9 @@ constexpr ScalarType kScalarTypes[] = {
 
 constexpr std::string_view kArrayPrefix = "arr_";
 
-struct TensorType {
-  std::string_view name;
-  GgmlType type;
-};
-
-constexpr TensorType kTensorTypes[] = {
-    {"f32", GgmlType::kF32},   {"f16", GgmlType::kF16},   {"bf16", GgmlType::kBF16}, {"q8_0", GgmlType::kQ8_0},
-    {"q4_0", GgmlType::kQ4_0}, {"q4_k", GgmlType::kQ4_K}, {"q6_k", GgmlType::kQ6_K},
-};
-
 std::string scalar_type_list() {
   std::string s;
   for (const ScalarType& t : kScalarTypes) s += (s.empty() ? "" : " ") + std::string(t.name);
-  return s;
-}
-
-std::string tensor_type_list() {
-  std::string s;
-  for (const TensorType& t : kTensorTypes) s += (s.empty() ? "" : " ") + std::string(t.name);
   return s;
 }
 
@@ -316,14 +300,11 @@ Result<TensorPlan> parse_tensor(const json& entry) {
     if (!it->is_string()) return corrupt("'type' must be a string, got " + json_kind(*it) + " " + show(*it));
     t.type_name = it->get<std::string>();
   }
-  const TensorType* type = nullptr;
-  for (const TensorType& tt : kTensorTypes) {
-    if (tt.name == t.type_name) type = &tt;
+  const std::optional<GgmlType> type = supported_type_by_name(t.type_name);
+  if (!type) {
+    return unsupported("unknown tensor type " + single_quoted(t.type_name) + "; types: " + supported_type_names());
   }
-  if (type == nullptr) {
-    return unsupported("unknown tensor type " + single_quoted(t.type_name) + "; types: " + tensor_type_list());
-  }
-  t.type = type->type;
+  t.type = *type;
   const int64_t block = ggml_block_size(t.type);
   if (t.ne[0] % block != 0) {
     return corrupt("type " + t.type_name + " stores blocks of " + std::to_string(block) +

@@ -1,15 +1,14 @@
 #include "hf/hf_config.h"
 
 #include <cmath>
-#include <fstream>
-#include <limits>
 #include <numbers>
 #include <optional>
-#include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf_value.h"
+#include "gguf/json_file.h"
 #include "gguf/gguf_writer.h"
 
 namespace leoam {
@@ -40,13 +39,14 @@ std::string known_arch_list() {
   return s;
 }
 
-// Field access that names the field in every error (read_hf_config adds the file).
+// Field access that names the field in every error, after `prefix` for a nested object
+// ("rope_scaling."); read_hf_config adds the file.
 class Fields {
  public:
-  explicit Fields(const Json& j) : j_(j) {}
+  explicit Fields(const Json& j, std::string prefix = "") : j_(j), prefix_(std::move(prefix)) {}
 
   Status error(const std::string& field, const std::string& what) const {
-    return invalid_argument("\"" + field + "\" " + what);
+    return invalid_argument("\"" + prefix_ + field + "\" " + what);
   }
   const Json* find(const std::string& field) const {
     auto it = j_.find(field);
@@ -75,25 +75,21 @@ class Fields {
     if (!std::isfinite(x) || x <= 0) return error(field, "is " + v->dump() + "; it must be positive");
     return std::optional<double>(x);
   }
+  Result<double> require_float(const std::string& field) const {
+    LEOAM_ASSIGN_OR_RETURN(std::optional<double> v, get_float(field));
+    if (!v) return error(field, "is missing");
+    return *v;
+  }
   Result<bool> get_bool(const std::string& field, bool fallback) const {
     const Json* v = find(field);
     if (v == nullptr) return fallback;
     if (!v->is_boolean()) return error(field, "is " + v->dump() + ", not true or false");
     return v->get<bool>();
   }
-  // A token id, or a list of them (the first is taken); -1 when absent.
-  Result<int> get_token_id(const std::string& field) const {
-    const Json* v = find(field);
-    if (v == nullptr) return -1;
-    const Json& id = v->is_array() && !v->empty() ? v->front() : *v;
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int>::max()) {
-      return error(field, "is " + v->dump() + ", not a token id");
-    }
-    return static_cast<int>(id.get<int64_t>());
-  }
 
  private:
   const Json& j_;
+  std::string prefix_;
 };
 
 constexpr int64_t kMaxDim = 1 << 20;
@@ -111,12 +107,11 @@ Status read_longrope(const Fields& f, const Fields& s, HfConfig& c) {
   const auto factors = [&](const char* name, std::vector<float>& out) -> Status {
     const Json* v = s.find(name);
     if (v == nullptr || !v->is_array() || v->size() != static_cast<size_t>(c.head_dim / 2)) {
-      return f.error(std::string("rope_scaling.") + name,
-                     "must be a list of " + std::to_string(c.head_dim / 2) + " numbers, one per rotated pair");
+      return s.error(name, "must be a list of " + std::to_string(c.head_dim / 2) + " numbers, one per rotated pair");
     }
     for (const Json& x : *v) {
       if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>())) {
-        return f.error(std::string("rope_scaling.") + name, "holds " + x.dump() + "; factors must be positive");
+        return s.error(name, "holds " + x.dump() + "; factors must be positive");
       }
       out.push_back(x.get<float>());
     }
@@ -139,13 +134,10 @@ Status read_longrope(const Fields& f, const Fields& s, HfConfig& c) {
 
 Status read_rope_scaling(const Fields& f, const Json& scaling, HfConfig& c) {
   if (!scaling.is_object()) return f.error("rope_scaling", "is " + scaling.dump() + ", not an object");
-  const Fields s(scaling);
-  auto field_error = [&](const std::string& name, const std::string& what) {
-    return f.error("rope_scaling." + name, what);
-  };
+  const Fields s(scaling, "rope_scaling.");
   const Json* type = s.find("rope_type");
   if (type == nullptr) type = s.find("type");
-  if (type == nullptr || !type->is_string()) return field_error("rope_type", "is missing or not a string");
+  if (type == nullptr || !type->is_string()) return s.error("rope_type", "is missing or not a string");
   c.rope_scaling = type->get<std::string>();
   if (c.rope_scaling == "default") {
     c.rope_scaling = "none";
@@ -157,25 +149,17 @@ Status read_rope_scaling(const Fields& f, const Json& scaling, HfConfig& c) {
     return unsupported("\"rope_scaling.rope_type\" is '" + c.rope_scaling + "', not supported; supported: " +
                        "default linear yarn llama3 longrope");
   }
-  auto number = [&](const char* name) -> Result<double> {
-    const Json* v = s.find(name);
-    if (v == nullptr) return field_error(name, "is missing");
-    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0) {
-      return field_error(name, "is " + v->dump() + "; it must be a positive number");
-    }
-    return v->get<double>();
-  };
-  LEOAM_ASSIGN_OR_RETURN(c.rope_factor, number("factor"));
+  LEOAM_ASSIGN_OR_RETURN(c.rope_factor, s.require_float("factor"));
   if (c.rope_scaling == "linear") return Status::ok();
-  LEOAM_ASSIGN_OR_RETURN(double original, number("original_max_position_embeddings"));
+  LEOAM_ASSIGN_OR_RETURN(const double original, s.require_float("original_max_position_embeddings"));
   c.rope_original_ctx = static_cast<int64_t>(original);
   if (c.rope_scaling == "yarn") return Status::ok();
   // llama3: Meta's frequency-dependent scaling. Wavelengths shorter than original/high_freq_factor
   // keep their frequency, longer than original/low_freq_factor are divided by the factor, and
   // those between blend the two.
-  LEOAM_ASSIGN_OR_RETURN(double low, number("low_freq_factor"));
-  LEOAM_ASSIGN_OR_RETURN(double high, number("high_freq_factor"));
-  if (!(high > low)) return field_error("high_freq_factor", "must be greater than low_freq_factor");
+  LEOAM_ASSIGN_OR_RETURN(const double low, s.require_float("low_freq_factor"));
+  LEOAM_ASSIGN_OR_RETURN(const double high, s.require_float("high_freq_factor"));
+  if (!(high > low)) return s.error("high_freq_factor", "must be greater than low_freq_factor");
   const double low_wavelen = original / low;
   const double high_wavelen = original / high;
   for (int i = 0; i < c.head_dim / 2; ++i) {
@@ -230,10 +214,8 @@ Status read_fields(const Fields& f, HfConfig& c) {
   c.head_dim = static_cast<int>(head_dim.value_or(c.n_embd / c.n_head));
   if (c.head_dim % 2 != 0) return f.error("head_dim", "must be even for RoPE");
   LEOAM_ASSIGN_OR_RETURN(c.n_ctx, f.require_int("max_position_embeddings", kMaxCtx));
-  LEOAM_ASSIGN_OR_RETURN(std::optional<double> eps, f.get_float("rms_norm_eps"));
-  if (!eps) return f.error("rms_norm_eps", "is missing");
-  if (*eps >= 1) return f.error("rms_norm_eps", "must be below 1");
-  c.rms_eps = *eps;
+  LEOAM_ASSIGN_OR_RETURN(c.rms_eps, f.require_float("rms_norm_eps"));
+  if (c.rms_eps >= 1) return f.error("rms_norm_eps", "must be below 1");
   LEOAM_ASSIGN_OR_RETURN(std::optional<double> theta, f.get_float("rope_theta"));
   c.rope_theta = theta.value_or(10000.0);
   if (c.rope_theta <= 1) return f.error("rope_theta", "must be greater than 1");
@@ -253,20 +235,13 @@ Status read_fields(const Fields& f, HfConfig& c) {
   LEOAM_ASSIGN_OR_RETURN(bool sliding, f.get_bool("use_sliding_window", false));
   if (sliding) return unsupported("\"use_sliding_window\" true is not supported: sliding-window attention");
   if (const Json* scaling = f.find("rope_scaling")) LEOAM_RETURN_IF_ERROR(read_rope_scaling(f, *scaling, c));
-  LEOAM_ASSIGN_OR_RETURN(c.bos_id, f.get_token_id("bos_token_id"));
-  LEOAM_ASSIGN_OR_RETURN(c.eos_id, f.get_token_id("eos_token_id"));
   return Status::ok();
 }
 
 }  // namespace
 
 Result<HfConfig> read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot open: a Hugging Face model folder needs its config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return invalid_argument(path + ": not valid JSON, or not an object");
+  LEOAM_ASSIGN_OR_RETURN(const Json j, read_json_object(path));
   HfConfig c;
   if (Status s = read_fields(Fields(j), c); !s.is_ok()) return s.with_context(path);
   return c;

@@ -46,8 +46,6 @@ struct HfConfig {
   std::vector<float> rope_short_factors;
   std::vector<float> rope_long_factors;
   double rope_attn_factor = 1.0;
-  int bos_id = -1;  // bos_token_id and eos_token_id, where given (the tokenizer's take precedence)
-  int eos_id = -1;
 };
 
 // Reads and checks `path` (a config.json).

@@ -1,17 +1,16 @@
 #include "hf/hf_folder.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <vector>
 
-#include "core/fp16.h"
 #include "gguf/gguf_writer.h"
 #include "gguf/quoted_name.h"
 #include "gguf/safetensors_checkpoint.h"
+#include "kernels/cpu/quant.h"
 #include "hf/hf_config.h"
 #include "tokenizer/hf_tokenizer_import.h"
 
@@ -19,16 +18,6 @@ namespace leoam {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TypeName {
-  const char* name;
-  GgmlType type;
-};
-constexpr TypeName kImportTypes[] = {{"f32", GgmlType::kF32},
-                                     {"f16", GgmlType::kF16},
-                                     {"bf16", GgmlType::kBF16},
-                                     {"q8_0", GgmlType::kQ8_0},
-                                     {"q4_0", GgmlType::kQ4_0}};
 
 // One tensor the architecture uses: its GGUF name and the shape config.json implies, numpy's
 // order (HF's [out, in], which is GGUF's ne [in, out] reversed).
@@ -86,28 +75,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::vector<float> to_f32(const SafetensorsTensor& t) {
-  const int64_t n = t.n_elements();
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h = 0;
-    switch (t.dtype) {
-      case SafetensorsDtype::kF32:
-        std::memcpy(&v[i], t.data + i * 4, 4);
-        break;
-      case SafetensorsDtype::kF16:
-        std::memcpy(&h, t.data + i * 2, 2);
-        v[i] = f16_to_f32(h);
-        break;
-      case SafetensorsDtype::kBF16:
-        std::memcpy(&h, t.data + i * 2, 2);
-        v[i] = bf16_to_f32(h);
-        break;
-    }
-  }
-  return v;
-}
-
 // HF's llama checkpoints order each head's q/k rows as two halves that RoPE pairs (i, i + d/2);
 // GGUF's llama orders them as adjacent pairs (2i, 2i + 1). Row 2i + s of a head takes HF's row
 // s * d/2 + i. Rows of row_bytes bytes (one element for a bias), any element type.
@@ -154,7 +121,8 @@ Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Exp
     }
     return out.add_tensor(e.gguf_name, type, std::move(ne), std::move(bytes)).with_context(file);
   }
-  std::vector<float> values = to_f32(t);
+  std::vector<float> values(static_cast<size_t>(t.n_elements()));
+  kernels::dequantize_row(stored_type(t.dtype), t.data, values.data(), t.n_elements());
   if (e.permute_heads) {
     std::vector<float> permuted(values.size());
     permute_rope_rows(reinterpret_cast<const uint8_t*>(values.data()), rows, cols * sizeof(float), e.n_heads,
@@ -215,18 +183,6 @@ Status import_tensors(const std::string& dir, const HfConfig& config, const HfIm
 }
 
 }  // namespace
-
-const char* hf_import_types_list() { return "f32 f16 bf16 q8_0 q4_0"; }
-
-Result<GgmlType> parse_hf_import_type(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const TypeName& t : kImportTypes) {
-    if (lower == t.name) return t.type;
-  }
-  return invalid_argument("weight type '" + name + "' is not one a model can be loaded as; choose one of: " +
-                          hf_import_types_list());
-}
 
 bool is_model_folder(const std::string& path) {
   std::error_code ec;

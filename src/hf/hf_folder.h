@@ -21,18 +21,13 @@ namespace leoam {
 class GgufWriter;
 
 struct HfImportOptions {
-  // The type of the matrices: F32, F16, BF16, Q8_0 or Q4_0; unset keeps each tensor's own
-  // (f32, f16 or bf16). A matrix whose rows do not fit the type's blocks stays F16. Norms and
-  // biases are always F32.
+  // The type of the matrices, any the engine computes with (supported_type_names()); unset keeps
+  // each tensor's own (f32, f16 or bf16). A matrix whose rows do not fit the type's blocks stays
+  // F16. Norms and biases are always F32.
   std::optional<GgmlType> type;
   // Called after each tensor with the count imported and the total: progress on a long import.
   std::function<void(int64_t done, int64_t total)> progress;
 };
-
-// The types `type` accepts, as their names: "f32 f16 bf16 q8_0 q4_0".
-const char* hf_import_types_list();
-// The type called `name` (case-insensitive, from hf_import_types_list), or an error listing them.
-Result<GgmlType> parse_hf_import_type(const std::string& name);
 
 // True when `path` is a folder (a Hugging Face checkpoint), not a file.
 bool is_model_folder(const std::string& path);

@@ -1,7 +1,6 @@
 #include "model/synthetic_model.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <unordered_set>
@@ -94,14 +93,6 @@ void add_vocabulary(int64_t n_vocab, GgufWriter& w) {
   w.set("tokenizer.ggml.add_bos_token", GgufValue::from_bool(true));
 }
 
-struct TypeName {
-  const char* name;
-  GgmlType type;
-};
-constexpr TypeName kTypeNames[] = {{"f32", GgmlType::kF32},   {"f16", GgmlType::kF16},   {"bf16", GgmlType::kBF16},
-                                   {"q8_0", GgmlType::kQ8_0}, {"q4_0", GgmlType::kQ4_0}, {"q4_k", GgmlType::kQ4_K},
-                                   {"q6_k", GgmlType::kQ6_K}};
-
 }  // namespace
 
 const char* synthetic_model_preset_names() { return "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b"; }
@@ -137,17 +128,12 @@ Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type
                             synthetic_model_preset_names());
   }
   if (!type_name.empty()) {
-    std::string lower(type_name);
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-    const TypeName* found = nullptr;
-    for (const TypeName& t : kTypeNames) {
-      if (lower == t.name) found = &t;
-    }
-    if (found == nullptr) {
+    const std::optional<GgmlType> type = supported_type_by_name(type_name);
+    if (!type) {
       return invalid_argument("unknown weight type '" + std::string(type_name) + "' in '" +
-                              std::string(name_and_type) + "'; types: f32 f16 bf16 q8_0 q4_0 q4_k q6_k");
+                              std::string(name_and_type) + "'; types: " + supported_type_names());
     }
-    s.weight_type = found->type;
+    s.weight_type = *type;
   }
   return s;
 }

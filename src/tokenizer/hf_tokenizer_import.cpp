@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "gguf/gguf_value.h"
+#include "gguf/json_file.h"
 #include "gguf/quoted_name.h"
 #include "gguf/gguf_writer.h"
 #include "tokenizer/vocab.h"
@@ -49,18 +48,6 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
        false},
   };
   return kKnown;
-}
-
-Result<json> read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error(path + ": read error");
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return corrupt(path + ": not valid JSON");
-  if (!j.is_object()) return corrupt(path + ": not a JSON object");
-  return j;
 }
 
 // Safe look-ups (a missing key, null or another type gives the fallback), so that odd files give
@@ -376,10 +363,10 @@ Status import_files(const std::string& dir, int64_t n_vocab, GgufWriter& out) {
   if (!fs::exists(imp.tok_path, ec)) {
     return not_found(imp.tok_path + ": not found; a Hugging Face model folder needs its tokenizer.json");
   }
-  LEOAM_ASSIGN_OR_RETURN(const json tok, read_json(imp.tok_path));
+  LEOAM_ASSIGN_OR_RETURN(const json tok, read_json_object(imp.tok_path));
   json config = json::object();
   if (fs::exists(imp.config_path, ec)) {
-    LEOAM_ASSIGN_OR_RETURN(config, read_json(imp.config_path));
+    LEOAM_ASSIGN_OR_RETURN(config, read_json_object(imp.config_path));
   }
 
   if (!tok.contains("model") || !tok["model"].is_object()) return corrupt(imp.tok_path + ": no \"model\" object");

@@ -134,7 +134,7 @@ TEST_F(HfFolderCliTest, TypeQuantizesOrIsAUsageError) {
   EXPECT_EQ(q8.status, 0) << q8.err;
   const CliResult bad = run({"run", "-m", folder_, "--type", "q5_k", "-p", "the", "-n", "2"});
   EXPECT_EQ(bad.status, 2) << bad.err;
-  EXPECT_NE(bad.err.find("f32 f16 bf16 q8_0 q4_0"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("f32 f16 bf16 q8_0 q4_0 q4_k q6_k"), std::string::npos) << bad.err;
   const CliResult no_config = run({"run", "-m", dir_.path(), "-p", "the", "-n", "2"});
   EXPECT_EQ(no_config.status, 1);
   EXPECT_NE(no_config.err.find("config.json"), std::string::npos) << no_config.err;

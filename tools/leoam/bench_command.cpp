@@ -19,6 +19,7 @@
 
 #include "benchmark.h"
 #include "cli_common.h"
+#include "core/ggml_type.h"
 #include "progress_bar.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
@@ -88,7 +89,7 @@ class BenchCommand : public Command {
         cmd->add_option("-m,--model", model_path_, "model file (GGUF)")->check(readable_file())->type_name("FILE");
     CLI::Option* s = cmd->add_option("--synthetic", synthetic_,
                                      std::string("a random-weight model of a preset shape, NAME[:TYPE]; presets: ") +
-                                         synthetic_model_preset_names() + "; types: f32 f16 bf16 q8_0 q4_0 q4_k q6_k")
+                                         synthetic_model_preset_names() + "; types: " + supported_type_names())
                          ->type_name("NAME[:TYPE]");
     m->excludes(s);
     s->excludes(m);

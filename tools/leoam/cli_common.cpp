@@ -1,5 +1,6 @@
 #include "cli_common.h"
 
+#include "core/ggml_type.h"
 #include "core/thread_pool.h"
 #include "progress_bar.h"
 #include "io/checksum.h"
@@ -125,7 +126,7 @@ CLI::Validator readable_model() {
 
 HfImportOptions ModelSource::import_options() const {
   HfImportOptions options;
-  if (!type.empty()) options.type = parse_hf_import_type(type).value();
+  if (!type.empty()) options.type = supported_type_by_name(type);  // checked by weight_type()
   // A folder's import copies every weight: minutes for a large model, so say how far it is.
   auto line = std::make_shared<StatusLine>(::isatty(STDERR_FILENO) != 0, "leoam: importing " + path);
   options.progress = [line](int64_t done, int64_t total) {
@@ -144,8 +145,7 @@ CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model) {
           ->check(readable_model())
           ->type_name("PATH");
   cmd.add_option("--type", model.type,
-                 std::string("load a folder's matrices as this type (default: as stored); one of: ") +
-                     hf_import_types_list())
+                 "load a folder's matrices as this type (default: as stored); one of: " + supported_type_names())
       ->check(weight_type())
       ->type_name("TYPE");
   return m;
@@ -154,8 +154,9 @@ CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model) {
 CLI::Validator weight_type() {
   return CLI::Validator(
       [](std::string& name) {
-        Result<GgmlType> t = parse_hf_import_type(name);
-        return t.is_ok() ? std::string() : t.status().message();
+        return supported_type_by_name(name) ? std::string()
+                                            : "weight type '" + name + "' is not one a model can be loaded as; "
+                                              "choose one of: " + supported_type_names();
       },
       "");
 }
@@ -172,7 +173,10 @@ Result<uint64_t> hash_model_file(const ModelSource& model) {
   }
   if (ec) return io_error(model.path + ": cannot list the folder: " + ec.message());
   std::sort(files.begin(), files.end());
-  uint64_t hash = checksum64(model.type.data(), model.type.size());
+  // The type as its canonical name, so that q8_0 and Q8_0 hash alike.
+  const std::string type =
+      model.type.empty() ? std::string() : ggml_type_name(static_cast<uint32_t>(*supported_type_by_name(model.type)));
+  uint64_t hash = checksum64(type.data(), type.size());
   for (const std::filesystem::path& path : files) {
     const std::string name = path.filename().string();
     hash = checksum64_seeded(name.data(), name.size(), hash);

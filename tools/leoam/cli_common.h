@@ -100,7 +100,7 @@ struct ModelSource {
 };
 // Adds -m,--model and --type to `cmd`, bound to `model`.
 CLI::Option* add_model_options(CLI::App& cmd, ModelSource& model);
-// A CLI11 validator: a type a folder's matrices can be loaded as (hf_import_types_list()).
+// A CLI11 validator: a type a folder's matrices can be loaded as (supported_type_names()).
 CLI::Validator weight_type();
 
 // The model's checksum: what saved sessions and the prompt cache are tied to. A GGUF file's is

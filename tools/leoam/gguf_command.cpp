@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "core/ggml_type.h"
 #include "gguf/gguf_edit.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_info.h"
@@ -34,7 +35,7 @@ class GgufCommand : public Command {
     synth_ = cmd->add_subcommand("synth", "write a random-weight model of a named shape (for tests and benchmarks)");
     synth_->add_option("--preset", preset_,
                        std::string("shape and weight type, NAME[:TYPE]; names: ") + synthetic_model_preset_names() +
-                           "; types: f32 f16 bf16 q8_0 q4_0 q4_k q6_k")
+                           "; types: " + supported_type_names())
         ->capture_default_str();
     synth_->add_option("--seed", seed_, "random seed of the weights")->capture_default_str();
     synth_->add_option("--n-layer", n_layer_, "layers, in place of the preset's (0: the preset's)")
@@ -52,8 +53,7 @@ class GgufCommand : public Command {
     convert_ = cmd->add_subcommand("convert", "convert a Hugging Face checkpoint folder to GGUF (the model `-m DIR` loads)");
     convert_->add_option("DIR", folder_, "the folder: config.json, *.safetensors, tokenizer.json")
         ->required()->check(CLI::ExistingDirectory)->type_name("");
-    convert_->add_option("--type", type_, std::string("the matrices' type (default: as stored); one of: ") +
-                                             hf_import_types_list())
+    convert_->add_option("--type", type_, "the matrices' type (default: as stored); one of: " + supported_type_names())
         ->check(weight_type())
         ->type_name("TYPE");
     convert_->add_option("-o,--output", output_, "the GGUF file to write")->required();

@@ -56,5 +56,18 @@ TEST(GgmlType, SupportedList) {
   EXPECT_EQ(n_supported, 7);
 }
 
+TEST(GgmlTypeTest, SupportedTypesByNameInAnyCase) {
+  EXPECT_EQ(supported_type_by_name("q4_0"), GgmlType::kQ4_0);
+  EXPECT_EQ(supported_type_by_name("BF16"), GgmlType::kBF16);
+  EXPECT_EQ(supported_type_by_name("Q6_k"), GgmlType::kQ6_K);
+  EXPECT_EQ(supported_type_by_name("q5_k"), std::nullopt);  // a ggml type the engine does not compute with
+  EXPECT_EQ(supported_type_by_name("q4"), std::nullopt);
+  EXPECT_EQ(supported_type_by_name(""), std::nullopt);
+  EXPECT_EQ(supported_type_names(), "f32 f16 bf16 q8_0 q4_0 q4_k q6_k");
+  for (const std::string_view name : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}) {
+    EXPECT_TRUE(supported_type_by_name(name).has_value()) << name;
+  }
+}
+
 }  // namespace
 }  // namespace leoam
