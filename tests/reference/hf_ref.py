@@ -1,9 +1,12 @@
 """Independent float64 numpy reference of a Hugging Face checkpoint folder's forward pass.
 
 Written from the published descriptions of LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM and Phi3ForCausalLM (transformers' modeling code conventions: weights [out, in], RoPE that rotates
+Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM
+(transformers' modeling code conventions: weights [out, in], RoPE that rotates
 each head's two halves, `rotate_half`), apart from the C++ engine and from llama_ref.py, which
-follows GGUF's layout. Reads config.json and the safetensors files (single or sharded by
+follows GGUF's layout. Gemma has its own forward (forward_gemma): its norms scale by 1 + w, and
+its post_attention_layernorm normalizes the attention output where Llama's is the pre-FFN norm.
+Reads config.json and the safetensors files (single or sharded by
 model.safetensors.index.json) itself: f32, f16 and bf16.
 
 CLI:
@@ -102,6 +105,8 @@ def rms_norm(x, w, eps):
 
 
 def forward(config, w, tokens):
+    if (config.get("architectures") or [""])[0] in GEMMA:
+        return forward_gemma(config, w, tokens)
     n_embd = config["hidden_size"]
     n_head = config["num_attention_heads"]
     n_kv = config.get("num_key_value_heads", n_head)
@@ -158,6 +163,94 @@ def forward(config, w, tokens):
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return x @ head.T
+
+
+GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+
+
+def gemma_norm(x, w, eps):
+    """Gemma's RMSNorm: the stored weight is the offset from 1."""
+    return rms_norm(x, 1.0 + w, eps)
+
+
+def gelu_tanh(u):
+    return 0.5 * u * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u ** 3)))
+
+
+def softcap(x, c):
+    """c * tanh(x / c); c None or 0: x unchanged."""
+    return c * np.tanh(x / c) if c else x
+
+
+def sliding_layers(config):
+    """Whether each layer attends through the sliding window."""
+    if config.get("layer_types"):
+        return [t == "sliding_attention" for t in config["layer_types"]]
+    if config["architectures"][0] == "Gemma2ForCausalLM":  # alternating, sliding first
+        return [il % 2 == 0 for il in range(config["num_hidden_layers"])]
+    pattern = config.get("sliding_window_pattern", 6)  # Gemma 3: pattern - 1 sliding, then 1 global
+    return [(il + 1) % pattern != 0 for il in range(config["num_hidden_layers"])]
+
+
+def forward_gemma(config, w, tokens):
+    act = config.get("hidden_activation") or config.get("hidden_act")
+    if act != "gelu_pytorch_tanh":
+        raise ValueError(f"hidden activation {act} not covered by this reference")
+    gemma3 = config["architectures"][0] == "Gemma3ForCausalLM"
+    n_embd = config["hidden_size"]
+    n_head = config["num_attention_heads"]
+    n_kv = config.get("num_key_value_heads", n_head)
+    head_dim = config.get("head_dim") or n_embd // n_head
+    eps = config["rms_norm_eps"]
+    n = len(tokens)
+    sliding = sliding_layers(config)
+    scale = config.get("query_pre_attn_scalar", 256) ** -0.5  # 256: transformers' default
+    attn_cap, final_cap = config.get("attn_logit_softcapping"), config.get("final_logit_softcapping")
+
+    def cos_sin(cfg):
+        inv_freq, _ = inv_frequencies(cfg, head_dim, n)
+        angles = np.outer(np.arange(n, dtype=np.float64), inv_freq)
+        emb = np.concatenate([angles, angles], axis=-1)
+        return np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+
+    # by whether the layer is sliding: (cos, sin) and the additive mask. Gemma 3's sliding layers
+    # have their own base and no scaling (rope_scaling is the global layers'); Gemma 2's share one.
+    rope = {False: cos_sin(config)}
+    rope[True] = cos_sin(dict(config, rope_theta=config.get("rope_local_base_freq", 10000.0),
+                              rope_scaling=None)) if gemma3 else rope[False]
+    dist = np.arange(n)[:, None] - np.arange(n)[None, :]  # query position - key position
+    masks = {False: np.where(dist < 0, -np.inf, 0.0),
+             True: np.where((dist < 0) | (dist >= config["sliding_window"]), -np.inf, 0.0)}
+
+    x = w["model.embed_tokens.weight"][tokens] * math.sqrt(n_embd)
+    for il in range(config["num_hidden_layers"]):
+        p = f"model.layers.{il}."
+        cos, sin = rope[sliding[il]]
+        h = gemma_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, n_head, head_dim)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, n_kv, head_dim)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, n_kv, head_dim)
+        if gemma3:  # each head RMS-normalized before RoPE
+            q = gemma_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = gemma_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = n_head // n_kv
+        out = np.empty((n, n_head, head_dim))
+        for hd in range(n_head):
+            scores = softcap(q[:, hd, :] @ k[:, hd // group, :].T * scale, attn_cap) + masks[sliding[il]]
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, hd, :] = scores @ v[:, hd // group, :]
+        a = out.reshape(n, n_head * head_dim) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + gemma_norm(a, w[p + "post_attention_layernorm.weight"], eps)
+        h = gemma_norm(x, w[p + "pre_feedforward_layernorm.weight"], eps)
+        m = gelu_tanh(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
+        m = m @ w[p + "mlp.down_proj.weight"].T
+        x = x + gemma_norm(m, w[p + "post_feedforward_layernorm.weight"], eps)
+    x = gemma_norm(x, w["model.norm.weight"], eps)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return softcap(x @ head.T, final_cap)
 
 
 def main():

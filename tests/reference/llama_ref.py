@@ -1,4 +1,5 @@
-"""Independent float64 numpy reference of the llama / qwen2 / qwen3 / phi3 forward pass.
+"""Independent float64 numpy reference of the llama / qwen2 / qwen3 / phi3 / gemma2 / gemma3
+forward pass.
 
 Written from the ggml / llama.cpp conventions, apart from the C++ engine, so the
 engine's logits can be checked against it.
@@ -10,6 +11,13 @@ CLI:
         prints the N greedily generated token ids (one line, space separated).
 
 Shapes: a GGUF weight with ne = [n_in, n_out] loads as numpy [n_out][n_in]; y = W @ x.
+
+gemma2 / gemma3, as llama.cpp's converter writes them: the norm weights already hold Gemma's
+1 + w, q/k rows unpermuted (NeoX pairing), output tied to token_embd. The embedding is scaled by
+sqrt(n_embd), attention and FFN outputs are RMS-normalized again before their residual adds
+(post_attention_norm, post_ffw_norm), the FFN is GELU (tanh form), q.k and the logits may be
+soft-capped (c * tanh(x / c)), and sliding layers see only the last `attention.sliding_window`
+positions, their own included.
 
 --q8-activations: the inputs of the Q4_0, Q8_0, Q4_K and Q6_K matrices are rounded to 8 bits
 per block (32 elements for Q4_0 and Q8_0, 256 for the K-quants) as the engine's integer products
@@ -35,8 +43,9 @@ from gguf_read import read_gguf  # noqa: E402
 
 def load_hparams(meta):
     arch = meta["general.architecture"]
-    if arch not in ("llama", "qwen2", "qwen3", "phi3"):
-        raise ValueError(f"architecture '{arch}' not supported; supported: llama qwen2 qwen3 phi3")
+    if arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"):
+        raise ValueError(f"architecture '{arch}' not supported; "
+                         "supported: llama qwen2 qwen3 phi3 gemma2 gemma3")
 
     def get(key, default=None):
         v = meta.get(f"{arch}.{key}", default)
@@ -53,10 +62,17 @@ def load_hparams(meta):
         raise ValueError(f"rope.scaling.type '{scaling}' not supported; "
                          "supported: none linear yarn")
     factor = float(get("rope.scaling.factor", 1.0)) if scaling != "none" else 1.0
+    n_layer = int(get("block_count"))
+    freq_base = float(get("rope.freq_base", 10000.0))
+    # no sliding layers, the q.k factor 1/sqrt(head_dim), no caps: all but gemma
+    extra = dict(gemma=False, swa=[False] * n_layer, n_swa=0, rope_swa={}, kq_scale=None,
+                 attn_softcap=0.0, final_softcap=0.0)
+    if arch in ("gemma2", "gemma3"):
+        extra = load_gemma_hparams(arch, get, meta, n_layer, n_embd, n_head, head_dim, freq_base)
     return dict(
         arch=arch,
         n_embd=n_embd,
-        n_layer=int(get("block_count")),
+        n_layer=n_layer,
         n_ff=int(get("feed_forward_length")),
         n_head=n_head,
         n_head_kv=int(get("attention.head_count_kv", n_head)),
@@ -64,7 +80,7 @@ def load_hparams(meta):
         eps=float(get("attention.layer_norm_rms_epsilon")),
         n_ctx_train=n_ctx_train,
         n_rot=int(get("rope.dimension_count", head_dim)),
-        freq_base=float(get("rope.freq_base", 10000.0)),
+        freq_base=freq_base,
         # ggml: freq_scale = 1/factor for linear and yarn; ext_factor only for yarn.
         freq_scale=1.0 / factor if factor else 1.0,
         ext_factor=float(get("rope.scaling.yarn_ext_factor", 1.0)) if scaling == "yarn" else 0.0,
@@ -72,10 +88,39 @@ def load_hparams(meta):
         beta_fast=float(get("rope.scaling.yarn_beta_fast", 32.0)),
         beta_slow=float(get("rope.scaling.yarn_beta_slow", 1.0)),
         n_ctx_orig=int(get("rope.scaling.original_context_length", n_ctx_train)),
-        neox=(arch in ("qwen2", "qwen3", "phi3")),
-        head_norms=(arch == "qwen3"),
+        neox=(arch in ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")),
+        head_norms=(arch in ("qwen3", "gemma3")),
         # log-n attention: queries past this many keys are scaled by ln(n_keys) / ln(logn_length)
         logn_length=int(meta.get("leoam.attention.logn_length", 0)),
+        **extra,
+    )
+
+
+def load_gemma_hparams(arch, get, meta, n_layer, n_embd, n_head, head_dim, freq_base):
+    """What gemma2 / gemma3 add: the sliding layers and their window, the sliding layers' RoPE,
+    the factor on q.k and the soft caps (0: none), with llama.cpp's defaults for absent keys."""
+    g2 = arch == "gemma2"
+    # gemma2 alternates sliding and global layers, sliding first; gemma3 has 5 sliding, then 1
+    swa = [il % 2 == 0 if g2 else (il + 1) % 6 != 0 for il in range(n_layer)]
+    # gemma2 27B and gemma3 27B (46, 62 layers) scale by n_embd / n_head (their
+    # query_pre_attn_scalar), the others by the head size; C++'s integer division, exact for both
+    kq_scale = meta.get(f"{arch}.attention.scale")
+    if not kq_scale:  # absent (or 0, which would blind every layer)
+        big = n_layer == (46 if g2 else 62)
+        kq_scale = 1.0 / math.sqrt(n_embd // n_head if big else head_dim)
+    # gemma3's sliding layers have their own base and no scaling; gemma2's share the global RoPE
+    rope_swa = dict(freq_base=float(get("rope.freq_base_swa", freq_base if g2 else 10000.0)))
+    if not g2:
+        rope_swa.update(freq_scale=1.0, ext_factor=0.0)
+    return dict(
+        gemma=True,
+        swa=swa,
+        n_swa=int(get("attention.sliding_window", 4096 if g2 else 512)),
+        rope_swa=rope_swa,
+        kq_scale=float(kq_scale),
+        # a cap of 0 would be no cap at all: read it as none
+        attn_softcap=float(get("attn_logit_softcapping", 50.0 if g2 else 0.0)),
+        final_softcap=float(get("final_logit_softcapping", 30.0 if g2 else 0.0)),
     )
 
 
@@ -113,7 +158,10 @@ def load_model(path):
             types[p + "ffn_gate.weight"] = types[p + "ffn_up.weight"]
         for k in ("attn_q", "attn_k", "attn_v"):
             layers[-1][k + "_bias"] = w_opt(p + k + ".bias")
-        if hp["head_norms"]:  # qwen3: RMSNorm of each q and k head before RoPE
+        if hp["gemma"]:  # the norms of the attention and FFN outputs
+            layers[-1]["post_attention_norm"] = w(p + "post_attention_norm.weight")
+            layers[-1]["post_ffw_norm"] = w(p + "post_ffw_norm.weight")
+        if hp["head_norms"]:  # qwen3, gemma3: RMSNorm of each q and k head before RoPE
             layers[-1]["attn_q_norm"] = w(p + "attn_q_norm.weight")
             layers[-1]["attn_k_norm"] = w(p + "attn_k_norm.weight")
         missing = [k for k, v in layers[-1].items() if v is None and not k.endswith("_bias")]
@@ -217,6 +265,15 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, c):
+    """c * tanh(x / c); c == 0: x unchanged."""
+    return c * np.tanh(x / c) if c else x
+
+
 def logn_scale(hp, positions):
     """Log-n attention's factor on the queries at `positions`: ln(n) / ln(logn_length) where the
     query sees n = position + 1 > logn_length keys, else 1 (also without the key)."""
@@ -249,7 +306,8 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
     Returns logits [n_tok][n_vocab].
 
     drop_keys, if given, is called per layer as drop_keys(layer, scores, positions) with the
-    scaled, causally masked scores [n_head][n_tok][n_past + n_tok] and the query positions; it
+    scaled (and soft-capped), causally (and in sliding layers window-) masked scores
+    [n_head][n_tok][n_past + n_tok] and the query positions; it
     may set scores to -inf to keep those keys out of the softmax (sparse attention probes)."""
     hp = model["hp"]
     n_tok = len(tokens)
@@ -257,9 +315,14 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
     n_head, n_head_kv, head_dim = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
     group = n_head // n_head_kv
     positions = np.arange(n_past, n_past + n_tok)
-    cos, sin = rope_cos_sin(hp, model["rope_freqs"], positions)
-    # causal mask over [n_tok][n_past + n_tok]: query t sees keys at pos <= n_past + t
-    mask = np.arange(n_past + n_tok)[None, :] > positions[:, None]
+    # by whether the layer is sliding: (cos, sin), and the mask over [n_tok][n_past + n_tok]
+    rope = {False: rope_cos_sin(hp, model["rope_freqs"], positions)}
+    rope[True] = rope_cos_sin({**hp, **hp["rope_swa"]}, model["rope_freqs"], positions) \
+        if hp["rope_swa"] else rope[False]
+    # causal: query t sees keys at pos <= n_past + t; sliding also pos > n_past + t - n_swa,
+    # on absolute positions, so the window holds across calls on the same cache
+    dist = positions[:, None] - np.arange(n_past + n_tok)[None, :]
+    masks = {False: dist < 0, True: (dist < 0) | (dist >= hp["n_swa"])}
 
     def q8(h, block):  # the engine's 8-bit input, where it has one
         return q8_round(h, block) if q8_activations and block is not None else h
@@ -268,7 +331,11 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
         return q8(h, L["q8_block"].get(name)) @ L[name].T
 
     x = model["tok_embd"][np.asarray(tokens)]                # [n_tok][n_embd]
+    if hp["gemma"]:
+        x = x * math.sqrt(hp["n_embd"])
     for il, (L, kv) in enumerate(zip(model["layers"], cache)):
+        cos, sin = rope[hp["swa"][il]]
+        mask = masks[hp["swa"][il]]
         h = rmsnorm(x, L["attn_norm"], hp["eps"])
         q, k, v = mm(h, L, "attn_q"), mm(h, L, "attn_k"), mm(h, L, "attn_v")
         for name, t in (("attn_q_bias", q), ("attn_k_bias", k), ("attn_v_bias", v)):
@@ -290,7 +357,11 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
         # query head i reads kv head i // group
         K = np.repeat(kv["k"], group, axis=1)                # [n_kv][n_head][head_dim]
         V = np.repeat(kv["v"], group, axis=1)
-        scores = np.einsum("thd,shd->hts", q, K) / math.sqrt(head_dim)
+        scores = np.einsum("thd,shd->hts", q, K)
+        if hp["kq_scale"] is None:
+            scores /= math.sqrt(head_dim)
+        else:
+            scores = softcap(scores * hp["kq_scale"], hp["attn_softcap"])
         scores[:, mask] = -np.inf
         if drop_keys is not None:
             drop_keys(il, scores, positions)
@@ -298,13 +369,18 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
         p = np.exp(scores)
         p /= p.sum(axis=-1, keepdims=True)
         attn = np.einsum("hts,shd->thd", p, V).reshape(n_tok, n_head * head_dim)
-        x = x + mm(attn, L, "attn_output")
-
-        h = rmsnorm(x, L["ffn_norm"], hp["eps"])
-        x = x + mm(silu(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
+        if hp["gemma"]:  # each block's output normalized again before the residual add
+            x = x + rmsnorm(mm(attn, L, "attn_output"), L["post_attention_norm"], hp["eps"])
+            h = rmsnorm(x, L["ffn_norm"], hp["eps"])
+            ffn = mm(gelu_tanh(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
+            x = x + rmsnorm(ffn, L["post_ffw_norm"], hp["eps"])
+        else:
+            x = x + mm(attn, L, "attn_output")
+            h = rmsnorm(x, L["ffn_norm"], hp["eps"])
+            x = x + mm(silu(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
 
     h = rmsnorm(x, model["output_norm"], hp["eps"])
-    return q8(h, model["output_q8_block"]) @ model["output"].T
+    return softcap(q8(h, model["output_q8_block"]) @ model["output"].T, hp["final_softcap"])
 
 
 def greedy(model, tokens, n_gen, kv_f16=False):

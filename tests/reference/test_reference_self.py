@@ -8,18 +8,24 @@
 2. forward: greedy decoding from BOS on stories260K (GGUF v3) and
    tinyllamas-stories-260k-f32 (GGUF v1) must tell the known story, and the two
    files must give identical logits.
-Exits 0 with a message when <repo root>/../shared is absent.
+3. gemma2 / gemma3: a tiny random model written both as a Hugging Face folder and as the GGUF
+   llama.cpp's converter makes of it; hf_ref and llama_ref must agree, incremental decoding must
+   equal one pass, and the sliding window must reach exactly its width back.
+Exits 0 with a message when <repo root>/../shared is absent (3 runs without it).
 """
 
+import json
 import os
 import struct
 import sys
+import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import dequant as dq  # noqa: E402
+import hf_ref  # noqa: E402
 import llama_ref  # noqa: E402
 
 SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared"))
@@ -212,9 +218,203 @@ def test_stories(n_gen=30):
     assert np.array_equal(a, b), np.abs(a - b).max()
 
 
+# ------------------------------------------------------------------ gemma ---
+
+def write_safetensors(path, tensors):
+    header, offset = {}, 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.size * 4]}
+        offset += a.size * 4
+    blob = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        for a in tensors.values():
+            f.write(a.astype("<f4").tobytes())
+
+
+def write_gguf(path, meta, tensors):
+    """GGUF v3, F32 tensors only; numpy shape [out, in] is ne = [in, out]."""
+    def string(v):
+        b = v.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    def value(v):
+        if isinstance(v, str):
+            return struct.pack("<I", 8) + string(v)
+        if isinstance(v, int):
+            return struct.pack("<II", 4, v)
+        return struct.pack("<If", 6, v)
+
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta))
+    out += b"".join(string(k) + value(v) for k, v in meta.items())
+    data, offsets = b"", []
+    for a in tensors.values():
+        offsets.append(len(data))
+        data += a.astype("<f4").tobytes()
+        data += bytes(-len(data) % 32)
+    for (name, a), offset in zip(tensors.items(), offsets):
+        out += string(name) + struct.pack("<I", a.ndim) + struct.pack(f"<{a.ndim}Q", *a.shape[::-1])
+        out += struct.pack("<IQ", dq.F32, offset)
+    with open(path, "wb") as f:
+        f.write(out + bytes(-len(out) % 32) + data)
+
+
+def tiny_gemma(arch, rng):
+    """A random Gemma 2 or 3 checkpoint (config, weights), every value exact in float32 and the
+    norm weights multiples of 2^-10, so that both layouts (w and 1 + w) hold the same numbers."""
+    config = dict(architectures=[arch], hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, intermediate_size=48, num_hidden_layers=6, vocab_size=48,
+                  rms_norm_eps=2.0 ** -20, rope_theta=10000.0, sliding_window=3,
+                  hidden_activation="gelu_pytorch_tanh", max_position_embeddings=64)
+    if arch == "Gemma2ForCausalLM":  # caps that bite on these weights; scalar = head_dim (the default)
+        config.update(query_pre_attn_scalar=16, attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
+    else:
+        config.update(model_type="gemma3_text", query_pre_attn_scalar=64, attn_logit_softcapping=None,
+                      final_logit_softcapping=None, rope_theta=1e6, rope_local_base_freq=10000.0,
+                      rope_scaling={"rope_type": "linear", "factor": 4.0}, sliding_window_pattern=6)
+
+    def mat(n_out, n_in, sigma=0.3):
+        return (rng.standard_normal((n_out, n_in)) * sigma).astype(np.float32).astype(np.float64)
+
+    def norm(n):
+        return rng.integers(-256, 257, n) / 1024.0
+
+    d, hd, ff = config["hidden_size"], config["head_dim"], config["intermediate_size"]
+    w = {"model.embed_tokens.weight": mat(config["vocab_size"], d, 1.0), "model.norm.weight": norm(d)}
+    for il in range(config["num_hidden_layers"]):
+        p = f"model.layers.{il}."
+        for k, shape in (("self_attn.q_proj", (4 * hd, d)), ("self_attn.k_proj", (2 * hd, d)),
+                         ("self_attn.v_proj", (2 * hd, d)), ("self_attn.o_proj", (d, 4 * hd)),
+                         ("mlp.gate_proj", (ff, d)), ("mlp.up_proj", (ff, d)), ("mlp.down_proj", (d, ff))):
+            w[p + k + ".weight"] = mat(*shape)
+        for k in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                  "post_feedforward_layernorm"):
+            w[p + k + ".weight"] = norm(d)
+        if arch == "Gemma3ForCausalLM":
+            w[p + "self_attn.q_norm.weight"], w[p + "self_attn.k_norm.weight"] = norm(hd), norm(hd)
+    return config, w
+
+
+def gemma_to_gguf(config, w):
+    """The GGUF (meta, tensors) llama.cpp's converter makes: norms + 1, q/k rows as they are."""
+    arch = "gemma2" if config["architectures"][0] == "Gemma2ForCausalLM" else "gemma3"
+    meta = {"general.architecture": arch}
+    for key, field in (("context_length", "max_position_embeddings"), ("embedding_length", "hidden_size"),
+                       ("block_count", "num_hidden_layers"), ("feed_forward_length", "intermediate_size"),
+                       ("attention.head_count", "num_attention_heads"),
+                       ("attention.head_count_kv", "num_key_value_heads"),
+                       ("attention.key_length", "head_dim"),
+                       ("attention.layer_norm_rms_epsilon", "rms_norm_eps"), ("rope.freq_base", "rope_theta"),
+                       ("attention.sliding_window", "sliding_window"),
+                       ("attn_logit_softcapping", "attn_logit_softcapping"),
+                       ("final_logit_softcapping", "final_logit_softcapping")):
+        if config.get(field) is not None:
+            meta[f"{arch}.{key}"] = config[field]
+    if arch == "gemma3":  # gemma2's scale is left to the default (the head size), gemma3's given
+        meta["gemma3.attention.scale"] = config["query_pre_attn_scalar"] ** -0.5
+        meta["gemma3.rope.scaling.type"] = "linear"
+        meta["gemma3.rope.scaling.factor"] = config["rope_scaling"]["factor"]
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+             "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+             "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    tensors = {"token_embd.weight": w["model.embed_tokens.weight"],
+               "output_norm.weight": 1 + w["model.norm.weight"]}
+    for name, a in w.items():
+        if name.startswith("model.layers."):
+            il, rest = name[len("model.layers."):].split(".", 1)
+            base = rest[:-len(".weight")]
+            tensors[f"blk.{il}.{names[base]}.weight"] = 1 + a if base.endswith("norm") else a
+    return meta, tensors
+
+
+def test_gemma_hparams():
+    meta = {"general.architecture": "gemma2", "gemma2.context_length": 8192, "gemma2.embedding_length": 2304,
+            "gemma2.block_count": 26, "gemma2.feed_forward_length": 9216, "gemma2.attention.head_count": 8,
+            "gemma2.attention.head_count_kv": 4, "gemma2.attention.key_length": 256,
+            "gemma2.attention.layer_norm_rms_epsilon": 1e-6}
+    hp = llama_ref.load_hparams(meta)
+    assert hp["swa"][:4] == [True, False, True, False] and hp["n_swa"] == 4096
+    assert (hp["attn_softcap"], hp["final_softcap"]) == (50.0, 30.0) and hp["kq_scale"] == 1 / 16
+    assert hp["rope_swa"] == {"freq_base": 10000.0} and hp["neox"] and not hp["head_norms"]
+    hp = llama_ref.load_hparams({**meta, "gemma2.block_count": 46, "gemma2.embedding_length": 4608,
+                                 "gemma2.attention.head_count": 32})
+    assert hp["kq_scale"] == 1 / 12  # 27B: 1/sqrt(4608 / 32)
+    meta = {k.replace("gemma2", "gemma3"): v for k, v in meta.items()}
+    hp = llama_ref.load_hparams({**meta, "general.architecture": "gemma3", "gemma3.rope.freq_base": 1e6,
+                                 "gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 8.0})
+    assert hp["swa"][:7] == [True] * 5 + [False, True] and hp["n_swa"] == 512
+    assert (hp["attn_softcap"], hp["final_softcap"]) == (0.0, 0.0) and hp["head_norms"]
+    assert hp["freq_scale"] == 1 / 8
+    assert hp["rope_swa"] == dict(freq_base=10000.0, freq_scale=1.0, ext_factor=0.0)
+
+
+def test_gemma():
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 48, 16).tolist()
+    for arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
+        config, w = tiny_gemma(arch, rng)
+        n_layer, W = config["num_hidden_layers"], config["sliding_window"]
+        with tempfile.TemporaryDirectory() as tmp:
+            write_safetensors(os.path.join(tmp, "model.safetensors"), w)
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(config, f)
+            write_gguf(os.path.join(tmp, "m.gguf"), *gemma_to_gguf(config, w))
+            hf = hf_ref.forward(*hf_ref.read_folder(tmp), tokens)
+            model = llama_ref.load_model(os.path.join(tmp, "m.gguf"))
+        hp = model["hp"]
+
+        def run(toks, **kw):
+            return llama_ref.forward(model, toks, llama_ref.new_kv_cache(model), **kw)
+
+        full = run(tokens)
+        # the two layouts and their two readings agree; the caps hold
+        assert np.allclose(hf, full, rtol=0, atol=1e-10 * np.abs(full).max()), np.abs(hf - full).max()
+        if config["final_logit_softcapping"]:
+            assert np.abs(full).max() < config["final_logit_softcapping"]
+        # (a) incremental decoding, token by token and in chunks wider than the window, equals one
+        # pass; greedy's tokens are the pass's argmaxes
+        cache = llama_ref.new_kv_cache(model)
+        step = np.concatenate([llama_ref.forward(model, [t], cache) for t in tokens])
+        cache = llama_ref.new_kv_cache(model)
+        chunks = np.concatenate([llama_ref.forward(model, tokens[a:b], cache)
+                                 for a, b in ((0, 5), (5, 6), (6, 16))])
+        assert np.allclose(step, full, rtol=0, atol=1e-10) and np.allclose(chunks, full, rtol=0, atol=1e-10)
+        ids = llama_ref.greedy(model, tokens[:4], 8)
+        assert ids == np.argmax(run(tokens[:4] + ids)[3:-1], axis=-1).tolist(), ids
+        assert len(llama_ref.greedy(model, tokens[:4], 8, kv_f16=True)) == 8
+        # (b) every layer sliding: position t reaches back n_layer * (W - 1), so changing token 0
+        # changes row n_layer * (W - 1) and no later one, in both readings
+        reach = n_layer * (W - 1)
+        other = [(tokens[0] + 1) % 48] + tokens[1:]
+        hp["swa"] = [True] * n_layer
+        cfg = dict(config, layer_types=["sliding_attention"] * n_layer)
+        for f in (run, lambda toks: hf_ref.forward(cfg, w, toks)):
+            a, b = f(tokens), f(other)
+            assert np.array_equal(a[reach + 1:], b[reach + 1:]) and not np.allclose(a[reach], b[reach])
+        assert np.allclose(run(tokens), hf_ref.forward(cfg, w, tokens), rtol=0,
+                           atol=1e-10 * np.abs(full).max())
+        # a window as long as the input is no window: the same as every layer global, once the
+        # sliding layers' RoPE is the global one; a short window is not
+        hp["swa"], hp["rope_swa"] = [True] * n_layer, {}
+        short = run(tokens)
+        hp["n_swa"] = len(tokens)
+        wide = run(tokens)
+        hp["swa"] = [False] * n_layer
+        assert np.array_equal(wide, run(tokens)) and not np.allclose(short, wide, rtol=0, atol=1e-3)
+        cfg = dict(config, rope_local_base_freq=config["rope_theta"], rope_scaling=None)
+        glob = hf_ref.forward(dict(cfg, layer_types=["full_attention"] * n_layer), w, tokens)
+        wide = hf_ref.forward(dict(cfg, layer_types=["sliding_attention"] * n_layer, sliding_window=16),
+                              w, tokens)
+        short = hf_ref.forward(dict(cfg, layer_types=["sliding_attention"] * n_layer), w, tokens)
+        assert np.array_equal(wide, glob) and not np.allclose(short, wide, rtol=0, atol=1e-3)
+
+
 def main():
     tests = [test_float_types, test_q4_0, test_q8_0, test_q4_k_scale_packing_literal,
-             test_q4_k, test_q6_k, test_rope]
+             test_q4_k, test_q6_k, test_rope, test_gemma_hparams, test_gemma]
     if os.path.isdir(SHARED):
         tests.append(test_stories)
     else:
