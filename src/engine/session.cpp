@@ -125,7 +125,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_selector(const AttentionOp
   shape.n_head = hp.n_head;
   shape.n_head_kv = hp.n_head_kv;
   shape.head_dim = hp.head_dim;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  shape.scale = hp.attn_scale;
   return sparse::SparseAttention::create(s, store.catalog(), shape);
 }
 

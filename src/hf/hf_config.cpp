@@ -24,13 +24,16 @@ struct KnownArch {
   bool attention_bias;
   bool head_norms;
   bool fused_projections;
+  bool gemma;
 };
 constexpr KnownArch kKnownArchs[] = {
-    {"LlamaForCausalLM", "llama", true, false, false, false},
-    {"MistralForCausalLM", "llama", true, false, false, false},
-    {"Qwen2ForCausalLM", "qwen2", false, true, false, false},
-    {"Qwen3ForCausalLM", "qwen3", false, false, true, false},
-    {"Phi3ForCausalLM", "phi3", false, false, false, true},
+    {"LlamaForCausalLM", "llama", true, false, false, false, false},
+    {"MistralForCausalLM", "llama", true, false, false, false, false},
+    {"Qwen2ForCausalLM", "qwen2", false, true, false, false, false},
+    {"Qwen3ForCausalLM", "qwen3", false, false, true, false, false},
+    {"Phi3ForCausalLM", "phi3", false, false, false, true, false},
+    {"Gemma2ForCausalLM", "gemma2", false, false, false, false, true},
+    {"Gemma3ForCausalLM", "gemma3", false, false, true, false, true},
 };
 
 std::string known_arch_list() {
@@ -177,6 +180,51 @@ Status read_rope_scaling(const Fields& f, const Json& scaling, HfConfig& c) {
   return Status::ok();
 }
 
+// Gemma's attention: its scale, caps and sliding window, and which layers slide, which must be
+// the engine's pattern (every other layer in Gemma 2, five of six in Gemma 3).
+Status read_gemma(const Fields& f, HfConfig& c) {
+  const Json* act = f.find("hidden_activation");
+  if (act == nullptr) act = f.find("hidden_act");
+  if (act != nullptr && *act != "gelu_pytorch_tanh" && *act != "gelu_tanh") {
+    return unsupported("\"hidden_activation\" " + act->dump() + " is not supported for " + c.architecture +
+                       " (only gelu_pytorch_tanh)");
+  }
+  LEOAM_ASSIGN_OR_RETURN(c.query_pre_attn_scalar, f.require_float("query_pre_attn_scalar"));
+  LEOAM_ASSIGN_OR_RETURN(c.sliding_window, f.require_int("sliding_window", kMaxCtx));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> attn_cap, f.get_float("attn_logit_softcapping"));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> final_cap, f.get_float("final_logit_softcapping"));
+  const bool gemma2 = c.gguf_arch == "gemma2";
+  if (gemma2 && !(attn_cap && final_cap)) {
+    return unsupported("Gemma2ForCausalLM without attn_logit_softcapping and final_logit_softcapping is not supported");
+  }
+  c.attn_softcap = attn_cap.value_or(0.0);
+  c.final_softcap = final_cap.value_or(0.0);
+  const int period = gemma2 ? 2 : 6;
+  LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> pattern, f.get_int("sliding_window_pattern", 1 << 16));
+  if (pattern && *pattern != period) {
+    return unsupported("\"sliding_window_pattern\" " + std::to_string(*pattern) + " is not supported for " +
+                       c.architecture + " (only " + std::to_string(period) + ")");
+  }
+  if (const Json* types = f.find("layer_types")) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(c.n_layer)) {
+      return f.error("layer_types", "must list one type per layer");
+    }
+    for (int il = 0; il < c.n_layer; ++il) {
+      const char* want = (il + 1) % period != 0 ? "sliding_attention" : "full_attention";
+      if ((*types)[il] != want) {
+        return unsupported("\"layer_types\"[" + std::to_string(il) + "] is " + (*types)[il].dump() + "; " +
+                           c.architecture + " is supported with every " + std::to_string(period) +
+                           "th layer global and the rest sliding");
+      }
+    }
+  }
+  if (!gemma2) {
+    LEOAM_ASSIGN_OR_RETURN(std::optional<double> local, f.get_float("rope_local_base_freq"));
+    c.rope_local_theta = local.value_or(10000.0);
+  }
+  return Status::ok();
+}
+
 Status read_fields(const Fields& f, HfConfig& c) {
   const Json* archs = f.find("architectures");
   if (archs == nullptr || !archs->is_array() || archs->empty() || !archs->front().is_string()) {
@@ -194,6 +242,7 @@ Status read_fields(const Fields& f, HfConfig& c) {
   c.permute_qk = known->permute_qk;
   c.head_norms = known->head_norms;
   c.fused_projections = known->fused_projections;
+  c.gemma = known->gemma;
   LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
   LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
   LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("intermediate_size", kMaxDim));
@@ -223,10 +272,13 @@ Status read_fields(const Fields& f, HfConfig& c) {
   if (partial && *partial != 1.0) {
     return unsupported("\"partial_rotary_factor\" " + std::to_string(*partial) + " is not supported (only 1)");
   }
-  if (const Json* act = f.find("hidden_act"); act != nullptr && *act != "silu") {
+  if (c.gemma) {
+    LEOAM_RETURN_IF_ERROR(read_gemma(f, c));
+  } else if (const Json* act = f.find("hidden_act"); act != nullptr && *act != "silu") {
     return unsupported("\"hidden_act\" " + act->dump() + " is not supported for " + c.architecture + " (only silu)");
   }
-  LEOAM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.get_bool("tie_word_embeddings", false));
+  // Gemma ties its output to the embedding unless config.json says otherwise.
+  LEOAM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.get_bool("tie_word_embeddings", c.gemma));
   LEOAM_ASSIGN_OR_RETURN(bool bias, f.get_bool("attention_bias", known->attention_bias));
   c.attention_bias = bias;
   if (c.attention_bias && !known->attention_bias) {
@@ -267,6 +319,15 @@ void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWrit
   if (c.rope_scaling == "longrope") {
     out.set(a + ".rope.scaling.original_context_length", u32(c.rope_original_ctx));
     out.set(a + ".rope.scaling.attn_factor", GgufValue::from_f32(static_cast<float>(c.rope_attn_factor)));
+  }
+  if (c.gemma) {
+    out.set(a + ".attention.scale", GgufValue::from_f32(static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar))));
+    out.set(a + ".attention.sliding_window", u32(c.sliding_window));
+    if (c.attn_softcap > 0) out.set(a + ".attn_logit_softcapping", GgufValue::from_f32(static_cast<float>(c.attn_softcap)));
+    if (c.final_softcap > 0) {
+      out.set(a + ".final_logit_softcapping", GgufValue::from_f32(static_cast<float>(c.final_softcap)));
+    }
+    if (c.rope_local_theta > 0) out.set(a + ".rope.freq_base_swa", GgufValue::from_f32(static_cast<float>(c.rope_local_theta)));
   }
   if (c.rope_scaling == "linear" || c.rope_scaling == "yarn") {
     out.set(a + ".rope.scaling.type", GgufValue::from_string(c.rope_scaling));

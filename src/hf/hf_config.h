@@ -1,7 +1,8 @@
 // A Hugging Face checkpoint's config.json, read as the GGUF metadata of the same model: which
 // architecture (LlamaForCausalLM and MistralForCausalLM are GGUF's `llama`, Qwen2ForCausalLM its
-// `qwen2`, Qwen3ForCausalLM its `qwen3`, Phi3ForCausalLM its `phi3`), the shapes, the norm
-// epsilon and RoPE with its scaling. A missing or mistyped field, an unknown architecture or a
+// `qwen2`, Qwen3ForCausalLM its `qwen3`, Phi3ForCausalLM its `phi3`, Gemma2ForCausalLM and
+// Gemma3ForCausalLM its `gemma2` and `gemma3`), the shapes, the norm epsilon, RoPE with its
+// scaling, and Gemma's attention scale, caps and sliding window. A missing or mistyped field, an unknown architecture or a
 // feature the engine does not compute (partial rotary, dynamic scaling) is an error naming the
 // file and the field (docs/model.md#hugging-face-folders).
 #pragma once
@@ -25,6 +26,14 @@ struct HfConfig {
   bool attention_bias = false;  // q/k/v biases (qwen2)
   bool head_norms = false;      // q_norm and k_norm: each head RMS-normalized before RoPE (qwen3)
   bool fused_projections = false;  // qkv_proj and gate_up_proj (phi3)
+  // Gemma: norms after attention and after the FFN, stored as w where RMSNorm multiplies by
+  // 1 + w (GGUF keeps 1 + w, as llama.cpp's converter writes it).
+  bool gemma = false;
+  double query_pre_attn_scalar = 0;  // gemma: q.k is scaled by its inverse square root
+  double attn_softcap = 0;           // gemma2's attn_logit_softcapping; 0: none
+  double final_softcap = 0;          // gemma2's final_logit_softcapping; 0: none
+  int64_t sliding_window = 0;        // gemma: the keys a sliding layer sees
+  double rope_local_theta = 0;       // gemma3: rope_local_base_freq, the sliding layers' base
   bool tie_word_embeddings = false;
   int64_t n_vocab = 0;
   int64_t n_embd = 0;

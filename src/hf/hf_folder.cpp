@@ -26,6 +26,7 @@ struct Expected {
   std::vector<int64_t> shape;
   bool permute_heads = false;  // q or k of the llama family: rows regrouped for GGUF's RoPE pairing
   int n_heads = 0;
+  bool plus_one = false;  // a Gemma norm: GGUF holds 1 + w
 };
 
 // HF tensor name -> what it is, for each architecture config.json may name (hf_config.h).
@@ -34,12 +35,13 @@ std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
   const int64_t kv = int64_t{c.n_head_kv} * c.head_dim;
   std::map<std::string, Expected> m;
   m["model.embed_tokens.weight"] = {"token_embd.weight", {c.n_vocab, c.n_embd}};
-  m["model.norm.weight"] = {"output_norm.weight", {c.n_embd}};
+  const bool g = c.gemma;
+  m["model.norm.weight"] = {"output_norm.weight", {c.n_embd}, false, 0, g};
   if (!c.tie_word_embeddings) m["lm_head.weight"] = {"output.weight", {c.n_vocab, c.n_embd}};
   for (int il = 0; il < c.n_layer; ++il) {
     const std::string hf = "model.layers." + std::to_string(il) + ".";
     const std::string gg = "blk." + std::to_string(il) + ".";
-    m[hf + "input_layernorm.weight"] = {gg + "attn_norm.weight", {c.n_embd}};
+    m[hf + "input_layernorm.weight"] = {gg + "attn_norm.weight", {c.n_embd}, false, 0, g};
     if (c.fused_projections) {  // phi3: q, k, v stacked; gate and up stacked, as GGUF's phi3 keeps them
       m[hf + "self_attn.qkv_proj.weight"] = {gg + "attn_qkv.weight", {q + 2 * kv, c.n_embd}};
       m[hf + "mlp.gate_up_proj.weight"] = {gg + "ffn_up.weight", {2 * c.n_ff, c.n_embd}};
@@ -56,11 +58,17 @@ std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
       m[hf + "self_attn.v_proj.bias"] = {gg + "attn_v.bias", {kv}};
     }
     if (c.head_norms) {
-      m[hf + "self_attn.q_norm.weight"] = {gg + "attn_q_norm.weight", {c.head_dim}};
-      m[hf + "self_attn.k_norm.weight"] = {gg + "attn_k_norm.weight", {c.head_dim}};
+      m[hf + "self_attn.q_norm.weight"] = {gg + "attn_q_norm.weight", {c.head_dim}, false, 0, g};
+      m[hf + "self_attn.k_norm.weight"] = {gg + "attn_k_norm.weight", {c.head_dim}, false, 0, g};
     }
     m[hf + "self_attn.o_proj.weight"] = {gg + "attn_output.weight", {c.n_embd, q}};
-    m[hf + "post_attention_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}};
+    if (g) {  // Gemma's post_attention_layernorm is the attention output's norm, not the FFN's
+      m[hf + "post_attention_layernorm.weight"] = {gg + "post_attention_norm.weight", {c.n_embd}, false, 0, true};
+      m[hf + "pre_feedforward_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}, false, 0, true};
+      m[hf + "post_feedforward_layernorm.weight"] = {gg + "post_ffw_norm.weight", {c.n_embd}, false, 0, true};
+    } else {
+      m[hf + "post_attention_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}};
+    }
     m[hf + "mlp.down_proj.weight"] = {gg + "ffn_down.weight", {c.n_embd, c.n_ff}};
   }
   return m;
@@ -112,7 +120,7 @@ Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Exp
     type = options.type.value_or(stored_type(t.dtype));
     if (cols % ggml_block_size(type) != 0) type = GgmlType::kF16;
   }
-  if (type == stored_type(t.dtype)) {  // the stored bytes as they are: no conversion
+  if (type == stored_type(t.dtype) && !e.plus_one) {  // the stored bytes as they are: no conversion
     std::vector<uint8_t> bytes(t.n_bytes);
     if (e.permute_heads) {
       permute_rope_rows(t.data, rows, t.n_bytes / static_cast<size_t>(rows), e.n_heads, bytes.data());
@@ -123,6 +131,9 @@ Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Exp
   }
   std::vector<float> values(static_cast<size_t>(t.n_elements()));
   kernels::dequantize_row(stored_type(t.dtype), t.data, values.data(), t.n_elements());
+  if (e.plus_one) {
+    for (float& x : values) x += 1.0f;
+  }
   if (e.permute_heads) {
     std::vector<float> permuted(values.size());
     permute_rope_rows(reinterpret_cast<const uint8_t*>(values.data()), rows, cols * sizeof(float), e.n_heads,

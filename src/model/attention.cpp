@@ -112,8 +112,9 @@ Status attend_view(const KvView& kv, const AttentionParams& params, const float*
                             " of " + std::to_string(params.head_dim));
   }
   const std::vector<kernels::KvRun> runs = kv_runs(kv, n_tokens);
-  const kernels::FlashAttentionParams p{params.n_head, params.n_head_kv, params.head_dim, params.scale, pos0,
-                                        n_tokens};
+  kernels::FlashAttentionParams p{params.n_head, params.n_head_kv, params.head_dim, params.scale, pos0, n_tokens};
+  p.softcap = params.softcap;
+  p.window = params.window;
   kernels::flash_attention(runs, p, q, out, lse, pool);
   return Status::ok();
 }
@@ -145,7 +146,7 @@ void merge_batch(const float* batch_out, const float* batch_lse, int64_t n_rows,
   });
 }
 
-// logits[h * n_keys + key_index[s] + t] = scale * q_h . k_t for the keys t of every segment s of
+// logits[h * n_keys + key_index[s] + t] = scale * q_h . k_t (softcapped) for the keys t of every segment s of
 // `kv`, one query (q: [n_head][head_dim]); key_index[s] is the index among all the keys of the
 // ranges of segment s's first key. The keys are split across the pool; each dot is the row
 // kernel's (kernels::dot_row: f16 keys widened in registers).
@@ -172,7 +173,8 @@ void key_logits(const KvView& kv, const AttentionParams& params, const float* q,
       for (int g = 0; g < params.n_head_kv; ++g) {
         for (int h = g * group; h < (g + 1) * group; ++h) {
           const float* qh = q + static_cast<size_t>(h) * params.head_dim;
-          logits[h * n_keys + key] = kernels::dot_row(type, row + g * head_bytes, qh, params.head_dim) * params.scale;
+          const float logit = kernels::dot_row(type, row + g * head_bytes, qh, params.head_dim) * params.scale;
+          logits[h * n_keys + key] = params.softcap > 0.0f ? params.softcap * std::tanh(logit / params.softcap) : logit;
         }
       }
     }

@@ -22,6 +22,8 @@ struct AttentionParams {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 0.0f;  // applied to q.k; usually 1 / sqrt(head_dim)
+  float softcap = 0.0f;  // > 0: scores s become softcap * tanh(s / softcap) (Gemma 2)
+  int64_t window = 0;    // > 0: the query at p sees only keys in (p - window, p] (sliding layers)
 };
 
 // q:   [n_tokens][n_head][head_dim] f32, the queries of positions [pos0, pos0 + n_tokens)

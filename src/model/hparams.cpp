@@ -126,6 +126,49 @@ Status read_rope(const KeyReader& r, ModelHparams& hp) {
   return Status::ok();
 }
 
+// A cap or scale: positive when present.
+Result<float> get_positive_float(const KeyReader& r, const std::string& name, float fallback) {
+  LEOAM_ASSIGN_OR_RETURN(float v, get_float_or(r, name, fallback));
+  if (!(v > 0.0f)) return r.error("key '" + r.key(name) + "' is " + std::to_string(v) + "; it must be positive");
+  return v;
+}
+
+// The attention scale, the caps, the sliding layers and the rest that sets Gemma apart; the
+// defaults where a Gemma file says nothing are llama.cpp's.
+Status read_attention_shape(const KeyReader& r, ModelHparams& hp) {
+  const bool gemma = hp.arch == ModelArch::kGemma2 || hp.arch == ModelArch::kGemma3;
+  // Gemma's 27B shapes (46 and 62 layers) scale by the width per head, not head_dim.
+  const bool per_width = (hp.arch == ModelArch::kGemma2 && hp.n_layer == 46) ||
+                         (hp.arch == ModelArch::kGemma3 && hp.n_layer == 62);
+  const double scale_dim = per_width ? static_cast<double>(hp.n_embd) / hp.n_head : hp.head_dim;
+  LEOAM_ASSIGN_OR_RETURN(hp.attn_scale,
+                         get_positive_float(r, "attention.scale", static_cast<float>(1.0 / std::sqrt(scale_dim))));
+  hp.rope_swa = hp.rope;
+  if (!gemma) return Status::ok();
+  const bool capped = hp.arch == ModelArch::kGemma2;
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> attn_cap, r.get_float("attn_logit_softcapping"));
+  LEOAM_ASSIGN_OR_RETURN(std::optional<double> final_cap, r.get_float("final_logit_softcapping"));
+  if (attn_cap || capped) {
+    LEOAM_ASSIGN_OR_RETURN(hp.attn_softcap, get_positive_float(r, "attn_logit_softcapping", 50.0f));
+  }
+  if (final_cap || capped) {
+    LEOAM_ASSIGN_OR_RETURN(hp.final_softcap, get_positive_float(r, "final_logit_softcapping", 30.0f));
+  }
+  hp.embd_scale = static_cast<float>(std::sqrt(static_cast<double>(hp.n_embd)));
+  hp.ffn_activation = FfnActivation::kGeluTanh;
+  hp.swa_period = capped ? 2 : 6;
+  LEOAM_ASSIGN_OR_RETURN(hp.sliding_window,
+                         get_positive(r, "attention.sliding_window", capped ? 4096 : 512, kMaxCtx));
+  if (hp.arch == ModelArch::kGemma3) {
+    hp.rope_swa.scaling = RopeScalingType::kNone;
+    hp.rope_swa.freq_scale = 1.0f;
+    hp.rope_swa.yarn_ext_factor = 0.0f;
+    LEOAM_ASSIGN_OR_RETURN(hp.rope_swa.freq_base, get_float_or(r, "rope.freq_base_swa", 10000.0f));
+    if (!(hp.rope_swa.freq_base > 1.0f)) return r.error("key '" + r.key("rope.freq_base_swa") + "' must be greater than 1");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* model_arch_name(ModelArch arch) {
@@ -133,12 +176,14 @@ const char* model_arch_name(ModelArch arch) {
     case ModelArch::kQwen2: return "qwen2";
     case ModelArch::kQwen3: return "qwen3";
     case ModelArch::kPhi3: return "phi3";
+    case ModelArch::kGemma2: return "gemma2";
+    case ModelArch::kGemma3: return "gemma3";
     case ModelArch::kLlama: break;
   }
   return "llama";
 }
 
-const char* supported_archs_list() { return "llama qwen2 qwen3 phi3"; }
+const char* supported_archs_list() { return "llama qwen2 qwen3 phi3 gemma2 gemma3"; }
 
 Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   ModelHparams hp;
@@ -151,6 +196,10 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
     hp.arch = ModelArch::kQwen3;
   } else if (hp.arch_name == "phi3") {
     hp.arch = ModelArch::kPhi3;
+  } else if (hp.arch_name == "gemma2") {
+    hp.arch = ModelArch::kGemma2;
+  } else if (hp.arch_name == "gemma3") {
+    hp.arch = ModelArch::kGemma3;
   } else {
     return unsupported(gguf.path() + ": architecture '" + hp.arch_name + "' is not supported; supported: " +
                        supported_archs_list());
@@ -195,6 +244,7 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   if (vocab_size) hp.n_vocab = *vocab_size;
 
   LEOAM_RETURN_IF_ERROR(read_rope(r, hp));
+  LEOAM_RETURN_IF_ERROR(read_attention_shape(r, hp));
 
   LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> logn_length, gguf.get_int(kLognLengthKey));
   if (logn_length) {

@@ -17,7 +17,14 @@ inline constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
 
 // qwen3: qwen2's RoPE, no biases, and each head's q and k RMS-normalized before RoPE.
 // phi3: NeoX RoPE, q/k/v in one matrix and gate/up in another, LongRoPE's two factor sets.
-enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3, kPhi3 };
+// gemma2: NeoX RoPE, the embedding scaled by sqrt(n_embd), norms after attention and after the
+// FFN too, a GELU FFN, soft-capped scores and logits, sliding-window layers every other layer.
+// gemma3: gemma2 without the caps, with qwen3's head norms, five sliding layers to a global one,
+// and a RoPE base of their own for the sliding layers.
+enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
+
+// The FFN's gate: silu(gate) * up (SwiGLU), or gelu(gate) * up with GELU's tanh form (GeGLU).
+enum class FfnActivation : uint8_t { kSilu, kGeluTanh };
 
 // How RoPE pairs the dimensions of a head it rotates.
 enum class RopePairing : uint8_t {
@@ -59,17 +66,39 @@ struct ModelHparams {
   // once p + 1 > L, so that its softmax stays as sharp over more keys (Qwen's use_logn_attn).
   int64_t logn_length = 0;
 
+  // The factor on q.k: {arch}.attention.scale, else 1 / sqrt(head_dim) (Gemma's 27B shapes:
+  // 1 / sqrt(n_embd / n_head), as llama.cpp picks it by their layer count).
+  float attn_scale = 0.0f;
+  // > 0: scores s become attn_softcap * tanh(s / attn_softcap), and logits likewise with
+  // final_softcap ({arch}.attn_logit_softcapping, {arch}.final_logit_softcapping; gemma2).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  float embd_scale = 1.0f;  // the token embedding's factor (gemma: sqrt(n_embd))
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  // {arch}.attention.sliding_window: the keys a sliding layer's query sees, itself included; 0
+  // when no layer slides. Which layers slide: every layer but each swa_period-th ((il + 1) %
+  // swa_period == 0 is global): 2 in gemma2, 6 in gemma3.
+  int64_t sliding_window = 0;
+  int swa_period = 0;
+  // The sliding layers' RoPE: rope but for the base ({arch}.rope.freq_base_swa, gemma3's 10000
+  // by default) and without scaling; equal to rope where the file says nothing (gemma2).
+  RopeParams rope_swa;
+
   // The factor the query at `pos` is multiplied by (after RoPE): 1 unless logn_length applies.
   float query_scale(int64_t pos) const;
+  bool is_sliding(int layer) const { return swa_period > 0 && (layer + 1) % swa_period != 0; }
+  // The attention window of `layer`: sliding_window for a sliding layer, 0 (all) otherwise.
+  int64_t window(int layer) const { return is_sliding(layer) ? sliding_window : 0; }
+  const RopeParams& layer_rope(int layer) const { return is_sliding(layer) ? rope_swa : rope; }
 
   int64_t n_embd_q() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
   int n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head
 };
 
-// "llama", "qwen2", "qwen3", "phi3".
+// "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3".
 const char* model_arch_name(ModelArch arch);
-// "llama qwen2 qwen3 phi3": for error messages.
+// "llama qwen2 qwen3 phi3 gemma2 gemma3": for error messages.
 const char* supported_archs_list();
 
 // Reads and validates the hyperparameters of `gguf`. Errors start with the file's path.

@@ -80,18 +80,27 @@ void fused_matvecs(std::span<const MatvecTask> tasks, ThreadPool& pool, ThreadPo
   });
 }
 
+// out = act(gate) * up: SwiGLU or GeGLU.
+void gated(FfnActivation act, const float* gate, const float* up, int64_t n, float* out) {
+  if (act == FfnActivation::kGeluTanh) {
+    kernels::geglu(gate, up, n, out);
+  } else {
+    kernels::swiglu(gate, up, n, out);
+  }
+}
+
 // The FFN's first half for one token in one region: gate = Wgate x, up = Wup x and then
-// gate = silu(gate) * up, each thread on the same rows of both, so the SwiGLU runs on rows just
+// gate = act(gate) * up, each thread on the same rows of both, so the gating runs on rows just
 // written (in cache) and needs no region of its own.
-void ffn_gate_up_swiglu(const MatrixView& w_gate, const MatrixView& w_up, const float* x, float* gate, float* up,
-                        ThreadPool& pool, ThreadPool& inline_pool) {
+void ffn_gate_up(const MatrixView& w_gate, const MatrixView& w_up, FfnActivation act, const float* x, float* gate,
+                 float* up, ThreadPool& pool, ThreadPool& inline_pool) {
   const int64_t n_ff = w_gate.n_rows;
   pool.parallel_for(n_blocks(n_ff), 2 * kRowBlock * w_gate.n_cols, [&](int64_t b0, int64_t b1, int) {
     const int64_t r0 = b0 * kRowBlock;
     const int64_t r1 = std::min(b1 * kRowBlock, n_ff);
     kernels::matvec(row_slice(w_gate, r0, r1), x, gate + r0, inline_pool);
     kernels::matvec(row_slice(w_up, r0, r1), x, up + r0, inline_pool);
-    kernels::swiglu(gate + r0, up + r0, r1 - r0, gate + r0);
+    gated(act, gate + r0, up + r0, r1 - r0, gate + r0);
   });
 }
 
@@ -160,7 +169,8 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
   ctx->attn_params_.n_head = hp.n_head;
   ctx->attn_params_.n_head_kv = hp.n_head_kv;
   ctx->attn_params_.head_dim = hp.head_dim;
-  ctx->attn_params_.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  ctx->attn_params_.scale = hp.attn_scale;
+  ctx->attn_params_.softcap = hp.attn_softcap;
 
   const size_t nb = static_cast<size_t>(ctx->n_batch_);
   ctx->x_.resize(nb * hp.n_embd);
@@ -174,6 +184,12 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
   ctx->up_.resize(nb * hp.n_ff);
   ctx->cos_.resize(nb * (hp.rope.n_rot / 2));
   ctx->sin_.resize(nb * (hp.rope.n_rot / 2));
+  if (hp.swa_period > 0 && (hp.rope_swa.freq_base != hp.rope.freq_base || hp.rope_swa.scaling != hp.rope.scaling)) {
+    LEOAM_ASSIGN_OR_RETURN(Rope rope_swa, Rope::create(hp.rope_swa, hp.head_dim, nullptr));
+    ctx->rope_swa_.emplace(std::move(rope_swa));
+    ctx->cos_swa_.resize(nb * (hp.rope.n_rot / 2));
+    ctx->sin_swa_.resize(nb * (hp.rope.n_rot / 2));
+  }
   return ctx;
 }
 
@@ -247,8 +263,16 @@ Status LlamaForward::eval_sequence(const DecodeSequence& seq, std::span<const in
   return Status::ok();
 }
 
-void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0,
-                               const int64_t* positions) {
+void LlamaForward::fill_rope_tables(int64_t pos0, int64_t n, int64_t row0) {
+  const int64_t at = row0 * (hp_.rope.n_rot / 2);
+  rope_.fill_tables(pos0, n, cos_.data() + at, sin_.data() + at);
+  if (rope_swa_) rope_swa_->fill_tables(pos0, n, cos_swa_.data() + at, sin_swa_.data() + at);
+}
+
+void LlamaForward::project_qkv(int layer, const float* xn, int64_t n, int64_t pos0, const int64_t* positions) {
+  const LayerWeights& L = w_.layers[layer];
+  const float* cos = rope_cos(layer);
+  const float* sin = rope_sin(layer);
   const int64_t n_q = hp_.n_embd_q();
   const int64_t n_kv = hp_.n_embd_kv();
   const int64_t n_pairs = hp_.rope.n_rot / 2;
@@ -262,8 +286,8 @@ void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n
     fused_matvecs(qkv, pool, *inline_pool_);
     norm_heads(q_.data(), L.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
     norm_heads(k_.data(), L.attn_k_norm, hp_.n_head_kv, hp_.head_dim, hp_.rms_eps);
-    kernels::rope(q_.data(), q_shape, cos_.data(), sin_.data());
-    kernels::rope(k_.data(), k_shape, cos_.data(), sin_.data());
+    kernels::rope(q_.data(), q_shape, cos, sin);
+    kernels::rope(k_.data(), k_shape, cos, sin);
     scale_query(q_.data(), n_q, hp_.query_scale(pos0));
     return;
   }
@@ -277,8 +301,8 @@ void LlamaForward::project_qkv(const LayerWeights& L, const float* xn, int64_t n
   for_each_row(pool, n, rope_cost, [&](int64_t t) {
     norm_heads(q_.data() + t * n_q, L.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
     norm_heads(k_.data() + t * n_kv, L.attn_k_norm, hp_.n_head_kv, hp_.head_dim, hp_.rms_eps);
-    kernels::rope(q_.data() + t * n_q, q_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
-    kernels::rope(k_.data() + t * n_kv, k_shape, cos_.data() + t * n_pairs, sin_.data() + t * n_pairs);
+    kernels::rope(q_.data() + t * n_q, q_shape, cos + t * n_pairs, sin + t * n_pairs);
+    kernels::rope(k_.data() + t * n_kv, k_shape, cos + t * n_pairs, sin + t * n_pairs);
     scale_query(q_.data() + t * n_q, n_q, hp_.query_scale(positions != nullptr ? positions[t] : pos0 + t));
   });
 }
@@ -299,6 +323,9 @@ void LlamaForward::attention_output(const LayerWeights& L, float* x, float* xn, 
     kernels::matmul(L.attn_output, attn_.data(), n, proj, pool);
   }
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
+    if (L.attn_post_norm != nullptr) {
+      kernels::rmsnorm(proj + t * n_embd, L.attn_post_norm, n_embd, hp_.rms_eps, proj + t * n_embd);
+    }
     kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, L.ffn_norm, n_embd, hp_.rms_eps, xn + t * n_embd);
   });
 }
@@ -307,17 +334,24 @@ void LlamaForward::ffn(const LayerWeights& L, const float* xn, int64_t n) {
   const int64_t n_ff = hp_.n_ff;
   ThreadPool& pool = *pool_;
   float* proj = proj_.data();
+  const FfnActivation act = hp_.ffn_activation;
   if (n == 1) {
-    ffn_gate_up_swiglu(L.ffn_gate, L.ffn_up, xn, gate_.data(), up_.data(), pool, *inline_pool_);
+    ffn_gate_up(L.ffn_gate, L.ffn_up, act, xn, gate_.data(), up_.data(), pool, *inline_pool_);
     const MatvecTask down[] = {{&L.ffn_down, gate_.data(), proj, nullptr}};
     fused_matvecs(down, pool, *inline_pool_);
   } else {
     kernels::matmul(L.ffn_gate, xn, n, gate_.data(), pool);
     kernels::matmul(L.ffn_up, xn, n, up_.data(), pool);
     for_each_row(pool, n, 16 * n_ff, [&](int64_t t) {
-      kernels::swiglu(gate_.data() + t * n_ff, up_.data() + t * n_ff, n_ff, gate_.data() + t * n_ff);
+      gated(act, gate_.data() + t * n_ff, up_.data() + t * n_ff, n_ff, gate_.data() + t * n_ff);
     });
     kernels::matmul(L.ffn_down, gate_.data(), n, proj, pool);
+  }
+  if (L.ffn_post_norm != nullptr) {
+    const int64_t n_embd = hp_.n_embd;
+    for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
+      kernels::rmsnorm(proj + t * n_embd, L.ffn_post_norm, n_embd, hp_.rms_eps, proj + t * n_embd);
+    });
   }
 }
 
@@ -338,12 +372,21 @@ void LlamaForward::output_logits(float* x, int64_t n, bool all_rows, float* logi
   } else {
     kernels::matmul(w_.output, xn, n_out, logits, pool);
   }
+  if (const float cap = hp_.final_softcap; cap > 0.0f) {
+    const int64_t n_vocab = hp_.n_vocab;
+    for_each_row(pool, n_out, 16 * n_vocab, [&](int64_t i) {
+      for (float* l = logits + i * n_vocab; l < logits + (i + 1) * n_vocab; ++l) *l = cap * std::tanh(*l / cap);
+    });
+  }
 }
 
 void LlamaForward::embed(const int32_t* tokens, int64_t n, float* x) const {
   for (int64_t t = 0; t < n; ++t) {
     const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + static_cast<size_t>(tokens[t]) * w_.token_embd.row_bytes;
     kernels::dequantize_row(w_.token_embd.type, row, x + t * hp_.n_embd, hp_.n_embd);
+    if (hp_.embd_scale != 1.0f) {
+      for (float* e = x + t * hp_.n_embd; e < x + (t + 1) * hp_.n_embd; ++e) *e *= hp_.embd_scale;
+    }
   }
 }
 
@@ -362,6 +405,13 @@ Status LlamaForward::check_sequence(const DecodeSequence& seq) const {
 Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, int64_t n, const float* q, float* out,
                             Trace* trace) {
   ThreadPool& pool = *pool_;
+  const AttentionParams params = layer_params(layer);
+  if (params.window > 0) {  // a sliding layer: its window, whatever the selector
+    const TraceSpan span(trace, "attention", "attention", layer, pos);
+    const TokenRange window = window_range(layer, pos, n);
+    if (n == 1) decode_positions_attended_ += window.size();
+    return attention(*seq.kv, layer, {&window, 1}, params, q, pos, n, out, pool);
+  }
   if (n > 1 && pos > 0 && seq.selector != nullptr && options_.sparse_continuation) {
     std::vector<TokenRange> ranges;
     {
@@ -385,6 +435,7 @@ Status LlamaForward::attend(const DecodeSequence& seq, int layer, int64_t pos, i
 
 Result<std::vector<TokenRange>> LlamaForward::select_row(const DecodeSequence& seq, int layer, int64_t pos,
                                                          const float* q, ThreadPool& pool, Trace* trace) {
+  if (hp_.is_sliding(layer)) return std::vector<TokenRange>{window_range(layer, pos, 1)};
   if (seq.selector == nullptr) return std::vector<TokenRange>{{0, pos + 1}};
   const TraceSpan span(trace, "select", "selection", layer, pos);
   return seq.selector->select(layer, pos, q, pool);
@@ -397,8 +448,8 @@ Status LlamaForward::attend_selected(const DecodeSequence& seq, int layer, int64
   int64_t n_keys = 0;
   for (const TokenRange& r : ranges) n_keys += r.size();
   decode_positions_attended_ += n_keys;
-  if (seq.selector == nullptr || !seq.selector->needs().attention_mass) {
-    return attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool);
+  if (seq.selector == nullptr || !seq.selector->needs().attention_mass || hp_.is_sliding(layer)) {
+    return attention(*seq.kv, layer, ranges, layer_params(layer), q, pos, 1, out, pool);
   }
   key_mass.resize(static_cast<size_t>(n_keys));
   LEOAM_RETURN_IF_ERROR(attention(*seq.kv, layer, ranges, attn_params_, q, pos, 1, out, pool, key_mass));
@@ -407,6 +458,10 @@ Status LlamaForward::attend_selected(const DecodeSequence& seq, int layer, int64
 }
 
 Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
+  if (hp_.is_sliding(layer + 1)) {  // its window: the step's own position is not stored yet
+    const TokenRange window{window_range(layer + 1, pos, 1).begin, pos};
+    return seq_.kv->read_ahead(layer + 1, {&window, 1});
+  }
   const LayerWeights& next = w_.layers[layer + 1];
   spec_xn_.resize(static_cast<size_t>(hp_.n_embd));
   spec_q_.resize(static_cast<size_t>(hp_.n_embd_q()));
@@ -414,7 +469,7 @@ Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
   const MatvecTask q[] = {{&next.attn_q, spec_xn_.data(), spec_q_.data(), next.attn_q_bias}};
   fused_matvecs(q, *pool_, *inline_pool_);
   norm_heads(spec_q_.data(), next.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
-  kernels::rope(spec_q_.data(), rope_.shape(hp_.n_head), cos_.data(), sin_.data());
+  kernels::rope(spec_q_.data(), rope_.shape(hp_.n_head), rope_cos(layer + 1), rope_sin(layer + 1));
   scale_query(spec_q_.data(), hp_.n_embd_q(), hp_.query_scale(pos));
   if (options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, layer + 1, spec_q_.data());
   // The step's own KV of layer + 1 is not stored yet: the forecast chooses among [0, pos).
@@ -424,7 +479,7 @@ Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
 }
 
 Status LlamaForward::prefetch_last_row(int layer, int64_t pos0, int64_t n) {
-  if (seq_.selector == nullptr) return Status::ok();
+  if (seq_.selector == nullptr || hp_.is_sliding(layer)) return Status::ok();
   const float* q = q_.data() + (n - 1) * hp_.n_embd_q();
   const int64_t pos = pos0 + n - 1;
   LEOAM_ASSIGN_OR_RETURN(const std::vector<TokenRange> ranges,
@@ -443,7 +498,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   float* proj = proj_.data();
 
   embed(tokens, n, x);
-  rope_.fill_tables(pos0, n, cos_.data(), sin_.data());
+  fill_rope_tables(pos0, n);
   const int64_t norm_cost = 4 * n_embd;
 
   // The attention norm of layer 0; every later norm is fused with the residual add before it.
@@ -466,7 +521,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     if (decode && needs.layer_inputs) LEOAM_RETURN_IF_ERROR(selector->observe_layer_input(il, pos0, x));
     {
       const TraceSpan span(trace, "qkv", "compute", il, pos0);
-      project_qkv(L, xn, n, pos0);
+      project_qkv(il, xn, n, pos0);
       LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos0, n, k_.data(), v_.data()));
     }
     if (decode && options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, il, q_.data());
@@ -474,8 +529,8 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
     if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
     if (read_all_ahead && il + 1 < hp_.n_layer) {
-      // The step's own KV of layer + 1 is not stored yet: its past is [0, pos0).
-      const TokenRange past{0, pos0};
+      // The step's own KV of layer + 1 is not stored yet: its past is [0, pos0) (or its window's).
+      const TokenRange past{window_range(il + 1, pos0, 0).begin, pos0};
       LEOAM_RETURN_IF_ERROR(seq_.kv->read_ahead(il + 1, {&past, 1}));
     }
     LEOAM_RETURN_IF_ERROR(attend(seq_, il, pos0, n, q_.data(), attn_.data(), trace));

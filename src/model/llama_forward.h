@@ -1,17 +1,19 @@
-// The CPU forward pass of the llama family (llama, qwen2): pre-norm decoder blocks with RMSNorm,
-// RoPE'd grouped-query attention (qwen2: NeoX pairing and QKV biases) and a SwiGLU FFN. Per batch:
-// embed; per layer append K and V to the store and attend [0, pos0 + n) through it, then the FFN;
-// logits of the last row, or of all. With ForwardOptions::selector a decode step attends what the
-// selector picks per layer. A prompt longer than n_batch runs in chunks of n_batch (the last two
-// rebalanced where the last would be a lone token); scratch is sized for n_batch, at create().
-// With ForwardOptions::prefill_working_set_bytes a prompt of several batches runs layer by layer
-// over segments of batches, so each KV byte before a segment is read back at most once per later
-// segment and layer. A decode step keeps its parallel regions few: each wakes the workers.
+// The CPU forward pass of the llama family (llama, qwen2/3, phi3, gemma2/3): pre-norm decoder
+// blocks, RoPE'd grouped-query attention, a gated FFN; gemma's post-norms, caps and sliding layers
+// (ModelHparams), whose window a decode step reads without its selector. Per batch: embed; per
+// layer append K and V to the store and attend through it, then the FFN; logits of the last row or
+// of all. With ForwardOptions::selector a decode step attends what the selector picks per layer.
+// A prompt longer than n_batch runs in chunks of n_batch (a lone last token rebalanced); scratch
+// is sized for n_batch at create(). With ForwardOptions::prefill_working_set_bytes a prompt of
+// several batches runs layer by layer over segments, so each KV byte before a segment is read back
+// at most once per later segment and layer. A decode step keeps its parallel regions few.
 // The pass in formulas, and the layered prefill's order: docs/model.md#the-forward-pass
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -107,7 +109,24 @@ class LlamaForward final : public ForwardContext {
   // The steps of a layer that both orders share, on n rows at positions [pos0, pos0 + n) (or,
   // given, positions[0, n): a batch of sequences): q_, k_, v_ = xn's projections, RoPE'd (cos_ and
   // sin_ filled for them), the queries scaled;
-  void project_qkv(const LayerWeights& L, const float* xn, int64_t n, int64_t pos0, const int64_t* positions = nullptr);
+  void project_qkv(int layer, const float* xn, int64_t n, int64_t pos0, const int64_t* positions = nullptr);
+  // The RoPE tables of n rows at positions [pos0, pos0 + n), from table row `row0` on: the
+  // global layers' and, where theirs differ (gemma3), the sliding layers'.
+  void fill_rope_tables(int64_t pos0, int64_t n, int64_t row0 = 0);
+  const float* rope_cos(int layer) const { return hp_.is_sliding(layer) && rope_swa_ ? cos_swa_.data() : cos_.data(); }
+  const float* rope_sin(int layer) const { return hp_.is_sliding(layer) && rope_swa_ ? sin_swa_.data() : sin_.data(); }
+  // The attention parameters of `layer`: its window, if it slides.
+  AttentionParams layer_params(int layer) const {
+    AttentionParams p = attn_params_;
+    p.window = hp_.window(layer);
+    return p;
+  }
+  // The positions n query rows from pos read in `layer`: all before them, or in a sliding layer
+  // the first row's window on (each later row's starts later; attention masks the rest).
+  TokenRange window_range(int layer, int64_t pos, int64_t n) const {
+    const int64_t window = hp_.window(layer);
+    return {window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, pos + n};
+  }
   // x += attn_ Wo^T, xn = ffn_norm(x), proj_ = the FFN of xn (the caller adds proj_ to x);
   void output_and_ffn(const LayerWeights& L, float* x, float* xn, int64_t n);
   // Its two halves: x += attn_ Wo^T and xn = ffn_norm(x); then proj_ = the FFN of xn.
@@ -123,6 +142,7 @@ class LlamaForward final : public ForwardContext {
   const ModelWeights& w_;
   ForwardOptions options_;
   Rope rope_;
+  std::optional<Rope> rope_swa_;  // the sliding layers' RoPE where it is not rope_'s
   AttentionParams attn_params_;
   std::unique_ptr<ThreadPool> pool_;
   // One thread, so it runs every loop inline: the kernels called inside a fused region of pool_
@@ -144,6 +164,8 @@ class LlamaForward final : public ForwardContext {
   std::vector<float> up_;      // [n_batch][n_ff]
   std::vector<float> cos_;     // [n_batch][n_rot/2]
   std::vector<float> sin_;     // [n_batch][n_rot/2]
+  std::vector<float> cos_swa_;  // [n_batch][n_rot/2] rope_swa_'s tables, when there is one
+  std::vector<float> sin_swa_;
   std::vector<float> key_mass_;  // [positions attended] for a selector that watches attention mass
   std::vector<std::vector<float>> row_mass_;  // [pool thread]: key_mass_ of rows attended side by side
   std::vector<std::vector<TokenRange>> selected_;  // [row]: a batched decode step's selections in one layer

@@ -59,7 +59,6 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_q = hp_.n_embd_q();
   const int64_t n_kv = hp_.n_embd_kv();
-  const int64_t n_pairs = hp_.rope.n_rot / 2;
   const float eps = hp_.rms_eps;
   ThreadPool& pool = *pool_;
   Trace* trace = options_.trace;
@@ -72,7 +71,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   // per pool thread at a time (select_and_attend_across_rows): within one row they keep 2 threads
   // poorly busy (docs/kv-store.md#batches).
   const bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
-  for (int64_t i = 0; i < n; ++i) rope_.fill_tables(positions[i], 1, cos_.data() + i * n_pairs, sin_.data() + i * n_pairs);
+  for (int64_t i = 0; i < n; ++i) fill_rope_tables(positions[i], 1, i);
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
     kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
   });
@@ -86,7 +85,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
     }
     {
       const TraceSpan span(trace, "qkv", "compute", il, positions[0]);
-      project_qkv(L, xn, n, positions[0], positions.data());
+      project_qkv(il, xn, n, positions[0], positions.data());
     }
     if (options_.decode_query_hook) {
       for (int64_t i = 0; i < n; ++i) options_.decode_query_hook(*batch[i].seq.kv, il, q_.data() + i * n_q);

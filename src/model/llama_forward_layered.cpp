@@ -94,8 +94,8 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         for_each_row(pool, nt, 4 * n_embd, [&](int64_t t) {
           kernels::rmsnorm(x + t * n_embd, L.attn_norm, n_embd, eps, xn + t * n_embd);
         });
-        rope_.fill_tables(pos, nt, cos_.data(), sin_.data());
-        project_qkv(L, xn, nt, pos);
+        fill_rope_tables(pos, nt);
+        project_qkv(il, xn, nt, pos);
         LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos, nt, k_.data(), v_.data()));
         LEOAM_RETURN_IF_ERROR(observe_appended(selector, il, pos, nt, k_.data(), v_.data()));
         if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos + nt));
@@ -129,7 +129,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
           if (Status st = project(t0, nt); !st.is_ok()) return fail(st);
           const KvSegment seen{n_past0 + s0, t0 + nt - s0, seg_k_.data(), seg_v_.data(), seq_.kv->dtype(), kv_row_bytes};
           const KvView tail(hp_.n_head_kv, hp_.head_dim, {seen});
-          if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, attn_params_, q_.data(), n_past0 + t0, nt,
+          if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, layer_params(il), q_.data(), n_past0 + t0, nt,
                                     attn_.data(), pool);
               !st.is_ok()) {
             return fail(st);
@@ -146,7 +146,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         }
         const KvSegment seen{n_past0 + s0, s1 - s0, seg_k_.data(), seg_v_.data(), seq_.kv->dtype(), kv_row_bytes};
         const KvView tail(hp_.n_head_kv, hp_.head_dim, {seen});
-        if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, attn_params_, seg_q_.data(), n_past0 + s0, s1 - s0,
+        if (Status st = attention(*seq_.kv, il, n_past0 + s0, tail, layer_params(il), seg_q_.data(), n_past0 + s0, s1 - s0,
                                   seg_attn_.data(), pool);
             !st.is_ok()) {
           return fail(st);

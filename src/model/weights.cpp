@@ -216,11 +216,13 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q.bias", n_q, true, w, &L.attn_q_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k.bias", n_kv, true, w, &L.attn_k_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_v.bias", n_kv, true, w, &L.attn_v_bias));
-    if (hp.arch == ModelArch::kQwen3) {
+    const bool gemma = hp.arch == ModelArch::kGemma2 || hp.arch == ModelArch::kGemma3;
+    if (hp.arch == ModelArch::kQwen3 || hp.arch == ModelArch::kGemma3) {
       LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q_norm.weight", hp.head_dim, false, w, &L.attn_q_norm));
       LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k_norm.weight", hp.head_dim, false, w, &L.attn_k_norm));
     }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_output.weight", n_q, hp.n_embd, &L.attn_output));
+    if (gemma) LEOAM_RETURN_IF_ERROR(m.vector(p + "post_attention_norm.weight", hp.n_embd, false, w, &L.attn_post_norm));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.weight", hp.n_embd, false, w, &L.ffn_norm));
     if (hp.arch == ModelArch::kPhi3) {  // gate's rows first, then up's
       LEOAM_RETURN_IF_ERROR(m.fused(p + "ffn_up.weight", hp.n_embd, {{hp.n_ff, &L.ffn_gate}, {hp.n_ff, &L.ffn_up}}));
@@ -229,6 +231,7 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
       LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff, &L.ffn_up));
     }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd, &L.ffn_down));
+    if (gemma) LEOAM_RETURN_IF_ERROR(m.vector(p + "post_ffw_norm.weight", hp.n_embd, false, w, &L.ffn_post_norm));
   }
   LEOAM_RETURN_IF_ERROR(m.vector("output_norm.weight", hp.n_embd, false, w, &w.output_norm));
   if (gguf.find_tensor("output.weight") != nullptr) {

@@ -113,16 +113,26 @@ struct RunVisible {
   int operator()(int64_t q_pos) const { return static_cast<int>(std::clamp<int64_t>(q_pos - j0 + 1, 0, nk)); }
 };
 
+// With a window, the keys a row sees are those between visible(q_pos - window) and
+// visible(q_pos); the rest get weight 0. A softcap reshapes the seen scores first.
 template <typename Visible>
 void fold_tile(const Work& w, float* s, int nq, int nk, const Visible& visible, int64_t q_first, size_t base,
                Scratch& sc) {
   const int hd = w.p->head_dim;
+  const float cap = w.p->softcap;
   for (int i = 0; i < nq; ++i) {
     float* si = s + i * kKeyTile;
-    const int n_vis = visible(q_first + i / w.group);
+    const int64_t q_pos = q_first + i / w.group;
+    const int n_vis = visible(q_pos);
+    const int n_old = w.p->window > 0 ? std::min(n_vis, visible(q_pos - w.p->window)) : 0;
     std::fill(si + n_vis, si + nk, 0.0f);
-    if (n_vis == 0) continue;
-    w.kernels->fold_scores(si, n_vis, sc.m[base + i], sc.l[base + i], sc.acc.data() + (base + i) * hd, hd);
+    std::fill(si, si + n_old, 0.0f);
+    if (n_vis == n_old) continue;
+    if (cap > 0.0f) {
+      for (int j = n_old; j < n_vis; ++j) si[j] = cap * std::tanh(si[j] / cap);
+    }
+    w.kernels->fold_scores(si + n_old, n_vis - n_old, sc.m[base + i], sc.l[base + i],
+                           sc.acc.data() + (base + i) * hd, hd);
   }
 }
 

@@ -37,6 +37,10 @@ struct FlashAttentionParams {
   float scale = 0.0f;  // applied to q.k
   int64_t pos0 = 0;      // position of the first query
   int64_t n_tokens = 0;  // queries
+  // > 0: the scaled scores s become softcap * tanh(s / softcap) before the softmax (Gemma 2).
+  float softcap = 0.0f;
+  // > 0: a query at position p sees only the keys in (p - window, p] (sliding-window layers).
+  int64_t window = 0;
 };
 
 // kAuto: the widest the CPU (cpu_path()) and head_dim allow. A path the CPU or head_dim rules
@@ -50,7 +54,7 @@ struct FlashAttentionOptions {
   int n_kv_splits = 0;
 };
 
-// out = softmax(scale * q k^T, causal) v.
+// out = softmax(cap(scale * q k^T), causal, windowed) v, cap and window as params say.
 // q, out: [n_tokens][n_head][head_dim] f32. runs: in increasing, non-overlapping positions.
 // lse: [n_tokens][n_head] f32 or nullptr (not wanted): ln sum_j e^(scale * q.k_j) over the keys
 // the query saw (m + ln l of the online softmax), which is what lets attention over disjoint sets

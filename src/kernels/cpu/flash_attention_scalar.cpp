@@ -85,6 +85,7 @@ void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const
   std::vector<double> acc(hd);
   for (int64_t t = 0; t < p.n_tokens; ++t) {
     const int64_t q_pos = p.pos0 + t;
+    const auto seen = [&](int64_t key_pos) { return p.window <= 0 || key_pos > q_pos - p.window; };
     for (int h = 0; h < p.n_head; ++h) {
       const float* qh = q + (t * p.n_head + h) * hd;
       const size_t head_elems = static_cast<size_t>(h / group) * hd;
@@ -97,9 +98,12 @@ void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const
       double mx = -HUGE_VAL;
       for (const KvRun& run : runs) {
         for (int64_t j = 0; j < run.n_tokens && run.pos0 + j <= q_pos; ++j) {
+          if (!seen(run.pos0 + j)) continue;
           double dot = 0.0;
           for (int d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * element(run, run.k, j, d);
-          s.push_back(dot * p.scale);
+          double score = dot * p.scale;
+          if (p.softcap > 0.0f) score = p.softcap * std::tanh(score / p.softcap);
+          s.push_back(score);
           mx = std::max(mx, s.back());
         }
       }
@@ -108,8 +112,10 @@ void attention(std::span<const KvRun> runs, const FlashAttentionParams& p, const
       std::fill(acc.begin(), acc.end(), 0.0);
       size_t i = 0;
       for (const KvRun& run : runs) {
-        for (int64_t j = 0; j < run.n_tokens && run.pos0 + j <= q_pos; ++j, ++i) {
+        for (int64_t j = 0; j < run.n_tokens && run.pos0 + j <= q_pos; ++j) {
+          if (!seen(run.pos0 + j)) continue;
           for (int d = 0; d < hd; ++d) acc[d] += s[i] * element(run, run.v, j, d);
+          ++i;
         }
       }
       float* o = out + (t * p.n_head + h) * hd;

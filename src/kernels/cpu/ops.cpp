@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <limits>
 
 #include "core/cpu_features.h"
@@ -287,6 +288,14 @@ void rope(float* x, const RopeShape& shape, const float* cos, const float* sin) 
     rope_avx2(x, shape, cos, sin);
   } else {
     ref::rope(x, shape, cos, sin);
+  }
+}
+
+void geglu(const float* gate, const float* up, int64_t n, float* out) {
+  const float k = std::sqrt(2.0f / std::numbers::pi_v<float>);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
   }
 }
 

@@ -39,6 +39,11 @@ void rope(float* x, const RopeShape& shape, const float* cos, const float* sin);
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. out may alias gate or up.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = gelu(gate[i]) * up[i], GELU in its tanh form: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+// (Gemma's GeGLU). One scalar path, in float with std::tanh: it runs once per FFN row, beside a
+// matrix product of n_embd times as much work. out may alias gate or up.
+void geglu(const float* gate, const float* up, int64_t n, float* out);
+
 // In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max). n >= 1 and at least one x[i] finite;
 // -inf entries become 0.
 void softmax(float* x, int64_t n);

@@ -58,6 +58,20 @@ struct FolderCase {
 };
 void PrintTo(const FolderCase& c, std::ostream* os) { *os << c.name; }
 
+// Gemma 3 of 7 layers (layer 5 global) with a window, a RoPE base for the sliding layers, and
+// linear scaling by 8 of the global layers' base of 1e6.
+HfFolderSpec gemma3_spec(int window, double local_theta) {
+  HfFolderSpec s;
+  s.architecture = "Gemma3ForCausalLM";
+  s.n_layer = 7;
+  s.tied = true;
+  s.sliding_window = window;
+  s.rope_theta = 1000000.0;
+  s.rope_local_theta = local_theta;
+  s.rope_scaling = {{"rope_type", "linear"}, {"factor", 8.0}};
+  return s;
+}
+
 std::vector<FolderCase> folder_cases() {
   std::vector<FolderCase> c;
   c.push_back({"llama_gqa_f32", HfFolderSpec{}});
@@ -114,6 +128,27 @@ std::vector<FolderCase> folder_cases() {
     s.rope_scaling = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
     c.push_back({original < 12 ? "phi3_longrope_long" : "phi3_longrope_short", s});
   }
+  // Gemma 2: layer 0 slides over 5 of the 12 tokens, layer 1 is global; caps low enough that
+  // they bite, and a query scale that is not head_dim's.
+  {
+    HfFolderSpec s;
+    s.architecture = "Gemma2ForCausalLM";
+    s.dtype = "BF16";
+    s.tied = true;
+    s.query_pre_attn_scalar = 24;
+    s.sliding_window = 5;
+    s.attn_softcap = 2.0;
+    s.final_softcap = 3.0;
+    c.push_back({"gemma2_bf16_window_caps", s});
+  }
+  // Gemma 3: five sliding layers (window 4, RoPE base 10000) and a sixth global one (base 1e6,
+  // linear scaling by 8), then a sliding one; q/k head norms, no caps.
+  {
+    HfFolderSpec s = gemma3_spec(4, 10000.0);
+    s.head_dim = 32;
+    s.query_pre_attn_scalar = 32;
+    c.push_back({"gemma3_f32_pattern_head_norms", s});
+  }
   return c;
 }
 
@@ -160,6 +195,61 @@ TEST(HfFolderTest, TheConvertedGgufGivesTheSameLogits) {
   EXPECT_EQ((*from_file)->gguf().find_tensor("blk.1.attn_q.weight")->type(), GgmlType::kBF16);
   const std::vector<int32_t> tokens = test_tokens(s.n_vocab);
   EXPECT_EQ(engine_logits(**from_folder, tokens), engine_logits(**from_file, tokens));
+}
+
+// Gemma's keys as the loader reads them: what the folder says, llama.cpp's defaults where a GGUF
+// file says nothing, and an error naming the key for a value out of range.
+TEST(HfFolderTest, GemmaKeysAndTheirDefaults) {
+  HfFolderSpec s = gemma3_spec(5, 20000.0);
+  s.query_pre_attn_scalar = 64;
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path());
+  const auto load = [&](const std::function<void(GgufWriter&)>& edit) -> Result<std::unique_ptr<Model>> {
+    GgufWriter w;
+    LEOAM_RETURN_IF_ERROR(import_hf_folder(dir.path(), {}, w));
+    edit(w);
+    LEOAM_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::adopt("m.gguf", std::move(w).to_bytes()));
+    return Model::from_gguf(std::move(gguf));
+  };
+  auto model = load([](GgufWriter&) {});
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const ModelHparams& hp = (*model)->hparams();
+  EXPECT_FLOAT_EQ(hp.attn_scale, 0.125f);
+  EXPECT_EQ(hp.sliding_window, 5);
+  EXPECT_EQ(hp.attn_softcap, 0.0f);
+  EXPECT_EQ(hp.final_softcap, 0.0f);
+  for (int il = 0; il < 7; ++il) EXPECT_EQ(hp.is_sliding(il), il != 5) << il;
+  EXPECT_FLOAT_EQ(hp.rope.freq_base, 1e6f);
+  EXPECT_EQ(hp.rope.scaling, RopeScalingType::kLinear);
+  EXPECT_FLOAT_EQ(hp.rope_swa.freq_base, 20000.0f);
+  EXPECT_EQ(hp.rope_swa.scaling, RopeScalingType::kNone);
+  EXPECT_FLOAT_EQ(hp.embd_scale, 8.0f);
+  ASSERT_NE((*model)->weights().layers[0].attn_post_norm, nullptr);
+  ASSERT_NE((*model)->weights().layers[0].ffn_post_norm, nullptr);
+
+  // A gemma2 file without the keys: llama.cpp's caps 50 and 30, window 4096, 1 / sqrt(head_dim).
+  auto gemma2 = load([](GgufWriter& w) {
+    w.set("general.architecture", GgufValue::from_string("gemma2"));
+    const std::pair<const char*, uint32_t> keys[] = {
+        {"block_count", 7},          {"context_length", 256},        {"embedding_length", 64},
+        {"feed_forward_length", 96}, {"attention.head_count", 4},    {"attention.head_count_kv", 2},
+        {"vocab_size", 300}};
+    for (const auto& [key, value] : keys) w.set(std::string("gemma2.") + key, GgufValue::from_u32(value));
+    w.set("gemma2.attention.layer_norm_rms_epsilon", GgufValue::from_f32(1e-5f));
+  });
+  ASSERT_TRUE(gemma2.is_ok()) << gemma2.status().message();
+  const ModelHparams& hp2 = (*gemma2)->hparams();
+  EXPECT_EQ(hp2.attn_softcap, 50.0f);
+  EXPECT_EQ(hp2.final_softcap, 30.0f);
+  EXPECT_EQ(hp2.sliding_window, 4096);
+  EXPECT_FLOAT_EQ(hp2.attn_scale, 0.25f);  // head_dim 16
+  for (int il = 0; il < 7; ++il) EXPECT_EQ(hp2.is_sliding(il), il % 2 == 0) << il;
+
+  auto bad = load([](GgufWriter& w) { w.set("gemma3.attn_logit_softcapping", GgufValue::from_f32(-1.0f)); });
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(), "m.gguf: key 'gemma3.attn_logit_softcapping' is -1.000000; it must be positive");
+  auto no_window = load([](GgufWriter& w) { w.set("gemma3.attention.sliding_window", GgufValue::from_u32(0)); });
+  EXPECT_FALSE(no_window.is_ok());
 }
 
 TEST(HfFolderTest, TypeQuantizesTheMatricesOnLoad) {

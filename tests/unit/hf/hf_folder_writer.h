@@ -35,6 +35,14 @@ struct HfFolderSpec {
   nlohmann::json rope_scaling;  // null: none
   int original_ctx = 0;         // > 0: "original_max_position_embeddings" (Phi-3 keeps it at the top level)
   uint32_t seed = 1;
+  // Gemma2ForCausalLM and Gemma3ForCausalLM: the fields of their config.json.
+  double query_pre_attn_scalar = 0;
+  int sliding_window = 0;
+  double attn_softcap = 0;       // 0: null
+  double final_softcap = 0;      // 0: null
+  double rope_local_theta = 0;   // Gemma 3's rope_local_base_freq
+
+  bool gemma() const { return architecture.starts_with("Gemma"); }
 };
 
 // GPT-2's byte-to-character map: printable bytes stand for themselves, the others for U+0100 on.
@@ -120,13 +128,15 @@ inline std::vector<Entry> hf_tensors(const HfFolderSpec& s) {
   const int head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   const int64_t q = int64_t{s.n_head} * head_dim, kv = int64_t{s.n_head_kv} * head_dim;
   std::vector<Entry> out;
+  // A norm's weight is about 1 as the model applies it: Gemma's stored w multiplies by 1 + w.
+  const float norm_center = s.gemma() ? 0.0f : 1.0f;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     const float scale = norm ? 0.2f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = (norm ? 1.0f : 0.0f) + scale * u(rng);
+    for (float& x : v) x = (norm ? norm_center : 0.0f) + scale * u(rng);
     out.push_back({name, s.dtype, shape, encode(v, s.dtype)});
   };
   add("model.embed_tokens.weight", {s.n_vocab, s.n_embd}, false);
@@ -146,12 +156,16 @@ inline std::vector<Entry> hf_tensors(const HfFolderSpec& s) {
       add(p + "self_attn.k_proj.bias", {kv}, false);
       add(p + "self_attn.v_proj.bias", {kv}, false);
     }
-    if (s.architecture == "Qwen3ForCausalLM") {
+    if (s.architecture == "Qwen3ForCausalLM" || s.architecture == "Gemma3ForCausalLM") {
       add(p + "self_attn.q_norm.weight", {head_dim}, true);
       add(p + "self_attn.k_norm.weight", {head_dim}, true);
     }
     add(p + "self_attn.o_proj.weight", {s.n_embd, q}, false);
     add(p + "post_attention_layernorm.weight", {s.n_embd}, true);
+    if (s.gemma()) {
+      add(p + "pre_feedforward_layernorm.weight", {s.n_embd}, true);
+      add(p + "post_feedforward_layernorm.weight", {s.n_embd}, true);
+    }
     if (fused) {
       add(p + "mlp.gate_up_proj.weight", {2 * int64_t{s.n_ff}, s.n_embd}, false);
     } else {
@@ -184,6 +198,15 @@ inline nlohmann::ordered_json hf_config(const HfFolderSpec& s) {
   if (!s.rope_scaling.is_null()) c["rope_scaling"] = s.rope_scaling;
   if (s.head_dim > 0) c["head_dim"] = s.head_dim;
   if (s.original_ctx > 0) c["original_max_position_embeddings"] = s.original_ctx;
+  if (s.gemma()) {
+    c.erase("hidden_act");
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["query_pre_attn_scalar"] = s.query_pre_attn_scalar;
+    c["sliding_window"] = s.sliding_window;
+    c["attn_logit_softcapping"] = s.attn_softcap > 0 ? nlohmann::ordered_json(s.attn_softcap) : nullptr;
+    c["final_logit_softcapping"] = s.final_softcap > 0 ? nlohmann::ordered_json(s.final_softcap) : nullptr;
+    if (s.rope_local_theta > 0) c["rope_local_base_freq"] = s.rope_local_theta;
+  }
   return c;
 }
 

@@ -86,6 +86,8 @@ struct Case {
   int64_t pos0, n_tokens;
   std::vector<int> cuts;
   int64_t key_pos0 = 0;  // position of the first key: the queries before it see no key
+  int64_t window = 0;    // FlashAttentionParams::window
+  float softcap = 0.0f;  // FlashAttentionParams::softcap
 };
 
 void check(const Case& c, bool f16, AttentionIsa isa, const std::vector<int>& splits) {
@@ -95,8 +97,10 @@ void check(const Case& c, bool f16, AttentionIsa isa, const std::vector<int>& sp
   std::normal_distribution<float> dist(0.0f, 2.0f);
   std::vector<float> q(static_cast<size_t>(c.n_tokens * c.n_head * c.hd));
   for (float& x : q) x = dist(rng);
-  const FlashAttentionParams p{c.n_head, c.n_head_kv, c.hd, 1.0f / std::sqrt(static_cast<float>(c.hd)), c.pos0,
-                               c.n_tokens};
+  FlashAttentionParams p{c.n_head, c.n_head_kv, c.hd, 1.0f / std::sqrt(static_cast<float>(c.hd)), c.pos0,
+                         c.n_tokens};
+  p.window = c.window;
+  p.softcap = c.softcap;
   std::vector<float> want(q.size());
   std::vector<float> want_lse(static_cast<size_t>(c.n_tokens * c.n_head));
   ref::attention(kv.runs, p, q.data(), want.data(), want_lse.data());
@@ -107,7 +111,8 @@ void check(const Case& c, bool f16, AttentionIsa isa, const std::vector<int>& sp
                    std::to_string(c.n_head_kv) + " hd " + std::to_string(c.hd) + " pos0 " + std::to_string(c.pos0) +
                    " tokens " + std::to_string(c.n_tokens) + (f16 ? " f16" : " f32") + " threads " +
                    std::to_string(n_threads) + " splits " + std::to_string(n_splits) + " keys from " +
-                   std::to_string(c.key_pos0));
+                   std::to_string(c.key_pos0) + " window " + std::to_string(c.window) + " softcap " +
+                   std::to_string(c.softcap));
       std::vector<float> out(q.size(), std::nanf("")), lse(want_lse.size(), std::nanf(""));
       flash_attention(kv.runs, p, q.data(), out.data(), lse.data(), pool, FlashAttentionOptions{isa, n_splits});
       for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << "element " << i;
@@ -222,6 +227,20 @@ TEST_P(FlashAttentionTest, PrefillWideHeads) {
   check({150, 16, 2, 64, 50, 100, {20, 131}}, f16(), isa(), {0});
 }
 
+TEST_P(FlashAttentionTest, SlidingWindowAndSoftcap) {
+  // Windows that end inside a tile, span several, hold one key, or hold all; prefill (each row
+  // its own window), decode with KV splits, and packed short runs; softcaps that bite (scores of
+  // N(0, 2) queries reach past 2) and one with them together.
+  check({300, 8, 2, 32, 0, 300, {1, 70, 129, 200}, 0, 37}, f16(), isa(), {0});
+  check({290, 8, 2, 16, 200, 90, {33, 150, 201}, 0, 100}, f16(), isa(), {0});
+  check({517, 8, 2, 32, 516, 1, {100, 101, 400}, 0, 130}, f16(), isa(), {0, 1, 3, 7});
+  check({203, 8, 2, 64, 202, 1, {37, 100}, 0, 1}, f16(), isa(), {0, 2});
+  check({203, 4, 4, 64, 201, 2, {37, 100}, 0, 500}, f16(), isa(), {0, 2});
+  check({300, 8, 2, 32, 0, 300, {64, 250}, 0, 0, 1.5f}, f16(), isa(), {0});
+  check({517, 16, 2, 64, 516, 1, {100, 400}, 0, 0, 2.0f}, f16(), isa(), {0, 3});
+  check({300, 8, 2, 128, 298, 2, {150}, 0, 50, 1.0f}, f16(), isa(), {0, 1, 2});
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, FlashAttentionTest,
                          ::testing::Combine(::testing::Values(AttentionIsa::kScalar, AttentionIsa::kAvx2,
                                                               AttentionIsa::kAvx512),
@@ -270,6 +289,48 @@ TEST(FlashAttention, LseOfEqualScoresIsLogOfTheCount) {
                   FlashAttentionOptions{AttentionIsa::kAuto, 3});
   for (int h = 0; h < 4; ++h) EXPECT_TRUE(lse_near(lse[h], std::log(600.0f))) << h;
 }
+
+// The reference's window and softcap against what they mean, without the reference's loop: a
+// window of w keys is attention over the last w keys alone, and softcap 1 on two keys of scores
+// +100 and -100 weighs their values e^1 : e^-1.
+TEST(FlashAttention, WindowIsAttentionOverTheLastKeysAlone) {
+  std::mt19937 rng(5);
+  RunsKv kv = make_runs(200, 2, 16, false, {90}, rng);
+  std::vector<float> q(4 * 16);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& x : q) x = dist(rng);
+  FlashAttentionParams windowed{4, 2, 16, 0.25f, 199, 1};
+  windowed.window = 30;
+  std::vector<float> got(q.size()), want(q.size());
+  ref::attention(kv.runs, windowed, q.data(), got.data());
+  KvRun last = kv.runs[1];
+  const int64_t skip = 200 - 30 - last.pos0;
+  last.pos0 += skip;
+  last.n_tokens -= skip;
+  last.k = static_cast<const char*>(last.k) + skip * last.row_stride_bytes;
+  last.v = static_cast<const char*>(last.v) + skip * last.row_stride_bytes;
+  FlashAttentionParams plain = windowed;
+  plain.window = 0;
+  ref::attention({&last, 1}, plain, q.data(), want.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+}
+
+TEST(FlashAttention, SoftcapSquashesTheScores) {
+  const float k[2] = {100.0f, -100.0f};
+  const float v[2] = {1.0f, 0.0f};
+  const KvRun run{0, 2, k, v, false, sizeof(float)};
+  const float q = 1.0f;
+  FlashAttentionParams p{1, 1, 1, 1.0f, 1, 1};
+  p.softcap = 1.0f;
+  float out = 0.0f;
+  ref::attention({&run, 1}, p, &q, &out);
+  const double want = std::exp(1.0) / (std::exp(1.0) + std::exp(-1.0));
+  EXPECT_NEAR(out, want, 1e-6);
+  ThreadPool pool(1);
+  flash_attention({&run, 1}, p, &q, &out, pool, {AttentionIsa::kScalar, 0});
+  EXPECT_NEAR(out, want, 1e-6);
+}
+
 
 }  // namespace
 }  // namespace leoam::kernels

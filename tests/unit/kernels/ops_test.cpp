@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <string>
 #include <vector>
@@ -256,6 +257,30 @@ TEST_P(Ops, AddMatchesReferenceExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, Ops, testing_util::kCpuPaths, testing_util::cpu_path_name);
+
+// GeGLU against the tanh-form GELU in double, and its known values: gelu(0) = 0, gelu(1) =
+// 0.841192, gelu(-1) = -0.158808; in place too.
+TEST(Ops, GegluMatchesTheTanhFormInDouble) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> gate(257), up(257), out(257);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    gate[i] = dist(rng);
+    up[i] = dist(rng);
+  }
+  geglu(gate.data(), up.data(), 257, out.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double want = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g))) * up[i];
+    EXPECT_NEAR(out[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << i;
+  }
+  float g3[3] = {0.0f, 1.0f, -1.0f};
+  const float ones[3] = {1.0f, 1.0f, 1.0f};
+  geglu(g3, ones, 3, g3);
+  EXPECT_EQ(g3[0], 0.0f);
+  EXPECT_NEAR(g3[1], 0.841192f, 1e-6);
+  EXPECT_NEAR(g3[2], -0.158808f, 1e-6);
+}
 
 }  // namespace
 }  // namespace leoam::kernels
