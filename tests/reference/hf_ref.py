@@ -1,11 +1,13 @@
 """Independent float64 numpy reference of a Hugging Face checkpoint folder's forward pass.
 
 Written from the published descriptions of LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM
-(transformers' modeling code conventions: weights [out, in], RoPE that rotates
+Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM and
+OPTForCausalLM (transformers' modeling code conventions: weights [out, in], RoPE that rotates
 each head's two halves, `rotate_half`), apart from the C++ engine and from llama_ref.py, which
 follows GGUF's layout. Gemma has its own forward (forward_gemma): its norms scale by 1 + w, and
 its post_attention_layernorm normalizes the attention output where Llama's is the pre-FFN norm.
+OPT has its own too (forward_opt): learned absolute positions (no RoPE) stored with an offset of
+2 rows, LayerNorm with a bias, biases on every linear layer, a ReLU MLP without a gate.
 Reads config.json and the safetensors files (single or sharded by
 model.safetensors.index.json) itself: f32, f16 and bf16.
 
@@ -105,8 +107,11 @@ def rms_norm(x, w, eps):
 
 
 def forward(config, w, tokens):
-    if (config.get("architectures") or [""])[0] in GEMMA:
+    arch = (config.get("architectures") or [""])[0]
+    if arch in GEMMA:
         return forward_gemma(config, w, tokens)
+    if arch == "OPTForCausalLM":
+        return forward_opt(config, w, tokens)
     n_embd = config["hidden_size"]
     n_head = config["num_attention_heads"]
     n_kv = config.get("num_key_value_heads", n_head)
@@ -251,6 +256,65 @@ def forward_gemma(config, w, tokens):
     x = gemma_norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return softcap(x @ head.T, final_cap)
+
+
+def layer_norm(x, w, b, eps):
+    """LayerNorm over the last axis (population variance), then the affine weight and bias."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def forward_opt(config, w, tokens):
+    n_embd = config["hidden_size"]
+    # only the pre-LN layout of every size but 350m is covered: 350m normalizes after the residual
+    # add and projects its 512-wide embeddings in and out of the 1024-wide decoder
+    if not config.get("do_layer_norm_before", True):
+        raise ValueError("OPT with do_layer_norm_before false (post-LN, opt-350m) not covered by this reference")
+    if config.get("word_embed_proj_dim", n_embd) != n_embd:
+        raise ValueError("OPT with word_embed_proj_dim != hidden_size (project_in/out) not covered by this reference")
+    act = config.get("activation_function", "relu")
+    if act != "relu":
+        raise ValueError(f"OPT activation {act} not covered by this reference")
+    if not config.get("enable_bias", True) or not config.get("layer_norm_elementwise_affine", True):
+        raise ValueError("OPT without biases or without affine LayerNorms not covered by this reference")
+    if config.get("_remove_final_layer_norm"):
+        raise ValueError("OPT without its final LayerNorm not covered by this reference")
+    n_head = config["num_attention_heads"]
+    head_dim = n_embd // n_head
+    eps = 1e-5  # torch's LayerNorm default: OPT's config has no key for it
+    n = len(tokens)
+    if n > config["max_position_embeddings"]:
+        raise ValueError(f"{n} tokens exceed max_position_embeddings {config['max_position_embeddings']}")
+
+    def linear(x, name):
+        return x @ w[name + ".weight"].T + w[name + ".bias"]
+
+    def norm(x, name):
+        return layer_norm(x, w[name + ".weight"], w[name + ".bias"], eps)
+
+    d = "model.decoder."
+    # the position table keeps 2 rows before position 0 (OPT's offset): position p reads row p + 2
+    x = w[d + "embed_tokens.weight"][tokens] + w[d + "embed_positions.weight"][np.arange(n) + 2]
+    mask = np.triu(np.full((n, n), -np.inf), k=1)
+    for il in range(config["num_hidden_layers"]):
+        p = f"{d}layers.{il}."
+        h = norm(x, p + "self_attn_layer_norm")
+        q = linear(h, p + "self_attn.q_proj").reshape(n, n_head, head_dim)
+        k = linear(h, p + "self_attn.k_proj").reshape(n, n_head, head_dim)
+        v = linear(h, p + "self_attn.v_proj").reshape(n, n_head, head_dim)
+        out = np.empty((n, n_head, head_dim))
+        for hd in range(n_head):
+            scores = q[:, hd, :] @ k[:, hd, :].T / math.sqrt(head_dim) + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, hd, :] = scores @ v[:, hd, :]
+        x = x + linear(out.reshape(n, n_embd), p + "self_attn.out_proj")
+        h = norm(x, p + "final_layer_norm")
+        x = x + linear(np.maximum(linear(h, p + "fc1"), 0.0), p + "fc2")
+    x = norm(x, d + "final_layer_norm")
+    head = w.get("lm_head.weight", w[d + "embed_tokens.weight"])  # tied when absent
+    return x @ head.T
 
 
 def main():

@@ -1,5 +1,5 @@
-"""Independent float64 numpy reference of the llama / qwen2 / qwen3 / phi3 / gemma2 / gemma3
-forward pass.
+"""Independent float64 numpy reference of the llama / qwen2 / qwen3 / phi3 / gemma2 / gemma3 /
+opt forward pass.
 
 Written from the ggml / llama.cpp conventions, apart from the C++ engine, so the
 engine's logits can be checked against it.
@@ -18,6 +18,12 @@ sqrt(n_embd), attention and FFN outputs are RMS-normalized again before their re
 (post_attention_norm, post_ffw_norm), the FFN is GELU (tanh form), q.k and the logits may be
 soft-capped (c * tanh(x / c)), and sliding layers see only the last `attention.sliding_window`
 positions, their own included.
+
+opt, in leoam's own layout (llama.cpp has no OPT): no RoPE; learned absolute positions added to
+the token embedding (position_embd.weight, [context_length][n_embd], row p is position p: HF's
+table without its first 2 rows); LayerNorm with a bias (attention.layer_norm_epsilon) where the
+others have RMSNorm; a bias on every matrix but the output; a ReLU FFN with no gate
+(ffn_up = fc1, ffn_down = fc2).
 
 --q8-activations: the inputs of the Q4_0, Q8_0, Q4_K and Q6_K matrices are rounded to 8 bits
 per block (32 elements for Q4_0 and Q8_0, 256 for the K-quants) as the engine's integer products
@@ -43,9 +49,9 @@ from gguf_read import read_gguf  # noqa: E402
 
 def load_hparams(meta):
     arch = meta["general.architecture"]
-    if arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"):
+    if arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "opt"):
         raise ValueError(f"architecture '{arch}' not supported; "
-                         "supported: llama qwen2 qwen3 phi3 gemma2 gemma3")
+                         "supported: llama qwen2 qwen3 phi3 gemma2 gemma3 opt")
 
     def get(key, default=None):
         v = meta.get(f"{arch}.{key}", default)
@@ -69,6 +75,7 @@ def load_hparams(meta):
                  attn_softcap=0.0, final_softcap=0.0)
     if arch in ("gemma2", "gemma3"):
         extra = load_gemma_hparams(arch, get, meta, n_layer, n_embd, n_head, head_dim, freq_base)
+    opt = arch == "opt"  # LayerNorm, learned positions, no RoPE (n_rot 0), biases, ReLU FFN
     return dict(
         arch=arch,
         n_embd=n_embd,
@@ -77,9 +84,9 @@ def load_hparams(meta):
         n_head=n_head,
         n_head_kv=int(get("attention.head_count_kv", n_head)),
         head_dim=head_dim,
-        eps=float(get("attention.layer_norm_rms_epsilon")),
+        eps=float(get("attention.layer_norm_epsilon" if opt else "attention.layer_norm_rms_epsilon")),
         n_ctx_train=n_ctx_train,
-        n_rot=int(get("rope.dimension_count", head_dim)),
+        n_rot=0 if opt else int(get("rope.dimension_count", head_dim)),
         freq_base=freq_base,
         # ggml: freq_scale = 1/factor for linear and yarn; ext_factor only for yarn.
         freq_scale=1.0 / factor if factor else 1.0,
@@ -92,6 +99,7 @@ def load_hparams(meta):
         head_norms=(arch in ("qwen3", "gemma3")),
         # log-n attention: queries past this many keys are scaled by ln(n_keys) / ln(logn_length)
         logn_length=int(meta.get("leoam.attention.logn_length", 0)),
+        opt=opt,
         **extra,
     )
 
@@ -140,12 +148,13 @@ def load_model(path):
     def w_opt(name):
         return w(name) if name in raw else None
 
+    opt = hp["opt"]
     layers = []
     for il in range(hp["n_layer"]):
         p = f"blk.{il}."
         layers.append({k: w_opt(p + k + ".weight") for k in (
             "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-            "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+            "ffn_norm", "ffn_up", "ffn_down") + (() if opt else ("ffn_gate",))})
         if p + "attn_qkv.weight" in raw:  # phi3: q, k and v stacked in one matrix, in that order
             qkv = w(p + "attn_qkv.weight")
             n_q, n_kv = hp["n_head"] * hp["head_dim"], hp["n_head_kv"] * hp["head_dim"]
@@ -158,17 +167,22 @@ def load_model(path):
             types[p + "ffn_gate.weight"] = types[p + "ffn_up.weight"]
         for k in ("attn_q", "attn_k", "attn_v"):
             layers[-1][k + "_bias"] = w_opt(p + k + ".bias")
+        if opt:  # every matrix and norm has a bias, all required below
+            for k in ("attn_norm", "attn_output", "ffn_norm", "ffn_up", "ffn_down"):
+                layers[-1][k + "_bias"] = w_opt(p + k + ".bias")
         if hp["gemma"]:  # the norms of the attention and FFN outputs
             layers[-1]["post_attention_norm"] = w(p + "post_attention_norm.weight")
             layers[-1]["post_ffw_norm"] = w(p + "post_ffw_norm.weight")
         if hp["head_norms"]:  # qwen3, gemma3: RMSNorm of each q and k head before RoPE
             layers[-1]["attn_q_norm"] = w(p + "attn_q_norm.weight")
             layers[-1]["attn_k_norm"] = w(p + "attn_k_norm.weight")
-        missing = [k for k, v in layers[-1].items() if v is None and not k.endswith("_bias")]
+        missing = [k for k, v in layers[-1].items() if v is None and (opt or not k.endswith("_bias"))]
         if missing:
             raise ValueError(f"{path}: layer {il} is missing tensors {missing}")
     tok_embd = w("token_embd.weight")                      # [n_vocab][n_embd]
     output_tied = "output.weight" not in raw
+    if opt and int(meta.get("opt.vocab_size", tok_embd.shape[0])) != tok_embd.shape[0]:
+        raise ValueError(f"{path}: opt.vocab_size {meta['opt.vocab_size']} but token_embd has {tok_embd.shape[0]} rows")
     for il, L in enumerate(layers):  # the activation block of each matrix with an 8-bit product
         L["q8_block"] = {k: Q8_BLOCK[types[f"blk.{il}.{k}.weight"]] for k in L
                          if Q8_BLOCK.get(types.get(f"blk.{il}.{k}.weight")) is not None}
@@ -178,6 +192,8 @@ def load_model(path):
         tok_embd=tok_embd,
         layers=layers,
         output_norm=w("output_norm.weight"),
+        output_norm_bias=w("output_norm.bias") if opt else None,
+        pos_embd=w("position_embd.weight") if opt else None,  # [n_ctx_train][n_embd], row p = position p
         output=tok_embd if output_tied else w("output.weight"),  # tied when absent
         output_q8_block=Q8_BLOCK.get(types["token_embd.weight" if output_tied else "output.weight"]),
         rope_freqs=w_opt("rope_freqs.weight"),               # [n_rot/2] or None
@@ -269,6 +285,13 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def layernorm(x, weight, bias, eps):
+    """LayerNorm over the last axis (population variance), then weight and bias (opt)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * weight + bias
+
+
 def softcap(x, c):
     """c * tanh(x / c); c == 0: x unchanged."""
     return c * np.tanh(x / c) if c else x
@@ -316,7 +339,7 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
     group = n_head // n_head_kv
     positions = np.arange(n_past, n_past + n_tok)
     # by whether the layer is sliding: (cos, sin), and the mask over [n_tok][n_past + n_tok]
-    rope = {False: rope_cos_sin(hp, model["rope_freqs"], positions)}
+    rope = {False: rope_cos_sin(hp, model["rope_freqs"], positions) if hp["n_rot"] else (None, None)}
     rope[True] = rope_cos_sin({**hp, **hp["rope_swa"]}, model["rope_freqs"], positions) \
         if hp["rope_swa"] else rope[False]
     # causal: query t sees keys at pos <= n_past + t; sliding also pos > n_past + t - n_swa,
@@ -327,25 +350,34 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
     def q8(h, block):  # the engine's 8-bit input, where it has one
         return q8_round(h, block) if q8_activations and block is not None else h
 
-    def mm(h, L, name):  # h @ W.T
-        return q8(h, L["q8_block"].get(name)) @ L[name].T
+    def mm(h, L, name):  # h @ W.T, + the matrix's bias where it has one
+        y = q8(h, L["q8_block"].get(name)) @ L[name].T
+        bias = L.get(name + "_bias")
+        return y if bias is None else y + bias
+
+    def norm(x, L, name):  # L: a layer, or the model for output_norm
+        if hp["opt"]:
+            return layernorm(x, L[name], L[name + "_bias"], hp["eps"])
+        return rmsnorm(x, L[name], hp["eps"])
 
     x = model["tok_embd"][np.asarray(tokens)]                # [n_tok][n_embd]
     if hp["gemma"]:
         x = x * math.sqrt(hp["n_embd"])
+    if model["pos_embd"] is not None:  # opt: learned absolute positions
+        if positions[-1] >= model["pos_embd"].shape[0]:
+            raise ValueError(f"position {positions[-1]} past the {model['pos_embd'].shape[0]} learned positions")
+        x = x + model["pos_embd"][positions]
     for il, (L, kv) in enumerate(zip(model["layers"], cache)):
         cos, sin = rope[hp["swa"][il]]
         mask = masks[hp["swa"][il]]
-        h = rmsnorm(x, L["attn_norm"], hp["eps"])
+        h = norm(x, L, "attn_norm")
         q, k, v = mm(h, L, "attn_q"), mm(h, L, "attn_k"), mm(h, L, "attn_v")
-        for name, t in (("attn_q_bias", q), ("attn_k_bias", k), ("attn_v_bias", v)):
-            if L[name] is not None:
-                t += L[name]
         q, k = q.reshape(n_tok, n_head, head_dim), k.reshape(n_tok, n_head_kv, head_dim)
         if hp["head_norms"]:
             q, k = rmsnorm(q, L["attn_q_norm"], hp["eps"]), rmsnorm(k, L["attn_k_norm"], hp["eps"])
-        q = apply_rope(q, cos, sin, hp["n_rot"], hp["neox"])
-        k = apply_rope(k, cos, sin, hp["n_rot"], hp["neox"])
+        if hp["n_rot"]:  # opt has none
+            q = apply_rope(q, cos, sin, hp["n_rot"], hp["neox"])
+            k = apply_rope(k, cos, sin, hp["n_rot"], hp["neox"])
         v = v.reshape(n_tok, n_head_kv, head_dim)
         q = q * logn_scale(hp, positions)[:, None, None]
         if kv_f16:  # emulate the engine's F16 KV cache
@@ -376,10 +408,13 @@ def forward(model, tokens, cache, kv_f16=False, drop_keys=None, q8_activations=F
             x = x + rmsnorm(ffn, L["post_ffw_norm"], hp["eps"])
         else:
             x = x + mm(attn, L, "attn_output")
-            h = rmsnorm(x, L["ffn_norm"], hp["eps"])
-            x = x + mm(silu(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
+            h = norm(x, L, "ffn_norm")
+            if hp["opt"]:  # fc1, ReLU, fc2: no gate
+                x = x + mm(np.maximum(mm(h, L, "ffn_up"), 0.0), L, "ffn_down")
+            else:
+                x = x + mm(silu(mm(h, L, "ffn_gate")) * mm(h, L, "ffn_up"), L, "ffn_down")
 
-    h = rmsnorm(x, model["output_norm"], hp["eps"])
+    h = norm(x, model, "output_norm")
     return softcap(q8(h, model["output_q8_block"]) @ model["output"].T, hp["final_softcap"])
 
 

@@ -11,7 +11,9 @@
 3. gemma2 / gemma3: a tiny random model written both as a Hugging Face folder and as the GGUF
    llama.cpp's converter makes of it; hf_ref and llama_ref must agree, incremental decoding must
    equal one pass, and the sliding window must reach exactly its width back.
-Exits 0 with a message when <repo root>/../shared is absent (3 runs without it).
+4. opt: the same for a tiny random OPT (HF OPTForCausalLM folder and leoam's GGUF layout), tied and
+   untied; the learned positions' offset of 2 must matter.
+Exits 0 with a message when <repo root>/../shared is absent (3 and 4 run without it).
 """
 
 import json
@@ -412,9 +414,132 @@ def test_gemma():
         assert np.array_equal(wide, glob) and not np.allclose(short, wide, rtol=0, atol=1e-3)
 
 
+# -------------------------------------------------------------------- opt ---
+
+def tiny_opt(rng, tied=True):
+    """A random OPT checkpoint (config, weights) in OPTForCausalLM's names, every value exact in
+    float32 so that both files hold the same numbers."""
+    config = dict(architectures=["OPTForCausalLM"], model_type="opt", hidden_size=32, num_attention_heads=4,
+                  num_hidden_layers=3, ffn_dim=64, max_position_embeddings=20, vocab_size=40,
+                  activation_function="relu", do_layer_norm_before=True, word_embed_proj_dim=32,
+                  enable_bias=True, layer_norm_elementwise_affine=True, tie_word_embeddings=tied)
+
+    def f32(shape, sigma, mean=0.0):
+        return (mean + rng.standard_normal(shape) * sigma).astype(np.float32).astype(np.float64)
+
+    d, ff, d_ = config["hidden_size"], config["ffn_dim"], "model.decoder."
+    w = {d_ + "embed_tokens.weight": f32((config["vocab_size"], d), 1.0),
+         # + 2 rows: OPT's position offset
+         d_ + "embed_positions.weight": f32((config["max_position_embeddings"] + 2, d), 1.0),
+         d_ + "final_layer_norm.weight": f32(d, 0.2, 1.0), d_ + "final_layer_norm.bias": f32(d, 0.2)}
+    for il in range(config["num_hidden_layers"]):
+        p = f"{d_}layers.{il}."
+        for k, shape in (("self_attn.q_proj", (d, d)), ("self_attn.k_proj", (d, d)), ("self_attn.v_proj", (d, d)),
+                         ("self_attn.out_proj", (d, d)), ("fc1", (ff, d)), ("fc2", (d, ff))):
+            w[p + k + ".weight"], w[p + k + ".bias"] = f32(shape, 0.3), f32(shape[0], 0.3)
+        for k in ("self_attn_layer_norm", "final_layer_norm"):
+            w[p + k + ".weight"], w[p + k + ".bias"] = f32(d, 0.2, 1.0), f32(d, 0.2)
+    if not tied:
+        w["lm_head.weight"] = f32((config["vocab_size"], d), 1.0)
+    return config, w
+
+
+def opt_to_gguf(config, w):
+    """leoam's GGUF layout of an OPT checkpoint: position_embd without HF's first 2 rows."""
+    meta = {"general.architecture": "opt", "opt.context_length": config["max_position_embeddings"],
+            "opt.embedding_length": config["hidden_size"], "opt.block_count": config["num_hidden_layers"],
+            "opt.feed_forward_length": config["ffn_dim"], "opt.attention.head_count": config["num_attention_heads"],
+            "opt.attention.head_count_kv": config["num_attention_heads"],
+            "opt.attention.layer_norm_epsilon": 1e-5, "opt.vocab_size": config["vocab_size"]}
+    d_ = "model.decoder."
+    tensors = {"token_embd.weight": w[d_ + "embed_tokens.weight"],
+               "position_embd.weight": w[d_ + "embed_positions.weight"][2:],
+               "output_norm.weight": w[d_ + "final_layer_norm.weight"],
+               "output_norm.bias": w[d_ + "final_layer_norm.bias"]}
+    if "lm_head.weight" in w:
+        tensors["output.weight"] = w["lm_head.weight"]
+    names = {"self_attn_layer_norm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_output", "final_layer_norm": "ffn_norm",
+             "fc1": "ffn_up", "fc2": "ffn_down"}
+    for name, a in w.items():
+        if name.startswith(d_ + "layers."):
+            il, rest = name[len(d_ + "layers."):].split(".", 1)
+            base, kind = rest.rsplit(".", 1)
+            tensors[f"blk.{il}.{names[base]}.{kind}"] = a
+    return meta, tensors
+
+
+def test_opt_config():
+    config, w = tiny_opt(np.random.default_rng(4))
+    for bad in (dict(do_layer_norm_before=False), dict(word_embed_proj_dim=16),
+                dict(activation_function="gelu"), dict(enable_bias=False)):
+        try:
+            hf_ref.forward(dict(config, **bad), w, [1, 2])
+        except ValueError:
+            continue
+        raise AssertionError(f"hf_ref accepted OPT with {bad}")
+    hp = llama_ref.load_hparams(opt_to_gguf(config, w)[0])
+    assert hp["opt"] and hp["n_rot"] == 0 and hp["head_dim"] == 8 and abs(hp["eps"] - 1e-5) < 1e-12
+
+
+def test_opt():
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 40, 16).tolist()
+    for tied in (True, False):
+        config, w = tiny_opt(rng, tied)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_safetensors(os.path.join(tmp, "model.safetensors"), w)
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(config, f)
+            gguf = os.path.join(tmp, "m.gguf")
+            write_gguf(gguf, *opt_to_gguf(config, w))
+            hf = hf_ref.forward(*hf_ref.read_folder(tmp), tokens)
+            model = llama_ref.load_model(gguf)
+            # the CLI writes the same logits ('%.9g') and greedy's ids
+            out = os.path.join(tmp, "logits.txt")
+            llama_ref.main(["--model", gguf, "--tokens", ",".join(map(str, tokens)), "--out", out])
+            cli = np.loadtxt(out)
+        assert (model["output"] is model["tok_embd"]) == tied
+
+        def run(toks, **kw):
+            return llama_ref.forward(model, toks, llama_ref.new_kv_cache(model), **kw)
+
+        full = run(tokens)
+        # the two layouts agree (the GGUF's eps is float32(1e-5), 2.5e-13 off HF's)
+        assert np.allclose(hf, full, rtol=0, atol=1e-10), np.abs(hf - full).max()
+        assert np.allclose(cli, full, rtol=1e-8, atol=1e-8 * np.abs(full).max())
+        # incremental decoding, token by token and in chunks, equals one pass; greedy's ids are argmaxes
+        cache = llama_ref.new_kv_cache(model)
+        step = np.concatenate([llama_ref.forward(model, [t], cache) for t in tokens])
+        cache = llama_ref.new_kv_cache(model)
+        chunks = np.concatenate([llama_ref.forward(model, tokens[a:b], cache) for a, b in ((0, 5), (5, 6), (6, 16))])
+        assert np.allclose(step, full, rtol=0, atol=1e-10) and np.allclose(chunks, full, rtol=0, atol=1e-10)
+        ids = llama_ref.greedy(model, tokens[:4], 8)
+        assert ids == np.argmax(run(tokens[:4] + ids)[3:-1], axis=-1).tolist(), ids
+        f16 = run(tokens, kv_f16=True)
+        assert not np.array_equal(f16, full) and np.allclose(f16, full, rtol=0, atol=1e-2 * np.abs(full).max())
+        # the offset matters: reading rows p instead of p + 2 changes the logits, the same in both
+        # readings (HF's table shifted down 2 rows holds row p at p + 2)
+        pos = w["model.decoder.embed_positions.weight"]
+        model["pos_embd"] = pos[:-2]
+        wrong = run(tokens)
+        shifted = dict(w, **{"model.decoder.embed_positions.weight": np.concatenate([pos[:2], pos[:-2]])})
+        assert np.allclose(hf_ref.forward(config, shifted, tokens), wrong, rtol=0, atol=1e-10)
+        assert not np.allclose(wrong, full, rtol=0, atol=1e-3)
+        # positions matter at all, and none past the table
+        model["pos_embd"] = np.zeros_like(pos[2:])
+        assert not np.allclose(run(tokens), full, rtol=0, atol=1e-3)
+        try:
+            run(list(range(config["max_position_embeddings"] + 1)))
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("opt ran past its learned positions")
+
+
 def main():
     tests = [test_float_types, test_q4_0, test_q8_0, test_q4_k_scale_packing_literal,
-             test_q4_k, test_q6_k, test_rope, test_gemma_hparams, test_gemma]
+             test_q4_k, test_q6_k, test_rope, test_gemma_hparams, test_gemma, test_opt_config, test_opt]
     if os.path.isdir(SHARED):
         tests.append(test_stories)
     else:
