@@ -34,6 +34,7 @@ constexpr KnownArch kKnownArchs[] = {
     {"Phi3ForCausalLM", "phi3", false, false, false, true, false},
     {"Gemma2ForCausalLM", "gemma2", false, false, false, false, true},
     {"Gemma3ForCausalLM", "gemma3", false, false, true, false, true},
+    {"OPTForCausalLM", "opt", false, true, false, false, false},
 };
 
 std::string known_arch_list() {
@@ -225,6 +226,38 @@ Status read_gemma(const Fields& f, HfConfig& c) {
   return Status::ok();
 }
 
+// OPT's fields, which name the shapes differently and leave the LayerNorm's epsilon at its 1e-5.
+// Only the layout every size but 350M has: norms before the blocks, no projection of the
+// embedding, ReLU, biases, norms with their weights.
+Status read_opt(const Fields& f, HfConfig& c) {
+  c.opt = true;
+  LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
+  LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
+  LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("ffn_dim", kMaxDim));
+  LEOAM_ASSIGN_OR_RETURN(int64_t n_layer, f.require_int("num_hidden_layers", 1 << 16));
+  LEOAM_ASSIGN_OR_RETURN(int64_t n_head, f.require_int("num_attention_heads", kMaxDim));
+  c.n_layer = static_cast<int>(n_layer);
+  c.n_head = c.n_head_kv = static_cast<int>(n_head);
+  if (c.n_embd % c.n_head != 0) return f.error("hidden_size", "is not a multiple of num_attention_heads");
+  c.head_dim = static_cast<int>(c.n_embd / c.n_head);
+  LEOAM_ASSIGN_OR_RETURN(c.n_ctx, f.require_int("max_position_embeddings", kMaxCtx));
+  c.rms_eps = 1e-5;
+  if (const Json* act = f.find("activation_function"); act != nullptr && *act != "relu") {
+    return unsupported("\"activation_function\" " + act->dump() + " is not supported for OPTForCausalLM (only relu)");
+  }
+  LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> proj_dim, f.get_int("word_embed_proj_dim", kMaxDim));
+  if (proj_dim && *proj_dim != c.n_embd) {
+    return unsupported("\"word_embed_proj_dim\" " + std::to_string(*proj_dim) +
+                       " differs from hidden_size: the projected embeddings of OPT-350M are not supported");
+  }
+  for (const char* field : {"do_layer_norm_before", "enable_bias", "layer_norm_elementwise_affine"}) {
+    LEOAM_ASSIGN_OR_RETURN(bool on, f.get_bool(field, true));
+    if (!on) return unsupported("\"" + std::string(field) + "\" false is not supported for OPTForCausalLM");
+  }
+  LEOAM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.get_bool("tie_word_embeddings", true));
+  return Status::ok();
+}
+
 Status read_fields(const Fields& f, HfConfig& c) {
   const Json* archs = f.find("architectures");
   if (archs == nullptr || !archs->is_array() || archs->empty() || !archs->front().is_string()) {
@@ -243,6 +276,7 @@ Status read_fields(const Fields& f, HfConfig& c) {
   c.head_norms = known->head_norms;
   c.fused_projections = known->fused_projections;
   c.gemma = known->gemma;
+  if (c.gguf_arch == "opt") return read_opt(f, c);
   LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
   LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
   LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("intermediate_size", kMaxDim));
@@ -313,6 +347,10 @@ void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWrit
   out.set(a + ".attention.head_count_kv", u32(c.n_head_kv));
   out.set(a + ".attention.key_length", u32(c.head_dim));
   out.set(a + ".attention.value_length", u32(c.head_dim));
+  if (c.opt) {  // LayerNorm, and no RoPE
+    out.set(a + ".attention.layer_norm_epsilon", GgufValue::from_f32(static_cast<float>(c.rms_eps)));
+    return;
+  }
   out.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::from_f32(static_cast<float>(c.rms_eps)));
   out.set(a + ".rope.dimension_count", u32(c.head_dim));
   out.set(a + ".rope.freq_base", GgufValue::from_f32(static_cast<float>(c.rope_theta)));

@@ -27,10 +27,41 @@ struct Expected {
   bool permute_heads = false;  // q or k of the llama family: rows regrouped for GGUF's RoPE pairing
   int n_heads = 0;
   bool plus_one = false;  // a Gemma norm: GGUF holds 1 + w
+  int64_t skip_rows = 0;  // leading rows GGUF leaves out (OPT's 2 unused position rows)
 };
+
+// OPT's tensors: the decoder's names, biases everywhere, learned positions from row 2 on.
+std::map<std::string, Expected> expected_opt_tensors(const HfConfig& c) {
+  const int64_t d = c.n_embd;
+  std::map<std::string, Expected> m;
+  m["model.decoder.embed_tokens.weight"] = {"token_embd.weight", {c.n_vocab, d}};
+  m["model.decoder.embed_positions.weight"] = {"position_embd.weight", {c.n_ctx + 2, d}, false, 0, false, 2};
+  m["model.decoder.final_layer_norm.weight"] = {"output_norm.weight", {d}};
+  m["model.decoder.final_layer_norm.bias"] = {"output_norm.bias", {d}};
+  if (!c.tie_word_embeddings) m["lm_head.weight"] = {"output.weight", {c.n_vocab, d}};
+  const std::pair<const char*, const char*> vectors[] = {
+      {"self_attn_layer_norm", "attn_norm"}, {"final_layer_norm", "ffn_norm"}, {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},         {"self_attn.v_proj", "attn_v"},   {"self_attn.out_proj", "attn_output"},
+      {"fc1", "ffn_up"},                      {"fc2", "ffn_down"}};
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string hf = "model.decoder.layers." + std::to_string(il) + ".";
+    const std::string gg = "blk." + std::to_string(il) + ".";
+    for (const auto& [hf_name, gg_name] : vectors) {
+      const std::string h = hf_name;
+      const int64_t rows = h == "fc1" ? c.n_ff : d;
+      const int64_t cols = h == "fc2" ? c.n_ff : d;
+      std::vector<int64_t> shape = {rows, cols};
+      if (h.ends_with("layer_norm")) shape = {d};
+      m[hf + h + ".weight"] = {gg + gg_name + ".weight", shape};
+      m[hf + h + ".bias"] = {gg + gg_name + ".bias", {rows}};
+    }
+  }
+  return m;
+}
 
 // HF tensor name -> what it is, for each architecture config.json may name (hf_config.h).
 std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
+  if (c.opt) return expected_opt_tensors(c);
   const int64_t q = int64_t{c.n_head} * c.head_dim;
   const int64_t kv = int64_t{c.n_head_kv} * c.head_dim;
   std::map<std::string, Expected> m;
@@ -106,11 +137,21 @@ GgmlType stored_type(SafetensorsDtype dtype) {
   return GgmlType::kF32;
 }
 
-Status add_tensor(const std::string& file, const SafetensorsTensor& t, const Expected& e,
+Status add_tensor(const std::string& file, const SafetensorsTensor& stored, const Expected& expected,
                   const HfImportOptions& options, GgufWriter& out) {
-  if (t.shape != e.shape) {
-    return invalid_argument(file + ": tensor " + quoted_name(t.name) + " has shape " + shape_text(t.shape) +
-                            ", but config.json implies " + shape_text(e.shape));
+  if (stored.shape != expected.shape) {
+    return invalid_argument(file + ": tensor " + quoted_name(stored.name) + " has shape " + shape_text(stored.shape) +
+                            ", but config.json implies " + shape_text(expected.shape));
+  }
+  // The rows GGUF keeps: all but the skipped leading ones.
+  SafetensorsTensor t = stored;
+  Expected e = expected;
+  if (e.skip_rows > 0) {
+    const size_t row_bytes = t.n_bytes / static_cast<size_t>(t.shape[0]);
+    t.data += e.skip_rows * row_bytes;
+    t.n_bytes -= e.skip_rows * row_bytes;
+    t.shape[0] -= e.skip_rows;
+    e.shape[0] -= e.skip_rows;
   }
   const int64_t rows = e.shape[0];
   const int64_t cols = e.shape.size() == 2 ? e.shape[1] : 1;
@@ -157,6 +198,8 @@ Status import_tensors(const std::string& dir, const HfConfig& config, const HfIm
   const std::map<std::string, Expected> expected = expected_tensors(config);
   for (const SafetensorsTensor* t : checkpoint.tensors()) {
     if (expected.contains(t->name) || ignorable(t->name)) continue;
+    // A tied model's stored head is the embedding again: transformers ties it on load.
+    if (config.tie_word_embeddings && t->name == "lm_head.weight") continue;
     return invalid_argument(dir + ": tensor " + quoted_name(t->name) + " is not one that " + config.architecture +
                             " with this config.json uses (" + std::to_string(config.n_layer) + " layers" +
                             (config.tie_word_embeddings ? ", tied embeddings" : "") + ")");

@@ -18,7 +18,8 @@ Result<std::unique_ptr<ForwardContext>> ForwardContext::create(const Model& mode
     case ModelArch::kQwen3:
     case ModelArch::kPhi3:
     case ModelArch::kGemma2:
-    case ModelArch::kGemma3: {
+    case ModelArch::kGemma3:
+    case ModelArch::kOpt: {
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaForward> ctx,
                              LlamaForward::create(model, options, std::move(kv_cache)));
       return std::unique_ptr<ForwardContext>(std::move(ctx));

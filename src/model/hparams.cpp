@@ -178,12 +178,13 @@ const char* model_arch_name(ModelArch arch) {
     case ModelArch::kPhi3: return "phi3";
     case ModelArch::kGemma2: return "gemma2";
     case ModelArch::kGemma3: return "gemma3";
+    case ModelArch::kOpt: return "opt";
     case ModelArch::kLlama: break;
   }
   return "llama";
 }
 
-const char* supported_archs_list() { return "llama qwen2 qwen3 phi3 gemma2 gemma3"; }
+const char* supported_archs_list() { return "llama qwen2 qwen3 phi3 gemma2 gemma3 opt"; }
 
 Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   ModelHparams hp;
@@ -200,6 +201,8 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
     hp.arch = ModelArch::kGemma2;
   } else if (hp.arch_name == "gemma3") {
     hp.arch = ModelArch::kGemma3;
+  } else if (hp.arch_name == "opt") {
+    hp.arch = ModelArch::kOpt;
   } else {
     return unsupported(gguf.path() + ": architecture '" + hp.arch_name + "' is not supported; supported: " +
                        supported_archs_list());
@@ -215,10 +218,13 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   hp.n_head = static_cast<int>(n_head);
   LEOAM_ASSIGN_OR_RETURN(int64_t n_head_kv, get_positive(r, "attention.head_count_kv", n_head, kMaxDim));
   hp.n_head_kv = static_cast<int>(n_head_kv);
-  LEOAM_ASSIGN_OR_RETURN(double eps, r.require_float("attention.layer_norm_rms_epsilon"));
+  // opt's LayerNorm has its epsilon under llama.cpp's name for LayerNorm architectures.
+  const bool opt = hp.arch == ModelArch::kOpt;
+  hp.norm = opt ? NormKind::kLayer : NormKind::kRms;
+  const char* eps_key = opt ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+  LEOAM_ASSIGN_OR_RETURN(double eps, r.require_float(eps_key));
   if (!(eps > 0.0 && eps < 1.0)) {
-    return r.error("key '" + r.key("attention.layer_norm_rms_epsilon") + "' is " + std::to_string(eps) +
-                   "; it must be in (0, 1)");
+    return r.error("key '" + r.key(eps_key) + "' is " + std::to_string(eps) + "; it must be in (0, 1)");
   }
   hp.rms_eps = static_cast<float>(eps);
 
@@ -243,7 +249,12 @@ Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> vocab_size, r.get_int("vocab_size"));
   if (vocab_size) hp.n_vocab = *vocab_size;
 
-  LEOAM_RETURN_IF_ERROR(read_rope(r, hp));
+  if (opt) {  // learned positions: no rotation
+    hp.rope.n_rot = 0;
+    hp.ffn_activation = FfnActivation::kRelu;
+  } else {
+    LEOAM_RETURN_IF_ERROR(read_rope(r, hp));
+  }
   LEOAM_RETURN_IF_ERROR(read_attention_shape(r, hp));
 
   LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> logn_length, gguf.get_int(kLognLengthKey));

@@ -21,10 +21,16 @@ inline constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
 // FFN too, a GELU FFN, soft-capped scores and logits, sliding-window layers every other layer.
 // gemma3: gemma2 without the caps, with qwen3's head norms, five sliding layers to a global one,
 // and a RoPE base of their own for the sliding layers.
-enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
+// opt: learned positions instead of RoPE, LayerNorm with biases, a ReLU FFN without a gate, and
+// biases on every projection.
+enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3, kOpt };
 
-// The FFN's gate: silu(gate) * up (SwiGLU), or gelu(gate) * up with GELU's tanh form (GeGLU).
-enum class FfnActivation : uint8_t { kSilu, kGeluTanh };
+// The FFN: silu(gate) * up (SwiGLU), gelu(gate) * up with GELU's tanh form (GeGLU), or relu(up)
+// with no gate (opt).
+enum class FfnActivation : uint8_t { kSilu, kGeluTanh, kRelu };
+
+// The blocks' norms: RMSNorm, or LayerNorm (mean removed, then a weight and a bias: opt).
+enum class NormKind : uint8_t { kRms, kLayer };
 
 // How RoPE pairs the dimensions of a head it rotates.
 enum class RopePairing : uint8_t {
@@ -59,7 +65,8 @@ struct ModelHparams {
   int head_dim = 0;          // {arch}.attention.key_length (default n_embd / n_head)
   int64_t n_vocab = 0;       // {arch}.vocab_size if present; the loader then sets it from the rows of
                              // token_embd.weight (and checks that they agree)
-  float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
+  float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon (opt: layer_norm_epsilon)
+  NormKind norm = NormKind::kRms;
   RopeParams rope;
   // leoam.attention.logn_length (0: absent): "log-n" attention past the length L the model was
   // trained at. The query at position p (p + 1 keys visible) is multiplied by ln(p + 1) / ln(L)
@@ -96,9 +103,9 @@ struct ModelHparams {
   int n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head
 };
 
-// "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3".
+// "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "opt".
 const char* model_arch_name(ModelArch arch);
-// "llama qwen2 qwen3 phi3 gemma2 gemma3": for error messages.
+// "llama qwen2 qwen3 phi3 gemma2 gemma3 opt": for error messages.
 const char* supported_archs_list();
 
 // Reads and validates the hyperparameters of `gguf`. Errors start with the file's path.

@@ -2,6 +2,7 @@
 // through the selector, the FFN, logits) that every path runs; a decode step's fused regions and
 // pipeline. The layered prefill and the batched decode have files of their own
 // (llama_forward_layered.cpp, llama_forward_batch.cpp).
+#include "model/block_norm.h"
 #include "model/llama_forward.h"
 
 #include <algorithm>
@@ -158,6 +159,12 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
                             std::to_string(hp.n_head_kv) + " KV heads of " + std::to_string(hp.head_dim));
   }
 
+  if (model.weights().position_embd.data != nullptr && shape.n_ctx > model.weights().position_embd.n_rows) {
+    return invalid_argument("a context of " + std::to_string(shape.n_ctx) + " tokens is longer than the " +
+                            std::to_string(model.weights().position_embd.n_rows) +
+                            " positions this model learned embeddings for")
+        .about(Setting::kContextSize);
+  }
   // LongRoPE's factors follow the context the store holds (phi3), as llama.cpp picks them.
   LEOAM_ASSIGN_OR_RETURN(Rope rope, Rope::create(hp.rope, hp.head_dim, model.weights().rope_factors(hp, shape.n_ctx)));
   std::unique_ptr<LlamaForward> ctx(new LlamaForward(model, options, std::move(rope)));
@@ -317,16 +324,17 @@ void LlamaForward::attention_output(const LayerWeights& L, float* x, float* xn, 
   ThreadPool& pool = *pool_;
   float* proj = proj_.data();
   if (n == 1) {
-    const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, nullptr}};
+    const MatvecTask out_proj[] = {{&L.attn_output, attn_.data(), proj, L.attn_output_bias}};
     fused_matvecs(out_proj, pool, *inline_pool_);
   } else {
     kernels::matmul(L.attn_output, attn_.data(), n, proj, pool);
+    add_bias(proj, L.attn_output_bias, n, n_embd);
   }
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
     if (L.attn_post_norm != nullptr) {
       kernels::rmsnorm(proj + t * n_embd, L.attn_post_norm, n_embd, hp_.rms_eps, proj + t * n_embd);
     }
-    kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, L.ffn_norm, n_embd, hp_.rms_eps, xn + t * n_embd);
+    add_block_norm(hp_, x + t * n_embd, proj + t * n_embd, L.ffn_norm, L.ffn_norm_b, xn + t * n_embd);
   });
 }
 
@@ -335,7 +343,9 @@ void LlamaForward::ffn(const LayerWeights& L, const float* xn, int64_t n) {
   ThreadPool& pool = *pool_;
   float* proj = proj_.data();
   const FfnActivation act = hp_.ffn_activation;
-  if (n == 1) {
+  if (act == FfnActivation::kRelu) {
+    ffn_relu(L, xn, n);
+  } else if (n == 1) {
     ffn_gate_up(L.ffn_gate, L.ffn_up, act, xn, gate_.data(), up_.data(), pool, *inline_pool_);
     const MatvecTask down[] = {{&L.ffn_down, gate_.data(), proj, nullptr}};
     fused_matvecs(down, pool, *inline_pool_);
@@ -364,7 +374,7 @@ void LlamaForward::output_logits(float* x, int64_t n, bool all_rows, float* logi
   float* proj = proj_.data();
   for_each_row(pool, n_out, 4 * n_embd, [&](int64_t i) {
     const int64_t t = first + i;
-    kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, w_.output_norm, n_embd, hp_.rms_eps, xn + i * n_embd);
+    add_block_norm(hp_, x + t * n_embd, proj + t * n_embd, w_.output_norm, w_.output_norm_b, xn + i * n_embd);
   });
   if (n_out == 1) {
     const MatvecTask out[] = {{&w_.output, xn, logits, nullptr}};
@@ -380,10 +390,39 @@ void LlamaForward::output_logits(float* x, int64_t n, bool all_rows, float* logi
   }
 }
 
-void LlamaForward::embed(const int32_t* tokens, int64_t n, float* x) const {
+void LlamaForward::ffn_relu(const LayerWeights& L, const float* xn, int64_t n) {
+  const int64_t n_ff = hp_.n_ff;
+  ThreadPool& pool = *pool_;
+  float* up = gate_.data();
+  if (n == 1) {
+    const MatvecTask up_task[] = {{&L.ffn_up, xn, up, L.ffn_up_bias}};
+    fused_matvecs(up_task, pool, *inline_pool_);
+    for (float* u = up; u < up + n_ff; ++u) *u = std::max(*u, 0.0f);
+    const MatvecTask down[] = {{&L.ffn_down, up, proj_.data(), L.ffn_down_bias}};
+    fused_matvecs(down, pool, *inline_pool_);
+    return;
+  }
+  kernels::matmul(L.ffn_up, xn, n, up, pool);
+  for_each_row(pool, n, 2 * n_ff, [&](int64_t t) {
+    float* row = up + t * n_ff;
+    for (int64_t i = 0; i < n_ff; ++i) row[i] = std::max(row[i] + (L.ffn_up_bias ? L.ffn_up_bias[i] : 0.0f), 0.0f);
+  });
+  kernels::matmul(L.ffn_down, up, n, proj_.data(), pool);
+  add_bias(proj_.data(), L.ffn_down_bias, n, hp_.n_embd);
+}
+
+void LlamaForward::embed(const int32_t* tokens, int64_t n, int64_t pos0, const int64_t* positions, float* x) const {
+  const kernels::MatrixView& pe = w_.position_embd;
+  std::vector<float> position_row(pe.data != nullptr ? static_cast<size_t>(hp_.n_embd) : 0);
   for (int64_t t = 0; t < n; ++t) {
     const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + static_cast<size_t>(tokens[t]) * w_.token_embd.row_bytes;
     kernels::dequantize_row(w_.token_embd.type, row, x + t * hp_.n_embd, hp_.n_embd);
+    if (pe.data != nullptr) {  // learned positions (opt): create() bounds the context by their rows
+      const int64_t pos = positions != nullptr ? positions[t] : pos0 + t;
+      kernels::dequantize_row(pe.type, static_cast<const uint8_t*>(pe.data) + static_cast<size_t>(pos) * pe.row_bytes,
+                              position_row.data(), hp_.n_embd);
+      kernels::add(x + t * hp_.n_embd, position_row.data(), hp_.n_embd);
+    }
     if (hp_.embd_scale != 1.0f) {
       for (float* e = x + t * hp_.n_embd; e < x + (t + 1) * hp_.n_embd; ++e) *e *= hp_.embd_scale;
     }
@@ -465,7 +504,7 @@ Status LlamaForward::read_ahead_next(int layer, const float* x, int64_t pos) {
   const LayerWeights& next = w_.layers[layer + 1];
   spec_xn_.resize(static_cast<size_t>(hp_.n_embd));
   spec_q_.resize(static_cast<size_t>(hp_.n_embd_q()));
-  kernels::rmsnorm(x, next.attn_norm, hp_.n_embd, hp_.rms_eps, spec_xn_.data());
+  block_norm(hp_, x, next.attn_norm, next.attn_norm_b, spec_xn_.data());
   const MatvecTask q[] = {{&next.attn_q, spec_xn_.data(), spec_q_.data(), next.attn_q_bias}};
   fused_matvecs(q, *pool_, *inline_pool_);
   norm_heads(spec_q_.data(), next.attn_q_norm, hp_.n_head, hp_.head_dim, hp_.rms_eps);
@@ -490,20 +529,19 @@ Status LlamaForward::prefetch_last_row(int layer, int64_t pos0, int64_t n) {
 Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, bool all_rows, float* logits,
                                    bool prompt_end) {
   const int64_t n_embd = hp_.n_embd;
-  const float eps = hp_.rms_eps;
   const bool decode = n == 1;
   ThreadPool& pool = *pool_;
   float* x = x_.data();
   float* xn = xn_.data();
   float* proj = proj_.data();
 
-  embed(tokens, n, x);
+  embed(tokens, n, pos0, nullptr, x);
   fill_rope_tables(pos0, n);
   const int64_t norm_cost = 4 * n_embd;
 
   // The attention norm of layer 0; every later norm is fused with the residual add before it.
   for_each_row(pool, n, norm_cost, [&](int64_t t) {
-    kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
+    block_norm(hp_, x + t * n_embd, w_.layers[0].attn_norm, w_.layers[0].attn_norm_b, xn + t * n_embd);
   });
 
   AttentionSelector* selector = seq_.selector;
@@ -547,9 +585,9 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       ffn(L, xn, n);
     }
     if (il + 1 < hp_.n_layer) {
-      const float* next_norm = w_.layers[il + 1].attn_norm;
+      const LayerWeights& next = w_.layers[il + 1];
       for_each_row(pool, n, norm_cost, [&](int64_t t) {
-        kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, next_norm, n_embd, eps, xn + t * n_embd);
+        add_block_norm(hp_, x + t * n_embd, proj + t * n_embd, next.attn_norm, next.attn_norm_b, xn + t * n_embd);
       });
     }
   }

@@ -132,11 +132,14 @@ class LlamaForward final : public ForwardContext {
   // Its two halves: x += attn_ Wo^T and xn = ffn_norm(x); then proj_ = the FFN of xn.
   void attention_output(const LayerWeights& L, float* x, float* xn, int64_t n);
   void ffn(const LayerWeights& L, const float* xn, int64_t n);
+  // ffn's ungated form (opt): proj_ = relu(xn Wup^T + b_up) Wdown^T + b_down.
+  void ffn_relu(const LayerWeights& L, const float* xn, int64_t n);
   // logits of the last row (all rows when all_rows) after the last layer: x += proj_, then the
   // output norm and projection.
   void output_logits(float* x, int64_t n, bool all_rows, float* logits);
-  // x[n][n_embd] = the token embeddings.
-  void embed(const int32_t* tokens, int64_t n, float* x) const;
+  // x[n][n_embd] = the token embeddings, plus the learned position embeddings where the model has
+  // them (opt) of positions [pos0, pos0 + n), or positions[0, n) when given.
+  void embed(const int32_t* tokens, int64_t n, int64_t pos0, const int64_t* positions, float* x) const;
 
   const ModelHparams& hp_;
   const ModelWeights& w_;

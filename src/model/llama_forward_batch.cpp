@@ -1,6 +1,7 @@
 // LlamaForward's batched decode (decode_batch, llama_forward.h): one token of each of several
 // sequences in a step, the rows' selections and attention run one row after another or, with two
 // rows or more a thread, side by side on the pool's threads.
+#include "model/block_norm.h"
 #include "model/llama_forward.h"
 
 #include <atomic>
@@ -59,13 +60,12 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_q = hp_.n_embd_q();
   const int64_t n_kv = hp_.n_embd_kv();
-  const float eps = hp_.rms_eps;
   ThreadPool& pool = *pool_;
   Trace* trace = options_.trace;
   const TraceSpan step_span(trace, "decode step", "decode", -1, positions[0]);
   float* x = x_.data();
   float* xn = xn_.data();
-  embed(tokens.data(), n, x);
+  embed(tokens.data(), n, 0, positions.data(), x);
   selected_.resize(static_cast<size_t>(n));
   // With two rows or more a thread, the rows' selections and attention run side by side, a row
   // per pool thread at a time (select_and_attend_across_rows): within one row they keep 2 threads
@@ -73,7 +73,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
   const bool across_rows = pool.n_threads() > 1 && n >= 2 * pool.n_threads();
   for (int64_t i = 0; i < n; ++i) fill_rope_tables(positions[i], 1, i);
   for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
-    kernels::rmsnorm(x + t * n_embd, w_.layers[0].attn_norm, n_embd, eps, xn + t * n_embd);
+    block_norm(hp_, x + t * n_embd, w_.layers[0].attn_norm, w_.layers[0].attn_norm_b, xn + t * n_embd);
   });
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
@@ -122,10 +122,10 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       output_and_ffn(L, x, xn, n);
     }
     if (il + 1 < hp_.n_layer) {
-      const float* next_norm = w_.layers[il + 1].attn_norm;
+      const LayerWeights& next = w_.layers[il + 1];
       const float* proj = proj_.data();
       for_each_row(pool, n, 4 * n_embd, [&](int64_t t) {
-        kernels::add_rmsnorm(x + t * n_embd, proj + t * n_embd, next_norm, n_embd, eps, xn + t * n_embd);
+        add_block_norm(hp_, x + t * n_embd, proj + t * n_embd, next.attn_norm, next.attn_norm_b, xn + t * n_embd);
       });
     }
   }

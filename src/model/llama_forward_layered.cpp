@@ -1,6 +1,7 @@
 // LlamaForward's layered prefill (ForwardOptions::prefill_working_set_bytes, llama_forward.h): a
 // prompt of several batches, layer by layer over segments of batches held in a working set.
 // The order, and why: docs/model.md#the-forward-pass
+#include "model/block_norm.h"
 #include "model/llama_forward.h"
 
 #include <algorithm>
@@ -21,7 +22,6 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
   const int64_t n_past0 = seq_.kv->n_tokens();
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_q = hp_.n_embd_q();
-  const float eps = hp_.rms_eps;
   const size_t kv_row_bytes = static_cast<size_t>(hp_.n_embd_kv()) * kv_dtype_size(seq_.kv->dtype());
   // What a segment row costs the working set: its residual stream and one layer's K and V; in a
   // segment that attends KV in the store, also its query, its attention output and attention's
@@ -80,7 +80,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         std::max<uint64_t>(prefill_stats_.working_set_bytes,
                            (seg_x_.capacity() + seg_q_.capacity() + seg_attn_.capacity()) * sizeof(float) +
                                seg_k_.capacity() + seg_v_.capacity() + merge_bytes);
-    embed(tokens.data() + s0, s1 - s0, seg_x_.data());
+    embed(tokens.data() + s0, s1 - s0, n_past0 + s0, nullptr, seg_x_.data());
 
     for (int il = 0; il < hp_.n_layer; ++il) {
       const LayerWeights& L = w_.layers[il];
@@ -92,7 +92,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         float* xn = xn_.data();
         // The residual stream holds layer il's input (the previous layer's FFN added): its norm.
         for_each_row(pool, nt, 4 * n_embd, [&](int64_t t) {
-          kernels::rmsnorm(x + t * n_embd, L.attn_norm, n_embd, eps, xn + t * n_embd);
+          block_norm(hp_, x + t * n_embd, L.attn_norm, L.attn_norm_b, xn + t * n_embd);
         });
         fill_rope_tables(pos, nt);
         project_qkv(il, xn, nt, pos);

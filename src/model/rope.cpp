@@ -8,8 +8,8 @@
 namespace leoam {
 
 Result<Rope> Rope::create(const RopeParams& params, int head_dim, const float* freq_factors) {
-  if (params.n_rot <= 0 || params.n_rot % 2 != 0 || params.n_rot > head_dim) {
-    return invalid_argument("RoPE: n_rot " + std::to_string(params.n_rot) + " must be even and in [2, head_dim " +
+  if (params.n_rot < 0 || params.n_rot % 2 != 0 || params.n_rot > head_dim) {
+    return invalid_argument("RoPE: n_rot " + std::to_string(params.n_rot) + " must be even and in [0, head_dim " +
                             std::to_string(head_dim) + "]");
   }
   if (!(params.freq_scale > 0.0f)) return invalid_argument("RoPE: freq_scale must be positive");

@@ -5,7 +5,8 @@
 // correction dims; cos and sin are multiplied by mscale. The pair (x0, x1) becomes
 // (x0 cos - x1 sin, x0 sin + x1 cos), where normal pairing (llama) is x0 = x[2i], x1 = x[2i + 1]
 // and NeoX pairing (qwen2) x0 = x[i], x1 = x[i + n_rot/2]. Dimensions [n_rot, head_dim) pass
-// through unchanged. The formulas in full: docs/model.md#rope
+// through unchanged; n_rot 0 rotates nothing (opt: learned positions). The formulas in full:
+// docs/model.md#rope
 #pragma once
 
 #include <cstdint>

@@ -204,7 +204,9 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerWeights& L = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
+    const bool layer_norm = hp.norm == NormKind::kLayer;
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_norm.weight", hp.n_embd, false, w, &L.attn_norm));
+    if (layer_norm) LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_norm.bias", hp.n_embd, false, w, &L.attn_norm_b));
     if (m.has(p + "attn_qkv.weight")) {
       LEOAM_RETURN_IF_ERROR(
           m.fused(p + "attn_qkv.weight", hp.n_embd, {{n_q, &L.attn_q}, {n_kv, &L.attn_k}, {n_kv, &L.attn_v}}));
@@ -222,18 +224,30 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
       LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k_norm.weight", hp.head_dim, false, w, &L.attn_k_norm));
     }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_output.weight", n_q, hp.n_embd, &L.attn_output));
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_output.bias", hp.n_embd, true, w, &L.attn_output_bias));
     if (gemma) LEOAM_RETURN_IF_ERROR(m.vector(p + "post_attention_norm.weight", hp.n_embd, false, w, &L.attn_post_norm));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.weight", hp.n_embd, false, w, &L.ffn_norm));
+    if (layer_norm) LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.bias", hp.n_embd, false, w, &L.ffn_norm_b));
     if (hp.arch == ModelArch::kPhi3) {  // gate's rows first, then up's
       LEOAM_RETURN_IF_ERROR(m.fused(p + "ffn_up.weight", hp.n_embd, {{hp.n_ff, &L.ffn_gate}, {hp.n_ff, &L.ffn_up}}));
     } else {
-      LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, &L.ffn_gate));
+      if (hp.ffn_activation != FfnActivation::kRelu) {
+        LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, &L.ffn_gate));
+      }
       LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff, &L.ffn_up));
     }
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_up.bias", hp.n_ff, true, w, &L.ffn_up_bias));
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd, &L.ffn_down));
+    LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_down.bias", hp.n_embd, true, w, &L.ffn_down_bias));
     if (gemma) LEOAM_RETURN_IF_ERROR(m.vector(p + "post_ffw_norm.weight", hp.n_embd, false, w, &L.ffn_post_norm));
   }
   LEOAM_RETURN_IF_ERROR(m.vector("output_norm.weight", hp.n_embd, false, w, &w.output_norm));
+  if (hp.norm == NormKind::kLayer) {
+    LEOAM_RETURN_IF_ERROR(m.vector("output_norm.bias", hp.n_embd, false, w, &w.output_norm_b));
+  }
+  if (hp.arch == ModelArch::kOpt) {
+    LEOAM_RETURN_IF_ERROR(m.matrix("position_embd.weight", hp.n_embd, hp.n_ctx_train, &w.position_embd));
+  }
   if (gguf.find_tensor("output.weight") != nullptr) {
     LEOAM_RETURN_IF_ERROR(m.matrix("output.weight", hp.n_embd, n_vocab, &w.output));
   } else {

@@ -21,6 +21,7 @@ class GgufFile;
 
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
+  const float* attn_norm_b = nullptr;  // [n_embd]: the LayerNorm's bias (opt); else null
   kernels::MatrixView attn_q;        // [n_head*head_dim rows][n_embd cols]
   kernels::MatrixView attn_k;        // [n_head_kv*head_dim][n_embd]
   kernels::MatrixView attn_v;        // [n_head_kv*head_dim][n_embd]
@@ -30,11 +31,15 @@ struct LayerWeights {
   const float* attn_k_norm = nullptr;  // [head_dim]: the same for k
   const float* attn_v_bias = nullptr;  // [n_head_kv*head_dim] or null
   kernels::MatrixView attn_output;   // [n_embd][n_head*head_dim]
+  const float* attn_output_bias = nullptr;  // [n_embd] or null (opt)
   const float* attn_post_norm = nullptr;  // [n_embd]: gemma's RMSNorm of the attention's output; else null
   const float* ffn_norm = nullptr;   // [n_embd]
-  kernels::MatrixView ffn_gate;      // [n_ff][n_embd]
+  const float* ffn_norm_b = nullptr;  // [n_embd]: the LayerNorm's bias (opt); else null
+  kernels::MatrixView ffn_gate;      // [n_ff][n_embd]; empty (no data) in an FFN without a gate (opt)
   kernels::MatrixView ffn_up;        // [n_ff][n_embd]
+  const float* ffn_up_bias = nullptr;  // [n_ff] or null (opt)
   kernels::MatrixView ffn_down;      // [n_embd][n_ff]
+  const float* ffn_down_bias = nullptr;  // [n_embd] or null (opt)
   const float* ffn_post_norm = nullptr;  // [n_embd]: gemma's RMSNorm of the FFN's output; else null
 };
 
@@ -42,6 +47,9 @@ struct ModelWeights {
   kernels::MatrixView token_embd;    // [n_vocab][n_embd]
   std::vector<LayerWeights> layers;  // [n_layer]
   const float* output_norm = nullptr;  // [n_embd]
+  const float* output_norm_b = nullptr;  // [n_embd]: the LayerNorm's bias (opt); else null
+  // [n_ctx_train][n_embd]: the learned position embeddings (opt; row p is position p); else empty.
+  kernels::MatrixView position_embd;
   kernels::MatrixView output;        // [n_vocab][n_embd]; == token_embd when tied
   bool output_tied = false;
   const float* rope_freqs = nullptr;   // [n_rot/2] or null

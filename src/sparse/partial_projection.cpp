@@ -8,6 +8,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/row_groups.h"
+#include "model/block_norm.h"
 #include "model/model.h"
 
 namespace leoam::sparse {
@@ -153,7 +154,7 @@ void PartialProjection::project_query(int layer, int64_t pos, const float* x, fl
   const LayerWeights& L = model_->weights().layers[layer];
   const LayerColumns& lc = layers_[layer];
   std::vector<float> xn(static_cast<size_t>(hp.n_embd));
-  kernels::rmsnorm(x, L.attn_norm, hp.n_embd, hp.rms_eps, xn.data());
+  block_norm(hp, x, L.attn_norm, L.attn_norm_b, xn.data());
 
   // The selected rows into an otherwise zero query, rotated whole: pairs are kept or dropped
   // together, so the dropped ones stay zero and the kept ones rotate exactly as in the full query.

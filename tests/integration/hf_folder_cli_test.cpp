@@ -28,6 +28,7 @@ class HfFolderCliTest : public ::testing::Test {
     spec.dtype = "BF16";
     spec.shards = 2;
     if (architecture == "Qwen3ForCausalLM") spec.head_dim = 32;
+    if (architecture == "OPTForCausalLM") spec.n_head_kv = spec.n_head;
     if (spec.gemma()) {  // windows shorter than the prompt, and caps that bite
       spec.n_layer = architecture == "Gemma3ForCausalLM" ? 7 : 2;
       spec.tied = true;
@@ -54,7 +55,8 @@ class HfFolderCliTest : public ::testing::Test {
 
 TEST_F(HfFolderCliTest, TheFolderRunsAsItsConvertedGguf) {
   for (const char* architecture :
-       {"LlamaForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"}) {
+       {"LlamaForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+        "OPTForCausalLM"}) {
     SCOPED_TRACE(architecture);
     const std::string name = std::string("tiny-") + architecture;
     const std::string folder = write_folder(name, architecture);

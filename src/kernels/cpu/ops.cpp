@@ -291,6 +291,22 @@ void rope(float* x, const RopeShape& shape, const float* cos, const float* sin) 
   }
 }
 
+void layernorm(const float* x, const float* weight, const float* bias, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double sum_sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum_sq += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>((x[i] - mean) * inv) * weight[i] + bias[i];
+}
+
+void add_layernorm(float* x, const float* delta, const float* weight, const float* bias, int64_t n, float eps,
+                   float* out) {
+  for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
+  layernorm(x, weight, bias, n, eps, out);
+}
+
 void geglu(const float* gate, const float* up, int64_t n, float* out) {
   const float k = std::sqrt(2.0f / std::numbers::pi_v<float>);
   for (int64_t i = 0; i < n; ++i) {

@@ -39,6 +39,14 @@ void rope(float* x, const RopeShape& shape, const float* cos, const float* sin);
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. out may alias gate or up.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
+// LayerNorm: out[i] = (x[i] - mean) / sqrt(var + eps) * weight[i] + bias[i], mean and var of x[0, n)
+// (opt's blocks). One scalar path, statistics in double: it runs once per row and block. out may
+// alias x.
+void layernorm(const float* x, const float* weight, const float* bias, int64_t n, float eps, float* out);
+// x[i] += delta[i], then out = layernorm(x). out must not alias x or delta.
+void add_layernorm(float* x, const float* delta, const float* weight, const float* bias, int64_t n, float eps,
+                   float* out);
+
 // out[i] = gelu(gate[i]) * up[i], GELU in its tanh form: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
 // (Gemma's GeGLU). One scalar path, in float with std::tanh: it runs once per FFN row, beside a
 // matrix product of n_embd times as much work. out may alias gate or up.

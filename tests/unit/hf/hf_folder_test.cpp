@@ -128,6 +128,15 @@ std::vector<FolderCase> folder_cases() {
     s.rope_scaling = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
     c.push_back({original < 12 ? "phi3_longrope_long" : "phi3_longrope_short", s});
   }
+  // OPT: learned positions from row 2, LayerNorm, ReLU, biases everywhere; MHA.
+  {
+    HfFolderSpec s;
+    s.architecture = "OPTForCausalLM";
+    s.n_head_kv = 4;
+    s.tied = true;
+    s.dtype = "F16";
+    c.push_back({"opt_f16_tied", s});
+  }
   // Gemma 2: layer 0 slides over 5 of the 12 tokens, layer 1 is global; caps low enough that
   // they bite, and a query scale that is not head_dim's.
   {
@@ -171,6 +180,18 @@ TEST_P(HfFolderVsReference, AllPositionsMatch) {
   const double err = testing_util::rel_l2(logits, ref);
   std::printf("[ measured ] %-24s rel L2 error %.3g\n", fc.name.c_str(), err);
   EXPECT_LE(err, 2e-6) << fc.name;
+
+  // The GGUF the folder converts to, against the reference written from GGUF's layout: the
+  // conversion's renames, 1 + w norms, dropped position rows and kept fusions, checked apart from
+  // the engine.
+  GgufWriter writer;
+  ASSERT_TRUE(import_hf_folder(dir.path(), {}, writer).is_ok());
+  const std::string gguf_path = dir.file("converted.gguf");
+  ASSERT_TRUE(writer.write(gguf_path).is_ok());
+  const std::vector<float> gguf_ref = testing_util::run_reference(gguf_path, tokens, false, &error);
+  ASSERT_EQ(gguf_ref.size(), ref.size()) << error;
+  // GGUF keeps the RoPE bases, factors, epsilons and Gemma's 1 + w in f32: up to 1.2e-7 (measured).
+  EXPECT_LE(testing_util::rel_l2(gguf_ref, ref), 1e-6) << fc.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, HfFolderVsReference, ::testing::ValuesIn(folder_cases()),
@@ -250,6 +271,28 @@ TEST(HfFolderTest, GemmaKeysAndTheirDefaults) {
   EXPECT_EQ(bad.status().message(), "m.gguf: key 'gemma3.attn_logit_softcapping' is -1.000000; it must be positive");
   auto no_window = load([](GgufWriter& w) { w.set("gemma3.attention.sliding_window", GgufValue::from_u32(0)); });
   EXPECT_FALSE(no_window.is_ok());
+}
+
+// OPT's learned positions bound its context: a longer one is an error naming both lengths.
+TEST(HfFolderTest, OptContextIsBoundByItsPositions) {
+  HfFolderSpec s;
+  s.architecture = "OPTForCausalLM";
+  s.n_head_kv = s.n_head;
+  s.tied = true;
+  TempDir dir;
+  testing_util::write_hf_folder(s, dir.path());
+  auto model = load_folder(dir.path());
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  EXPECT_EQ((*model)->hparams().rope.n_rot, 0);
+  EXPECT_EQ((*model)->weights().position_embd.n_rows, s.n_ctx);
+  ForwardOptions opts;
+  opts.n_ctx = s.n_ctx;
+  EXPECT_TRUE(ForwardContext::create(**model, opts).is_ok());
+  opts.n_ctx = s.n_ctx + 1;
+  auto too_long = ForwardContext::create(**model, opts);
+  ASSERT_FALSE(too_long.is_ok());
+  EXPECT_EQ(too_long.status().message(),
+            "a context of 257 tokens is longer than the 256 positions this model learned embeddings for");
 }
 
 TEST(HfFolderTest, TypeQuantizesTheMatricesOnLoad) {

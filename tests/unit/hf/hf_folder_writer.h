@@ -139,6 +139,30 @@ inline std::vector<Entry> hf_tensors(const HfFolderSpec& s) {
     for (float& x : v) x = (norm ? norm_center : 0.0f) + scale * u(rng);
     out.push_back({name, s.dtype, shape, encode(v, s.dtype)});
   };
+  if (s.architecture == "OPTForCausalLM") {
+    // OPT: the decoder's names, biases on everything, 2 position rows no position uses.
+    add("model.decoder.embed_tokens.weight", {s.n_vocab, s.n_embd}, false);
+    add("model.decoder.embed_positions.weight", {s.n_ctx + 2, s.n_embd}, false);
+    for (int il = 0; il < s.n_layer; ++il) {
+      const std::string p = "model.decoder.layers." + std::to_string(il) + ".";
+      for (const char* norm : {"self_attn_layer_norm", "final_layer_norm"}) {
+        add(p + norm + ".weight", {s.n_embd}, true);
+        add(p + norm + ".bias", {s.n_embd}, false);
+      }
+      for (const char* proj : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj"}) {
+        add(p + proj + ".weight", {s.n_embd, s.n_embd}, false);
+        add(p + proj + ".bias", {s.n_embd}, false);
+      }
+      add(p + "fc1.weight", {s.n_ff, s.n_embd}, false);
+      add(p + "fc1.bias", {s.n_ff}, false);
+      add(p + "fc2.weight", {s.n_embd, s.n_ff}, false);
+      add(p + "fc2.bias", {s.n_embd}, false);
+    }
+    add("model.decoder.final_layer_norm.weight", {s.n_embd}, true);
+    add("model.decoder.final_layer_norm.bias", {s.n_embd}, false);
+    if (!s.tied) add("lm_head.weight", {s.n_vocab, s.n_embd}, false);
+    return out;
+  }
   add("model.embed_tokens.weight", {s.n_vocab, s.n_embd}, false);
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string p = "model.layers." + std::to_string(il) + ".";
@@ -179,7 +203,26 @@ inline std::vector<Entry> hf_tensors(const HfFolderSpec& s) {
   return out;
 }
 
+inline nlohmann::ordered_json opt_config(const HfFolderSpec& s) {
+  return {{"architectures", {s.architecture}},
+          {"activation_function", "relu"},
+          {"do_layer_norm_before", true},
+          {"enable_bias", true},
+          {"ffn_dim", s.n_ff},
+          {"hidden_size", s.n_embd},
+          {"layer_norm_elementwise_affine", true},
+          {"max_position_embeddings", s.n_ctx},
+          {"model_type", "opt"},
+          {"num_attention_heads", s.n_head},
+          {"num_hidden_layers", s.n_layer},
+          {"tie_word_embeddings", s.tied},
+          {"torch_dtype", "float32"},
+          {"vocab_size", s.n_vocab},
+          {"word_embed_proj_dim", s.n_embd}};
+}
+
 inline nlohmann::ordered_json hf_config(const HfFolderSpec& s) {
+  if (s.architecture == "OPTForCausalLM") return opt_config(s);
   nlohmann::ordered_json c = {{"architectures", {s.architecture}},
                               {"hidden_act", "silu"},
                               {"hidden_size", s.n_embd},

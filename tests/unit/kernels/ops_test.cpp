@@ -258,6 +258,40 @@ TEST_P(Ops, AddMatchesReferenceExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, Ops, testing_util::kCpuPaths, testing_util::cpu_path_name);
 
+// LayerNorm against its statistics in double, in place too, and add_layernorm as the add then
+// the norm.
+TEST(Ops, LayernormMatchesDouble) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.5f, 2.0f);
+  const int n = 200;
+  std::vector<float> x(n), w(n), b(n), delta(n), out(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = dist(rng);
+    w[i] = dist(rng);
+    b[i] = dist(rng);
+    delta[i] = dist(rng);
+  }
+  const auto want = [&](const std::vector<float>& v, int i) {
+    double mean = 0.0, var = 0.0;
+    for (float e : v) mean += e;
+    mean /= n;
+    for (float e : v) var += (e - mean) * (e - mean);
+    var /= n;
+    return (v[i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+  };
+  layernorm(x.data(), w.data(), b.data(), n, 1e-5f, out.data());
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(out[i], want(x, i), 1e-5 * std::max(1.0, std::fabs(want(x, i)))) << i;
+  std::vector<float> in_place = x;
+  layernorm(in_place.data(), w.data(), b.data(), n, 1e-5f, in_place.data());
+  EXPECT_EQ(in_place, out);
+  std::vector<float> sum = x;
+  for (int i = 0; i < n; ++i) sum[i] += delta[i];
+  std::vector<float> added = x;
+  add_layernorm(added.data(), delta.data(), w.data(), b.data(), n, 1e-5f, out.data());
+  EXPECT_EQ(added, sum);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(out[i], want(sum, i), 1e-5 * std::max(1.0, std::fabs(want(sum, i)))) << i;
+}
+
 // GeGLU against the tanh-form GELU in double, and its known values: gelu(0) = 0, gelu(1) =
 // 0.841192, gelu(-1) = -0.158808; in place too.
 TEST(Ops, GegluMatchesTheTanhFormInDouble) {

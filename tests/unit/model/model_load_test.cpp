@@ -216,7 +216,7 @@ TEST(ModelLoad, UnknownArchitecture) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
   EXPECT_EQ(r.status().message(),
-            "m.gguf: architecture 'gpt2' is not supported; supported: llama qwen2 qwen3 phi3 gemma2 gemma3");
+            "m.gguf: architecture 'gpt2' is not supported; supported: llama qwen2 qwen3 phi3 gemma2 gemma3 opt");
 }
 
 TEST(ModelLoad, InconsistentHeadCounts) {

@@ -167,7 +167,19 @@ TEST(Rope, TablesForSeveralPositionsAndHeads) {
 TEST(Rope, RejectsBadParameters) {
   EXPECT_FALSE(Rope::create(params(7, RopePairing::kNormal), 8, nullptr).is_ok());
   EXPECT_FALSE(Rope::create(params(16, RopePairing::kNormal), 8, nullptr).is_ok());
-  EXPECT_FALSE(Rope::create(params(0, RopePairing::kNormal), 8, nullptr).is_ok());
+  EXPECT_FALSE(Rope::create(params(-2, RopePairing::kNormal), 8, nullptr).is_ok());
+}
+
+// n_rot 0 (opt's learned positions) rotates nothing.
+TEST(Rope, NoRotatedDimensionsLeaveTheHeadsAsTheyAre) {
+  Result<Rope> rope = Rope::create(params(0, RopePairing::kNormal), 8, nullptr);
+  ASSERT_TRUE(rope.is_ok()) << rope.status().message();
+  std::vector<float> x(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) - 3.5f;
+  const std::vector<float> before = x;
+  float no_table = 0.0f;
+  rope->apply(x.data(), 1, 2, &no_table, &no_table);
+  EXPECT_EQ(x, before);
 }
 
 }  // namespace
