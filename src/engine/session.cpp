@@ -126,6 +126,7 @@ Result<std::unique_ptr<sparse::SparseAttention>> make_selector(const AttentionOp
   shape.n_head_kv = hp.n_head_kv;
   shape.head_dim = hp.head_dim;
   shape.scale = hp.attn_scale;
+  shape.softcap = hp.attn_softcap;
   return sparse::SparseAttention::create(s, store.catalog(), shape);
 }
 

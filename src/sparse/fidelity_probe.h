@@ -21,6 +21,7 @@ struct FidelityProbeOptions {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 0.0f;            // on q.k, as attention applies it
+  float softcap = 0.0f;          // > 0: the scaled scores capped, as attention caps them
   std::vector<int> layers;       // the sampled layers
   std::vector<int> kv_heads;     // the sampled KV heads, each with every query head of its group
 };

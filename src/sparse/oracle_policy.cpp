@@ -76,7 +76,7 @@ class OraclePolicy final : public SelectionPolicy {
         const float* k = k0 + t * row;
         float dot = 0.0f;
         for (int c = 0; c < query.head_dim; ++c) dot += q[c] * k[c];
-        p[t] = query.scale * dot;
+        p[t] = query.softcap > 0.0f ? query.softcap * std::tanh(query.scale * dot / query.softcap) : query.scale * dot;
         m = std::max(m, p[t]);
       }
       double total = 0.0;

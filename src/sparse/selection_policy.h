@@ -40,6 +40,7 @@ struct SelectionQuery {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 0.0f;     // applied to q.k before the softmax
+  float softcap = 0.0f;   // > 0: the scaled score s becomes softcap * tanh(s / softcap) (gemma2)
   TokenRange far;         // the positions the policy chooses from: between the sink and the recent window
   int64_t budget_tokens = 0;  // far tokens the policy may pick at most (whole chunks may round down)
   ThreadPool* pool = nullptr;  // threads the policy may run its loops on (idle during select); null: none

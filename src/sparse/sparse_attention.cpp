@@ -158,6 +158,7 @@ SelectionQuery SparseAttention::make_query(int layer, int64_t pos, int64_t n_tok
   query.n_head_kv = shape_.n_head_kv;
   query.head_dim = shape_.head_dim;
   query.scale = shape_.scale;
+  query.softcap = shape_.softcap;
   query.far = far;
   query.budget_tokens = far_budget(layer, far.size());
   query.pool = &pool;

@@ -51,6 +51,7 @@ struct AttentionShape {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 0.0f;  // applied to q.k
+  float softcap = 0.0f;  // > 0: scores capped as attention caps them (gemma2)
 };
 
 // Per layer: what the queries attended and saw, and what the policy scored.

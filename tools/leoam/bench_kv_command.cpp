@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -330,7 +329,8 @@ class BenchKvCommand : public Command {
         sparse::FidelityProbeOptions fo{.n_head = hp.n_head,
                                         .n_head_kv = hp.n_head_kv,
                                         .head_dim = hp.head_dim,
-                                        .scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim)),
+                                        .scale = hp.attn_scale,
+                                        .softcap = hp.attn_softcap,
                                         .layers = fidelity_layers(o_.fidelity_layers, hp.n_layer),
                                         .kv_heads = fidelity_kv_heads(hp.n_head_kv)};
         LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::FidelityProbe> probe,
@@ -347,7 +347,7 @@ class BenchKvCommand : public Command {
       if (o_.workload == "moving") {
         const int64_t n_fill = n_ctx > kPromptEndTokens ? n_ctx - kPromptEndTokens : n_ctx;
         MovingTargetsOptions mo{.n_head = model.hparams().n_head,
-                                .scale = 1.0f / std::sqrt(static_cast<float>(model.hparams().head_dim)),
+                                .scale = model.hparams().attn_scale,
                                 .n_targets = kMovingTargets,
                                 .period = kMovingPeriod,
                                 .lean = kMovingLean,
