@@ -230,7 +230,6 @@ Status read_gemma(const Fields& f, HfConfig& c) {
 // Only the layout every size but 350M has: norms before the blocks, no projection of the
 // embedding, ReLU, biases, norms with their weights.
 Status read_opt(const Fields& f, HfConfig& c) {
-  c.opt = true;
   LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
   LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
   LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("ffn_dim", kMaxDim));
@@ -276,7 +275,7 @@ Status read_fields(const Fields& f, HfConfig& c) {
   c.head_norms = known->head_norms;
   c.fused_projections = known->fused_projections;
   c.gemma = known->gemma;
-  if (c.gguf_arch == "opt") return read_opt(f, c);
+  if (c.opt()) return read_opt(f, c);
   LEOAM_ASSIGN_OR_RETURN(c.n_vocab, f.require_int("vocab_size", int64_t{1} << 24));
   LEOAM_ASSIGN_OR_RETURN(c.n_embd, f.require_int("hidden_size", kMaxDim));
   LEOAM_ASSIGN_OR_RETURN(c.n_ff, f.require_int("intermediate_size", kMaxDim));
@@ -347,7 +346,7 @@ void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWrit
   out.set(a + ".attention.head_count_kv", u32(c.n_head_kv));
   out.set(a + ".attention.key_length", u32(c.head_dim));
   out.set(a + ".attention.value_length", u32(c.head_dim));
-  if (c.opt) {  // LayerNorm, and no RoPE
+  if (c.opt()) {  // LayerNorm, and no RoPE
     out.set(a + ".attention.layer_norm_epsilon", GgufValue::from_f32(static_cast<float>(c.rms_eps)));
     return;
   }
@@ -361,11 +360,12 @@ void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWrit
   if (c.gemma) {
     out.set(a + ".attention.scale", GgufValue::from_f32(static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar))));
     out.set(a + ".attention.sliding_window", u32(c.sliding_window));
-    if (c.attn_softcap > 0) out.set(a + ".attn_logit_softcapping", GgufValue::from_f32(static_cast<float>(c.attn_softcap)));
-    if (c.final_softcap > 0) {
-      out.set(a + ".final_logit_softcapping", GgufValue::from_f32(static_cast<float>(c.final_softcap)));
+    // The keys absent where config.json has none (0): a cap-less Gemma 3, Gemma 2's one RoPE.
+    for (const auto& [key, value] : {std::pair{".attn_logit_softcapping", c.attn_softcap},
+                                     std::pair{".final_logit_softcapping", c.final_softcap},
+                                     std::pair{".rope.freq_base_swa", c.rope_local_theta}}) {
+      if (value > 0) out.set(a + key, GgufValue::from_f32(static_cast<float>(value)));
     }
-    if (c.rope_local_theta > 0) out.set(a + ".rope.freq_base_swa", GgufValue::from_f32(static_cast<float>(c.rope_local_theta)));
   }
   if (c.rope_scaling == "linear" || c.rope_scaling == "yarn") {
     out.set(a + ".rope.scaling.type", GgufValue::from_string(c.rope_scaling));

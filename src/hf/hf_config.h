@@ -2,9 +2,10 @@
 // architecture (LlamaForCausalLM and MistralForCausalLM are GGUF's `llama`, Qwen2ForCausalLM its
 // `qwen2`, Qwen3ForCausalLM its `qwen3`, Phi3ForCausalLM its `phi3`, Gemma2ForCausalLM and
 // Gemma3ForCausalLM its `gemma2` and `gemma3`, OPTForCausalLM leoam's `opt`), the shapes, the
-// norm epsilon, RoPE with its scaling, and Gemma's attention scale, caps and sliding window. A missing or mistyped field, an unknown architecture or a
-// feature the engine does not compute (partial rotary, dynamic scaling) is an error naming the
-// file and the field (docs/model.md#hugging-face-folders).
+// norm epsilon, RoPE with its scaling, and Gemma's attention scale, caps and sliding window. A
+// missing or mistyped field, an unknown architecture or a feature the engine does not compute
+// (partial rotary, dynamic scaling) is an error naming the file and the field
+// (docs/model.md#hugging-face-folders).
 #pragma once
 
 #include <cstdint>
@@ -33,9 +34,6 @@ struct HfConfig {
   double attn_softcap = 0;           // gemma2's attn_logit_softcapping; 0: none
   double final_softcap = 0;          // gemma2's final_logit_softcapping; 0: none
   int64_t sliding_window = 0;        // gemma: the keys a sliding layer sees
-  // OPT: learned positions (embed_positions, whose first 2 rows no position uses), LayerNorm with
-  // biases, biases on every projection, a ReLU FFN without a gate.
-  bool opt = false;
   double rope_local_theta = 0;       // gemma3: rope_local_base_freq, the sliding layers' base
   bool tie_word_embeddings = false;
   int64_t n_vocab = 0;
@@ -58,6 +56,10 @@ struct HfConfig {
   std::vector<float> rope_short_factors;
   std::vector<float> rope_long_factors;
   double rope_attn_factor = 1.0;
+
+  // OPT: learned positions (embed_positions, whose first 2 rows no position uses), LayerNorm with
+  // biases, biases on every projection, a ReLU FFN without a gate.
+  bool opt() const { return gguf_arch == "opt"; }
 };
 
 // Reads and checks `path` (a config.json).

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "gguf/gguf_writer.h"
@@ -35,7 +36,8 @@ std::map<std::string, Expected> expected_opt_tensors(const HfConfig& c) {
   const int64_t d = c.n_embd;
   std::map<std::string, Expected> m;
   m["model.decoder.embed_tokens.weight"] = {"token_embd.weight", {c.n_vocab, d}};
-  m["model.decoder.embed_positions.weight"] = {"position_embd.weight", {c.n_ctx + 2, d}, false, 0, false, 2};
+  m["model.decoder.embed_positions.weight"] = {
+      .gguf_name = "position_embd.weight", .shape = {c.n_ctx + 2, d}, .skip_rows = 2};
   m["model.decoder.final_layer_norm.weight"] = {"output_norm.weight", {d}};
   m["model.decoder.final_layer_norm.bias"] = {"output_norm.bias", {d}};
   if (!c.tie_word_embeddings) m["lm_head.weight"] = {"output.weight", {c.n_vocab, d}};
@@ -61,18 +63,21 @@ std::map<std::string, Expected> expected_opt_tensors(const HfConfig& c) {
 
 // HF tensor name -> what it is, for each architecture config.json may name (hf_config.h).
 std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
-  if (c.opt) return expected_opt_tensors(c);
+  if (c.opt()) return expected_opt_tensors(c);
   const int64_t q = int64_t{c.n_head} * c.head_dim;
   const int64_t kv = int64_t{c.n_head_kv} * c.head_dim;
   std::map<std::string, Expected> m;
   m["model.embed_tokens.weight"] = {"token_embd.weight", {c.n_vocab, c.n_embd}};
-  const bool g = c.gemma;
-  m["model.norm.weight"] = {"output_norm.weight", {c.n_embd}, false, 0, g};
+  // A norm's weight: Gemma's are stored as w where RMSNorm multiplies by 1 + w.
+  const auto norm = [&](std::string gguf_name, int64_t n) {
+    return Expected{.gguf_name = std::move(gguf_name), .shape = {n}, .plus_one = c.gemma};
+  };
+  m["model.norm.weight"] = norm("output_norm.weight", c.n_embd);
   if (!c.tie_word_embeddings) m["lm_head.weight"] = {"output.weight", {c.n_vocab, c.n_embd}};
   for (int il = 0; il < c.n_layer; ++il) {
     const std::string hf = "model.layers." + std::to_string(il) + ".";
     const std::string gg = "blk." + std::to_string(il) + ".";
-    m[hf + "input_layernorm.weight"] = {gg + "attn_norm.weight", {c.n_embd}, false, 0, g};
+    m[hf + "input_layernorm.weight"] = norm(gg + "attn_norm.weight", c.n_embd);
     if (c.fused_projections) {  // phi3: q, k, v stacked; gate and up stacked, as GGUF's phi3 keeps them
       m[hf + "self_attn.qkv_proj.weight"] = {gg + "attn_qkv.weight", {q + 2 * kv, c.n_embd}};
       m[hf + "mlp.gate_up_proj.weight"] = {gg + "ffn_up.weight", {2 * c.n_ff, c.n_embd}};
@@ -89,16 +94,16 @@ std::map<std::string, Expected> expected_tensors(const HfConfig& c) {
       m[hf + "self_attn.v_proj.bias"] = {gg + "attn_v.bias", {kv}};
     }
     if (c.head_norms) {
-      m[hf + "self_attn.q_norm.weight"] = {gg + "attn_q_norm.weight", {c.head_dim}, false, 0, g};
-      m[hf + "self_attn.k_norm.weight"] = {gg + "attn_k_norm.weight", {c.head_dim}, false, 0, g};
+      m[hf + "self_attn.q_norm.weight"] = norm(gg + "attn_q_norm.weight", c.head_dim);
+      m[hf + "self_attn.k_norm.weight"] = norm(gg + "attn_k_norm.weight", c.head_dim);
     }
     m[hf + "self_attn.o_proj.weight"] = {gg + "attn_output.weight", {c.n_embd, q}};
-    if (g) {  // Gemma's post_attention_layernorm is the attention output's norm, not the FFN's
-      m[hf + "post_attention_layernorm.weight"] = {gg + "post_attention_norm.weight", {c.n_embd}, false, 0, true};
-      m[hf + "pre_feedforward_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}, false, 0, true};
-      m[hf + "post_feedforward_layernorm.weight"] = {gg + "post_ffw_norm.weight", {c.n_embd}, false, 0, true};
+    if (c.gemma) {  // Gemma's post_attention_layernorm is the attention output's norm, not the FFN's
+      m[hf + "post_attention_layernorm.weight"] = norm(gg + "post_attention_norm.weight", c.n_embd);
+      m[hf + "pre_feedforward_layernorm.weight"] = norm(gg + "ffn_norm.weight", c.n_embd);
+      m[hf + "post_feedforward_layernorm.weight"] = norm(gg + "post_ffw_norm.weight", c.n_embd);
     } else {
-      m[hf + "post_attention_layernorm.weight"] = {gg + "ffn_norm.weight", {c.n_embd}};
+      m[hf + "post_attention_layernorm.weight"] = norm(gg + "ffn_norm.weight", c.n_embd);
     }
     m[hf + "mlp.down_proj.weight"] = {gg + "ffn_down.weight", {c.n_embd, c.n_ff}};
   }

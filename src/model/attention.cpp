@@ -10,6 +10,7 @@
 
 #include "core/huge_pages.h"
 #include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 
 namespace leoam {
@@ -174,7 +175,7 @@ void key_logits(const KvView& kv, const AttentionParams& params, const float* q,
         for (int h = g * group; h < (g + 1) * group; ++h) {
           const float* qh = q + static_cast<size_t>(h) * params.head_dim;
           const float logit = kernels::dot_row(type, row + g * head_bytes, qh, params.head_dim) * params.scale;
-          logits[h * n_keys + key] = params.softcap > 0.0f ? params.softcap * std::tanh(logit / params.softcap) : logit;
+          logits[h * n_keys + key] = kernels::softcap(logit, params.softcap);
         }
       }
     }
@@ -309,9 +310,11 @@ Status attention(KvCache& kv, int layer, int64_t stored_end, const KvView& tail,
                  const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool) {
   LEOAM_RETURN_IF_ERROR(check_params(params));
   if (n_tokens <= 0) return Status::ok();
-  const TokenRange stored{0, stored_end};
+  // A window reads only the stored positions its first query can see.
+  const int64_t first = params.window > 0 ? std::clamp<int64_t>(pos0 - params.window + 1, 0, stored_end) : 0;
+  const TokenRange stored{first, stored_end};
   BatchedAttention batches(params, q, pos0, n_tokens, out, pool, {&stored, 1}, {});
-  if (stored_end > 0) {
+  if (stored.size() > 0) {
     LEOAM_RETURN_IF_ERROR(
         kv.for_each_view_unordered(layer, {&stored, 1}, [&batches](const KvView& view) { return batches.add(view); }));
   }

@@ -46,7 +46,8 @@ Status attention(KvCache& kv, int layer, std::span<const TokenRange> ranges, con
                  const float* q, int64_t pos0, int64_t n_tokens, float* out, ThreadPool& pool,
                  std::span<float> key_mass = {});
 
-// The same over positions [0, stored_end) of `layer` read from `kv` (none when stored_end is 0),
+// The same over positions [0, stored_end) of `layer` read from `kv` (none when stored_end is 0;
+// with a window, from the first position the first query sees),
 // then the segments of `tail`, positions [stored_end, stored_end + tail.n_tokens()), which the
 // caller holds in memory: the layered prefill's copy of a layer's prompt KV, so that attention
 // reads the prompt from there and not back from the store. Merged as above; with stored_end 0,

@@ -1,6 +1,8 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -9,6 +11,16 @@
 namespace leoam {
 
 namespace {
+
+// The architectures by their GGUF names, in the order supported_archs_list() gives them.
+struct ArchName {
+  const char* name;
+  ModelArch arch;
+};
+constexpr ArchName kArchNames[] = {{"llama", ModelArch::kLlama},   {"qwen2", ModelArch::kQwen2},
+                                   {"qwen3", ModelArch::kQwen3},   {"phi3", ModelArch::kPhi3},
+                                   {"gemma2", ModelArch::kGemma2}, {"gemma3", ModelArch::kGemma3},
+                                   {"opt", ModelArch::kOpt}};
 
 // Reads "{arch}.{name}" keys of one file, keeping the first error's context in one place.
 class KeyReader {
@@ -164,7 +176,9 @@ Status read_attention_shape(const KeyReader& r, ModelHparams& hp) {
     hp.rope_swa.freq_scale = 1.0f;
     hp.rope_swa.yarn_ext_factor = 0.0f;
     LEOAM_ASSIGN_OR_RETURN(hp.rope_swa.freq_base, get_float_or(r, "rope.freq_base_swa", 10000.0f));
-    if (!(hp.rope_swa.freq_base > 1.0f)) return r.error("key '" + r.key("rope.freq_base_swa") + "' must be greater than 1");
+    if (!(hp.rope_swa.freq_base > 1.0f)) {
+      return r.error("key '" + r.key("rope.freq_base_swa") + "' must be greater than 1");
+    }
   }
   return Status::ok();
 }
@@ -172,41 +186,31 @@ Status read_attention_shape(const KeyReader& r, ModelHparams& hp) {
 }  // namespace
 
 const char* model_arch_name(ModelArch arch) {
-  switch (arch) {
-    case ModelArch::kQwen2: return "qwen2";
-    case ModelArch::kQwen3: return "qwen3";
-    case ModelArch::kPhi3: return "phi3";
-    case ModelArch::kGemma2: return "gemma2";
-    case ModelArch::kGemma3: return "gemma3";
-    case ModelArch::kOpt: return "opt";
-    case ModelArch::kLlama: break;
+  for (const ArchName& a : kArchNames) {
+    if (a.arch == arch) return a.name;
   }
   return "llama";
 }
 
-const char* supported_archs_list() { return "llama qwen2 qwen3 phi3 gemma2 gemma3 opt"; }
+const char* supported_archs_list() {
+  static const std::string list = [] {
+    std::string s;
+    for (const ArchName& a : kArchNames) s += (s.empty() ? "" : " ") + std::string(a.name);
+    return s;
+  }();
+  return list.c_str();
+}
 
 Result<ModelHparams> read_hparams(const GgufFile& gguf) {
   ModelHparams hp;
   LEOAM_ASSIGN_OR_RETURN(hp.arch_name, gguf.require_string("general.architecture"));
-  if (hp.arch_name == "llama") {
-    hp.arch = ModelArch::kLlama;
-  } else if (hp.arch_name == "qwen2") {
-    hp.arch = ModelArch::kQwen2;
-  } else if (hp.arch_name == "qwen3") {
-    hp.arch = ModelArch::kQwen3;
-  } else if (hp.arch_name == "phi3") {
-    hp.arch = ModelArch::kPhi3;
-  } else if (hp.arch_name == "gemma2") {
-    hp.arch = ModelArch::kGemma2;
-  } else if (hp.arch_name == "gemma3") {
-    hp.arch = ModelArch::kGemma3;
-  } else if (hp.arch_name == "opt") {
-    hp.arch = ModelArch::kOpt;
-  } else {
+  const auto known = std::find_if(std::begin(kArchNames), std::end(kArchNames),
+                                  [&](const ArchName& a) { return hp.arch_name == a.name; });
+  if (known == std::end(kArchNames)) {
     return unsupported(gguf.path() + ": architecture '" + hp.arch_name + "' is not supported; supported: " +
                        supported_archs_list());
   }
+  hp.arch = known->arch;
   const KeyReader r(gguf, hp.arch_name);
 
   LEOAM_ASSIGN_OR_RETURN(hp.n_ctx_train, require_positive(r, "context_length", kMaxCtx));

@@ -96,7 +96,6 @@ struct ModelHparams {
   bool is_sliding(int layer) const { return swa_period > 0 && (layer + 1) % swa_period != 0; }
   // The attention window of `layer`: sliding_window for a sliding layer, 0 (all) otherwise.
   int64_t window(int layer) const { return is_sliding(layer) ? sliding_window : 0; }
-  const RopeParams& layer_rope(int layer) const { return is_sliding(layer) ? rope_swa : rope; }
 
   int64_t n_embd_q() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }

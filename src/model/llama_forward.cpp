@@ -2,7 +2,6 @@
 // through the selector, the FFN, logits) that every path runs; a decode step's fused regions and
 // pipeline. The layered prefill and the batched decode have files of their own
 // (llama_forward_layered.cpp, llama_forward_batch.cpp).
-#include "model/block_norm.h"
 #include "model/llama_forward.h"
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include "kv/memory_kv_cache.h"
 #include "core/trace.h"
 #include "model/attention_selector.h"
+#include "model/block_norm.h"
 #include "model/llama_forward_steps.h"
 
 namespace leoam {
@@ -114,6 +114,10 @@ void scale_query(float* q, int64_t n, float scale) {
 void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n) {
   if (bias == nullptr) return;
   for (int64_t r = 0; r < n_rows; ++r) kernels::add(y + r * n, bias, n);
+}
+
+void relu(float* x, int64_t n) {
+  for (float* e = x; e < x + n; ++e) *e = std::max(*e, 0.0f);
 }
 
 // Qwen3's per-head RMSNorm of q or k (one position's heads), before RoPE; nothing without weights.
@@ -385,7 +389,7 @@ void LlamaForward::output_logits(float* x, int64_t n, bool all_rows, float* logi
   if (const float cap = hp_.final_softcap; cap > 0.0f) {
     const int64_t n_vocab = hp_.n_vocab;
     for_each_row(pool, n_out, 16 * n_vocab, [&](int64_t i) {
-      for (float* l = logits + i * n_vocab; l < logits + (i + 1) * n_vocab; ++l) *l = cap * std::tanh(*l / cap);
+      for (float* l = logits + i * n_vocab; l < logits + (i + 1) * n_vocab; ++l) *l = kernels::softcap(*l, cap);
     });
   }
 }
@@ -397,16 +401,14 @@ void LlamaForward::ffn_relu(const LayerWeights& L, const float* xn, int64_t n) {
   if (n == 1) {
     const MatvecTask up_task[] = {{&L.ffn_up, xn, up, L.ffn_up_bias}};
     fused_matvecs(up_task, pool, *inline_pool_);
-    for (float* u = up; u < up + n_ff; ++u) *u = std::max(*u, 0.0f);
+    relu(up, n_ff);
     const MatvecTask down[] = {{&L.ffn_down, up, proj_.data(), L.ffn_down_bias}};
     fused_matvecs(down, pool, *inline_pool_);
     return;
   }
   kernels::matmul(L.ffn_up, xn, n, up, pool);
-  for_each_row(pool, n, 2 * n_ff, [&](int64_t t) {
-    float* row = up + t * n_ff;
-    for (int64_t i = 0; i < n_ff; ++i) row[i] = std::max(row[i] + (L.ffn_up_bias ? L.ffn_up_bias[i] : 0.0f), 0.0f);
-  });
+  add_bias(up, L.ffn_up_bias, n, n_ff);
+  relu(up, n * n_ff);
   kernels::matmul(L.ffn_down, up, n, proj_.data(), pool);
   add_bias(proj_.data(), L.ffn_down_bias, n, hp_.n_embd);
 }

@@ -201,10 +201,11 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
   const int64_t n_q = hp.n_embd_q();
   const int64_t n_kv = hp.n_embd_kv();
   w.layers.resize(hp.n_layer);
+  const bool layer_norm = hp.norm == NormKind::kLayer;
+  const bool gemma = hp.arch == ModelArch::kGemma2 || hp.arch == ModelArch::kGemma3;
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerWeights& L = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
-    const bool layer_norm = hp.norm == NormKind::kLayer;
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_norm.weight", hp.n_embd, false, w, &L.attn_norm));
     if (layer_norm) LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_norm.bias", hp.n_embd, false, w, &L.attn_norm_b));
     if (m.has(p + "attn_qkv.weight")) {
@@ -218,14 +219,15 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q.bias", n_q, true, w, &L.attn_q_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k.bias", n_kv, true, w, &L.attn_k_bias));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_v.bias", n_kv, true, w, &L.attn_v_bias));
-    const bool gemma = hp.arch == ModelArch::kGemma2 || hp.arch == ModelArch::kGemma3;
     if (hp.arch == ModelArch::kQwen3 || hp.arch == ModelArch::kGemma3) {
       LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_q_norm.weight", hp.head_dim, false, w, &L.attn_q_norm));
       LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_k_norm.weight", hp.head_dim, false, w, &L.attn_k_norm));
     }
     LEOAM_RETURN_IF_ERROR(m.matrix(p + "attn_output.weight", n_q, hp.n_embd, &L.attn_output));
     LEOAM_RETURN_IF_ERROR(m.vector(p + "attn_output.bias", hp.n_embd, true, w, &L.attn_output_bias));
-    if (gemma) LEOAM_RETURN_IF_ERROR(m.vector(p + "post_attention_norm.weight", hp.n_embd, false, w, &L.attn_post_norm));
+    if (gemma) {
+      LEOAM_RETURN_IF_ERROR(m.vector(p + "post_attention_norm.weight", hp.n_embd, false, w, &L.attn_post_norm));
+    }
     LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.weight", hp.n_embd, false, w, &L.ffn_norm));
     if (layer_norm) LEOAM_RETURN_IF_ERROR(m.vector(p + "ffn_norm.bias", hp.n_embd, false, w, &L.ffn_norm_b));
     if (hp.arch == ModelArch::kPhi3) {  // gate's rows first, then up's
@@ -242,7 +244,7 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
     if (gemma) LEOAM_RETURN_IF_ERROR(m.vector(p + "post_ffw_norm.weight", hp.n_embd, false, w, &L.ffn_post_norm));
   }
   LEOAM_RETURN_IF_ERROR(m.vector("output_norm.weight", hp.n_embd, false, w, &w.output_norm));
-  if (hp.norm == NormKind::kLayer) {
+  if (layer_norm) {
     LEOAM_RETURN_IF_ERROR(m.vector("output_norm.bias", hp.n_embd, false, w, &w.output_norm_b));
   }
   if (hp.arch == ModelArch::kOpt) {

@@ -1,4 +1,5 @@
-// The weight tensors of a model of the llama family (llama, qwen2/3, phi3, gemma2/3), as views into the GGUF file's read-only mapping.
+// The weight tensors of a model of the llama family (llama, qwen2/3, phi3, gemma2/3, opt), as views
+// into the GGUF file's read-only mapping.
 // Matrices keep their stored type (the matmul kernels read them as they are); the Q4_0 and Q8_0
 // projection matrices are copied once at load into the row-group layout (kernels/cpu/
 // row_groups.h, storage owned here; the mapped pages are released), whose decode dots run faster;
@@ -27,7 +28,7 @@ struct LayerWeights {
   kernels::MatrixView attn_v;        // [n_head_kv*head_dim][n_embd]
   const float* attn_q_bias = nullptr;  // [n_head*head_dim] or null
   const float* attn_k_bias = nullptr;  // [n_head_kv*head_dim] or null
-  const float* attn_q_norm = nullptr;  // [head_dim]: qwen3's and gemma3's per-head RMSNorm of q before RoPE; else null
+  const float* attn_q_norm = nullptr;  // [head_dim]: qwen3's, gemma3's RMSNorm of each q head before RoPE; else null
   const float* attn_k_norm = nullptr;  // [head_dim]: the same for k
   const float* attn_v_bias = nullptr;  // [n_head_kv*head_dim] or null
   kernels::MatrixView attn_output;   // [n_embd][n_head*head_dim]

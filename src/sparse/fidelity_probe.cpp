@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/fp16.h"
+#include "kernels/cpu/ops.h"
 
 namespace leoam::sparse {
 
@@ -163,8 +164,7 @@ Result<StepFidelity> FidelityProbe::measure() {
         for (int64_t t = 0; t < n; ++t) {
           double dot = 0;
           for (int c = 0; c < d; ++c) dot += static_cast<double>(qh[c]) * k[t * d + c];
-          p[t] = dot * options_.scale;
-          if (options_.softcap > 0.0f) p[t] = options_.softcap * std::tanh(p[t] / options_.softcap);
+          p[t] = kernels::softcap(dot * options_.scale, options_.softcap);
           top = std::max(top, p[t]);
         }
         double total = 0, covered = 0;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "sparse/chunk_ranking.h"
 #include "sparse/selection_policy.h"
@@ -76,7 +77,7 @@ class OraclePolicy final : public SelectionPolicy {
         const float* k = k0 + t * row;
         float dot = 0.0f;
         for (int c = 0; c < query.head_dim; ++c) dot += q[c] * k[c];
-        p[t] = query.softcap > 0.0f ? query.softcap * std::tanh(query.scale * dot / query.softcap) : query.scale * dot;
+        p[t] = kernels::softcap(query.scale * dot, query.softcap);
         m = std::max(m, p[t]);
       }
       double total = 0.0;

@@ -52,10 +52,12 @@ std::vector<int32_t> VocabTokenizer::tokenize(std::string_view text, bool add_bo
     if (fragment.is_token()) {
       out.push_back(fragment.token);
       after_special = true;
-    } else if (vocab_.nfc) {
-      encode_text(unicode::nfc(fragment.text), after_special, &out);
     } else {
-      encode_text(fragment.text, after_special, &out);
+      if (vocab_.nfc) {
+        encode_text(unicode::nfc(fragment.text), after_special, &out);
+      } else {
+        encode_text(fragment.text, after_special, &out);
+      }
       after_special = false;
     }
   }

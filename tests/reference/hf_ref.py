@@ -106,6 +106,25 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def softcap(x, c):
+    """c * tanh(x / c); c None or 0: x unchanged."""
+    return c * np.tanh(x / c) if c else x
+
+
+def attention(q, k, v, scale, mask, cap=None):
+    """Grouped-query attention of q [n, n_head, d] over k, v [n, n_kv, d]: query head h reads kv
+    head h // (n_head / n_kv); scores scaled, soft-capped (cap), masked (additive), softmaxed."""
+    n, n_head, head_dim = q.shape
+    group = n_head // k.shape[1]
+    out = np.empty((n, n_head, head_dim))
+    for hd in range(n_head):
+        scores = softcap(q[:, hd, :] @ k[:, hd // group, :].T * scale, cap) + mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        out[:, hd, :] = scores @ v[:, hd // group, :]
+    return out.reshape(n, n_head * head_dim)
+
+
 def forward(config, w, tokens):
     arch = (config.get("architectures") or [""])[0]
     if arch in GEMMA:
@@ -154,14 +173,7 @@ def forward(config, w, tokens):
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        group = n_head // n_kv
-        out = np.empty((n, n_head, head_dim))
-        for hd in range(n_head):
-            scores = q[:, hd, :] @ k[:, hd // group, :].T / math.sqrt(head_dim) + mask
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            scores /= scores.sum(axis=-1, keepdims=True)
-            out[:, hd, :] = scores @ v[:, hd // group, :]
-        x = x + linear(out.reshape(n, n_head * head_dim), p + "self_attn.o_proj")
+        x = x + linear(attention(q, k, v, 1 / math.sqrt(head_dim), mask), p + "self_attn.o_proj")
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = linear(h, p + "mlp.gate_proj")
         x = x + linear(gate / (1 + np.exp(-gate)) * linear(h, p + "mlp.up_proj"), p + "mlp.down_proj")
@@ -180,11 +192,6 @@ def gemma_norm(x, w, eps):
 
 def gelu_tanh(u):
     return 0.5 * u * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u ** 3)))
-
-
-def softcap(x, c):
-    """c * tanh(x / c); c None or 0: x unchanged."""
-    return c * np.tanh(x / c) if c else x
 
 
 def sliding_layers(config):
@@ -240,14 +247,7 @@ def forward_gemma(config, w, tokens):
             k = gemma_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        group = n_head // n_kv
-        out = np.empty((n, n_head, head_dim))
-        for hd in range(n_head):
-            scores = softcap(q[:, hd, :] @ k[:, hd // group, :].T * scale, attn_cap) + masks[sliding[il]]
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            scores /= scores.sum(axis=-1, keepdims=True)
-            out[:, hd, :] = scores @ v[:, hd // group, :]
-        a = out.reshape(n, n_head * head_dim) @ w[p + "self_attn.o_proj.weight"].T
+        a = attention(q, k, v, scale, masks[sliding[il]], attn_cap) @ w[p + "self_attn.o_proj.weight"].T
         x = x + gemma_norm(a, w[p + "post_attention_layernorm.weight"], eps)
         h = gemma_norm(x, w[p + "pre_feedforward_layernorm.weight"], eps)
         m = gelu_tanh(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
@@ -303,13 +303,7 @@ def forward_opt(config, w, tokens):
         q = linear(h, p + "self_attn.q_proj").reshape(n, n_head, head_dim)
         k = linear(h, p + "self_attn.k_proj").reshape(n, n_head, head_dim)
         v = linear(h, p + "self_attn.v_proj").reshape(n, n_head, head_dim)
-        out = np.empty((n, n_head, head_dim))
-        for hd in range(n_head):
-            scores = q[:, hd, :] @ k[:, hd, :].T / math.sqrt(head_dim) + mask
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            scores /= scores.sum(axis=-1, keepdims=True)
-            out[:, hd, :] = scores @ v[:, hd, :]
-        x = x + linear(out.reshape(n, n_embd), p + "self_attn.out_proj")
+        x = x + linear(attention(q, k, v, 1 / math.sqrt(head_dim), mask), p + "self_attn.out_proj")
         h = norm(x, p + "final_layer_norm")
         x = x + linear(np.maximum(linear(h, p + "fc1"), 0.0), p + "fc2")
     x = norm(x, d + "final_layer_norm")

@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/ops.h"
 
 namespace leoam::kernels {
 namespace {
@@ -129,7 +130,7 @@ void fold_tile(const Work& w, float* s, int nq, int nk, const Visible& visible, 
     std::fill(si, si + n_old, 0.0f);
     if (n_vis == n_old) continue;
     if (cap > 0.0f) {
-      for (int j = n_old; j < n_vis; ++j) si[j] = cap * std::tanh(si[j] / cap);
+      for (int j = n_old; j < n_vis; ++j) si[j] = softcap(si[j], cap);
     }
     w.kernels->fold_scores(si + n_old, n_vis - n_old, sc.m[base + i], sc.l[base + i],
                            sc.acc.data() + (base + i) * hd, hd);

@@ -9,6 +9,8 @@
 // relative <= 4e-7 per element; rope relative L2 <= 1e-7; swiglu, softmax <= 1e-6; add exact.
 #pragma once
 
+#include <cmath>
+
 #include <cstdint>
 
 namespace leoam::kernels {
@@ -46,6 +48,12 @@ void layernorm(const float* x, const float* weight, const float* bias, int64_t n
 // x[i] += delta[i], then out = layernorm(x). out must not alias x or delta.
 void add_layernorm(float* x, const float* delta, const float* weight, const float* bias, int64_t n, float eps,
                    float* out);
+
+// Gemma 2's soft cap of an attention score or a logit: cap * tanh(s / cap); s itself for cap 0.
+template <typename T>
+inline T softcap(T s, float cap) {
+  return cap > 0.0f ? cap * std::tanh(s / cap) : s;
+}
 
 // out[i] = gelu(gate[i]) * up[i], GELU in its tanh form: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
 // (Gemma's GeGLU). One scalar path, in float with std::tanh: it runs once per FFN row, beside a

@@ -215,6 +215,7 @@ class BatchedKvCache final : public KvCache {
 
   // Ranges are taken as valid (the default's checks are tested in kv_cache_test).
   Status for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) override {
+    asked.insert(asked.end(), ranges.begin(), ranges.end());
     LEOAM_ASSIGN_OR_RETURN(const KvView all, inner_.view(layer, inner_.n_tokens(layer)));
     std::vector<TokenRange> batch;
     int64_t n_batch = 0;
@@ -237,6 +238,7 @@ class BatchedKvCache final : public KvCache {
 
   int n_batches() const { return n_batches_; }
   int fail_at_batch = -1;  // the batch whose read fails (-1: none)
+  std::vector<TokenRange> asked;  // every range read, in order
 
  private:
   Status deliver(const KvSegment& src, const std::vector<TokenRange>& batch, const ViewVisitor& fn) {
@@ -429,6 +431,34 @@ TEST(RangeAttention, SingleViewIsBitIdenticalToViewAttention) {
     ASSERT_TRUE(attention(*kv.cache, 0, {&visible, 1}, p, q.data(), pos0, n_tokens, by_range.data(), pool).is_ok());
     EXPECT_EQ(std::memcmp(by_view.data(), by_range.data(), q.size() * sizeof(float)), 0) << "pos0 " << pos0;
   }
+}
+
+// The layered prefill's form (stored positions, then a tail held in memory) with a sliding window:
+// the store is asked only for what the first query's window reaches, and the result is that of
+// the same window over every position read from the store.
+TEST(RangeAttention, AWindowReadsOnlyTheStoredPositionsItSees) {
+  const RangeKv kv = make_range_kv(200, 2, 32, 6);
+  AttentionParams p{8, 2, 32, 1.0f / std::sqrt(32.0f)};
+  p.window = 30;
+  const int64_t pos0 = 150, n_tokens = 50;
+  const std::vector<float> q = random_q(n_tokens, p, 9);
+  ThreadPool pool(2);
+  BatchedKvCache store(*kv.cache, 16);
+  auto all = kv.cache->view(0, 200);
+  ASSERT_TRUE(all.is_ok());
+  KvSegment tail_segment = all->segments()[0];
+  tail_segment.k = tail_segment.k_row(pos0);
+  tail_segment.v = tail_segment.v_row(pos0);
+  tail_segment.pos0 = pos0;
+  tail_segment.n_tokens = n_tokens;
+  const KvView tail(2, 32, {tail_segment});
+  std::vector<float> got(q.size(), std::nanf("")), want(q.size(), std::nanf(""));
+  ASSERT_TRUE(attention(store, 0, pos0, tail, p, q.data(), pos0, n_tokens, got.data(), pool).is_ok());
+  ASSERT_EQ(store.asked.size(), 1u);
+  EXPECT_EQ(store.asked[0], (TokenRange{pos0 - 30 + 1, pos0}));
+  const TokenRange visible{0, pos0 + n_tokens};
+  ASSERT_TRUE(attention(*kv.cache, 0, {&visible, 1}, p, q.data(), pos0, n_tokens, want.data(), pool).is_ok());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
 TEST(RangeAttention, NoPositionsGivesZeros) {
