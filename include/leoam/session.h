@@ -48,6 +48,10 @@ struct KvStoreOptions {
   uint64_t meta_budget_bytes = 0;  // SparseAttentionOptions::memory_budget_bytes; 0: none
   DecodePipeline pipeline = DecodePipeline::kOff;  // with a dir (ForwardOptions::pipeline)
   uint64_t read_ahead_bytes = uint64_t{64} << 20;  // its staging (TieredKvCacheOptions::read_ahead_bytes)
+  // A tiered store of a model with sliding-window layers keeps their positions behind the window
+  // too (as a saved session or a kept prompt needs them) instead of dropping them
+  // (TieredKvCacheOptions::layer_windows).
+  bool swa_full = false;
 };
 
 // Which KV each decoded token attends to (sparse/policy_registry.h).

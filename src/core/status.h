@@ -35,6 +35,7 @@ enum class Setting : int {
   kKvHostCodec,       // the host tier's stored form
   kKvCompress,        // compressed disk reads
   kKvMetaBudget,      // what a policy may hold about the KV
+  kKvSwaFull,         // whether sliding-window layers keep the positions behind their window
   kKvSaveDir,         // where a session is saved
   kPrefillWorkingSet, // the layered prefill's working set
   kListenAddress,     // the server's host and port

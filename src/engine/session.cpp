@@ -84,6 +84,9 @@ Result<std::unique_ptr<TieredKvCache>> make_tiered_kv_store(const KvStoreOptions
   t.compress = kv.compress;
   t.keep_abstracts = needs.resident_abstracts;
   if (!kv.dir.empty()) t.abstract_tokens = needs.abstract_tokens;
+  if (!kv.swa_full && hp.swa_period > 0) {
+    for (int il = 0; il < hp.n_layer; ++il) t.layer_windows.push_back(hp.window(il));
+  }
   t.device_budget_bytes = kv.device_bytes;
   t.host_budget_bytes = kv.host_bytes;
   if (kv.dir.empty()) {  // no disk tier: every chunk stays on the device, and no file is written

@@ -160,6 +160,11 @@ class KvCache {
     return int64_t{0};
   }
 
+  // No query will read positions before `pos` of `layer` again (a sliding-window layer's past
+  // its window): a store may drop them, after which a truncate that needs them back fails. The
+  // default keeps them.
+  virtual void release_before(int /*layer*/, int64_t /*pos*/) {}
+
   // The tiers' traffic and residency (KvStats::tiered); a store without tiers reports that alone
   // (the default: MemoryKvCache, whose one buffer holds the whole context from the start).
   virtual KvStats stats() const { return {}; }

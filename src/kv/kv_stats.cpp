@@ -186,6 +186,10 @@ std::string KvStats::to_text() const {
              : "abstracts: on disk in the abstract files; a device or host chunk's computed from its keys when asked, "
                "none kept in memory\n";
   out += "buffers: " + human_bytes(buffer_bytes) + " (gather scratch and write-through)\n";
+  if (window_dropped_chunks > 0) {
+    out += "sliding windows: " + std::to_string(window_dropped_chunks) +
+           " chunks dropped behind their layer's window, never read again\n";
+  }
   if (!policy_memory.policy.empty()) out += policy_memory.to_text() + '\n';
   if (read_ahead.jobs > 0) out += read_ahead.to_text() + '\n';
   if (!transfer.mode.empty()) out += transfer.to_text() + '\n';
@@ -238,6 +242,7 @@ std::string KvStats::to_json() const {
   root["buffer_bytes"] = buffer_bytes;
   root["disk_bytes_prefetched"] = disk_bytes_prefetched;
   root["disk_abstract_bytes_read"] = disk_abstract_bytes_read;
+  if (window_dropped_chunks > 0) root["window_dropped_chunks"] = window_dropped_chunks;
   if (read_ahead.jobs > 0) {
     root["read_ahead"] = {{"jobs", read_ahead.jobs},
                           {"failed_jobs", read_ahead.failed_jobs},

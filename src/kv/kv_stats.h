@@ -145,6 +145,9 @@ struct KvStats {
   // Disk bytes of abstract records read (DiskTier::read_abstracts: LKA and the policies' scoring
   // of disk chunks), part of the disk tier's bytes_read.
   uint64_t disk_abstract_bytes_read = 0;
+  // Chunks of sliding-window layers dropped once behind every later query's window
+  // (KvCache::release_before), never read again.
+  uint64_t window_dropped_chunks = 0;
   PolicyMemoryStats policy_memory;
   PrefillIoStats prefill;
 
@@ -161,6 +164,7 @@ struct KvStats {
   //    "buckets": [[upper_us, count], ...]}, "disk_write_latency_us": {...},
   //    "disk_io_mode": "..", "shared_disk_chunks":.., "shared_disk_bytes":.. (only with a
   //    shared prefix on disk), "abstracts_in_memory": bool, "buffer_bytes":.., "disk_bytes_prefetched":.., "disk_abstract_bytes_read":..,
+  //    "window_dropped_chunks":.. (only when a sliding-window layer dropped some),
   //    "read_ahead": {"jobs":..,"failed_jobs":..,"chunks_staged":..,"chunks_used":..,
   //    "chunks_missed":..,"wait_ms":..} (only when a read-ahead ran),
   //    "transfer": {TransferStats::to_json} (only with --kv-compress),

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -21,6 +22,10 @@ std::string mib(uint64_t bytes) {
   std::snprintf(buf, sizeof(buf), "%.10g MiB", std::ceil(static_cast<double>(bytes) * 1000.0 / (1 << 20)) / 1000.0);
   return buf;
 }
+
+// A sliding-window layer's chunks sort after every other chunk in the eviction order: they are
+// what the layer's next queries read, and they leave once dropped.
+constexpr float kWindowImportance = std::numeric_limits<float>::max();
 
 std::string default_session_name() {
   std::random_device rd;
@@ -76,6 +81,10 @@ Result<std::unique_ptr<TieredKvCache>> TieredKvCache::create(const TieredKvCache
   }
   if (options.n_sink_tokens < 0 || options.n_recent_tokens < 0) {
     return invalid_argument("pinned sink and recent token counts must not be negative");
+  }
+  if (static_cast<int>(options.layer_windows.size()) > s.n_layer ||
+      std::any_of(options.layer_windows.begin(), options.layer_windows.end(), [](int64_t w) { return w < 0; })) {
+    return invalid_argument("tiered KV cache: a sliding window per layer at most, none negative");
   }
   const uint64_t need = min_device_budget_bytes(options);
   if (options.device_budget_bytes < need) {
@@ -345,7 +354,11 @@ Status TieredKvCache::open_chunk(int layer, int64_t index) {
   // recently used (the chunks before it, already on disk, go first).
   residency_.touch(key, tick_);
   residency_.pin(key);  // open
-  if (index * options_.chunk_tokens < options_.n_sink_tokens) residency_.pin(key);  // sink, for good
+  if (window(layer) > 0) {
+    residency_.set_importance(key, kWindowImportance);  // a sliding layer has no sink: its window
+  } else if (index * options_.chunk_tokens < options_.n_sink_tokens) {
+    residency_.pin(key);  // sink, for good
+  }
   return Status::ok();
 }
 
@@ -422,7 +435,7 @@ Status TieredKvCache::append(int layer, int64_t pos0, int64_t n_tokens, const fl
 }
 
 Status TieredKvCache::write_through(int layer, int64_t first) {
-  if (disk_ == nullptr) return Status::ok();
+  if (disk_ == nullptr || window(layer) > 0) return Status::ok();  // a window's chunks are written when demoted
   LayerState& L = layers_[layer];
   const size_t slot = disk_->slot_bytes();
   const size_t n_slots = write_buffer_.size() / slot;
@@ -462,7 +475,7 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
   if (disk_ != nullptr) {
     const int64_t group_first = first_gone - first_gone % disk_->group_chunks(layer);
     kept.resize(static_cast<size_t>((first_gone - group_first) * geometry_.abstract_floats()));
-    for (int64_t i = std::max(group_first, disk_->shared_chunks(layer)); i < first_gone; ++i) {
+    for (int64_t i = std::max({group_first, disk_->shared_chunks(layer), L.first_kept}); i < first_gone; ++i) {
       if (!disk_->has_chunk(layer, i)) continue;
       LEOAM_RETURN_IF_ERROR(record_abstract_again(layer, i, kept.data() + (i - group_first) * geometry_.abstract_floats()));
     }
@@ -503,9 +516,45 @@ Status TieredKvCache::truncate_layer(int layer, int64_t n) {
 
 Status TieredKvCache::truncate(int64_t n_tokens) {
   if (n_tokens < 0) return invalid_argument("KV truncate: negative length");
+  for (int il = 0; il < options_.shape.n_layer; ++il) {
+    // The next query, at n_tokens, reads the stored positions of its window: [first_read, n_tokens).
+    const LayerState& L = layers_[il];
+    const int64_t first_read = std::max<int64_t>(0, n_tokens - window(il) + 1);
+    if (n_tokens < L.n_tokens && first_read < n_tokens && L.first_kept * options_.chunk_tokens > first_read) {
+      return invalid_argument("KV truncate to " + std::to_string(n_tokens) + " positions: layer " +
+                                 std::to_string(il) + " has dropped its positions before " +
+                                 std::to_string(L.first_kept * options_.chunk_tokens) +
+                                 ", behind its sliding window of " + std::to_string(window(il)) +
+                                 ", and a query at " + std::to_string(n_tokens) + " reads from " +
+                                 std::to_string(first_read))
+          .about(Setting::kKvSwaFull);
+    }
+  }
   read_ahead_.drop_all();
   for (int il = 0; il < options_.shape.n_layer; ++il) LEOAM_RETURN_IF_ERROR(truncate_layer(il, n_tokens));
   return Status::ok();
+}
+
+void TieredKvCache::release_before(int layer, int64_t pos) {
+  if (layer < 0 || layer >= options_.shape.n_layer || window(layer) <= 0) return;
+  LayerState& L = layers_[layer];
+  read_ahead_.settle(layer);
+  const int64_t end = std::min<int64_t>(pos / options_.chunk_tokens, static_cast<int64_t>(L.chunks.size()));
+  int64_t i = L.first_kept;
+  for (; i < end && L.chunks[i].sealed; ++i) {
+    const ChunkKey key{layer, i};
+    if (const ChunkResidency* r = residency_.find(key); r != nullptr) {
+      shared_.count_forgotten(key, r->tier);
+      residency_.erase(key);
+    }
+    Chunk& ch = L.chunks[i];
+    give_back(spare_device_, std::move(ch.device));
+    give_back(spare_host_, std::move(ch.host));
+    ch = Chunk{};
+    stats_.window_dropped_chunks += 1;
+  }
+  std::erase_if(L.recent_pins, [&](int64_t r) { return r < i; });
+  L.first_kept = i;
 }
 
 void TieredKvCache::clear() {
@@ -537,13 +586,14 @@ Result<int64_t> TieredKvCache::share_prefix(std::shared_ptr<const KeptKvFiles> f
       const Residency::Move move{{il, i}, std::nullopt, Tier::kDisk};
       residency_.apply(move);
       shared_.count_move(move);
+      if (window(il) > 0) residency_.set_importance({il, i}, kWindowImportance);
     }
     L.n_tokens = n_chunks * c;
   }
   // The sinks are pinned on the device, as appended ones are.
   const Status sinks = [&]() -> Status {
     for (int il = 0; il < n_layer; ++il) {
-      for (int64_t i = 0; i < n_chunks && i * c < options_.n_sink_tokens; ++i) {
+      for (int64_t i = 0; i < n_chunks && i * c < options_.n_sink_tokens && window(il) == 0; ++i) {
         LEOAM_ASSIGN_OR_RETURN(Residency::Plan plan, residency_.plan_promote({il, i}, Tier::kDevice));
         if (plan.moves.empty()) return internal_error("KV store: no device room for a shared prefix's sink chunk");
         LEOAM_RETURN_IF_ERROR(carry_out(plan));

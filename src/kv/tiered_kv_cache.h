@@ -63,6 +63,12 @@ struct TieredKvCacheOptions {
   Trace* trace = nullptr;
   FileOpenOptions file_options;         // direct, uring, queue depth of the disk tier
   FileSystem* file_system = nullptr;    // nullptr: posix_file_system()
+  // Per layer, the window of a sliding-window layer, whose queries see only their last W
+  // positions (0, or a layer past the end: every position). Such a layer's chunks are not written
+  // through: they stay in memory ahead of every other chunk (the highest importance in the
+  // eviction order) and are dropped once release_before passes them, so that while the budgets
+  // hold the windows they never reach the disk. A truncate that needs dropped positions fails.
+  std::vector<int64_t> layer_windows;
   // Keep the disk tier's files visible in `dir` while the store lives (for tools that read them
   // directly); by default they are unlinked once open, so none outlives the process.
   bool visible_files = false;
@@ -108,7 +114,11 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   // staging, where the layer's next gathers take them from; without, nothing.
   Status read_ahead(int layer, std::span<const TokenRange> ranges) override;
   void clear() override;
+  // Fails, changing nothing, when a sliding-window layer would need positions it dropped.
   Status truncate(int64_t n_tokens) override;
+  // Drops the whole chunks before `pos` of a layer with a window (layer_windows); other layers
+  // keep theirs.
+  void release_before(int layer, int64_t pos) override;
 
   // Makes the whole chunks of `base`'s first n_positions positions (a kept session's tier, opened
   // with DiskTier::open_existing, of this store's geometry) the first chunks of every layer, on
@@ -164,6 +174,7 @@ class TieredKvCache final : public KvCache, public KvCatalog {
     std::vector<Chunk> chunks;  // [chunk index]
     int64_t n_tokens = 0;
     std::vector<int64_t> recent_pins;  // chunk indices pinned as the recent window
+    int64_t first_kept = 0;            // chunks before it were dropped (release_before)
   };
   // One chunk of a gather batch, and the part of it the ranges ask for.
   struct GatherItem {
@@ -255,6 +266,12 @@ class TieredKvCache final : public KvCache, public KvCatalog {
   KvView batch_view(std::span<const GatherItem> items, GatherPart part) const;
   Status promote_after_read(int layer, std::span<const GatherItem> items);
   Chunk& chunk(ChunkKey key) { return layers_[key.layer].chunks[key.index]; }
+  // The layer's sliding window (layer_windows), 0 for a layer that keeps every position.
+  int64_t window(int layer) const {
+    return layer < static_cast<int>(options_.layer_windows.size()) ? options_.layer_windows[layer] : 0;
+  }
+  // Fails when a range of `layer` that holds a position reaches below its dropped chunks.
+  Status check_kept(int layer, std::span<const TokenRange> ranges, const char* what) const;
 
   TieredKvCacheOptions options_;
   ChunkGeometry geometry_;

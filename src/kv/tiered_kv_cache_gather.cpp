@@ -22,6 +22,20 @@ class OwnedKv final : public KvViewResources {
 
 }  // namespace
 
+Status TieredKvCache::check_kept(int layer, std::span<const TokenRange> ranges, const char* what) const {
+  const int64_t first = layers_[layer].first_kept * options_.chunk_tokens;
+  for (const TokenRange& r : ranges) {
+    if (r.begin < first && r.begin < r.end) {
+      return invalid_argument(std::string(what) + " of layer " + std::to_string(layer) + ": positions [" +
+                              std::to_string(r.begin) + ", " + std::to_string(r.end) + ") reach before " +
+                              std::to_string(first) + ", which the layer dropped behind its sliding window of " +
+                              std::to_string(window(layer)))
+          .about(Setting::kKvSwaFull);
+    }
+  }
+  return Status::ok();
+}
+
 Status TieredKvCache::for_each_view(int layer, std::span<const TokenRange> ranges, const ViewVisitor& fn) {
   return gather(layer, ranges, fn, false);
 }
@@ -44,6 +58,7 @@ Status TieredKvCache::gather(int layer, std::span<const TokenRange> ranges, cons
     }
     prev_end = r.end;
   }
+  LEOAM_RETURN_IF_ERROR(check_kept(layer, ranges, "KV read"));
   read_ahead_.settle(layer);
   ++tick_;
   const int64_t c = options_.chunk_tokens;
@@ -79,6 +94,7 @@ Status TieredKvCache::prefetch(int layer, std::span<const TokenRange> ranges) {
   // The whole chunks of `ranges` that are not on the device, merged where they touch.
   const int64_t c = options_.chunk_tokens;
   const int64_t n = layers_[layer].n_tokens;
+  LEOAM_RETURN_IF_ERROR(check_kept(layer, ranges, "KV prefetch"));
   std::vector<TokenRange> below;
   for (const TokenRange& r : ranges) {
     if (r.begin < 0 || r.end > n || r.end < r.begin) {
@@ -109,6 +125,7 @@ Status TieredKvCache::read_ahead(int layer, std::span<const TokenRange> ranges) 
   }
   const int64_t c = options_.chunk_tokens;
   const int64_t n = layers_[layer].n_tokens;
+  LEOAM_RETURN_IF_ERROR(check_kept(layer, ranges, "KV read-ahead"));
   std::vector<DiskChunkRead> on_disk;  // index, and whether lossy (read compressed whatever the form)
   int64_t last = -1;
   for (const TokenRange& r : ranges) {

@@ -105,7 +105,8 @@ class ForwardContext {
   // fit in the context ("... exceeds the context size of N tokens", Setting::kContextSize). When options.should_stop
   // says true between two prefill chunks (layered: segments, or layers of a segment, whose KV then
   // goes), fails with kCancelled and keeps the KV of the chunks (segments) done: n_past() says how
-  // far it got, and the logits are unset.
+  // far it got, and the logits are unset. A failure (or stop) that cannot go back so far because a
+  // sliding-window layer's store dropped what that needs empties the context, and says so.
   virtual Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
   // The same into a sequence of the caller's instead of the context's own store (a prompt of one
   // of the sequences a batched decode then steps together).

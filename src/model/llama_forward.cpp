@@ -260,11 +260,7 @@ Status LlamaForward::eval_sequence(const DecodeSequence& seq, std::span<const in
       out = logits.data();
     }
     Status st = forward_batch(tokens.data() + done, n_chunk, n_past0 + done, all_logits, out, last && n > 1);
-    if (!st.is_ok()) {
-      (void)seq_.kv->truncate(n_past0);  // leave the context as it was
-      if (seq_.selector != nullptr) seq_.selector->truncate(n_past0);
-      return st;
-    }
+    if (!st.is_ok()) return roll_back(seq_, n_past0, st);  // leave the context as it was
     if (options_.progress) options_.progress(done + n_chunk, n);
     if (!last && options_.should_stop && options_.should_stop()) {
       return cancelled("prefill stopped after " + std::to_string(done + n_chunk) + " of " + std::to_string(n) +
@@ -272,6 +268,18 @@ Status LlamaForward::eval_sequence(const DecodeSequence& seq, std::span<const in
     }
   }
   return Status::ok();
+}
+
+Status LlamaForward::roll_back(const DecodeSequence& seq, int64_t n, const Status& error) {
+  if (const Status cut = seq.kv->truncate(n); !cut.is_ok()) {
+    seq.kv->clear();
+    if (seq.selector != nullptr) seq.selector->truncate(0);
+    return Status(error.code(), error.message() + "; the context was cleared, since it could not go back to " +
+                                    std::to_string(n) + " positions: " + cut.message())
+        .about(error.setting());
+  }
+  if (seq.selector != nullptr) seq.selector->truncate(n);
+  return error;
 }
 
 void LlamaForward::fill_rope_tables(int64_t pos0, int64_t n, int64_t row0) {
@@ -565,8 +573,9 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos0, n, k_.data(), v_.data()));
     }
     if (decode && options_.decode_query_hook) options_.decode_query_hook(*seq_.kv, il, q_.data());
-    LEOAM_RETURN_IF_ERROR(observe_appended(selector, il, pos0, n, k_.data(), v_.data()));
-    if (!decode && needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos0 + n));
+    AttentionSelector* watching = watcher(selector, il);
+    LEOAM_RETURN_IF_ERROR(observe_appended(watching, il, pos0, n, k_.data(), v_.data()));
+    if (!decode && needs.stored && watching != nullptr) LEOAM_RETURN_IF_ERROR(watching->observe_stored(il, pos0 + n));
     if (prompt_end) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos0, n));
     if (read_all_ahead && il + 1 < hp_.n_layer) {
       // The step's own KV of layer + 1 is not stored yet: its past is [0, pos0) (or its window's).
@@ -574,6 +583,7 @@ Status LlamaForward::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
       LEOAM_RETURN_IF_ERROR(seq_.kv->read_ahead(il + 1, {&past, 1}));
     }
     LEOAM_RETURN_IF_ERROR(attend(seq_, il, pos0, n, q_.data(), attn_.data(), trace));
+    release_window(*seq_.kv, il, pos0);  // a failed later step can still go back to pos0
     {
       const TraceSpan span(trace, "attn_output", "compute", il, pos0);
       attention_output(L, x, xn, n);

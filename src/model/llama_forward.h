@@ -69,6 +69,20 @@ class LlamaForward final : public ForwardContext {
   };
   // Fails unless seq's store has the model's KV shape.
   Status check_sequence(const DecodeSequence& seq) const;
+  // After `error` in a batch that began at n positions, the sequence cut back to them. Where its
+  // store cannot (a sliding-window layer dropped what a query at n reads), the sequence is
+  // emptied instead, and the error returned says so.
+  Status roll_back(const DecodeSequence& seq, int64_t n, const Status& error);
+  // The selector that watches `layer`'s keys, values and stores: none for a sliding layer, which
+  // reads its window whatever the selector would pick.
+  AttentionSelector* watcher(AttentionSelector* selector, int layer) const {
+    return hp_.is_sliding(layer) ? nullptr : selector;
+  }
+  // Once the queries from `pos` on are the only ones left to attend `layer`: a sliding layer's
+  // store may drop what their windows do not reach.
+  void release_window(KvCache& kv, int layer, int64_t pos) const {
+    if (hp_.is_sliding(layer)) kv.release_before(layer, pos - hp_.window(layer) + 1);
+  }
   // Attention of the n query rows q at positions [pos, pos + n) of `layer` over seq's store into
   // out: a decode row (n == 1) through seq's selector (which watches the attention mass when it
   // asks), else every visible position. Its spans go to `trace` (may be null).

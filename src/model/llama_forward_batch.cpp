@@ -44,12 +44,9 @@ Status LlamaForward::decode_batch(std::span<const BatchToken> batch, std::vector
     positions[i] = b.seq.kv->n_tokens();
     tokens[i] = b.token;
   }
-  const Status st = decode_rows(batch, tokens, positions, logits);
+  Status st = decode_rows(batch, tokens, positions, logits);
   if (!st.is_ok()) {
-    for (int64_t i = 0; i < n; ++i) {  // every sequence as it was
-      (void)batch[i].seq.kv->truncate(positions[i]);
-      if (batch[i].seq.selector != nullptr) batch[i].seq.selector->truncate(positions[i]);
-    }
+    for (int64_t i = 0; i < n; ++i) st = roll_back(batch[i].seq, positions[i], st);  // every sequence as it was
   }
   return st;
 }
@@ -100,7 +97,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
       const int64_t pos = positions[i];
       const float* k = k_.data() + i * n_kv;
       LEOAM_RETURN_IF_ERROR(seq.kv->append(il, pos, 1, k, v_.data() + i * n_kv));
-      LEOAM_RETURN_IF_ERROR(observe_appended(seq.selector, il, pos, 1, k, v_.data() + i * n_kv));
+      LEOAM_RETURN_IF_ERROR(observe_appended(watcher(seq.selector, il), il, pos, 1, k, v_.data() + i * n_kv));
     }
     if (across_rows) {
       LEOAM_RETURN_IF_ERROR(select_and_attend_across_rows(batch, il, positions));
@@ -117,6 +114,7 @@ Status LlamaForward::decode_rows(std::span<const BatchToken> batch, std::span<co
         LEOAM_RETURN_IF_ERROR(attend_selected(seq, il, positions[i], q, out, selected_[i], *pool_, key_mass_, trace));
       }
     }
+    for (int64_t i = 0; i < n; ++i) release_window(*batch[i].seq.kv, il, positions[i]);
     {
       const TraceSpan span(trace, "ffn", "compute", il, positions[0]);  // with the output projection
       output_and_ffn(L, x, xn, n);

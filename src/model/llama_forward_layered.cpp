@@ -32,11 +32,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
   ThreadPool& pool = *pool_;
   AttentionSelector* selector = seq_.selector;
   const SelectorNeeds needs = selector != nullptr ? selector->needs() : SelectorNeeds{};
-  const auto fail = [&](const Status& st) {
-    (void)seq_.kv->truncate(n_past0);  // as the batch order does: the context as it was
-    if (selector != nullptr) selector->truncate(n_past0);
-    return st;
-  };
+  const auto fail = [&](const Status& st) { return roll_back(seq_, n_past0, st); };  // as the batch order does
   // The working set lives for the prompt only: decoding does not need it.
   struct Release {
     LlamaForward& f;
@@ -97,8 +93,9 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
         fill_rope_tables(pos, nt);
         project_qkv(il, xn, nt, pos);
         LEOAM_RETURN_IF_ERROR(seq_.kv->append(il, pos, nt, k_.data(), v_.data()));
-        LEOAM_RETURN_IF_ERROR(observe_appended(selector, il, pos, nt, k_.data(), v_.data()));
-        if (needs.stored) LEOAM_RETURN_IF_ERROR(selector->observe_stored(il, pos + nt));
+        AttentionSelector* watching = watcher(selector, il);
+        LEOAM_RETURN_IF_ERROR(observe_appended(watching, il, pos, nt, k_.data(), v_.data()));
+        if (needs.stored && watching != nullptr) LEOAM_RETURN_IF_ERROR(watching->observe_stored(il, pos + nt));
         if (t0 + nt == n) LEOAM_RETURN_IF_ERROR(prefetch_last_row(il, pos, nt));
         const size_t row0 = static_cast<size_t>(t0 - s0);
         store_kv_values(seq_.kv->dtype(), k_.data(), nt * hp_.n_embd_kv(), seg_k_.data() + row0 * kv_row_bytes);
@@ -121,9 +118,11 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
           for_each_row(pool, nt, n_embd, [&](int64_t t) { kernels::add(x + t * n_embd, proj + t * n_embd, n_embd); });
         }
       };
-      if (!reads_store) {
+      if (!reads_store || hp_.is_sliding(il)) {
         // Batch by batch: each attends the segment's rows so far, in the working set (and in a
-        // working set too small for more, the positions before the segment in the store).
+        // working set too small for more, or a sliding layer's window, the positions before the
+        // segment in the store); a sliding layer's store drops what the later batches' windows
+        // do not reach as it goes, where one attention for the segment would need it all kept.
         for (size_t c = c0; c < c1; ++c) {
           const auto [t0, nt] = chunks[c];
           if (Status st = project(t0, nt); !st.is_ok()) return fail(st);
@@ -134,6 +133,7 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
               !st.is_ok()) {
             return fail(st);
           }
+          release_window(*seq_.kv, il, n_past0 + t0);
           finish(t0, nt);
         }
       } else {
@@ -163,9 +163,8 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
       // A segment may be the whole prompt: a stop is heard between its layers, and the segment's
       // KV, in some layers only, goes.
       if (!last_layer && options_.should_stop && options_.should_stop()) {
-        (void)seq_.kv->truncate(n_past0 + s0);
-        if (selector != nullptr) selector->truncate(n_past0 + s0);
-        return cancelled("prefill stopped after " + std::to_string(s0) + " of " + std::to_string(n) + " tokens");
+        return roll_back(seq_, n_past0 + s0,
+                         cancelled("prefill stopped after " + std::to_string(s0) + " of " + std::to_string(n) + " tokens"));
       }
     }
     ++prefill_stats_.n_segments;

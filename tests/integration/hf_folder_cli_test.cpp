@@ -1,7 +1,7 @@
 // `-m DIR` with a Hugging Face checkpoint folder, as a user runs it: `gguf convert` writes the
 // model, and run (dense, and sparse on the tiered store from disk) and tokenize give the same
 // output from the folder as from the converted file, for each family (Gemma's sliding layers
-// included); a bad --type is a usage error.
+// included, and what they drop); a bad --type is a usage error.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -104,6 +104,37 @@ void HfFolderCliTest::expect_same_runs(const std::string& folder, const std::str
   ASSERT_EQ(ids_folder.status, 0) << ids_folder.err;
   EXPECT_EQ(ids_folder.out, ids_file.out);
   EXPECT_NE(ids_folder.out.find("259\n"), std::string::npos) << "'the' is one merged token: " << ids_folder.out;
+}
+
+// Gemma 3's sliding layers on the tiered store drop what falls behind their window (--kv-stats
+// counts it) and answer as when kept (--kv-swa-full); --kv-save keeps it without asking, and the
+// saved session continues.
+TEST_F(HfFolderCliTest, GemmaDropsItsSlidingLayersPastUnlessKept) {
+  const std::string folder = write_folder("tiny-gemma3", "Gemma3ForCausalLM");
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "the then and ";
+  const std::vector<std::string> args = {"run", "-m", folder, "-p", prompt, "-n", "12", "--temp", "0", "-t", "1",
+                                         "--policy", "leoam", "--kv-chunk", "8", "--kv-recent", "8",
+                                         "--kv-device-mb", "0.2", "--kv-host-mb", "0.05", "--kv-stats"};
+  std::vector<std::string> dropped = args, kept = args, saved = args;
+  dropped.insert(dropped.end(), {"--kv-dir", dir_.path() + "/kv-dropped"});
+  kept.insert(kept.end(), {"--kv-dir", dir_.path() + "/kv-kept", "--kv-swa-full"});
+  const std::string session = dir_.path() + "/gemma-session";
+  saved.insert(saved.end(), {"--kv-dir", dir_.path() + "/kv-saved", "--kv-save", session});
+  const CliResult a = run(dropped);
+  const CliResult b = run(kept);
+  const CliResult c = run(saved);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(a.err.find("chunks dropped behind their layer's window"), std::string::npos) << a.err;
+  EXPECT_EQ(b.err.find("chunks dropped"), std::string::npos) << b.err;
+  EXPECT_EQ(c.err.find("chunks dropped"), std::string::npos) << c.err;
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.out, c.out);
+  const CliResult load = run({"run", "-m", folder, "-n", "4", "--temp", "0", "-t", "1", "--kv-load", session});
+  EXPECT_EQ(load.status, 0) << load.err;
 }
 
 // A saved session is tied to the folder's files and the type it was loaded as.

@@ -42,6 +42,7 @@ std::string flag_for(Setting setting) {
     case Setting::kKvHostCodec: return "--kv-host-codec";
     case Setting::kKvCompress: return "--kv-compress";
     case Setting::kKvMetaBudget: return "--kv-meta-mb";
+    case Setting::kKvSwaFull: return "--kv-swa-full";
     case Setting::kKvSaveDir: return "--kv-save";
     case Setting::kPrefillWorkingSet: return "--prefill-mb";
     case Setting::kListenAddress: return "--host, --port";

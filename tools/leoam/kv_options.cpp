@@ -28,6 +28,7 @@ Result<KvStoreOptions> store_options(const KvCliOptions& o) {
   kv.meta_budget_bytes = mib_to_bytes(o.meta_mb);
   kv.pipeline = o.pipeline == "on" ? DecodePipeline::kOn : o.pipeline == "auto" ? DecodePipeline::kAuto : DecodePipeline::kOff;
   kv.read_ahead_bytes = mib_to_bytes(o.read_ahead_mb);
+  kv.swa_full = o.swa_full;
   if (decode_pipeline(kv) && o.read_ahead_mb == 0.0) {
     return invalid_argument("--pipeline " + o.pipeline + " reads the next layer's chunks ahead: it needs --read-ahead-mb > 0");
   }
@@ -117,6 +118,11 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
                  "partial keys); a run that needs more stops with an error (0: no budget; --kv-stats reports it)")
       ->capture_default_str()
       ->check(non_negative<double>())
+      ->group(group);
+  cmd.add_flag("--kv-swa-full", o.swa_full,
+               "in the tiered store, keep the KV that a sliding-window layer's queries no longer see (Gemma 2 and "
+               "3) instead of dropping it: a rewind behind a window then still works (--kv-save and the server's "
+               "prompt cache set it)")
       ->group(group);
   cmd.add_flag("--kv-stats", o.print_stats, "print the KV tiers' traffic, hits and I/O latency at the end (stderr)")
       ->group(group);

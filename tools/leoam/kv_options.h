@@ -31,13 +31,14 @@ struct KvCliOptions {
   double meta_mb = 0.0;  // the policy's memory budget (SparseAttentionOptions::memory_budget_bytes); 0: none
   std::string pipeline = "off";  // the decode pipeline (ForwardOptions::pipeline): on, off or auto, with a dir
   double read_ahead_mb = 64.0;   // its staging (TieredKvCacheOptions::read_ahead_bytes)
+  bool swa_full = false;         // KvStoreOptions::swa_full
   bool print_stats = false;
   std::string stats_json_path;
 };
 
 // Registers --kv-dir, --kv-device-mb, --kv-host-mb, --kv-chunk, --kv-host-codec, --kv-compress, --kv-sink,
-// --kv-recent, --kv-queue-depth, --prefill-mb, --pipeline, --read-ahead-mb, --kv-meta-mb, --kv-stats
-// and --kv-stats-json on `cmd`.
+// --kv-recent, --kv-queue-depth, --prefill-mb, --pipeline, --read-ahead-mb, --kv-meta-mb,
+// --kv-swa-full, --kv-stats and --kv-stats-json on `cmd`.
 void add_kv_options(CLI::App& cmd, KvCliOptions& options);
 
 // A flag's MiB as bytes.

@@ -213,6 +213,7 @@ class RunCommand : public Command {
     Result<KvStoreOptions> store = store_options(kv_options_);
     if (!store.is_ok()) return fail(store.status());
     so.kv = *store;
+    so.kv.swa_full = so.kv.swa_full || !kv_save_dir_.empty();  // a saved session holds every position
     Result<AttentionOptions> attention = attention_options(attention_options_, model.hparams().n_layer);
     if (!attention.is_ok()) return fail(attention.status());
     so.attention = *attention;

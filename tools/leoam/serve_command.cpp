@@ -150,6 +150,8 @@ class ServeCommand : public Command {
     Result<KvStoreOptions> checked_store = store_options(kv_options_);
     if (!checked_store.is_ok()) return fail(checked_store.status());
     KvStoreOptions store = *checked_store;
+    // A kept prompt is reused from any of its positions, which a sliding-window layer must not drop.
+    store.swa_full = store.swa_full || (!store.dir.empty() && prompt_cache_gb_ > 0);
     Result<AttentionOptions> checked_attention = attention_options(attention_options_, m.hparams().n_layer);
     if (!checked_attention.is_ok()) return fail(checked_attention.status());
     const AttentionOptions attention = *checked_attention;

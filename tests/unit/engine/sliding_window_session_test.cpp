@@ -1,19 +1,25 @@
 // Gemma's sliding layers on the tiered, sparse path: a Gemma 3 folder (five sliding layers to a
 // global one) decoded past its window by leoam on a store mostly on disk. At a budget that picks
-// everything, its logits are the dense pass's; at 10%, every sliding layer still reads its whole
-// window (the selector picks only for the global layers) and nothing else.
+// everything, its logits are the dense pass's, in the batch order and the layered prefill alike;
+// at 10%, every sliding layer still reads its whole window (the selector picks only for the global
+// layers, and watches only them) and nothing else; and the sliding layers' past behind their
+// window is dropped, never written to disk, unless the session keeps it (swa_full).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "../hf/hf_folder_writer.h"
 #include "../model/model_test_util.h"
 #include "../temp_dir.h"
+#include "core/thread_pool.h"
 #include "hf/hf_folder.h"
+#include "kv/tiered_kv_cache.h"
 #include "leoam/session.h"
+#include "model/attention_selector.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 
@@ -24,6 +30,7 @@ constexpr int kGemmaWindow = 16;
 constexpr int kGemmaLayers = 7;  // layers 0-4 and 6 slide, layer 5 is global
 constexpr int kGemmaPrompt = 150;
 constexpr int kGemmaSteps = 12;
+constexpr int kGemmaGlobalLayer = 5;
 
 class SlidingWindowSessionTest : public ::testing::Test {
  protected:
@@ -76,18 +83,34 @@ class SlidingWindowSessionTest : public ::testing::Test {
     return o;
   }
 
+  // A store whose budgets hold the sliding layers' windows and a batch of 16 (chunks of 8 tokens
+  // of 2 KiB), but not the global layer's past; the prompt in batches of 16, in two segments of
+  // the layered prefill, the second reading the first's KV from the store.
+  SessionOptions windowed_options(double budget, const std::string& kv_dir) const {
+    SessionOptions o = sparse_options(budget, kv_dir);
+    o.kv.device_bytes = 72 << 10;
+    o.kv.host_bytes = 16 << 10;
+    o.kv.prefill_working_set_bytes = 70000;
+    o.forward.n_batch = 16;
+    return o;
+  }
+
+  std::vector<std::vector<float>> dense_logits() {
+    ForwardOptions dense_options;
+    dense_options.n_ctx = 512;
+    dense_options.n_threads = 2;
+    Result<std::unique_ptr<ForwardContext>> dense = ForwardContext::create(*model_, dense_options);
+    EXPECT_TRUE(dense.is_ok()) << dense.status().message();
+    return decode(**dense);
+  }
+
   testing_util::TempDir dir_;
   std::unique_ptr<Model> model_;
   std::vector<int32_t> prompt_;
 };
 
 TEST_F(SlidingWindowSessionTest, AFullBudgetOnDiskGivesTheDenseLogits) {
-  ForwardOptions dense_options;
-  dense_options.n_ctx = 512;
-  dense_options.n_threads = 2;
-  Result<std::unique_ptr<ForwardContext>> dense = ForwardContext::create(*model_, dense_options);
-  ASSERT_TRUE(dense.is_ok()) << dense.status().message();
-  const std::vector<std::vector<float>> want = decode(**dense);
+  const std::vector<std::vector<float>> want = dense_logits();
 
   testing_util::TempDir kv_dir;
   Result<std::unique_ptr<Session>> sparse = Session::create(*model_, sparse_options(1.0, kv_dir.path()));
@@ -120,6 +143,126 @@ TEST_F(SlidingWindowSessionTest, SlidingLayersReadTheirWindowWhateverTheBudget) 
     EXPECT_GE(attended, int64_t{n_sliding} * kGemmaWindow + 1) << "step " << i;
     EXPECT_LE(attended, int64_t{n_sliding} * kGemmaWindow + (pos + 1) / 2) << "step " << i;
   }
+}
+
+// The layers a selector is asked about or shown: every position selected.
+class RecordingSelector final : public AttentionSelector {
+ public:
+  Result<std::vector<TokenRange>> select(int layer, int64_t pos, const float*, ThreadPool&) override {
+    selected.insert(layer);
+    return std::vector<TokenRange>{{0, pos + 1}};
+  }
+  SelectorNeeds needs() const override { return {.keys = true, .values = true, .stored = true}; }
+  Status observe_keys(int layer, int64_t, int64_t, const float*) override {
+    watched.insert(layer);
+    return Status::ok();
+  }
+  Status observe_values(int layer, int64_t, int64_t, const float*) override {
+    watched.insert(layer);
+    return Status::ok();
+  }
+  Status observe_stored(int layer, int64_t) override {
+    watched.insert(layer);
+    return Status::ok();
+  }
+  std::set<int> selected, watched;
+};
+
+// Every sliding layer's chunks: none on disk.
+void expect_no_sliding_chunk_on_disk(const TieredKvCache& kv) {
+  for (int il = 0; il < kGemmaLayers; ++il) {
+    if (il == kGemmaGlobalLayer) continue;
+    for (int64_t i = 0; i < kv.n_chunks(il); ++i) EXPECT_FALSE(kv.disk().has_chunk(il, i)) << "layer " << il << " chunk " << i;
+  }
+}
+
+TEST_F(SlidingWindowSessionTest, ALayeredPrefillThatDropsTheWindowsPastGivesTheDenseLogits) {
+  const std::vector<std::vector<float>> want = dense_logits();
+  testing_util::TempDir kv_dir;
+  Result<std::unique_ptr<Session>> sparse = Session::create(*model_, windowed_options(1.0, kv_dir.path()));
+  ASSERT_TRUE(sparse.is_ok()) << sparse.status().message();
+  const std::vector<std::vector<float>> got = decode((*sparse)->context());
+  EXPECT_EQ((*sparse)->context().prefill_stats().n_segments, 2) << "the second segment reads the first's KV";
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(testing_util::rel_l2(got[i], want[i]), 1e-4) << "step " << i;
+  const auto* kv = dynamic_cast<const TieredKvCache*>(&(*sparse)->kv());
+  ASSERT_NE(kv, nullptr);
+  expect_no_sliding_chunk_on_disk(*kv);
+  EXPECT_TRUE(kv->disk().has_chunk(kGemmaGlobalLayer, 1)) << "the global layer's past is on disk";
+  // Each sliding layer dropped all but its last window and batch, at least.
+  const int64_t n = kGemmaPrompt + kGemmaSteps;
+  EXPECT_GE((*sparse)->stats().window_dropped_chunks, uint64_t{kGemmaLayers - 1} * ((n - kGemmaWindow - 16) / 8));
+}
+
+TEST_F(SlidingWindowSessionTest, AtATenthTheSlidingLayersStillWriteNothingToDisk) {
+  testing_util::TempDir kv_dir;
+  Result<std::unique_ptr<Session>> sparse = Session::create(*model_, windowed_options(0.1, kv_dir.path()));
+  ASSERT_TRUE(sparse.is_ok()) << sparse.status().message();
+  decode((*sparse)->context());
+  const auto* kv = dynamic_cast<const TieredKvCache*>(&(*sparse)->kv());
+  ASSERT_NE(kv, nullptr);
+  expect_no_sliding_chunk_on_disk(*kv);
+  EXPECT_GT((*sparse)->stats().window_dropped_chunks, 0u);
+}
+
+TEST_F(SlidingWindowSessionTest, SwaFullKeepsTheWindowsPast) {
+  testing_util::TempDir kv_dir;
+  SessionOptions o = windowed_options(0.1, kv_dir.path());
+  o.kv.swa_full = true;
+  Result<std::unique_ptr<Session>> sparse = Session::create(*model_, o);
+  ASSERT_TRUE(sparse.is_ok()) << sparse.status().message();
+  decode((*sparse)->context());
+  EXPECT_EQ((*sparse)->stats().window_dropped_chunks, 0u);
+  const auto* kv = dynamic_cast<const TieredKvCache*>(&(*sparse)->kv());
+  ASSERT_NE(kv, nullptr);
+  EXPECT_TRUE(kv->disk().has_chunk(0, 0)) << "a sliding layer's sealed chunks are written through as any";
+  EXPECT_TRUE((*sparse)->kv().view(0, kGemmaPrompt).is_ok());
+}
+
+// A stop in the second segment, after its first layer: that sliding layer dropped part of the
+// window that going back to the segment's start needs, so the context is emptied, and says so;
+// kept whole (swa_full), it goes back. Either way the prompt then runs again to the dense logits.
+TEST_F(SlidingWindowSessionTest, AStopThatCannotGoBackEmptiesTheContextAndSaysSo) {
+  const std::vector<float> want = dense_logits().front();
+  for (const bool swa_full : {false, true}) {
+    testing_util::TempDir kv_dir;
+    SessionOptions o = windowed_options(1.0, kv_dir.path());
+    o.kv.swa_full = swa_full;
+    int calls = 0;
+    o.forward.should_stop = [&calls] { return ++calls == 8; };  // 6 + 1 in the first segment
+    Result<std::unique_ptr<Session>> s = Session::create(*model_, o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    ForwardContext& ctx = (*s)->context();
+    std::vector<float> logits;
+    const Status st = ctx.eval(prompt_, false, logits);
+    ASSERT_EQ(st.code(), StatusCode::kCancelled) << st.message();
+    if (swa_full) {
+      EXPECT_EQ(ctx.n_past(), 128) << "back to the second segment's start";
+    } else {
+      EXPECT_EQ(ctx.n_past(), 0);
+      EXPECT_NE(st.message().find("the context was cleared"), std::string::npos) << st.message();
+    }
+    const std::span<const int32_t> rest(prompt_.begin() + ctx.n_past(), prompt_.end());
+    ASSERT_TRUE(ctx.eval(rest, false, logits).is_ok());
+    std::vector<float> step;
+    const int32_t next[1] = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    ASSERT_TRUE(ctx.eval(next, false, step).is_ok());
+    EXPECT_LE(testing_util::rel_l2(step, want), 1e-4) << "swa_full " << swa_full;
+  }
+}
+
+TEST_F(SlidingWindowSessionTest, TheSelectorIsAskedAboutAndShownOnlyTheGlobalLayer) {
+  RecordingSelector selector;
+  ForwardOptions o;
+  o.n_ctx = 512;
+  o.n_threads = 2;
+  o.n_batch = 16;
+  o.selector = &selector;
+  Result<std::unique_ptr<ForwardContext>> ctx = ForwardContext::create(*model_, o);
+  ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
+  decode(**ctx);
+  EXPECT_EQ(selector.selected, std::set<int>{kGemmaGlobalLayer});
+  EXPECT_EQ(selector.watched, std::set<int>{kGemmaGlobalLayer});
 }
 
 }  // namespace

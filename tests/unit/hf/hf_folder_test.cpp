@@ -17,6 +17,8 @@
 #include "gguf/gguf_writer.h"
 #include "hf/hf_folder.h"
 #include "hf_folder_writer.h"
+#include "kv/tiered_kv_cache.h"
+#include "leoam/session.h"
 #include "model/forward_context.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -49,6 +51,41 @@ std::vector<float> engine_logits(const Model& model, const std::vector<int32_t>&
   if (ctx.is_ok()) {
     EXPECT_TRUE((*ctx)->eval(tokens, /*all_logits=*/true, logits).is_ok());
   }
+  return logits;
+}
+
+// The sparse path: leoam at a budget that picks every chunk, decoding the tokens one at a time
+// from a tiered store of 2-token chunks whose device holds only the pinned ones (the rest on disk,
+// Gemma's sliding layers dropping what falls behind their window), with f32 KV: each step's logits.
+std::vector<float> sparse_engine_logits(const Model& model, const std::vector<int32_t>& tokens, const std::string& kv_dir) {
+  const ModelHparams& hp = model.hparams();
+  SessionOptions o;
+  o.kv.dir = kv_dir;
+  o.kv.dtype = KvDtype::kF32;
+  o.kv.chunk_tokens = 2;
+  o.kv.n_sink = 0;
+  o.kv.n_recent = 1;  // the query's own position
+  TieredKvCacheOptions shape;
+  shape.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, hp.n_ctx_train};
+  shape.dtype = o.kv.dtype;
+  shape.chunk_tokens = o.kv.chunk_tokens;
+  shape.n_sink_tokens = 0;
+  shape.n_recent_tokens = o.kv.n_recent;
+  o.kv.device_bytes = TieredKvCache::min_device_budget_bytes(shape);
+  o.kv.host_bytes = 0;
+  o.attention.policy = "leoam";
+  o.attention.budget = 1.0;
+  o.forward.n_threads = 2;
+  Result<std::unique_ptr<Session>> session = Session::create(model, o);
+  EXPECT_TRUE(session.is_ok()) << session.status().message();
+  std::vector<float> logits, step;
+  if (!session.is_ok()) return logits;
+  for (const int32_t token : tokens) {
+    const Status st = (*session)->context().eval({&token, 1}, false, step);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    logits.insert(logits.end(), step.begin(), step.end());
+  }
+  EXPECT_GT((*session)->stats().tiers[static_cast<int>(Tier::kDisk)].bytes_written, 0u) << "the KV went to disk";
   return logits;
 }
 
@@ -180,6 +217,11 @@ TEST_P(HfFolderVsReference, AllPositionsMatch) {
   const double err = testing_util::rel_l2(logits, ref);
   std::printf("[ measured ] %-24s rel L2 error %.3g\n", fc.name.c_str(), err);
   EXPECT_LE(err, 2e-6) << fc.name;
+  const std::vector<float> sparse = sparse_engine_logits(**model, tokens, dir.file("kv"));
+  ASSERT_EQ(sparse.size(), ref.size());
+  const double sparse_err = testing_util::rel_l2(sparse, ref);
+  std::printf("[ measured ] %-24s sparse path: rel L2 error %.3g\n", fc.name.c_str(), sparse_err);
+  EXPECT_LE(sparse_err, 2e-6) << fc.name << ", sparse";
 
   // The GGUF the folder converts to, against the reference written from GGUF's layout: the
   // conversion's renames, 1 + w norms, dropped position rows and kept fusions, checked apart from
