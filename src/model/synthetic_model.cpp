@@ -95,7 +95,7 @@ void add_vocabulary(int64_t n_vocab, GgufWriter& w) {
 
 }  // namespace
 
-const char* synthetic_model_preset_names() { return "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b"; }
+const char* synthetic_model_preset_names() { return "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b gemma3-1b"; }
 
 Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type) {
   std::string_view name = name_and_type;
@@ -123,6 +123,11 @@ Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type
     s.n_vocab = 32000; s.n_embd = 896; s.n_layer = 24; s.n_head = 14; s.n_head_kv = 2; s.n_ff = 4864;
     s.n_ctx = 32768; s.rope_freq_base = 1000000.0f; s.rms_eps = 1e-6f; s.qkv_bias = true; s.tied_output = true;
     s.weight_type = GgmlType::kF16;
+  } else if (name == "gemma3-1b") {  // Gemma-3-1B dims (its 262144-token vocabulary cut to 32000)
+    s.arch = ModelArch::kGemma3;
+    s.n_vocab = 32000; s.n_embd = 1152; s.n_layer = 26; s.n_head = 4; s.n_head_kv = 1; s.head_dim = 256;
+    s.n_ff = 6912; s.n_ctx = 32768; s.rope_freq_base = 1000000.0f; s.rms_eps = 1e-6f; s.tied_output = true;
+    s.sliding_window = 512; s.weight_type = GgmlType::kF16;
   } else {
     return invalid_argument("unknown synthetic model '" + std::string(name) + "'; presets: " +
                             synthetic_model_preset_names());
@@ -173,6 +178,9 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
   }
   w.set(key("rope.dimension_count"), GgufValue::from_u32(static_cast<uint32_t>(n_rot)));
   w.set(key("rope.freq_base"), GgufValue::from_f32(spec.rope_freq_base));
+  if (spec.sliding_window > 0) {
+    w.set(key("attention.sliding_window"), GgufValue::from_u32(static_cast<uint32_t>(spec.sliding_window)));
+  }
   if (spec.logn_length > 0) w.set(kLognLengthKey, GgufValue::from_u32(static_cast<uint32_t>(spec.logn_length)));
   if (spec.arch == ModelArch::kPhi3 && spec.rope_n_ctx_orig > 0) {  // LongRoPE: llama.cpp's phi3 keys
     w.set(key("rope.scaling.original_context_length"), GgufValue::from_u32(static_cast<uint32_t>(spec.rope_n_ctx_orig)));
@@ -224,11 +232,13 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_k.bias", n_kv, 0.0f, 0.2f));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_v.bias", n_kv, 0.0f, 0.2f));
     }
-    if (spec.arch == ModelArch::kQwen3) {
+    const bool gemma = spec.arch == ModelArch::kGemma2 || spec.arch == ModelArch::kGemma3;
+    if (spec.arch == ModelArch::kQwen3 || spec.arch == ModelArch::kGemma3) {
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_q_norm.weight", head_dim, 1.0f, norm_sd));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_k_norm.weight", head_dim, 1.0f, norm_sd));
     }
     LEOAM_RETURN_IF_ERROR(matrix(p + "attn_output.weight", n_q, spec.n_embd, in_embd));
+    if (gemma) LEOAM_RETURN_IF_ERROR(vec(p + "post_attention_norm.weight", spec.n_embd, 1.0f, norm_sd));
     LEOAM_RETURN_IF_ERROR(vec(p + "ffn_norm.weight", spec.n_embd, 1.0f, norm_sd));
     if (spec.arch == ModelArch::kPhi3) {  // gate's rows, then up's
       LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_up.weight", spec.n_embd, 2 * spec.n_ff, in_embd));
@@ -237,6 +247,7 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
       LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_up.weight", spec.n_embd, spec.n_ff, in_embd));
     }
     LEOAM_RETURN_IF_ERROR(matrix(p + "ffn_down.weight", spec.n_ff, spec.n_embd, in_ff));
+    if (gemma) LEOAM_RETURN_IF_ERROR(vec(p + "post_ffw_norm.weight", spec.n_embd, 1.0f, norm_sd));
   }
   LEOAM_RETURN_IF_ERROR(vec("output_norm.weight", spec.n_embd, 1.0f, norm_sd));
   if (!spec.tied_output) LEOAM_RETURN_IF_ERROR(matrix("output.weight", spec.n_embd, spec.n_vocab, in_embd));

@@ -23,7 +23,8 @@ class GgufWriter;
 
 struct SyntheticModelSpec {
   // qwen2, qwen3 and phi3 imply NeoX RoPE; qwen3 adds q/k head norms; phi3 stores q/k/v in one
-  // matrix and gate/up in another, and with rope_n_ctx_orig > 0 LongRoPE's two factor sets.
+  // matrix and gate/up in another, and with rope_n_ctx_orig > 0 LongRoPE's two factor sets;
+  // gemma3 adds q/k head norms, the norms after attention and the FFN, and its sliding layers.
   ModelArch arch = ModelArch::kLlama;
   std::string name = "synthetic";      // general.name
   int64_t n_vocab = 512;               // >= 259 (specials and byte tokens)
@@ -49,17 +50,19 @@ struct SyntheticModelSpec {
   bool tied_output = false;            // no output.weight: the output reuses token_embd
   int64_t logn_length = 0;             // leoam.attention.logn_length; 0: not written
   bool freq_factors = false;           // rope_freqs.weight (Llama-3.1 style), factors in [1, 8]
+  int64_t sliding_window = 0;          // gemma3: attention.sliding_window; 0: not written
   uint64_t seed = 42;
 };
 
 // Named shapes: "tiny" (n_embd 256, 2 layers, vocab 512), "llama-1b" (Llama-3.2-1B-like dims,
 // 32000 vocab), "llama2-7b" (Llama-2-7B dims; also "llama-7b"), "llama3-8b" (Llama-3-8B dims, GQA
 // 32/8, its 128256 vocab: the output matrix is 7% of the weights a decode step reads),
-// "qwen2-0.5b" (Qwen2-0.5B-like dims, 32000 vocab). An optional ":type" suffix sets the weight
+// "qwen2-0.5b" (Qwen2-0.5B-like dims, 32000 vocab), "gemma3-1b" (Gemma-3-1B dims, five sliding
+// layers of 512 to a global one, 32000 vocab). An optional ":type" suffix sets the weight
 // type ("llama2-7b:q4_0"; f32 f16 bf16 q8_0 q4_0 q4_k q6_k, any case). Unknown names give an
 // error listing the presets.
 Result<SyntheticModelSpec> synthetic_model_preset(std::string_view name_and_type);
-// "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b".
+// "tiny llama-1b llama2-7b llama3-8b qwen2-0.5b gemma3-1b".
 const char* synthetic_model_preset_names();
 
 // Adds the metadata and tensors of `spec` to `writer` (which should be empty). Fails on a spec the

@@ -91,6 +91,24 @@ TEST(SyntheticModel, LoadsAsAModel) {
   EXPECT_EQ((*model)->hparams().head_dim, 32);
 }
 
+TEST(SyntheticModel, AGemma3LoadsWithItsSlidingLayers) {
+  SyntheticModelSpec s = small();
+  s.arch = ModelArch::kGemma3;
+  s.n_layer = 6;
+  s.sliding_window = 16;
+  s.tied_output = true;
+  const auto bytes = bytes_of(s);
+  auto gguf = GgufFile::parse("g.gguf", bytes.data(), bytes.size());
+  ASSERT_TRUE(gguf.is_ok());
+  auto model = Model::from_gguf(std::move(gguf).value());
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const ModelHparams& hp = (*model)->hparams();
+  EXPECT_EQ(hp.sliding_window, 16);
+  EXPECT_TRUE(hp.is_sliding(0));
+  EXPECT_FALSE(hp.is_sliding(5));
+  EXPECT_NE((*model)->weights().layers[0].attn_post_norm, nullptr);
+}
+
 TEST(SyntheticModel, Presets) {
   auto tiny = synthetic_model_preset("tiny");
   ASSERT_TRUE(tiny.is_ok());
@@ -133,9 +151,16 @@ TEST(SyntheticModel, Presets) {
   EXPECT_EQ(q->arch, ModelArch::kQwen2);
   EXPECT_TRUE(q->qkv_bias);
 
+  auto g = synthetic_model_preset("gemma3-1b:q4_0");
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ(g->arch, ModelArch::kGemma3);
+  EXPECT_EQ(g->head_dim, 256);
+  EXPECT_EQ(g->sliding_window, 512);
+
   auto unknown = synthetic_model_preset("gpt-9");
   ASSERT_FALSE(unknown.is_ok());
-  EXPECT_EQ(unknown.status().message(), "unknown synthetic model 'gpt-9'; presets: tiny llama-1b llama2-7b llama3-8b qwen2-0.5b");
+  EXPECT_EQ(unknown.status().message(),
+            "unknown synthetic model 'gpt-9'; presets: tiny llama-1b llama2-7b llama3-8b qwen2-0.5b gemma3-1b");
   EXPECT_FALSE(synthetic_model_preset("tiny:q5_k").is_ok());
 }
 
