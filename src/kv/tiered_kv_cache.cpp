@@ -522,11 +522,10 @@ Status TieredKvCache::truncate(int64_t n_tokens) {
     const int64_t first_read = std::max<int64_t>(0, n_tokens - window(il) + 1);
     if (n_tokens < L.n_tokens && first_read < n_tokens && L.first_kept * options_.chunk_tokens > first_read) {
       return invalid_argument("KV truncate to " + std::to_string(n_tokens) + " positions: layer " +
-                                 std::to_string(il) + " has dropped its positions before " +
-                                 std::to_string(L.first_kept * options_.chunk_tokens) +
-                                 ", behind its sliding window of " + std::to_string(window(il)) +
-                                 ", and a query at " + std::to_string(n_tokens) + " reads from " +
-                                 std::to_string(first_read))
+                              std::to_string(il) + " has dropped its positions before " +
+                              std::to_string(L.first_kept * options_.chunk_tokens) + ", behind its sliding window of " +
+                              std::to_string(window(il)) + ", and a query at " + std::to_string(n_tokens) +
+                              " reads from " + std::to_string(first_read))
           .about(Setting::kKvSwaFull);
     }
   }

@@ -163,8 +163,8 @@ Status LlamaForward::eval_layered(std::span<const int32_t> tokens, std::span<con
       // A segment may be the whole prompt: a stop is heard between its layers, and the segment's
       // KV, in some layers only, goes.
       if (!last_layer && options_.should_stop && options_.should_stop()) {
-        return roll_back(seq_, n_past0 + s0,
-                         cancelled("prefill stopped after " + std::to_string(s0) + " of " + std::to_string(n) + " tokens"));
+        const std::string done = std::to_string(s0) + " of " + std::to_string(n) + " tokens";
+        return roll_back(seq_, n_past0 + s0, cancelled("prefill stopped after " + done));
       }
     }
     ++prefill_stats_.n_segments;

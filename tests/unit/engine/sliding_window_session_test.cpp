@@ -172,7 +172,9 @@ class RecordingSelector final : public AttentionSelector {
 void expect_no_sliding_chunk_on_disk(const TieredKvCache& kv) {
   for (int il = 0; il < kGemmaLayers; ++il) {
     if (il == kGemmaGlobalLayer) continue;
-    for (int64_t i = 0; i < kv.n_chunks(il); ++i) EXPECT_FALSE(kv.disk().has_chunk(il, i)) << "layer " << il << " chunk " << i;
+    for (int64_t i = 0; i < kv.n_chunks(il); ++i) {
+      EXPECT_FALSE(kv.disk().has_chunk(il, i)) << "layer " << il << " chunk " << i;
+    }
   }
 }
 

@@ -57,7 +57,8 @@ std::vector<float> engine_logits(const Model& model, const std::vector<int32_t>&
 // The sparse path: leoam at a budget that picks every chunk, decoding the tokens one at a time
 // from a tiered store of 2-token chunks whose device holds only the pinned ones (the rest on disk,
 // Gemma's sliding layers dropping what falls behind their window), with f32 KV: each step's logits.
-std::vector<float> sparse_engine_logits(const Model& model, const std::vector<int32_t>& tokens, const std::string& kv_dir) {
+std::vector<float> sparse_engine_logits(const Model& model, const std::vector<int32_t>& tokens,
+                                        const std::string& kv_dir) {
   const ModelHparams& hp = model.hparams();
   SessionOptions o;
   o.kv.dir = kv_dir;
