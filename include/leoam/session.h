@@ -91,9 +91,10 @@ Result<KvStoreNeeds> kv_store_needs(const AttentionOptions& attention, const KvS
                                     int64_t n_ctx);
 
 // The store the options describe for `model` at n_ctx positions: the tiered store with a dir,
-// else the in-memory cache; or, when needs.chunks and no dir, a tiered store without a disk
-// tier, whose device tier holds the whole context (it opens no file). The tiered store records
-// its disk reads in `trace` (may be null).
+// else the in-memory cache; or, when needs.chunks or the model has sliding-window layers to drop
+// (swa_full not set) and no dir, a tiered store without a disk tier, whose device tier may hold
+// the whole context (it opens no file). The tiered store records its disk reads in `trace` (may
+// be null).
 Result<std::unique_ptr<KvCache>> make_kv_store(const KvStoreOptions& kv, const Model& model, int64_t n_ctx,
                                                const KvStoreNeeds& needs, Trace* trace = nullptr);
 // The tiered store of make_kv_store, with or without a dir: for the benchmarks of that store.

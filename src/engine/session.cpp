@@ -58,7 +58,10 @@ Result<KvStoreNeeds> kv_store_needs(const AttentionOptions& a, const KvStoreOpti
 
 Result<std::unique_ptr<KvCache>> make_kv_store(const KvStoreOptions& kv, const Model& model, int64_t n_ctx,
                                                const KvStoreNeeds& needs, Trace* trace) {
-  if (kv.dir.empty() && !needs.chunks) {
+  // A model with sliding-window layers keeps them in the tiered store even in RAM: its chunks,
+  // made as they fill, let those layers drop their past, where the one buffer holds every position.
+  const bool drops_windows = model.hparams().swa_period > 0 && !kv.swa_full;
+  if (kv.dir.empty() && !needs.chunks && !drops_windows) {
     const ModelHparams& hp = model.hparams();
     MemoryKvCacheOptions m;
     m.shape = {hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};

@@ -3,7 +3,8 @@
 // everything, its logits are the dense pass's, in the batch order and the layered prefill alike;
 // at 10%, every sliding layer still reads its whole window (the selector picks only for the global
 // layers, and watches only them) and nothing else; and the sliding layers' past behind their
-// window is dropped, never written to disk, unless the session keeps it (swa_full).
+// window is dropped, never written to disk, unless the session keeps it (swa_full), in a batch of
+// sequences as alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -251,6 +252,89 @@ TEST_F(SlidingWindowSessionTest, AStopThatCannotGoBackEmptiesTheContextAndSaysSo
     ASSERT_TRUE(ctx.eval(next, false, step).is_ok());
     EXPECT_LE(testing_util::rel_l2(step, want), 1e-4) << "swa_full " << swa_full;
   }
+}
+
+// Four sequences decoded in one batch (two rows a thread: selections and attention side by side),
+// each on its own store, drop their windows' past as when decoded alone, and give its logits.
+TEST_F(SlidingWindowSessionTest, SequencesDecodedTogetherDropAsAlone) {
+  constexpr int kRows = 4;
+  const int n_vocab = model_->hparams().n_vocab;
+  std::vector<std::vector<int32_t>> prompts, steps;
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<int32_t> p(prompt_.begin(), prompt_.end() - 9 * r);
+    for (int32_t& t : p) t = (t + 11 * r) % n_vocab;
+    prompts.push_back(p);
+    steps.emplace_back();
+    for (int i = 0; i < kGemmaSteps; ++i) steps[r].push_back((5 + 13 * i + 7 * r) % n_vocab);
+  }
+  std::vector<std::vector<std::vector<float>>> alone(kRows);
+  std::vector<uint64_t> alone_dropped(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    testing_util::TempDir kv_dir;
+    Result<std::unique_ptr<Session>> s = Session::create(*model_, windowed_options(0.1, kv_dir.path()));
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    std::vector<float> logits;
+    ASSERT_TRUE((*s)->context().eval(prompts[r], false, logits).is_ok());
+    for (const int32_t t : steps[r]) {
+      ASSERT_TRUE((*s)->context().eval({&t, 1}, false, logits).is_ok());
+      alone[r].push_back(logits);
+    }
+    alone_dropped[r] = (*s)->stats().window_dropped_chunks;
+  }
+  std::vector<testing_util::TempDir> dirs(kRows);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int r = 0; r < kRows; ++r) {
+    Result<std::unique_ptr<Session>> s = Session::create(*model_, windowed_options(0.1, dirs[r].path()));
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    sessions.push_back(std::move(*s));
+  }
+  ForwardContext& ctx = sessions[0]->context();  // one pass over the weights for every row
+  const auto seq = [&](int r) { return DecodeSequence{&sessions[r]->kv(), sessions[r]->selector()}; };
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<float> logits;
+    ASSERT_TRUE(ctx.eval_sequence(seq(r), prompts[r], false, logits).is_ok());
+  }
+  for (int i = 0; i < kGemmaSteps; ++i) {
+    std::vector<BatchToken> batch;
+    for (int r = 0; r < kRows; ++r) batch.push_back({steps[r][i], seq(r)});
+    std::vector<float> logits;
+    const Status st = ctx.decode_batch(batch, logits);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    for (int r = 0; r < kRows; ++r) {
+      const std::vector<float> row(logits.begin() + r * n_vocab, logits.begin() + (r + 1) * n_vocab);
+      EXPECT_LE(testing_util::rel_l2(row, alone[r][i]), 1e-4) << "step " << i << " row " << r;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const auto* kv = dynamic_cast<const TieredKvCache*>(&sessions[r]->kv());
+    ASSERT_NE(kv, nullptr);
+    expect_no_sliding_chunk_on_disk(*kv);
+    EXPECT_EQ(kv->stats().window_dropped_chunks, alone_dropped[r]) << "row " << r;
+  }
+}
+
+// Without a disk tier (dense, in RAM) the sliding layers drop their past too: the session keeps
+// the KV in the tiered store's chunks, not in one buffer of every position; kept whole
+// (swa_full), in the one buffer.
+TEST_F(SlidingWindowSessionTest, InRamTheWindowsPastIsDroppedToo) {
+  const std::vector<std::vector<float>> want = dense_logits();
+  SessionOptions o;
+  o.forward.n_ctx = 512;
+  o.forward.n_threads = 2;
+  o.forward.n_batch = 16;
+  Result<std::unique_ptr<Session>> s = Session::create(*model_, o);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  const std::vector<std::vector<float>> got = decode((*s)->context());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(testing_util::rel_l2(got[i], want[i]), 1e-4) << "step " << i;
+  const KvStats stats = (*s)->stats();
+  EXPECT_TRUE(stats.tiered);
+  EXPECT_FALSE(stats.disk_tier);
+  EXPECT_GT(stats.window_dropped_chunks, 0u);
+  o.kv.swa_full = true;
+  Result<std::unique_ptr<Session>> full = Session::create(*model_, o);
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  EXPECT_FALSE((*full)->stats().tiered) << "every position in one buffer";
 }
 
 TEST_F(SlidingWindowSessionTest, TheSelectorIsAskedAboutAndShownOnlyTheGlobalLayer) {
