@@ -60,7 +60,7 @@ Result<std::unique_ptr<KvCache>> make_kv_store(const KvStoreOptions& kv, const M
                                                const KvStoreNeeds& needs, Trace* trace) {
   // A model with sliding-window layers keeps them in the tiered store even in RAM: its chunks,
   // made as they fill, let those layers drop their past, where the one buffer holds every position.
-  const bool drops_windows = model.hparams().swa_period > 0 && !kv.swa_full;
+  const bool drops_windows = model.hparams().has_sliding_layers() && !kv.swa_full;
   if (kv.dir.empty() && !needs.chunks && !drops_windows) {
     const ModelHparams& hp = model.hparams();
     MemoryKvCacheOptions m;
@@ -87,7 +87,7 @@ Result<std::unique_ptr<TieredKvCache>> make_tiered_kv_store(const KvStoreOptions
   t.compress = kv.compress;
   t.keep_abstracts = needs.resident_abstracts;
   if (!kv.dir.empty()) t.abstract_tokens = needs.abstract_tokens;
-  if (!kv.swa_full && hp.swa_period > 0) {
+  if (!kv.swa_full && hp.has_sliding_layers()) {
     for (int il = 0; il < hp.n_layer; ++il) t.layer_windows.push_back(hp.window(il));
   }
   t.device_budget_bytes = kv.device_bytes;

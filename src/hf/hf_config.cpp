@@ -319,6 +319,10 @@ Status read_fields(const Fields& f, HfConfig& c) {
   }
   LEOAM_ASSIGN_OR_RETURN(bool sliding, f.get_bool("use_sliding_window", false));
   if (sliding) return unsupported("\"use_sliding_window\" true is not supported: sliding-window attention");
+  if (c.gguf_arch == "llama" || c.gguf_arch == "phi3") {  // Mistral v0.1, Phi-3 4K: every layer slides
+    LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.get_int("sliding_window", kMaxCtx));
+    c.sliding_window = window.value_or(0);
+  }
   if (const Json* scaling = f.find("rope_scaling")) LEOAM_RETURN_IF_ERROR(read_rope_scaling(f, *scaling, c));
   return Status::ok();
 }
@@ -353,13 +357,13 @@ void add_hf_config_metadata(const HfConfig& c, const std::string& name, GgufWrit
   out.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::from_f32(static_cast<float>(c.rms_eps)));
   out.set(a + ".rope.dimension_count", u32(c.head_dim));
   out.set(a + ".rope.freq_base", GgufValue::from_f32(static_cast<float>(c.rope_theta)));
+  if (c.sliding_window > 0) out.set(a + ".attention.sliding_window", u32(c.sliding_window));
   if (c.rope_scaling == "longrope") {
     out.set(a + ".rope.scaling.original_context_length", u32(c.rope_original_ctx));
     out.set(a + ".rope.scaling.attn_factor", GgufValue::from_f32(static_cast<float>(c.rope_attn_factor)));
   }
   if (c.gemma) {
     out.set(a + ".attention.scale", GgufValue::from_f32(static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar))));
-    out.set(a + ".attention.sliding_window", u32(c.sliding_window));
     // The keys absent where config.json has none (0): a cap-less Gemma 3, Gemma 2's one RoPE.
     for (const auto& [key, value] : {std::pair{".attn_logit_softcapping", c.attn_softcap},
                                      std::pair{".final_logit_softcapping", c.final_softcap},

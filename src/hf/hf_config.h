@@ -33,7 +33,9 @@ struct HfConfig {
   double query_pre_attn_scalar = 0;  // gemma: q.k is scaled by its inverse square root
   double attn_softcap = 0;           // gemma2's attn_logit_softcapping; 0: none
   double final_softcap = 0;          // gemma2's final_logit_softcapping; 0: none
-  int64_t sliding_window = 0;        // gemma: the keys a sliding layer sees
+  // The keys a sliding layer's query sees, itself included: gemma's sliding layers; every layer
+  // of Mistral and Phi-3 where config.json gives one (0: none).
+  int64_t sliding_window = 0;
   double rope_local_theta = 0;       // gemma3: rope_local_base_freq, the sliding layers' base
   bool tie_word_embeddings = false;
   int64_t n_vocab = 0;

@@ -156,7 +156,15 @@ Status read_attention_shape(const KeyReader& r, ModelHparams& hp) {
   LEOAM_ASSIGN_OR_RETURN(hp.attn_scale,
                          get_positive_float(r, "attention.scale", static_cast<float>(1.0 / std::sqrt(scale_dim))));
   hp.rope_swa = hp.rope;
-  if (!gemma) return Status::ok();
+  if (!gemma) {
+    // Mistral v0.1 and Phi-3 4K slide every layer; a window past the trained context (Phi-3
+    // 128K's 262144) never bites, and leaves every layer to the selector.
+    if (hp.arch != ModelArch::kLlama && hp.arch != ModelArch::kPhi3) return Status::ok();
+    LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> window, r.get_int("attention.sliding_window"));
+    if (window && *window <= 0) return r.error("key '" + r.key("attention.sliding_window") + "' must be positive");
+    if (window && *window < hp.n_ctx_train) hp.sliding_window = *window;
+    return Status::ok();
+  }
   const bool capped = hp.arch == ModelArch::kGemma2;
   LEOAM_ASSIGN_OR_RETURN(std::optional<double> attn_cap, r.get_float("attn_logit_softcapping"));
   LEOAM_ASSIGN_OR_RETURN(std::optional<double> final_cap, r.get_float("final_logit_softcapping"));

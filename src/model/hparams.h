@@ -84,7 +84,8 @@ struct ModelHparams {
   FfnActivation ffn_activation = FfnActivation::kSilu;
   // {arch}.attention.sliding_window: the keys a sliding layer's query sees, itself included; 0
   // when no layer slides. Which layers slide: every layer but each swa_period-th ((il + 1) %
-  // swa_period == 0 is global): 2 in gemma2, 6 in gemma3.
+  // swa_period == 0 is global): 2 in gemma2, 6 in gemma3; every layer with swa_period 0 (llama
+  // and phi3 files that give a window shorter than their context: Mistral v0.1, Phi-3 4K).
   int64_t sliding_window = 0;
   int swa_period = 0;
   // The sliding layers' RoPE: rope but for the base ({arch}.rope.freq_base_swa, gemma3's 10000
@@ -93,7 +94,10 @@ struct ModelHparams {
 
   // The factor the query at `pos` is multiplied by (after RoPE): 1 unless logn_length applies.
   float query_scale(int64_t pos) const;
-  bool is_sliding(int layer) const { return swa_period > 0 && (layer + 1) % swa_period != 0; }
+  bool is_sliding(int layer) const {
+    return sliding_window > 0 && (swa_period == 0 || (layer + 1) % swa_period != 0);
+  }
+  bool has_sliding_layers() const { return sliding_window > 0; }
   // The attention window of `layer`: sliding_window for a sliding layer, 0 (all) otherwise.
   int64_t window(int layer) const { return is_sliding(layer) ? sliding_window : 0; }
 

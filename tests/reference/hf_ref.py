@@ -162,6 +162,9 @@ def forward(config, w, tokens):
 
     x = w["model.embed_tokens.weight"][tokens]
     mask = np.triu(np.full((n, n), -np.inf), k=1)
+    if config.get("sliding_window"):  # Mistral, Phi-3: every layer sees its last sliding_window keys
+        dist = np.arange(n)[:, None] - np.arange(n)[None, :]
+        mask = np.where((dist < 0) | (dist >= config["sliding_window"]), -np.inf, 0.0)
     for il in range(config["num_hidden_layers"]):
         p = f"model.layers.{il}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)

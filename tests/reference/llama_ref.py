@@ -12,6 +12,9 @@ CLI:
 
 Shapes: a GGUF weight with ne = [n_in, n_out] loads as numpy [n_out][n_in]; y = W @ x.
 
+llama (Mistral) and phi3 with `attention.sliding_window`: every layer sees only the last that
+many positions, its own included (leoam's reading; this llama.cpp applies it to phi3 only).
+
 gemma2 / gemma3, as llama.cpp's converter writes them: the norm weights already hold Gemma's
 1 + w, q/k rows unpermuted (NeoX pairing), output tied to token_embd. The embedding is scaled by
 sqrt(n_embd), attention and FFN outputs are RMS-normalized again before their residual adds
@@ -75,6 +78,8 @@ def load_hparams(meta):
                  attn_softcap=0.0, final_softcap=0.0)
     if arch in ("gemma2", "gemma3"):
         extra = load_gemma_hparams(arch, get, meta, n_layer, n_embd, n_head, head_dim, freq_base)
+    elif get("attention.sliding_window", 0):  # llama (Mistral), phi3: every layer slides
+        extra.update(swa=[True] * n_layer, n_swa=int(get("attention.sliding_window")))
     opt = arch == "opt"  # LayerNorm, learned positions, no RoPE (n_rot 0), biases, ReLU FFN
     return dict(
         arch=arch,

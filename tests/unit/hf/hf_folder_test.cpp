@@ -166,6 +166,20 @@ std::vector<FolderCase> folder_cases() {
     s.rope_scaling = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
     c.push_back({original < 12 ? "phi3_longrope_long" : "phi3_longrope_short", s});
   }
+  // Phi-3 4K and Mistral v0.1: every layer sees only its last sliding_window keys (5 of 12).
+  {
+    HfFolderSpec s;
+    s.architecture = "Phi3ForCausalLM";
+    s.sliding_window = 5;
+    c.push_back({"phi3_sliding_window", s});
+  }
+  {
+    HfFolderSpec s;
+    s.architecture = "MistralForCausalLM";
+    s.n_head_kv = 2;
+    s.sliding_window = 4;
+    c.push_back({"mistral_sliding_window", s});
+  }
   // OPT: learned positions from row 2, LayerNorm, ReLU, biases everywhere; MHA.
   {
     HfFolderSpec s;
@@ -239,6 +253,27 @@ TEST_P(HfFolderVsReference, AllPositionsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(Folders, HfFolderVsReference, ::testing::ValuesIn(folder_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// A Mistral or Phi-3 window slides every layer where it is shorter than the context; one as long
+// as it (Phi-3 128K's 262144 against 131072) never bites, and no layer slides.
+TEST(HfFolderTest, AWindowSlidesEveryLayerOnlyWhereItBites) {
+  for (const int window : {5, 256}) {
+    HfFolderSpec s;
+    s.architecture = "Phi3ForCausalLM";
+    s.sliding_window = window;
+    TempDir dir;
+    testing_util::write_hf_folder(s, dir.path());
+    auto model = load_folder(dir.path());
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const ModelHparams& hp = (*model)->hparams();
+    EXPECT_EQ(hp.n_ctx_train, 256);
+    if (window < hp.n_ctx_train) {
+      for (int il = 0; il < hp.n_layer; ++il) EXPECT_EQ(hp.window(il), window) << "layer " << il;
+    } else {
+      EXPECT_FALSE(hp.has_sliding_layers());
+    }
+  }
+}
 
 TEST(HfFolderTest, TheConvertedGgufGivesTheSameLogits) {
   HfFolderSpec s;

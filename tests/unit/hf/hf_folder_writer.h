@@ -241,6 +241,7 @@ inline nlohmann::ordered_json hf_config(const HfFolderSpec& s) {
   if (!s.rope_scaling.is_null()) c["rope_scaling"] = s.rope_scaling;
   if (s.head_dim > 0) c["head_dim"] = s.head_dim;
   if (s.original_ctx > 0) c["original_max_position_embeddings"] = s.original_ctx;
+  if (!s.gemma() && s.sliding_window > 0) c["sliding_window"] = s.sliding_window;  // Mistral, Phi-3
   if (s.gemma()) {
     c.erase("hidden_act");
     c["hidden_activation"] = "gelu_pytorch_tanh";
