@@ -162,6 +162,10 @@ Status read_attention_shape(const KeyReader& r, ModelHparams& hp) {
     if (hp.arch != ModelArch::kLlama && hp.arch != ModelArch::kPhi3) return Status::ok();
     LEOAM_ASSIGN_OR_RETURN(std::optional<int64_t> window, r.get_int("attention.sliding_window"));
     if (window && *window <= 0) return r.error("key '" + r.key("attention.sliding_window") + "' must be positive");
+    // Phi-3 mini and medium 4K files written without the key: llama.cpp's default, their 2047.
+    const bool phi3_4k =
+        hp.arch == ModelArch::kPhi3 && (hp.n_layer == 32 || hp.n_layer == 40) && hp.n_ctx_train == 4096;
+    if (!window && phi3_4k) window = 2047;
     if (window && *window < hp.n_ctx_train) hp.sliding_window = *window;
     return Status::ok();
   }

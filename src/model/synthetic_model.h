@@ -50,7 +50,7 @@ struct SyntheticModelSpec {
   bool tied_output = false;            // no output.weight: the output reuses token_embd
   int64_t logn_length = 0;             // leoam.attention.logn_length; 0: not written
   bool freq_factors = false;           // rope_freqs.weight (Llama-3.1 style), factors in [1, 8]
-  int64_t sliding_window = 0;          // gemma3: attention.sliding_window; 0: not written
+  int64_t sliding_window = 0;          // attention.sliding_window (gemma3, phi3); 0: not written
   uint64_t seed = 42;
 };
 

@@ -12,8 +12,9 @@ CLI:
 
 Shapes: a GGUF weight with ne = [n_in, n_out] loads as numpy [n_out][n_in]; y = W @ x.
 
-llama (Mistral) and phi3 with `attention.sliding_window`: every layer sees only the last that
-many positions, its own included (leoam's reading; this llama.cpp applies it to phi3 only).
+llama (Mistral) and phi3 with `attention.sliding_window` shorter than the context (phi3 mini and
+medium 4K without the key: 2047, llama.cpp's default): every layer sees only the last that many
+positions, its own included (leoam's reading; this llama.cpp applies it to phi3 only).
 
 gemma2 / gemma3, as llama.cpp's converter writes them: the norm weights already hold Gemma's
 1 + w, q/k rows unpermuted (NeoX pairing), output tied to token_embd. The embedding is scaled by
@@ -78,8 +79,12 @@ def load_hparams(meta):
                  attn_softcap=0.0, final_softcap=0.0)
     if arch in ("gemma2", "gemma3"):
         extra = load_gemma_hparams(arch, get, meta, n_layer, n_embd, n_head, head_dim, freq_base)
-    elif get("attention.sliding_window", 0):  # llama (Mistral), phi3: every layer slides
-        extra.update(swa=[True] * n_layer, n_swa=int(get("attention.sliding_window")))
+    else:  # llama (Mistral), phi3 with a window shorter than the context: every layer slides
+        # phi3 mini and medium 4K files without the key: llama.cpp's 2047
+        phi3_4k = arch == "phi3" and n_layer in (32, 40) and n_ctx_train == 4096
+        n_swa = int(get("attention.sliding_window", 2047 if phi3_4k else 0))
+        if 0 < n_swa < n_ctx_train and arch in ("llama", "phi3"):
+            extra.update(swa=[True] * n_layer, n_swa=n_swa)
     opt = arch == "opt"  # LayerNorm, learned positions, no RoPE (n_rot 0), biases, ReLU FFN
     return dict(
         arch=arch,
