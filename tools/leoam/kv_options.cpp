@@ -120,9 +120,9 @@ void add_kv_options(CLI::App& cmd, KvCliOptions& o) {
       ->check(non_negative<double>())
       ->group(group);
   cmd.add_flag("--kv-swa-full", o.swa_full,
-               "keep the KV that a sliding-window layer's queries no longer see (Gemma 2 and 3) instead of "
-               "dropping it (with --kv-dir it is written to disk as any layer's): a rewind behind a window then "
-               "still works (--kv-save and the server's prompt cache set it)")
+               "keep the KV that a sliding-window layer's queries no longer see (Gemma 2 and 3, Mistral v0.1, "
+               "Phi-3 4K) instead of dropping it (with --kv-dir it is written to disk as any layer's): a rewind "
+               "behind a window then still works (--kv-save and the server's prompt cache set it)")
       ->group(group);
   cmd.add_flag("--kv-stats", o.print_stats, "print the KV tiers' traffic, hits and I/O latency at the end (stderr)")
       ->group(group);
