@@ -137,6 +137,35 @@ TEST_F(HfFolderCliTest, GemmaDropsItsSlidingLayersPastUnlessKept) {
   EXPECT_EQ(load.status, 0) << load.err;
 }
 
+// The server runs Gemma 3 on the tiered store with its prompt cache off, so that its sliding
+// layers drop their past, and answers as `run` does.
+TEST_F(HfFolderCliTest, ServeGemmaDroppingItsSlidingLayersPastAsRunDoes) {
+  const std::string folder = write_folder("tiny-gemma3-serve", "Gemma3ForCausalLM");
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "the then and ";
+  const std::vector<std::string> store = {"-c", "512", "-t", "1", "--policy", "leoam", "--kv-chunk", "8",
+                                          "--kv-recent", "8", "--kv-device-mb", "0.2", "--kv-host-mb", "0.05"};
+  std::vector<std::string> alone = {"run", "-m", folder, "-p", prompt, "-n", "8", "--temp", "0", "--kv-stats",
+                                    "--kv-dir", dir_.path() + "/kv-run"};
+  alone.insert(alone.end(), store.begin(), store.end());
+  const CliResult r = run(alone);
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_NE(r.err.find("chunks dropped behind their layer's window"), std::string::npos) << r.err;
+  std::vector<std::string> serve = {"-m", folder, "--kv-dir", dir_.path() + "/kv-serve", "--prompt-cache-gb", "0"};
+  serve.insert(serve.end(), store.begin(), store.end());
+  ServerProcess server(dir_.path(), serve);
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  auto c = server.client();
+  int status = 0;
+  const nlohmann::json done = post_json(*c, "/v1/completions",
+                                        {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << done.dump();
+  const std::string text = done["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_NE(r.out.find(prompt + text), std::string::npos) << "run: " << r.out << "\nserver: " << text;
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // A saved session is tied to the folder's files and the type it was loaded as.
 TEST_F(HfFolderCliTest, ASavedSessionLoadsWithTheSameFolderAndTypeOnly) {
   const std::string session = dir_.path() + "/session";
