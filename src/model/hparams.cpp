@@ -148,7 +148,7 @@ Result<float> get_positive_float(const KeyReader& r, const std::string& name, fl
 // The attention scale, the caps, the sliding layers and the rest that sets Gemma apart; the
 // defaults where a Gemma file says nothing are llama.cpp's.
 Status read_attention_shape(const KeyReader& r, ModelHparams& hp) {
-  const bool gemma = hp.arch == ModelArch::kGemma2 || hp.arch == ModelArch::kGemma3;
+  const bool gemma = is_gemma(hp.arch);
   // Gemma's 27B shapes (46 and 62 layers) scale by the width per head, not head_dim.
   const bool per_width = (hp.arch == ModelArch::kGemma2 && hp.n_layer == 46) ||
                          (hp.arch == ModelArch::kGemma3 && hp.n_layer == 62);

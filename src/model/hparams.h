@@ -24,6 +24,7 @@ inline constexpr const char* kLognLengthKey = "leoam.attention.logn_length";
 // opt: learned positions instead of RoPE, LayerNorm with biases, a ReLU FFN without a gate, and
 // biases on every projection.
 enum class ModelArch : uint8_t { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3, kOpt };
+inline bool is_gemma(ModelArch arch) { return arch == ModelArch::kGemma2 || arch == ModelArch::kGemma3; }
 
 // The FFN: silu(gate) * up (SwiGLU), gelu(gate) * up with GELU's tanh form (GeGLU), or relu(up)
 // with no gate (opt).

@@ -195,7 +195,8 @@ Result<std::unique_ptr<LlamaForward>> LlamaForward::create(const Model& model, c
   ctx->up_.resize(nb * hp.n_ff);
   ctx->cos_.resize(nb * (hp.rope.n_rot / 2));
   ctx->sin_.resize(nb * (hp.rope.n_rot / 2));
-  if (hp.has_sliding_layers() && (hp.rope_swa.freq_base != hp.rope.freq_base || hp.rope_swa.scaling != hp.rope.scaling)) {
+  const bool own_swa_rope = hp.rope_swa.freq_base != hp.rope.freq_base || hp.rope_swa.scaling != hp.rope.scaling;
+  if (hp.has_sliding_layers() && own_swa_rope) {
     LEOAM_ASSIGN_OR_RETURN(Rope rope_swa, Rope::create(hp.rope_swa, hp.head_dim, nullptr));
     ctx->rope_swa_.emplace(std::move(rope_swa));
     ctx->cos_swa_.resize(nb * (hp.rope.n_rot / 2));

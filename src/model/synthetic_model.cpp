@@ -232,7 +232,7 @@ Status build_synthetic_model(const SyntheticModelSpec& spec, GgufWriter& w) {
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_k.bias", n_kv, 0.0f, 0.2f));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_v.bias", n_kv, 0.0f, 0.2f));
     }
-    const bool gemma = spec.arch == ModelArch::kGemma2 || spec.arch == ModelArch::kGemma3;
+    const bool gemma = is_gemma(spec.arch);
     if (spec.arch == ModelArch::kQwen3 || spec.arch == ModelArch::kGemma3) {
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_q_norm.weight", head_dim, 1.0f, norm_sd));
       LEOAM_RETURN_IF_ERROR(vec(p + "attn_k_norm.weight", head_dim, 1.0f, norm_sd));

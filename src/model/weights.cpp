@@ -202,7 +202,7 @@ Result<ModelWeights> map_weights(const GgufFile& gguf, ModelHparams& hp) {
   const int64_t n_kv = hp.n_embd_kv();
   w.layers.resize(hp.n_layer);
   const bool layer_norm = hp.norm == NormKind::kLayer;
-  const bool gemma = hp.arch == ModelArch::kGemma2 || hp.arch == ModelArch::kGemma3;
+  const bool gemma = is_gemma(hp.arch);
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerWeights& L = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";

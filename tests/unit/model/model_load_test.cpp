@@ -123,6 +123,52 @@ TEST(ModelLoad, Qwen2UsesNeoxPairingAndBiases) {
   EXPECT_EQ((*model)->weights().output.data, (*model)->weights().token_embd.data);
 }
 
+TEST(ModelLoad, Gemma3SlidesFiveLayersOfSix) {
+  SyntheticModelSpec s = spec256();
+  s.arch = ModelArch::kGemma3;
+  s.n_layer = 6;
+  s.sliding_window = 16;
+  s.tied_output = true;
+  auto model = make(s).load();
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const ModelHparams& hp = (*model)->hparams();
+  EXPECT_EQ(hp.sliding_window, 16);
+  EXPECT_TRUE(hp.is_sliding(0));
+  EXPECT_FALSE(hp.is_sliding(5));
+  EXPECT_NE((*model)->weights().layers[0].attn_post_norm, nullptr);
+}
+
+// A phi3 file's window: its key where present (slides every layer when shorter than the
+// context); without it, llama.cpp's 2047 for the Phi-3 mini and medium 4K shapes (32 or 40
+// layers, a context of 4096) and none for the others; a key of 0 is an error naming it.
+TEST(ModelLoad, Phi3WindowsByKeyOrLlamaCppDefault) {
+  struct Case {
+    int n_layer;
+    int64_t n_ctx, key, want;
+  };
+  for (const Case c : {Case{32, 4096, 0, 2047}, Case{40, 4096, 0, 2047}, Case{32, 8192, 0, 0}, Case{2, 4096, 0, 0},
+                       Case{2, 4096, 100, 100}, Case{2, 64, 64, 0}}) {
+    SyntheticModelSpec s = spec256();
+    s.arch = ModelArch::kPhi3;
+    s.n_embd = 64;  // 40 layers stay small
+    s.n_ff = 64;
+    s.n_layer = c.n_layer;
+    s.n_ctx = c.n_ctx;
+    s.sliding_window = c.key;
+    auto model = make(s).load();
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const ModelHparams& hp = (*model)->hparams();
+    EXPECT_EQ(hp.sliding_window, c.want) << c.n_layer << " layers, context " << c.n_ctx << ", key " << c.key;
+    EXPECT_EQ(hp.window(c.n_layer - 1), c.want);
+  }
+  SyntheticModelSpec s = spec256();
+  s.arch = ModelArch::kPhi3;
+  auto zero = make(s, [](GgufWriter& w) { w.set("phi3.attention.sliding_window", GgufValue::from_u32(0)); }).load();
+  ASSERT_FALSE(zero.is_ok());
+  const std::string why = zero.status().message();
+  EXPECT_NE(why.find("phi3.attention.sliding_window"), std::string::npos) << why;
+}
+
 TEST(ModelLoad, RopeScalingKeys) {
   SyntheticModelSpec s = spec256();
   s.rope_scaling = RopeScalingType::kYarn;

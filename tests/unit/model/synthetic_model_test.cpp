@@ -91,50 +91,6 @@ TEST(SyntheticModel, LoadsAsAModel) {
   EXPECT_EQ((*model)->hparams().head_dim, 32);
 }
 
-TEST(SyntheticModel, AGemma3LoadsWithItsSlidingLayers) {
-  SyntheticModelSpec s = small();
-  s.arch = ModelArch::kGemma3;
-  s.n_layer = 6;
-  s.sliding_window = 16;
-  s.tied_output = true;
-  const auto bytes = bytes_of(s);
-  auto gguf = GgufFile::parse("g.gguf", bytes.data(), bytes.size());
-  ASSERT_TRUE(gguf.is_ok());
-  auto model = Model::from_gguf(std::move(gguf).value());
-  ASSERT_TRUE(model.is_ok()) << model.status().message();
-  const ModelHparams& hp = (*model)->hparams();
-  EXPECT_EQ(hp.sliding_window, 16);
-  EXPECT_TRUE(hp.is_sliding(0));
-  EXPECT_FALSE(hp.is_sliding(5));
-  EXPECT_NE((*model)->weights().layers[0].attn_post_norm, nullptr);
-}
-
-// A phi3 file's window: its key where present (slides every layer when shorter than the
-// context); without it, llama.cpp's 2047 for the Phi-3 mini and medium 4K shapes (32 or 40
-// layers, a context of 4096) and none for the others.
-TEST(SyntheticModel, Phi3WindowsByKeyOrLlamaCppDefault) {
-  struct Case {
-    int n_layer;
-    int64_t n_ctx, key, want;
-  };
-  for (const Case c : {Case{32, 4096, 0, 2047}, Case{40, 4096, 0, 2047}, Case{32, 8192, 0, 0}, Case{2, 4096, 0, 0},
-                       Case{2, 4096, 100, 100}, Case{2, 64, 64, 0}}) {
-    SyntheticModelSpec s = small();
-    s.arch = ModelArch::kPhi3;
-    s.n_layer = c.n_layer;
-    s.n_ctx = c.n_ctx;
-    s.sliding_window = c.key;
-    const auto bytes = bytes_of(s);
-    auto gguf = GgufFile::parse("p.gguf", bytes.data(), bytes.size());
-    ASSERT_TRUE(gguf.is_ok());
-    auto model = Model::from_gguf(std::move(gguf).value());
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
-    const ModelHparams& hp = (*model)->hparams();
-    EXPECT_EQ(hp.sliding_window, c.want) << c.n_layer << " layers, context " << c.n_ctx << ", key " << c.key;
-    EXPECT_EQ(hp.window(c.n_layer - 1), c.want);
-  }
-}
-
 TEST(SyntheticModel, Presets) {
   auto tiny = synthetic_model_preset("tiny");
   ASSERT_TRUE(tiny.is_ok());
