@@ -75,6 +75,16 @@ ChunkTreeOptions iakm_tree_options(int layer, int store_chunk_tokens, int64_t bu
   return o;
 }
 
+// A float mass e^x from the vectorized exp is within this factor of e^x for the arguments the
+// shares make (x in [-87.3, 0], rounded to float: at most 2.1e-5 nats off; the exp 1.5e-7).
+constexpr double kExpSlack = 1.0 + 1e-4;
+
+// out[i] = e^(scale * (v[i] - top)) for i in [0, n), by the vectorized exp: 0 below FLT_MIN.
+void scaled_exp(const float* v, int64_t n, float scale, float top, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = scale * (v[i] - top);
+  kernels::exp(out, n, out);
+}
+
 TokenRange intersect(TokenRange a, TokenRange b) {
   const int64_t begin = std::max(a.begin, b.begin);
   const int64_t end = std::min(a.end, b.end);
@@ -592,11 +602,19 @@ class LeoamPolicy final : public SelectionPolicy {
     constexpr float kNone = -std::numeric_limits<float>::infinity();
     SharesPart part{std::vector<float>(static_cast<size_t>(f1 - f0), kNone),
                     std::vector<double>(static_cast<size_t>(f1 - f0), 0.0)};
-    std::vector<double> mass(static_cast<size_t>(n));          // one head's e^(scale * (bound - m))
+    // One head's e^(scale * (bound - m)), by the vectorized exp (in float, as the bounds are;
+    // the sums in double).
+    std::vector<float> mass(static_cast<size_t>(n));
     // With midpoint ranking (ranks_by_midpoint), one head's e^(scale * (midpoint - its largest)):
     // the ranking's masses, apart from the bounds' that deserts and skew take.
     const bool midpoint = ranks_by_midpoint(query, bound_units);
-    std::vector<double> rank_mass(midpoint ? static_cast<size_t>(n) : 0);
+    std::vector<float> rank_mass(midpoint ? static_cast<size_t>(n) : 0);
+    std::vector<double> size(static_cast<size_t>(n));      // each unit's tokens
+    std::vector<double> far_size(static_cast<size_t>(n));  // and those in far
+    for (int64_t i = 0; i < n; ++i) {
+      size[i] = static_cast<double>(ranges[i].size());
+      far_size[i] = static_cast<double>(intersect(ranges[i], query.far).size());
+    }
     std::vector<double> log_total(static_cast<size_t>(group));  // the group's heads' ln(ranked total)
     std::vector<double> rank_m(static_cast<size_t>(group));     // the group's heads' largest ranked value
     // kSum: the group's summed shares (the scores take the largest group's log; kMax: the largest
@@ -618,24 +636,26 @@ class LeoamPolicy final : public SelectionPolicy {
         const double m = *std::max_element(u, u + n);
         double total = 0.0;  // the head's bounded mass over every unit, times e^(-scale * m)
         double far_upper = 0.0;
+        scaled_exp(u, n, query.scale, static_cast<float>(m), mass.data());
+        double far_lost = 0.0;  // far tokens whose mass underflowed: each below FLT_MIN
         for (int64_t i = 0; i < n; ++i) {
-          mass[i] = std::exp(query.scale * (u[i] - m));
-          total += static_cast<double>(ranges[i].size()) * mass[i];
-          far_upper += static_cast<double>(intersect(ranges[i], query.far).size()) * mass[i];
+          total += size[i] * mass[i];
+          far_upper += far_size[i] * mass[i];
+          if (mass[i] == 0.0f) far_lost += far_size[i];
         }
+        // far_upper stays an upper bound for the desert check, whatever the float exp rounded.
+        const double far_bound = far_upper * kExpSlack + far_lost * std::numeric_limits<float>::min();
         r.m[h] = m;
-        r.far_upper[h] = far_upper;
-        add_far_weights(query, u, ranges, f0, f1, mass, far_upper, part.far_weights);
+        r.far_upper[h] = far_bound;
+        add_far_weights(query, u, far_size, f0, f1, mass, far_upper, part.far_weights);
         const float* v = midpoint ? ranked.head(j) : u;
         rank_m[j] = midpoint ? *std::max_element(v, v + n) : m;
         if (midpoint) {
           total = 0.0;
-          for (int64_t i = 0; i < n; ++i) {
-            rank_mass[i] = std::exp(query.scale * (v[i] - rank_m[j]));
-            total += static_cast<double>(ranges[i].size()) * rank_mass[i];
-          }
+          scaled_exp(v, n, query.scale, static_cast<float>(rank_m[j]), rank_mass.data());
+          for (int64_t i = 0; i < n; ++i) total += size[i] * rank_mass[i];
         }
-        const std::vector<double>& w = midpoint ? rank_mass : mass;
+        const std::vector<float>& w = midpoint ? rank_mass : mass;
         log_total[j] = std::log(total);
         if (options_.group_combine == GroupCombine::kMax) {
           for (int64_t i = f0; i < f1; ++i) {
@@ -663,7 +683,7 @@ class LeoamPolicy final : public SelectionPolicy {
     }
     part.working_bytes = capacity_bytes(part.scores) + capacity_bytes(part.far_weights) + capacity_bytes(mass) +
                          capacity_bytes(rank_mass) + capacity_bytes(log_total) + capacity_bytes(rank_m) +
-                         capacity_bytes(sum) + bounds_bytes;
+                         capacity_bytes(sum) + capacity_bytes(size) + capacity_bytes(far_size) + bounds_bytes;
     return part;
   }
 
@@ -672,27 +692,23 @@ class LeoamPolicy final : public SelectionPolicy {
   // units, with m_far the head's largest bound among them. That is far tokens * mass / far_upper
   // (both relative to the head's largest bound overall, m), unless every far unit's mass
   // underflowed there (a near unit far above them all): then from m_far.
-  static void add_far_weights(const SelectionQuery& query, const float* u, std::span<const TokenRange> ranges,
-                              int64_t f0, int64_t f1, const std::vector<double>& mass, double far_upper,
+  static void add_far_weights(const SelectionQuery& query, const float* u, const std::vector<double>& far_size,
+                              int64_t f0, int64_t f1, const std::vector<float>& mass, double far_upper,
                               std::vector<double>& weights) {
     if (far_upper > 0.0) {
-      for (int64_t i = f0; i < f1; ++i) {
-        weights[i - f0] += static_cast<double>(intersect(ranges[i], query.far).size()) * mass[i] / far_upper;
-      }
+      for (int64_t i = f0; i < f1; ++i) weights[i - f0] += far_size[i] * mass[i] / far_upper;
       return;
     }
     if (f0 >= f1) return;
     const double m_far = *std::max_element(u + f0, u + f1);
     double total = 0.0;
-    for (int64_t i = f0; i < f1; ++i) {
-      total += static_cast<double>(intersect(ranges[i], query.far).size()) * std::exp(query.scale * (u[i] - m_far));
-    }
+    for (int64_t i = f0; i < f1; ++i) total += far_size[i] * std::exp(query.scale * (u[i] - m_far));
     if (!(total > 0.0)) return;
     for (int64_t i = f0; i < f1; ++i) {
-      weights[i - f0] +=
-          static_cast<double>(intersect(ranges[i], query.far).size()) * std::exp(query.scale * (u[i] - m_far)) / total;
+      weights[i - f0] += far_size[i] * std::exp(query.scale * (u[i] - m_far)) / total;
     }
   }
+
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
   // near window's (docs/policies.md). `chunks` are the positions of every chunk (leaf) of

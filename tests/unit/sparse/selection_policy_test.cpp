@@ -538,6 +538,19 @@ TEST_F(LeoamDesert, OffByOption) {
   EXPECT_EQ(catalog_.loads(), (std::vector<Load>{{kPolicyLayer, 0, 8}}));
 }
 
+// The shares' float exp keeps far_upper an upper bound where it underflows. q = (100, 0),
+// (0, 100); the near chunks' boxes [-1, 1] bound q.k by 100 above and -100 below, so
+// near_lower = 8 e^-200; the far keys 0 give far_upper = 24 e^-100, below a float's range
+// (e^-87.3) but far above 0.01 near_lower: no desert.
+TEST_F(LeoamDesert, NotDetectedWhenTheFarMassesUnderflowAFloat) {
+  q_ = {100, 0, 0, 100};
+  catalog_.set_box(0, 0, {-1, -1}, {1, 1});
+  catalog_.set_box(7, 0, {-1, -1}, {1, 1});
+  auto s = select({});
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_FALSE(s->desert);
+}
+
 TEST_F(LeoamDesert, ThresholdIsDesertMass) {
   // q = (4, 0), (0, 4): far_upper = 24 * e^-4 = 0.44 against near_lower = 8.
   q_ = {4, 0, 0, 4};
