@@ -637,11 +637,11 @@ class LeoamPolicy final : public SelectionPolicy {
         double total = 0.0;  // the head's bounded mass over every unit, times e^(-scale * m)
         double far_upper = 0.0;
         scaled_exp(u, n, query.scale, static_cast<float>(m), mass.data());
-        double far_lost = 0.0;  // far tokens whose mass underflowed: each below FLT_MIN
+        double far_lost = 0.0;  // far tokens whose mass fell below FLT_MIN (0, or a denormal)
         for (int64_t i = 0; i < n; ++i) {
           total += size[i] * mass[i];
           far_upper += far_size[i] * mass[i];
-          if (mass[i] == 0.0f) far_lost += far_size[i];
+          if (mass[i] < std::numeric_limits<float>::min()) far_lost += far_size[i];
         }
         // far_upper stays an upper bound for the desert check, whatever the float exp rounded.
         const double far_bound = far_upper * kExpSlack + far_lost * std::numeric_limits<float>::min();
@@ -708,7 +708,6 @@ class LeoamPolicy final : public SelectionPolicy {
       weights[i - f0] += far_size[i] * std::exp(query.scale * (u[i] - m_far)) / total;
     }
   }
-
 
   // True when, for every query head, the far chunks' bounded mass is below desert_mass of the
   // near window's (docs/policies.md). `chunks` are the positions of every chunk (leaf) of
