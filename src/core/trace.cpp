@@ -1,5 +1,6 @@
 #include "core/trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -38,21 +39,49 @@ std::vector<Trace::Event> Trace::events() const {
   return events_;
 }
 
-std::string Trace::to_json() const {
+std::vector<std::string> Trace::thread_names() const {
   std::lock_guard<std::mutex> lock(mu_);
-  nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < thread_names_.size(); ++i) {
-    const std::string name = thread_names_[i].empty() ? "thread " + std::to_string(i + 1) : thread_names_[i];
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", i + 1}, {"args", {{"name", name}}}});
+  std::vector<std::string> names = thread_names_;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) names[i] = "thread " + std::to_string(i + 1);
   }
-  for (const Event& e : events_) {
-    nlohmann::ordered_json j = {{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.ts_us},
-                                {"dur", e.dur_us}, {"pid", 1},          {"tid", e.tid}};
-    nlohmann::ordered_json args = nlohmann::ordered_json::object();
-    if (e.layer >= 0) args["layer"] = e.layer;
-    if (e.pos >= 0) args["pos"] = e.pos;
-    if (!args.empty()) j["args"] = std::move(args);
-    events.push_back(std::move(j));
+  return names;
+}
+
+std::string Trace::to_json() const {
+  const NamedTrace one{"", this};
+  return traces_to_json({&one, 1});
+}
+
+Status Trace::write(const std::string& path) const {
+  const NamedTrace one{"", this};
+  return write_traces(path, {&one, 1});
+}
+
+std::string traces_to_json(std::span<const NamedTrace> traces) {
+  Trace::Clock::time_point origin = Trace::Clock::time_point::max();
+  for (const NamedTrace& t : traces) origin = std::min(origin, t.trace->epoch());
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (size_t p = 0; p < traces.size(); ++p) {
+    const Trace& trace = *traces[p].trace;
+    const int pid = static_cast<int>(p) + 1;
+    const double shift_us = std::chrono::duration<double, std::micro>(trace.epoch() - origin).count();
+    if (!traces[p].name.empty()) {
+      events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", traces[p].name}}}});
+    }
+    const std::vector<std::string> names = trace.thread_names();
+    for (size_t i = 0; i < names.size(); ++i) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", i + 1}, {"args", {{"name", names[i]}}}});
+    }
+    for (const Trace::Event& e : trace.events()) {
+      nlohmann::ordered_json j = {{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.ts_us + shift_us},
+                                  {"dur", e.dur_us}, {"pid", pid},          {"tid", e.tid}};
+      nlohmann::ordered_json args = nlohmann::ordered_json::object();
+      if (e.layer >= 0) args["layer"] = e.layer;
+      if (e.pos >= 0) args["pos"] = e.pos;
+      if (!args.empty()) j["args"] = std::move(args);
+      events.push_back(std::move(j));
+    }
   }
   nlohmann::ordered_json root;
   root["traceEvents"] = std::move(events);
@@ -60,10 +89,10 @@ std::string Trace::to_json() const {
   return root.dump();
 }
 
-Status Trace::write(const std::string& path) const {
+Status write_traces(const std::string& path, std::span<const NamedTrace> traces) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return io_error(path + ": cannot write the trace (" + std::strerror(errno) + ")");
-  out << to_json();
+  out << traces_to_json(traces);
   out.close();
   if (!out) return io_error(path + ": writing the trace failed (" + std::strerror(errno) + ")");
   return Status::ok();

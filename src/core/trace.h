@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -45,6 +46,10 @@ class Trace {
   };
   // A copy of the events so far, in the order they ended.
   std::vector<Event> events() const;
+  // The threads' names, by number - 1 ("thread N" where none was given).
+  std::vector<std::string> thread_names() const;
+  // When the trace began: its events' times count from here.
+  Clock::time_point epoch() const { return epoch_; }
   // The events as Chrome trace JSON.
   std::string to_json() const;
   // Writes to_json() to `path`; fails naming the path.
@@ -59,6 +64,17 @@ class Trace {
   std::vector<std::string> thread_names_;  // [tid - 1]
   std::vector<Event> events_;
 };
+
+// Several traces in one Chrome trace file, each its own process (pid 1, 2, ... in order) named
+// `name`, its times shifted onto the earliest trace's clock, so that runs one after the other, or
+// interleaved, lie on the timeline as they ran. An empty name writes no process name.
+struct NamedTrace {
+  std::string name;
+  const Trace* trace;
+};
+std::string traces_to_json(std::span<const NamedTrace> traces);
+// Writes traces_to_json(traces) to `path`; fails naming the path.
+[[nodiscard]] Status write_traces(const std::string& path, std::span<const NamedTrace> traces);
 
 // Records [construction, destruction) on the calling thread when the trace is not null.
 class TraceSpan {

@@ -251,10 +251,11 @@ TEST_F(BenchKvCliTest, ABatchOfSequencesDecodesTogether) {
 TEST_F(BenchKvCliTest, InterleavedPoliciesReadWhatTheirOwnRunsRead) {
   const std::string one_by_one = dir_ + "/one_by_one.json";
   const std::string interleaved = dir_ + "/interleaved.json";
+  const std::string trace = dir_ + "/trace.json";
   const std::vector<std::string> args = {"--ctx", "2048", "--synthetic-kv", "-n", "4", "--policies", "full,quest,leoam"};
   std::vector<std::string> a = args, b = args;
   a.insert(a.end(), {"--json", one_by_one});
-  b.insert(b.end(), {"--json", interleaved, "--interleave"});
+  b.insert(b.end(), {"--json", interleaved, "--interleave", "--trace", trace});
   const CliResult ra = bench_kv(a);
   ASSERT_EQ(ra.status, 0) << ra.err;
   const CliResult rb = bench_kv(b);
@@ -298,6 +299,33 @@ TEST_F(BenchKvCliTest, InterleavedPoliciesReadWhatTheirOwnRunsRead) {
   EXPECT_LT(start(db, 0, 0), start(db, 1, 0));
   EXPECT_LT(start(db, 1, 1), start(db, 2, 1));
   EXPECT_LT(start(db, 2, 1), start(db, 0, 1));
+
+  // --trace: a process per run, named, in the runs' order; its 4 decode steps on one clock with
+  // the others', so that every run's step k ends before any run's step k + 1 begins; only the
+  // sparse policies select.
+  const nlohmann::json events = nlohmann::json::parse(leoam::testing_cli::read_file(trace))["traceEvents"];
+  std::vector<std::string> processes;
+  std::vector<std::vector<std::pair<double, double>>> steps(3);  // per process: (begin, end) in us
+  std::vector<int> selects(3, 0);
+  for (const nlohmann::json& e : events) {
+    const int pid = e["pid"].get<int>();
+    ASSERT_GE(pid, 1);
+    ASSERT_LE(pid, 3);
+    if (e["name"] == "process_name") processes.push_back(e["args"]["name"]);
+    if (e["name"] == "select") ++selects[pid - 1];
+    if (e["name"] == "decode step") {
+      const double ts = e["ts"].get<double>();
+      steps[pid - 1].emplace_back(ts, ts + e["dur"].get<double>());
+    }
+  }
+  EXPECT_EQ(processes, (std::vector<std::string>{"full at 2048 tokens", "quest at 2048 tokens", "leoam at 2048 tokens"}));
+  EXPECT_EQ(selects, (std::vector<int>{0, 8, 8}));  // 4 steps x 2 layers
+  for (size_t i = 0; i < 3; ++i) ASSERT_EQ(steps[i].size(), 4u) << i;
+  for (size_t k = 0; k + 1 < 4; ++k) {
+    for (size_t i = 0; i < 3; ++i) {
+      for (size_t j = 0; j < 3; ++j) EXPECT_LT(steps[i][k].second, steps[j][k + 1].first) << i << " " << j << " " << k;
+    }
+  }
 }
 
 // --workload moving: heavy hitters per layer and head, and queries that lean on a few far keys

@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -135,6 +136,11 @@ class BenchKvCommand : public Command {
         ->check(in_range<uint64_t>(1, 1 << 20));
     cmd->add_option("--json", o_.json_path, "write every figure as JSON to FILE")->type_name("FILE");
     cmd->add_option("--markdown", o_.markdown_path, "write the table to FILE too")->type_name("FILE");
+    cmd->add_option("--trace", trace_path_,
+                    "write every run's timeline to FILE as Chrome trace-event JSON (open it in ui.perfetto.dev): "
+                    "a process per policy and --ctx, on one clock; per layer the projections, selection, "
+                    "attention and FFN on the compute thread, and the disk reads")
+        ->type_name("FILE");
     add_kv_options(*cmd, o_.kv);
     cmd->get_option("--kv-dir")->required();
     cmd->remove_option(cmd->get_option("--kv-stats"));
@@ -183,6 +189,11 @@ class BenchKvCommand : public Command {
       std::ofstream out(o_.json_path);
       out << bench_kv_json(report_).dump(2) << "\n";
       if (!out) return fail(io_error("cannot write --json file '" + o_.json_path + "'"));
+    }
+    if (!trace_path_.empty()) {
+      std::vector<NamedTrace> traces;
+      for (const auto& [what, trace] : traces_) traces.push_back({what, trace.get()});
+      if (Status st = write_traces(trace_path_, traces); !st.is_ok()) return fail(st);
     }
     return kExitOk;
   }
@@ -245,7 +256,7 @@ class BenchKvCommand : public Command {
   struct PolicyBench {
     BenchKvRun run;
     std::string what;  // "leoam at 32768 tokens"
-    Trace trace;
+    std::unique_ptr<Trace> trace = std::make_unique<Trace>();  // kept past the run for --trace
     std::vector<std::unique_ptr<KvCache>> owned;
     std::vector<TieredKvCache*> stores;
     std::vector<std::unique_ptr<sparse::SparseAttention>> selectors;
@@ -315,11 +326,11 @@ class BenchKvCommand : public Command {
                                model.hparams().n_layer / (1024.0 * 1024.0);
       kv_options.read_ahead_bytes = std::max(kv_options.read_ahead_bytes, mib_to_bytes(2 * layer_mib));
     }
-    bench->trace.name_thread("compute");
+    bench->trace->name_thread("compute");
     // A store and a selector per sequence; the context owns the first store.
     for (int b = 0; b < o_.batch; ++b) {
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<TieredKvCache> kv,
-                             make_tiered_kv_store(kv_options, model, n_store, needs, &bench->trace));
+                             make_tiered_kv_store(kv_options, model, n_store, needs, bench->trace.get()));
       bench->stores.push_back(kv.get());
       if (b == 0) LEOAM_RETURN_IF_ERROR(check_disk_space(*bench->stores[0], n_ctx));
       LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<sparse::SparseAttention> selector,
@@ -371,7 +382,7 @@ class BenchKvCommand : public Command {
       };
     }
     apply_store_options(kv_options, fwd);
-    fwd.trace = &bench->trace;
+    fwd.trace = bench->trace.get();
     fwd.n_batch = std::max(fwd.n_batch, o_.batch);
     bench->what = policy + " at " + std::to_string(n_ctx) + " tokens";
     fwd.progress = [this, what = bench->what](int64_t done, int64_t total) {
@@ -482,8 +493,9 @@ class BenchKvCommand : public Command {
   // transfer counts of all its sequences.
   BenchKvRun finish_policy(PolicyBench& bench) {
     BenchKvRun& run = bench.run;
-    run.breakdown = summarize_decode_steps(bench.trace);
-    run.first_breakdown = summarize_decode_steps(bench.trace, 0, 1);
+    run.breakdown = summarize_decode_steps(*bench.trace);
+    run.first_breakdown = summarize_decode_steps(*bench.trace, 0, 1);
+    if (!trace_path_.empty()) traces_.emplace_back(bench.what, std::move(bench.trace));
     for (int b = 0; b < o_.batch; ++b) {
       if (bench.selectors[b]) run.policy_peak_bytes += bench.selectors[b]->memory().peak_bytes;
       run.kv_bytes += static_cast<uint64_t>(bench.stores[b]->n_tokens()) * report_.cost.kv_bytes_per_position;
@@ -569,6 +581,8 @@ class BenchKvCommand : public Command {
   BenchKvReport report_{o_};  // fills as the command runs
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<int32_t> prompt_tokens_;
+  std::string trace_path_;
+  std::vector<std::pair<std::string, std::unique_ptr<Trace>>> traces_;  // each run's, for --trace
   KvStoreOptions store_;          // the flags' store and attention, for the model
   AttentionOptions attention_;
   StatusLine status_{::isatty(STDERR_FILENO) != 0, "leoam: bench kv"};

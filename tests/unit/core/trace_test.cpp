@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -64,6 +66,37 @@ TEST(Trace, WritesItsJsonAndNamesAPathItCannotWrite) {
   const Status st = trace.write("/nonexistent-dir/trace.json");
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_NE(st.message().find("/nonexistent-dir/trace.json"), std::string::npos) << st.message();
+}
+
+// Two traces in one file: a process each, named, in order; the later trace's times shifted by
+// the time between the two epochs, so that its span lies after the first trace's on one clock.
+TEST(Trace, TracesInOneFileAreNamedProcessesOnOneClock) {
+  Trace first;
+  first.name_thread("compute");
+  { const TraceSpan span(&first, "select", "selection", 0); }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Trace second;
+  { const TraceSpan span(&second, "attention", "attention", 1); }
+  const std::vector<NamedTrace> both = {{"full at 2048 tokens", &first}, {"leoam at 2048 tokens", &second}};
+  const nlohmann::json j = nlohmann::json::parse(traces_to_json(both));
+  const auto& ev = j.at("traceEvents");
+  ASSERT_EQ(ev.size(), 6u);
+  EXPECT_EQ(ev[0].at("name"), "process_name");
+  EXPECT_EQ(ev[0].at("pid"), 1);
+  EXPECT_EQ(ev[0].at("args").at("name"), "full at 2048 tokens");
+  EXPECT_EQ(ev[1].at("args").at("name"), "compute");
+  EXPECT_EQ(ev[2].at("name"), "select");
+  EXPECT_EQ(ev[2].at("pid"), 1);
+  EXPECT_EQ(ev[3].at("name"), "process_name");
+  EXPECT_EQ(ev[3].at("pid"), 2);
+  EXPECT_EQ(ev[3].at("args").at("name"), "leoam at 2048 tokens");
+  EXPECT_EQ(ev[4].at("args").at("name"), "thread 1");  // never named
+  EXPECT_EQ(ev[5].at("name"), "attention");
+  EXPECT_EQ(ev[5].at("pid"), 2);
+  const double shift_us = std::chrono::duration<double, std::micro>(second.epoch() - first.epoch()).count();
+  EXPECT_GE(shift_us, 20000.0);
+  EXPECT_NEAR(ev[5].at("ts").get<double>(), second.events()[0].ts_us + shift_us, 1e-3);
+  EXPECT_GT(ev[5].at("ts").get<double>(), ev[2].at("ts").get<double>() + ev[2].at("dur").get<double>());
 }
 
 }  // namespace
