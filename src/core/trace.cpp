@@ -71,7 +71,8 @@ std::string traces_to_json(std::span<const NamedTrace> traces) {
     }
     const std::vector<std::string> names = trace.thread_names();
     for (size_t i = 0; i < names.size(); ++i) {
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", i + 1}, {"args", {{"name", names[i]}}}});
+      events.push_back(
+          {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", i + 1}, {"args", {{"name", names[i]}}}});
     }
     for (const Trace::Event& e : trace.events()) {
       nlohmann::ordered_json j = {{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.ts_us + shift_us},

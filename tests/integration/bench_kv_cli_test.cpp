@@ -385,6 +385,22 @@ TEST_F(BenchKvCliTest, ErrorsNameTheFlag) {
   expect_one_line_error(bench_kv({"--synthetic-kv"}), 2, "--ctx");
   expect_one_line_error(bench_kv({"--ctx", "64", "-f", model_, "--workload", "moving"}), 2, "--workload moving");
   expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", "--workload", "drifting"}), 2, "--workload");
+  // An output that cannot be written fails before the run, and an existing one is left as it was.
+  for (const char* flag : {"--json", "--markdown", "--trace"}) {
+    expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", flag, dir_ + "/no-such-dir/out"}), 2,
+                          std::string(flag) + ": cannot write '" + dir_ + "/no-such-dir/out'");
+    expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", flag, dir_}), 2, "it is a directory");
+  }
+  const std::string kept = dir_ + "/kept.json";
+  std::ofstream(kept) << "before";
+  expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", "--json", kept, "--workload", "drifting"}), 2,
+                        "--workload");
+  EXPECT_EQ(leoam::testing_cli::read_file(kept), "before");
+  EXPECT_FALSE(fs::exists(dir_ + "/new.json"));
+  expect_one_line_error(bench_kv({"--ctx", "64", "--synthetic-kv", "--json", dir_ + "/new.json", "--workload",
+                                  "drifting"}),
+                        2, "--workload");
+  EXPECT_FALSE(fs::exists(dir_ + "/new.json"));  // the check made and removed it
 }
 
 TEST_F(BenchKvCliTest, AContextThatDoesNotFitTheDiskIsRefusedBeforeTheFill) {

@@ -510,6 +510,11 @@ TEST_F(KvCliTest, BadKvFlagsAndSessionsGiveOneLineErrors) {
   CliResult missing = run({"--kv-load", dir_ + "/nothing-here", "-n", "1"});
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.err.find("no KV session"), std::string::npos) << missing.err;
+
+  // A --trace that cannot be written fails before the decode, not after it.
+  CliResult trace = run({"-p", "x", "--trace", dir_ + "/no-such-dir/t.json"});
+  EXPECT_EQ(trace.status, 2);
+  EXPECT_NE(trace.err.find("--trace: cannot write '" + dir_ + "/no-such-dir/t.json'"), std::string::npos) << trace.err;
 }
 
 }  // namespace

@@ -134,12 +134,17 @@ class BenchKvCommand : public Command {
                     "MiB written to --kv-dir to measure the disk's raw read throughput for the bound")
         ->capture_default_str()
         ->check(in_range<uint64_t>(1, 1 << 20));
-    cmd->add_option("--json", o_.json_path, "write every figure as JSON to FILE")->type_name("FILE");
-    cmd->add_option("--markdown", o_.markdown_path, "write the table to FILE too")->type_name("FILE");
+    cmd->add_option("--json", o_.json_path, "write every figure as JSON to FILE")
+        ->check(writable_file())
+        ->type_name("FILE");
+    cmd->add_option("--markdown", o_.markdown_path, "write the table to FILE too")
+        ->check(writable_file())
+        ->type_name("FILE");
     cmd->add_option("--trace", trace_path_,
                     "write every run's timeline to FILE as Chrome trace-event JSON (open it in ui.perfetto.dev): "
                     "a process per policy and --ctx, on one clock; per layer the projections, selection, "
                     "attention and FFN on the compute thread, and the disk reads")
+        ->check(writable_file())
         ->type_name("FILE");
     add_kv_options(*cmd, o_.kv);
     cmd->get_option("--kv-dir")->required();

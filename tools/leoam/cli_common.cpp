@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -108,6 +109,29 @@ CLI::Validator writable_dir() {
         }
         ::close(fd);
         ::unlink(probe.c_str());
+        return {};
+      },
+      "");
+}
+
+CLI::Validator writable_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        const std::string what_to_do = "; give a file you can write";
+        const auto cannot = [&] { return "cannot write '" + path + "': " + std::strerror(errno) + what_to_do; };
+        struct stat st {};
+        if (::stat(path.c_str(), &st) == 0) {
+          if (S_ISDIR(st.st_mode)) return "cannot write '" + path + "': it is a directory" + what_to_do;
+          const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // writes nothing
+          if (fd < 0) return cannot();
+          ::close(fd);
+          return {};
+        }
+        // Made and removed: a run that fails before it writes the file leaves none behind.
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) return cannot();
+        ::close(fd);
+        ::unlink(path.c_str());
         return {};
       },
       "");

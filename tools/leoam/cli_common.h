@@ -73,6 +73,12 @@ CLI::Validator readable_model();
 // Permission denied; give a directory you can write to".
 CLI::Validator writable_dir();
 
+// A CLI11 validator for an output FILE written at the end of a long run, so that a path that
+// cannot be written fails at the start: an existing file opens for writing (and is left as it
+// was), a new one can be made in its directory (and is removed again). Error text, after CLI11's
+// "--json: ": "cannot write '/ro/out.json': Permission denied; give a file you can write".
+CLI::Validator writable_file();
+
 // CLI11 validators for numeric options, whose errors read "--budget: must be > 0, got 0" and
 // "--threads: 'x' is not a whole number" (CLI11's PositiveNumber and Range print DBL_MAX as a
 // bound, and "Could not convert" for a bad number). T is the option's type: an integral T takes

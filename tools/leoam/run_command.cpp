@@ -167,6 +167,7 @@ class RunCommand : public Command {
                     "write a timeline of the decode steps to FILE, as Chrome trace-event JSON (open it in "
                     "ui.perfetto.dev): per layer the projections, selection, attention and FFN on the compute "
                     "thread, and the disk reads, on the read-ahead thread with --pipeline on")
+        ->check(writable_file())
         ->type_name("FILE");
     cmd->add_option("--kv-load", kv_load_dir_,
                     "continue the session saved in DIR without recomputing it; -p/-f then add text to it")
