@@ -98,6 +98,7 @@ Result<GenerateStats> generate_from_tokens(ForwardContext& ctx, const Tokenizer&
       break;
     }
     const int32_t token = sampler.sample(row);
+    if (callbacks.on_sample) callbacks.on_sample(row, token);
     sampler.accept(token);
     stats.tokens.push_back(token);
     const bool first = stats.n_generated == 0;

@@ -74,6 +74,10 @@ struct GenerateCallbacks {
   // evaluated (even the last) so its row exists. Total rows: n_prompt_tokens - n_reused_tokens +
   // n_generated. May be empty.
   std::function<void(std::span<const float> logits)> on_logits;
+  // Receives each generated token with the row of n_vocab logits it was sampled from, before
+  // on_token. Unlike on_logits it asks for no extra rows: the prefill keeps its last row only,
+  // and the last token is not evaluated for it. May be empty.
+  std::function<void(std::span<const float> logits, int32_t token)> on_sample;
   // Called once the prompt is evaluated, before the first token is sampled (e.g. to clear a
   // progress bar, or to take the time to first token), with the whole prompt's size (reused
   // positions included); may be empty.

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "eval/explain_json.h"
@@ -62,6 +63,40 @@ struct RunDir {
     if (!dir.empty()) fs::remove_all(dir, ec);
   }
   std::string dir;
+};
+
+// With --explain, how sure the model was of the first answer at each step that wrote it: for
+// each of its tokens (" " + the answer, as explained) up to the first one the output got wrong,
+// the probability of the expected token and of the one written. A miss whose expected token
+// came close says that the model was on the edge there, whatever the policy.
+class AnswerProbs {
+ public:
+  AnswerProbs(const Tokenizer& tok, const std::string& answer)
+      : tok_(tok), expected_(tok.tokenize(" " + answer, /*add_bos=*/false, /*parse_special=*/false)) {}
+
+  void add(std::span<const float> row, int32_t token) {
+    const size_t step = n_seen_++;
+    if (wrong_ || step >= expected_.size()) return;
+    double max_logit = row[0];
+    for (const float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
+    double sum_exp = 0.0;
+    for (const float l : row) sum_exp += std::exp(static_cast<double>(l) - max_logit);
+    const auto prob = [&](int32_t t) { return std::exp(static_cast<double>(row[static_cast<size_t>(t)]) - max_logit) / sum_exp; };
+    const int32_t want = expected_[step];
+    steps_.push_back({{"expected", tok_.token_to_piece(want)},
+                      {"p_expected", prob(want)},
+                      {"written", tok_.token_to_piece(token)},
+                      {"p_written", prob(token)}});
+    wrong_ = token != want;
+  }
+  Json json() const { return steps_; }
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> expected_;
+  size_t n_seen_ = 0;
+  bool wrong_ = false;
+  Json steps_ = Json::array();
 };
 
 // Ppl: prefills the window's first ppl_prefill_tokens() as a prompt, then decodes the rest one
@@ -161,6 +196,10 @@ Result<Json> run_sample(const Model& model, const Tokenizer& tok, const SampleRu
   callbacks.on_text = [&output](std::string_view text) { output += text; };
   KvStats at_prefill_end;
   callbacks.on_prefill_done = [&](int64_t) { at_prefill_end = kv_cache.stats(); };
+  AnswerProbs answer_probs(tok, sample.answers.empty() ? std::string() : sample.answers.front());
+  if (options.explain && !sample.answers.empty()) {
+    callbacks.on_sample = [&answer_probs](std::span<const float> row, int32_t token) { answer_probs.add(row, token); };
+  }
   LEOAM_ASSIGN_OR_RETURN(GenerateStats stats, session->generate(tok, sample.tokens, /*strip_leading_space=*/false,
                                                                 generate, callbacks));
   if (stats.stop_reason == StopReason::kInterrupted) return cancelled("interrupted");
@@ -180,6 +219,7 @@ Result<Json> run_sample(const Model& model, const Tokenizer& tok, const SampleRu
   j["first_step_ms"] = stats.first_step_ms;
   j["policy_memory_peak_bytes"] = selector != nullptr ? selector->memory().peak_bytes : 0;
   if (explain.out != nullptr && selector != nullptr) j["explain"] = explain_json(explanations);
+  if (options.explain && !sample.answers.empty()) j["answer_probs"] = answer_probs.json();
   return j;
 }
 

@@ -115,6 +115,32 @@ TEST_F(HeldoutGateTest, ExplainSaysWhereTheAnswerRanked) {
   // The retrieval (induction) head of layer 1 puts nearly all its mass on the needle, and its KV
   // head's other query head little: a mean near 0.5 over the pair.
   EXPECT_GT(best_mass, 0.3);
+
+  // How sure the model was of each of " 64019"'s tokens, to the first one written wrong: the
+  // tokens written before it are the expected ones, and a written token is the greedy choice, so
+  // never less likely than the expected one.
+  const nlohmann::json& probs = lines[0].at("answer_probs");
+  const std::string output = lines[0].at("output").get<std::string>();
+  const std::vector<std::string> expected = {" ", "6", "4", "0", "1", "9"};
+  ASSERT_GE(probs.size(), 1u);
+  ASSERT_LE(probs.size(), expected.size());
+  std::string written;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const nlohmann::json& a = probs[i];
+    EXPECT_EQ(a.at("expected"), expected[i]) << a.dump();
+    const double p_expected = a.at("p_expected").get<double>(), p_written = a.at("p_written").get<double>();
+    EXPECT_GT(p_expected, 0.0);
+    EXPECT_LE(p_expected, p_written) << a.dump();
+    EXPECT_LE(p_written, 1.0);
+    if (i + 1 < probs.size()) {
+      EXPECT_EQ(a.at("written"), a.at("expected")) << "only the last may be wrong";
+    }
+    written += a.at("written").get<std::string>();
+  }
+  EXPECT_TRUE(output.starts_with(written)) << output;
+  EXPECT_EQ(probs.size() == expected.size() && probs.back().at("written") == expected.back(),
+            output.starts_with(" 64019"))
+      << "every token listed and the last right exactly when the answer was written";
 }
 
 }  // namespace

@@ -221,7 +221,9 @@ class EvalCommand : public Command {
                   "that write the answer, per layer, how much of the answer's tokens in the needle each picked, "
                   "their rank under each one's scores, their exact attention mass, the far mass each left out, and "
                   "for a miss its cause (budget, coarse, bound or desert); for ppl, per layer, the mean far mass "
-                  "each left out; into --out (\"explain\", \"explain_layers\") and, with --show, printed");
+                  "each left out; and for every policy, full included, the probability of each of the answer's "
+                  "tokens up to the first written wrong, beside the written one's; into --out (\"explain\", "
+                  "\"answer_probs\", \"explain_layers\") and, with --show, printed");
     cmd->add_flag("--show-prompt", show_prompt_,
                   "before each sample's first run, print to stdout its prompt (a ppl window's text), escaped on one "
                   "line, with its length in tokens and where the needle starts");

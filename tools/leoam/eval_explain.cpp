@@ -27,6 +27,17 @@ std::string explain_block(const Json& j) {
     out += buf;
   }
   if (!out.empty()) out = "explain (the answer in the needle, where far, at the steps that write it):\n" + out + "\n";
+  std::string probs;
+  for (const Json& a : j.value("answer_probs", Json::array())) {
+    const Json expected = a.value("expected", ""), written = a.value("written", "");
+    std::snprintf(buf, sizeof(buf), " %s %.3f", expected.dump().c_str(), a.value("p_expected", 0.0));
+    probs += buf;
+    if (written != expected) {
+      std::snprintf(buf, sizeof(buf), " (wrote %s %.3f)", written.dump().c_str(), a.value("p_written", 0.0));
+      probs += buf;
+    }
+  }
+  if (!probs.empty()) out = "answer's tokens, each one's probability, to the first wrong:" + probs + "\n" + out;
   std::string layers;
   for (const Json& l : j.value("explain_layers", Json::array())) {
     std::snprintf(buf, sizeof(buf), "  layer %d: far mass left out: policy %.4f, oracle %.4f (mean of %.0f steps)\n",

@@ -202,6 +202,31 @@ TEST(GeneratorTest, LogitsSinkGetsEveryPromptAndGeneratedPosition) {
   EXPECT_EQ(r2.rows.size(), 2u + 4u);
 }
 
+TEST(GeneratorTest, SampleSinkGetsEachTokenWithItsRowAndNoExtraEval) {
+  FakeForwardContext ctx(10, 64, script({{2, T::kA}, {3, T::kTime}, {4, T::kEos}}));
+  FakeTokenizer tok;
+  std::vector<std::pair<std::vector<float>, int32_t>> sampled;
+  std::vector<int32_t> order;  // on_sample before on_token: -1 marks a sample
+  GenerateCallbacks cb;
+  cb.on_sample = [&](std::span<const float> row, int32_t token) {
+    sampled.emplace_back(std::vector<float>(row.begin(), row.end()), token);
+    order.push_back(-1);
+  };
+  cb.on_token = [&](int32_t token) { order.push_back(token); };
+  const Result<GenerateStats> stats = generate(ctx, tok, "Once upon", greedy(100), cb);
+  ASSERT_TRUE(stats.is_ok()) << stats.status().message();
+  ASSERT_EQ(sampled.size(), 3u);
+  const std::vector<int32_t> expect = {T::kA, T::kTime, T::kEos};
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    ASSERT_EQ(sampled[i].first.size(), 10u);
+    EXPECT_EQ(sampled[i].second, expect[i]);
+    EXPECT_EQ(sampled[i].first[static_cast<size_t>(expect[i])], 10.0f) << "the row the token was drawn from";
+  }
+  EXPECT_EQ(order, (std::vector<int32_t>{-1, T::kA, -1, T::kTime, -1, T::kEos}));
+  // The prefill keeps one row and the final EOG is not evaluated, as without the sink.
+  EXPECT_EQ(ctx.eval_sizes, (std::vector<size_t>{3, 1, 1}));
+}
+
 TEST(GeneratorTest, GenerateFromTextRejectsAUsedContext) {
   FakeForwardContext ctx(10, 64, script({}));
   prefill(ctx, {T::kBos});

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -55,6 +56,20 @@ class SampleRunTest : public TinyModelTest {
     for (int i = 0; i < 20; ++i) o.text += "the quick brown fox " + std::to_string(i) + " jumps over the lazy dog. ";
     return first_sample(o);
   }
+  // Greedy generation of spec's sample with full attention through a session of o's options,
+  // as run_sample sets it up.
+  static Result<GenerateStats> generate_full(const SampleRunOptions& o, const SampleSpec& spec,
+                                             const GenerateCallbacks& cb) {
+    SessionOptions so = o.session;
+    so.attention.policy = "full";
+    so.tiered = true;
+    so.forward.n_ctx = static_cast<int>(spec.ctx + spec.sample.max_new_tokens);
+    LEOAM_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::create(*model_, so));
+    GenerateOptions g;
+    g.n_predict = spec.sample.max_new_tokens;
+    g.sampler.temperature = 0.0f;
+    return session->generate(*tokenizer_, spec.sample.tokens, false, g, cb);
+  }
   static std::vector<std::string> keys(const Json& j) {
     std::vector<std::string> out;
     for (auto it = j.begin(); it != j.end(); ++it) out.push_back(it.key());
@@ -83,19 +98,10 @@ TEST_F(SampleRunTest, ARetrievalLineHoldsItsFieldsAndTheGreedyOutput) {
   EXPECT_GT(j.at("kv_bytes_per_token").at("device").get<double>(), 0.0);
 
   // The output is what greedy generation through a session of the same options writes.
-  SessionOptions so = options("passkey").session;
-  so.attention.policy = "full";
-  so.tiered = true;
-  so.forward.n_ctx = static_cast<int>(spec.ctx + spec.sample.max_new_tokens);
-  Result<std::unique_ptr<Session>> session = Session::create(*model_, so);
-  ASSERT_TRUE(session.is_ok()) << session.status().message();
-  GenerateOptions g;
-  g.n_predict = spec.sample.max_new_tokens;
-  g.sampler.temperature = 0.0f;
   std::string output;
   GenerateCallbacks cb;
   cb.on_text = [&output](std::string_view t) { output += t; };
-  Result<GenerateStats> stats = (*session)->generate(*tokenizer_, spec.sample.tokens, false, g, cb);
+  Result<GenerateStats> stats = generate_full(options("passkey"), spec, cb);
   ASSERT_TRUE(stats.is_ok()) << stats.status().message();
   EXPECT_EQ(j.at("output").get<std::string>(), output);
   EXPECT_EQ(j.at("n_generated"), stats->n_generated);
@@ -119,6 +125,39 @@ TEST_F(SampleRunTest, ASparseRunRecordsItsShareItsStraddleAndItsExplanation) {
   Result<Json> full = run_sample(*model_, *tokenizer_, o, spec, {"full", 1.0}, 2);
   ASSERT_TRUE(full.is_ok()) << full.status().message();
   EXPECT_FALSE(full->contains("explain")) << "a dense policy has no selection to explain";
+
+  // Both lines say how sure the model was of the answer's tokens, to the first written wrong;
+  // full's probabilities are those of the rows that a session's logits sink gives.
+  for (const Json* j : {&*line, &*full}) ASSERT_TRUE(j->contains("answer_probs")) << j->dump();
+  std::vector<std::vector<double>> rows;  // softmax of each row, in double
+  GenerateCallbacks cb;
+  cb.on_logits = [&rows](std::span<const float> row) {
+    const double m = *std::max_element(row.begin(), row.end());
+    double z = 0.0;
+    for (const float l : row) z += std::exp(l - m);
+    std::vector<double> p;
+    for (const float l : row) p.push_back(std::exp(l - m) / z);
+    rows.push_back(std::move(p));
+  };
+  std::vector<int32_t> written;
+  cb.on_token = [&written](int32_t t) { written.push_back(t); };
+  const Result<GenerateStats> stats = generate_full(o, spec, cb);
+  ASSERT_TRUE(stats.is_ok()) << stats.status().message();
+  const std::vector<int32_t> expected =
+      tokenizer_->tokenize(" " + spec.sample.answers.front(), /*add_bos=*/false, /*parse_special=*/false);
+  const Json& probs = full->at("answer_probs");
+  ASSERT_GE(probs.size(), 1u);
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const std::vector<double>& p = rows[spec.sample.tokens.size() - 1 + i];  // the row token i was drawn from
+    EXPECT_EQ(probs[i].at("expected"), tokenizer_->token_to_piece(expected[i]));
+    EXPECT_EQ(probs[i].at("written"), tokenizer_->token_to_piece(written[i]));
+    EXPECT_NEAR(probs[i].at("p_expected").get<double>(), p[static_cast<size_t>(expected[i])], 1e-5);
+    EXPECT_NEAR(probs[i].at("p_written").get<double>(), p[static_cast<size_t>(written[i])], 1e-5);
+    if (i + 1 < probs.size()) {
+      EXPECT_EQ(written[i], expected[i]) << "the list ends at the first wrong token";
+    }
+  }
+  EXPECT_TRUE(probs.size() == expected.size() || written[probs.size() - 1] != expected[probs.size() - 1]);
 }
 
 TEST_F(SampleRunTest, APplLineScoresTheWindowAfterItsPrefill) {
