@@ -81,7 +81,9 @@ class AnswerProbs {
     for (const float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
     double sum_exp = 0.0;
     for (const float l : row) sum_exp += std::exp(static_cast<double>(l) - max_logit);
-    const auto prob = [&](int32_t t) { return std::exp(static_cast<double>(row[static_cast<size_t>(t)]) - max_logit) / sum_exp; };
+    const auto prob = [&](int32_t t) {
+      return std::exp(static_cast<double>(row[static_cast<size_t>(t)]) - max_logit) / sum_exp;
+    };
     const int32_t want = expected_[step];
     steps_.push_back({{"expected", tok_.token_to_piece(want)},
                       {"p_expected", prob(want)},

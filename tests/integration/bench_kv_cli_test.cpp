@@ -101,7 +101,8 @@ TEST_F(BenchKvCliTest, SyntheticKvGivesARowPerPolicyWithSaneFiguresAndTheJson) {
     const double disk_bytes_per_ms = doc["machine"]["disk_raw_mb_per_s"].get<double>() * 1e3;
     for (const nlohmann::json& step : row["steps"]) {
       const double disk = step["kv_bytes_read"]["disk"].get<double>() + step["abstract_bytes_read"].get<double>();
-      EXPECT_NEAR(step["bound_disk_ms"].get<double>(), disk / disk_bytes_per_ms, 1e-9 * disk) << p << ": " << step.dump();
+      EXPECT_NEAR(step["bound_disk_ms"].get<double>(), disk / disk_bytes_per_ms, 1e-9 * disk)
+          << p << ": " << step.dump();
       EXPECT_EQ(step["bound_ms"].get<double>(),
                 std::max(step["bound_disk_ms"].get<double>(), step["bound_dram_ms"].get<double>()))
           << p;
