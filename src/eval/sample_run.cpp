@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,6 +66,15 @@ struct RunDir {
   std::string dir;
 };
 
+// ln sum_v e^row[v], in double: a logits row's log-softmax is row[v] minus it.
+double log_sum_exp(std::span<const float> row) {
+  double max_logit = row[0];
+  for (const float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
+  double sum_exp = 0.0;
+  for (const float l : row) sum_exp += std::exp(static_cast<double>(l) - max_logit);
+  return max_logit + std::log(sum_exp);
+}
+
 // With --explain, how sure the model was of the first answer at each step that wrote it: for
 // each of its tokens (" " + the answer, as explained) up to the first one the output got wrong,
 // the probability of the expected token and of the one written. A miss whose expected token
@@ -77,13 +87,8 @@ class AnswerProbs {
   void add(std::span<const float> row, int32_t token) {
     const size_t step = n_seen_++;
     if (wrong_ || step >= expected_.size()) return;
-    double max_logit = row[0];
-    for (const float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
-    double sum_exp = 0.0;
-    for (const float l : row) sum_exp += std::exp(static_cast<double>(l) - max_logit);
-    const auto prob = [&](int32_t t) {
-      return std::exp(static_cast<double>(row[static_cast<size_t>(t)]) - max_logit) / sum_exp;
-    };
+    const double lse = log_sum_exp(row);
+    const auto prob = [&](int32_t t) { return std::exp(static_cast<double>(row[static_cast<size_t>(t)]) - lse); };
     const int32_t want = expected_[step];
     steps_.push_back({{"expected", tok_.token_to_piece(want)},
                       {"p_expected", prob(want)},
@@ -111,7 +116,6 @@ Result<Json> score_window(Session& session, const Tokenizer& tok, const SampleRu
   const sparse::SparseAttention* selector = session.selector();
   const std::function<bool()>& should_stop = options.session.forward.should_stop;
   const std::vector<int32_t>& tokens = spec.sample.tokens;
-  const int32_t n_vocab = ctx.n_vocab();
   std::vector<float> logits;  // [n_vocab]: the last evaluated position's
   const int64_t n_prefill = ppl_prefill_tokens(spec.ctx, spec.depth);
   if (n_prefill > 0) {
@@ -126,13 +130,8 @@ Result<Json> score_window(Session& session, const Tokenizer& tok, const SampleRu
   for (size_t p = static_cast<size_t>(n_prefill); p + 1 < tokens.size(); ++p) {
     if (should_stop && should_stop()) return cancelled("interrupted");
     LEOAM_RETURN_IF_ERROR(ctx.eval(std::span<const int32_t>(&tokens[p], 1), /*all_logits=*/false, logits));
-    // log-softmax in double: nll = logsumexp(logits) - logits[next]
-    double max_logit = logits[0];
-    for (int32_t v = 1; v < n_vocab; ++v) max_logit = std::max(max_logit, static_cast<double>(logits[v]));
-    double sum_exp = 0.0;
-    for (int32_t v = 0; v < n_vocab; ++v) sum_exp += std::exp(static_cast<double>(logits[v]) - max_logit);
     const int32_t next = tokens[p + 1];
-    nll_sum += max_logit + std::log(sum_exp) - static_cast<double>(logits[next]);
+    nll_sum += log_sum_exp(logits) - static_cast<double>(logits[next]);
     n_bytes += static_cast<int64_t>(tok.token_to_piece(next).size());
   }
   const double decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -198,9 +197,10 @@ Result<Json> run_sample(const Model& model, const Tokenizer& tok, const SampleRu
   callbacks.on_text = [&output](std::string_view text) { output += text; };
   KvStats at_prefill_end;
   callbacks.on_prefill_done = [&](int64_t) { at_prefill_end = kv_cache.stats(); };
-  AnswerProbs answer_probs(tok, sample.answers.empty() ? std::string() : sample.answers.front());
+  std::optional<AnswerProbs> answer_probs;
   if (options.explain && !sample.answers.empty()) {
-    callbacks.on_sample = [&answer_probs](std::span<const float> row, int32_t token) { answer_probs.add(row, token); };
+    answer_probs.emplace(tok, sample.answers.front());
+    callbacks.on_sample = [&answer_probs](std::span<const float> row, int32_t token) { answer_probs->add(row, token); };
   }
   LEOAM_ASSIGN_OR_RETURN(GenerateStats stats, session->generate(tok, sample.tokens, /*strip_leading_space=*/false,
                                                                 generate, callbacks));
@@ -221,7 +221,7 @@ Result<Json> run_sample(const Model& model, const Tokenizer& tok, const SampleRu
   j["first_step_ms"] = stats.first_step_ms;
   j["policy_memory_peak_bytes"] = selector != nullptr ? selector->memory().peak_bytes : 0;
   if (explain.out != nullptr && selector != nullptr) j["explain"] = explain_json(explanations);
-  if (options.explain && !sample.answers.empty()) j["answer_probs"] = answer_probs.json();
+  if (answer_probs) j["answer_probs"] = answer_probs->json();
   return j;
 }
 

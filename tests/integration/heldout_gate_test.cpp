@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -50,12 +51,14 @@ class HeldoutGateTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     const CliResult r = leoam::testing_cli::run_leoam(dir_, args);
     EXPECT_EQ(r.status, 0) << r.err;
+    stdout_ = r.out;
     std::vector<nlohmann::json> lines;
     for (const std::string& line : CliResult::lines(read_file(out))) lines.push_back(nlohmann::json::parse(line));
     return lines;
   }
 
   std::string dir_;
+  std::string stdout_;  // the last eval's
 };
 
 TEST_F(HeldoutGateTest, LeoamAtTenPercentAnswersAsTheOracleAndNearFullAttention) {
@@ -86,7 +89,7 @@ TEST_F(HeldoutGateTest, LeoamAtTenPercentAnswersAsTheOracleAndNearFullAttention)
 
 TEST_F(HeldoutGateTest, ExplainSaysWhereTheAnswerRanked) {
   const std::vector<nlohmann::json> lines =
-      eval("ledger", "2048", "0.5", "1", {"--policy", "leoam", "--budget", "0.1", "--explain"});
+      eval("ledger", "2048", "0.5", "1", {"--policy", "leoam", "--budget", "0.1", "--explain", "--show"});
   ASSERT_EQ(lines.size(), 1u);
   const nlohmann::json& explain = lines[0].at("explain");
   // " 64019": 6 steps of the byte-level model, each with its 4 layers.
@@ -125,8 +128,16 @@ TEST_F(HeldoutGateTest, ExplainSaysWhereTheAnswerRanked) {
   ASSERT_GE(probs.size(), 1u);
   ASSERT_LE(probs.size(), expected.size());
   std::string written;
+  std::string shown = "answer's tokens, each one's probability, to the first wrong:";  // --show's line
+  char buf[64];
   for (size_t i = 0; i < probs.size(); ++i) {
     const nlohmann::json& a = probs[i];
+    std::snprintf(buf, sizeof(buf), " %s %.3f", a.at("expected").dump().c_str(), a.at("p_expected").get<double>());
+    shown += buf;
+    if (a.at("written") != a.at("expected")) {
+      std::snprintf(buf, sizeof(buf), " (wrote %s %.3f)", a.at("written").dump().c_str(), a.at("p_written").get<double>());
+      shown += buf;
+    }
     EXPECT_EQ(a.at("expected"), expected[i]) << a.dump();
     const double p_expected = a.at("p_expected").get<double>(), p_written = a.at("p_written").get<double>();
     EXPECT_GT(p_expected, 0.0);
@@ -141,6 +152,7 @@ TEST_F(HeldoutGateTest, ExplainSaysWhereTheAnswerRanked) {
   EXPECT_EQ(probs.size() == expected.size() && probs.back().at("written") == expected.back(),
             output.starts_with(" 64019"))
       << "every token listed and the last right exactly when the answer was written";
+  EXPECT_NE(stdout_.find(shown + "\n"), std::string::npos) << shown << "\nnot in:\n" << stdout_;
 }
 
 }  // namespace
